@@ -1,0 +1,42 @@
+# Set-up and checks. `make test` works on a fresh clone: it builds .venv first.
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+# torch first, pinned to the CUDA build this project is tested with (it runs on the CPU too);
+# then the project with its dev extras.
+TORCH := torch==2.14.1 torchvision==0.29.1
+
+.PHONY: setup test lint format demo bench-kernel clean
+
+$(VENV)/.installed: pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet $(TORCH)
+	$(BIN)/python -m pip install --quiet -e '.[dev]'
+	touch $@
+
+setup: $(VENV)/.installed
+
+# Lint, then the tests; Triton kernels run in the interpreter where there is no GPU
+# (tests/conftest.py sets TRITON_INTERPRET=1 then; GPU tests are skipped).
+test: setup lint
+	$(BIN)/python -m pytest -q
+
+lint: setup
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+
+format: setup
+	$(BIN)/ruff format .
+	$(BIN)/ruff check --fix .
+
+# The main job. Today: every backend this machine runs on a ragged batch against the oracle,
+# pack/unpack, and on a GPU a quick kernel timing table.
+demo: setup
+	$(BIN)/python -m scripts.demo
+
+# The kernel timing table of ../shared/design.md's metrics (needs a CUDA GPU).
+bench-kernel: setup
+	$(BIN)/python -m scripts.kernel_bench --out results/kernel
+
+clean:
+	rm -rf $(VENV) .pytest_cache .ruff_cache results
