@@ -1,0 +1,285 @@
+"""``varlen_attention``: the one public attention op. Validates, then dispatches by backend name."""
+
+from __future__ import annotations
+
+import itertools
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import torch
+
+from . import baselines
+from .kernels import attention as _triton_attention
+from .reference import varlen_attention_reference
+
+_DTYPES = (torch.float16, torch.bfloat16, torch.float32)
+MIN_HEAD_DIM, MAX_HEAD_DIM = 16, 256
+
+
+class BackendUnavailableError(RuntimeError):
+    """The requested backend cannot run here (or cannot run these inputs); the message says why."""
+
+
+def _triton_unavailable(device=None, dtype=None, head_dim=None) -> str | None:
+    if _triton_attention._launcher.interpreted:
+        if dtype == torch.bfloat16:
+            return "the Triton interpreter (TRITON_INTERPRET=1) cannot do bfloat16 arithmetic"
+        return None
+    if device is None:
+        return None if torch.cuda.is_available() else baselines.NO_CUDA
+    if device.type != "cuda":
+        return (
+            f"the inputs are on {device}: the Triton kernel needs a CUDA device, or "
+            "TRITON_INTERPRET=1 set before triton is imported to run it on the CPU"
+        )
+    return None
+
+
+def _triton_implementation() -> str:
+    if _triton_attention._launcher.interpreted:
+        return "ragged Triton kernel (interpreter, TRITON_INTERPRET=1)"
+    return "ragged Triton kernel"
+
+
+def _reference(q, k, v, cu_seqlens, max_seqlen, softmax_scale):
+    return varlen_attention_reference(q, k, v, cu_seqlens, softmax_scale)
+
+
+def _always(device=None, dtype=None, head_dim=None) -> str | None:
+    return None
+
+
+@dataclass(frozen=True)
+class Backend:
+    """One attention implementation behind ``varlen_attention``'s signature."""
+
+    name: str
+    run: Callable[..., torch.Tensor]  # (q, k, v, cu_seqlens, max_seqlen, scale) -> out
+    unavailable: Callable[..., str | None]  # (device, dtype, head_dim) -> reason or None
+    implementation: Callable[[], str]  # what actually runs, for results and reports
+    writes_out: bool = False  # run() takes out= and writes into it
+
+
+BACKENDS: dict[str, Backend] = {
+    b.name: b
+    for b in (
+        Backend(
+            "triton", _triton_attention.varlen_attention_triton, _triton_unavailable,
+            _triton_implementation, writes_out=True,
+        ),
+        Backend(
+            "fa2", baselines.fa2_attention, baselines.fa2_unavailable,
+            baselines.fa2_implementation,
+        ),
+        Backend(
+            "torch_varlen", baselines.torch_varlen_attention, baselines.torch_varlen_unavailable,
+            lambda: "torch.nn.attention.varlen.varlen_attn",
+        ),
+        Backend(
+            "nested_sdpa", baselines.nested_sdpa_attention, baselines.nested_sdpa_unavailable,
+            lambda: "jagged NestedTensor + F.scaled_dot_product_attention",
+        ),
+        Backend(
+            "padded_sdpa", baselines.padded_sdpa_attention, _always,
+            lambda: "F.scaled_dot_product_attention, padded to max_seqlen + key mask",
+        ),
+        Backend(
+            "reference", _reference, _always,
+            lambda: "ragged.reference.varlen_attention_reference (eager float32)",
+        ),
+    )
+}  # fmt: skip
+
+
+def available_backends() -> list[str]:
+    """Names of the backends that can run on this machine (on its default device)."""
+    return [name for name, b in BACKENDS.items() if b.unavailable() is None]
+
+
+def backend_implementation(name: str) -> str:
+    """What the backend ``name`` runs here, e.g. which FA2 build: record it with every result."""
+    return _get_backend(name).implementation()
+
+
+def _get_backend(name: str) -> Backend:
+    try:
+        return BACKENDS[name]
+    except (KeyError, TypeError):
+        raise ValueError(
+            f"unknown backend {name!r}; expected one of {', '.join(BACKENDS)}"
+        ) from None
+
+
+def varlen_attention(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    cu_seqlens: torch.Tensor,
+    max_seqlen: int,
+    *,
+    backend: str = "triton",
+    softmax_scale: float | None = None,
+    out: torch.Tensor | None = None,
+    validate: bool = True,
+) -> torch.Tensor:
+    """Bidirectional (non-causal) attention over packed variable-length sequences.
+
+    Sequence ``i`` is rows ``cu_seqlens[i]:cu_seqlens[i + 1]`` of q, k and v; each token
+    attends to every token of its own sequence and to no other.
+
+    Args:
+        q, k, v: ``[total_tokens, heads, head_dim]``, float16, bfloat16 or float32 (one dtype),
+            same shape and device. Any strides as long as ``head_dim`` has unit stride, so
+            ``qkv.unbind(1)`` of a packed ``qkv`` ``[total_tokens, 3, heads, head_dim]`` needs
+            no copy. ``head_dim`` is any value from 16 to 256.
+        cu_seqlens: int32 ``[batch + 1]`` on q's device: 0, then the running total of the
+            sequence lengths. Lengths may be 0.
+        max_seqlen: Python int >= the longest sequence (sets the grid; the kernel reads the
+            true lengths from ``cu_seqlens``).
+        backend: ``"triton"`` (this package's kernel), ``"fa2"``, ``"torch_varlen"``,
+            ``"nested_sdpa"``, ``"padded_sdpa"`` or ``"reference"``;
+            ``available_backends()`` lists those that run here and
+            ``backend_implementation(name)`` says what each one calls.
+        softmax_scale: defaults to ``1 / sqrt(head_dim)``.
+        out: optional ``[total_tokens, heads, head_dim]`` tensor of q's dtype and device, unit
+            stride in ``head_dim``, written in place and returned (the ``triton`` backend
+            then allocates nothing, which CUDA-graph capture with static buffers needs).
+        validate: check the values of ``cu_seqlens`` and ``max_seqlen``. That reads
+            ``cu_seqlens`` back to the host, a device synchronisation: pass
+            ``validate=False`` on hot paths and in CUDA-graph capture once the producer of
+            ``cu_seqlens`` is trusted. Type, shape and device checks always run (no sync).
+
+    Returns:
+        ``[total_tokens, heads, head_dim]`` in q's dtype (``out`` when given).
+
+    Example: three images keeping 3, 0 and 2 tokens, 12 heads of 64::
+
+        cu_seqlens = torch.tensor([0, 3, 3, 5], dtype=torch.int32, device="cuda")
+        q = k = v = torch.randn(5, 12, 64, dtype=torch.float16, device="cuda")
+        o = varlen_attention(q, k, v, cu_seqlens, max_seqlen=3)  # o[0:3] from rows 0..2 only
+
+    Raises:
+        TypeError / ValueError naming what was expected; ``BackendUnavailableError`` when the
+        backend cannot run here or cannot run these inputs (the message says why).
+    """
+    b = _get_backend(backend)
+    _check_types(q, k, v, cu_seqlens, max_seqlen, out)
+    head_dim = q.shape[2]
+    _check_available(b, q, head_dim)
+    if validate:
+        _check_values(q.shape[0], cu_seqlens, max_seqlen)
+    scale = 1.0 / math.sqrt(head_dim) if softmax_scale is None else float(softmax_scale)
+    if b.writes_out:
+        if out is None:
+            # empty_like: contiguous for views of a packed qkv, and the cheapest allocation
+            # call (see scripts/kernel_bench.py --launch-paths)
+            out = torch.empty_like(q)
+        return b.run(q, k, v, cu_seqlens, max_seqlen, scale, out)
+    result = b.run(q, k, v, cu_seqlens, max_seqlen, scale)
+    if out is None:
+        return result
+    return out.copy_(result)
+
+
+# (backend, device type, dtype, head_dim) -> reason or None. What a backend supports does not
+# change while the process runs; asking again costs microseconds on the hot path.
+_reasons: dict[tuple, str | None] = {}
+
+
+def _check_available(b: Backend, q: torch.Tensor, head_dim: int) -> None:
+    key = (b.name, "cuda" if q.is_cuda else q.device.type, q.dtype, head_dim)
+    try:
+        reason = _reasons[key]
+    except KeyError:
+        reason = _reasons[key] = b.unavailable(q.device, q.dtype, head_dim)
+    if reason is not None:
+        raise BackendUnavailableError(f"backend {b.name!r} cannot run: {reason}")
+
+
+def _check_types(q, k, v, cu_seqlens, max_seqlen, out) -> None:
+    """Type, shape and device checks: no synchronisation, ~1 us (locals: every ``.shape`` and
+    ``.device`` access builds a new Python object)."""
+    Tensor = torch.Tensor
+    if not (
+        isinstance(q, Tensor)
+        and isinstance(k, Tensor)
+        and isinstance(v, Tensor)
+        and isinstance(cu_seqlens, Tensor)
+    ):
+        for name, t in (("q", q), ("k", k), ("v", v), ("cu_seqlens", cu_seqlens)):
+            if not isinstance(t, Tensor):
+                raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
+    dtype = q.dtype
+    if dtype not in _DTYPES:
+        raise TypeError(f"q must be float16, bfloat16 or float32, got {dtype}")
+    if k.dtype != dtype or v.dtype != dtype:
+        raise TypeError(f"q, k and v must share one dtype, got {dtype}, {k.dtype}, {v.dtype}")
+    shape = q.shape
+    if len(shape) != 3:
+        raise ValueError(f"q must be [total_tokens, heads, head_dim], got shape {tuple(shape)}")
+    if k.shape != shape or v.shape != shape:
+        raise ValueError(
+            "q, k and v must have the same shape [total_tokens, heads, head_dim], got "
+            f"{tuple(shape)}, {tuple(k.shape)}, {tuple(v.shape)}"
+        )
+    dev = q.get_device()  # an int compare on the hot path; -1 for every non-CUDA device
+    if (
+        k.get_device() != dev
+        or v.get_device() != dev
+        or (dev < 0 and not q.device == k.device == v.device)
+    ):
+        raise ValueError(
+            f"q, k and v must be on one device, got {q.device}, {k.device}, {v.device}"
+        )
+    if not MIN_HEAD_DIM <= shape[2] <= MAX_HEAD_DIM:
+        raise ValueError(
+            f"head_dim must be between {MIN_HEAD_DIM} and {MAX_HEAD_DIM}, got {shape[2]}"
+        )
+    if q.stride(2) != 1 or k.stride(2) != 1 or v.stride(2) != 1:
+        raise ValueError(
+            "q, k and v must have unit stride in head_dim, got strides "
+            f"{q.stride()}, {k.stride()}, {v.stride()}"
+        )
+    if cu_seqlens.dtype != torch.int32:
+        raise TypeError(f"cu_seqlens must be int32, got {cu_seqlens.dtype}")
+    if cu_seqlens.dim() != 1 or cu_seqlens.shape[0] < 1:
+        raise ValueError(f"cu_seqlens must be 1-D [batch + 1], got shape {tuple(cu_seqlens.shape)}")
+    if cu_seqlens.get_device() != dev or (dev < 0 and cu_seqlens.device != q.device):
+        raise ValueError(f"cu_seqlens must be on q's device {q.device}, got {cu_seqlens.device}")
+    if type(max_seqlen) is not int and (
+        not isinstance(max_seqlen, int) or isinstance(max_seqlen, bool)
+    ):
+        raise TypeError(f"max_seqlen must be a Python int, got {type(max_seqlen).__name__}")
+    if max_seqlen < 0:
+        raise ValueError(f"max_seqlen must be >= 0, got {max_seqlen}")
+    if out is not None:
+        if not isinstance(out, Tensor):
+            raise TypeError(f"out must be a torch.Tensor, got {type(out).__name__}")
+        if out.shape != shape or out.dtype != dtype or out.device != q.device:
+            raise ValueError(
+                f"out must be {tuple(shape)} {dtype} on {q.device}, "
+                f"got {tuple(out.shape)} {out.dtype} on {out.device}"
+            )
+        if out.stride(2) != 1:
+            raise ValueError(f"out must have unit stride in head_dim, got strides {out.stride()}")
+
+
+def _check_values(total_tokens: int, cu_seqlens: torch.Tensor, max_seqlen: int) -> None:
+    bounds = cu_seqlens.tolist()  # the one host synchronisation of validate=True
+    if bounds[0] != 0:
+        raise ValueError(f"cu_seqlens must start at 0, got {bounds[0]}")
+    lengths = [b - a for a, b in itertools.pairwise(bounds)]
+    if any(n < 0 for n in lengths):
+        i = next(i for i, n in enumerate(lengths) if n < 0)
+        raise ValueError(
+            f"cu_seqlens must be non-decreasing, got cu_seqlens[{i}]={bounds[i]} > "
+            f"cu_seqlens[{i + 1}]={bounds[i + 1]}"
+        )
+    if bounds[-1] != total_tokens:
+        raise ValueError(
+            f"cu_seqlens must end at total_tokens={total_tokens} (q.shape[0]), got {bounds[-1]}"
+        )
+    longest = max(lengths, default=0)
+    if max_seqlen < longest:
+        raise ValueError(f"max_seqlen={max_seqlen} is smaller than the longest sequence, {longest}")

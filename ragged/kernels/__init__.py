@@ -1,0 +1,1 @@
+"""Triton kernels, their launch configurations and launchers. Private: use ``ragged``'s API."""
