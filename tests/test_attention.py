@@ -1,0 +1,117 @@
+"""varlen_attention against the float64 oracle, on every backend this machine runs."""
+
+import pytest
+import torch
+
+import ragged
+from ragged.testing import assert_attention_close, cu_seqlens_from_lengths, packed_qkv
+
+RAGGED = [0, 1, 17, 197, 0, 577, 3, 64]  # empty, single, odd, ViT-224, ViT-384, tile-exact
+SMALL = [1, 0, 33, 197, 5]
+
+
+def _backends(dtype):
+    """Backends that run here for this dtype."""
+    out = []
+    for name in ragged.available_backends():
+        if ragged.BACKENDS[name].unavailable(None, dtype, 64) is None:
+            out.append(name)
+    return out
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.float32])
+def test_every_available_backend_matches_oracle(dtype, device):
+    q, k, v, cu, max_seqlen = packed_qkv(RAGGED, 2, 64, dtype=dtype, device=device)
+    for backend in _backends(dtype):
+        if backend == "nested_sdpa":
+            continue  # zero-length sequences: covered separately on GPU
+        out = ragged.varlen_attention(q, k, v, cu, max_seqlen, backend=backend)
+        assert_attention_close(out, q, k, v, cu)
+
+
+@pytest.mark.parametrize("head_dim", [16, 32, 80, 128, 200, 256])
+@pytest.mark.parametrize("dtype", [torch.float16, torch.float32])
+def test_triton_head_dims(head_dim, dtype, device):
+    q, k, v, cu, max_seqlen = packed_qkv(SMALL, 2, head_dim, dtype=dtype, device=device, seed=3)
+    out = ragged.varlen_attention(q, k, v, cu, max_seqlen)
+    assert_attention_close(out, q, k, v, cu)
+
+
+def test_strided_views_need_no_copy(device):
+    """Heads-major storage [H, T, D] viewed as [T, H, D], and k/v from one packed qkv."""
+    lengths = [5, 0, 40, 1]
+    cu = cu_seqlens_from_lengths(lengths, device)
+    total = sum(lengths)
+    g = torch.Generator().manual_seed(1)
+    q = torch.randn(2, total, 64, generator=g).half().to(device).transpose(0, 1)
+    kv = torch.randn(total, 2, 2, 64, generator=g).half().to(device)
+    k, v = kv[:, 0], kv[:, 1]
+    assert not q.is_contiguous() and not k.is_contiguous()
+    out = ragged.varlen_attention(q, k, v, cu, 40)
+    assert_attention_close(out, q, k, v, cu)
+
+
+def test_out_argument_and_scale(device):
+    q, k, v, cu, max_seqlen = packed_qkv([3, 9, 0, 30], 3, 32, dtype=torch.float32, device=device)
+    # A strided out: every other row of a larger buffer.
+    buf = torch.full((2 * q.shape[0], 3, 32), float("nan"), device=device)
+    out = buf[::2]
+    ret = ragged.varlen_attention(q, k, v, cu, max_seqlen, out=out, softmax_scale=0.3)
+    assert ret.data_ptr() == out.data_ptr()
+    assert_attention_close(out, q, k, v, cu, softmax_scale=0.3)
+    assert torch.isnan(buf[1::2]).all(), "wrote outside out's rows"
+
+
+def test_max_seqlen_larger_than_needed(device):
+    q, k, v, cu, _ = packed_qkv([7, 2], 2, 64, device=device)
+    out = ragged.varlen_attention(q, k, v, cu, 300)
+    assert_attention_close(out, q, k, v, cu)
+
+
+def test_empty_batches(device):
+    q, k, v, cu, _ = packed_qkv([0, 0], 2, 64, device=device)
+    assert ragged.varlen_attention(q, k, v, cu, 0).shape == (0, 2, 64)
+    one = torch.zeros(1, dtype=torch.int32, device=device)  # batch of zero sequences
+    assert ragged.varlen_attention(q, k, v, one, 0).shape == (0, 2, 64)
+
+
+def test_validate_false_skips_value_checks_only(device):
+    q, k, v, cu, max_seqlen = packed_qkv([4, 4], 2, 64, device=device)
+    bad = torch.tensor([0, 4, 9], dtype=torch.int32, device=device)
+    with pytest.raises(ValueError, match="end at total_tokens"):
+        ragged.varlen_attention(q, k, v, bad, max_seqlen)
+    with pytest.raises(TypeError, match="int32"):  # type checks stay on
+        ragged.varlen_attention(q, k, v, cu.long(), max_seqlen, validate=False)
+
+
+def test_available_backends_and_implementations():
+    names = ragged.available_backends()
+    assert "reference" in names and "padded_sdpa" in names
+    for name in ragged.BACKENDS:
+        assert ragged.backend_implementation(name)
+    if not torch.cuda.is_available():
+        assert set(names) == {"triton", "padded_sdpa", "reference"}
+        assert "interpreter" in ragged.backend_implementation("triton")
+
+
+@pytest.mark.parametrize("backend", ["fa2", "torch_varlen", "nested_sdpa"])
+def test_unavailable_backend_says_why(backend):
+    if torch.cuda.is_available():
+        pytest.skip("runs everywhere on a GPU machine")
+    q, k, v, cu, max_seqlen = packed_qkv([3], 2, 64)
+    with pytest.raises(ragged.BackendUnavailableError, match="CUDA"):
+        ragged.varlen_attention(q, k, v, cu, max_seqlen, backend=backend)
+
+
+def test_fa2_refuses_float32_with_reason(device):
+    q, k, v, cu, max_seqlen = packed_qkv([3], 2, 64, dtype=torch.float32, device=device)
+    with pytest.raises(ragged.BackendUnavailableError, match=r"float16 and bfloat16|CUDA"):
+        ragged.varlen_attention(q, k, v, cu, max_seqlen, backend="fa2")
+
+
+def test_interpreter_refuses_bfloat16_with_reason():
+    if torch.cuda.is_available():
+        pytest.skip("bf16 runs on the GPU")
+    q, k, v, cu, max_seqlen = packed_qkv([3], 2, 64, dtype=torch.bfloat16)
+    with pytest.raises(ragged.BackendUnavailableError, match="bfloat16"):
+        ragged.varlen_attention(q, k, v, cu, max_seqlen)

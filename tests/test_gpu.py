@@ -1,0 +1,112 @@
+"""GPU-only: bf16, every backend, the direct launch path, CUDA-graph capture."""
+
+import pytest
+import torch
+
+import ragged
+from ragged.kernels import attention as KA
+from ragged.testing import assert_attention_close, packed_qkv
+
+pytestmark = pytest.mark.gpu
+
+RAGGED = [0, 1, 17, 197, 0, 577, 3, 64]
+NONEMPTY = [1, 17, 197, 577, 3, 64]
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16, torch.float32])
+@pytest.mark.parametrize("backend", list(ragged.BACKENDS))
+def test_backend_matches_oracle(backend, dtype):
+    if ragged.BACKENDS[backend].unavailable(torch.device("cuda"), dtype, 64):
+        pytest.skip(ragged.BACKENDS[backend].unavailable(torch.device("cuda"), dtype, 64))
+    lengths = NONEMPTY if backend == "nested_sdpa" else RAGGED
+    q, k, v, cu, max_seqlen = packed_qkv(lengths, 4, 64, dtype=dtype, device="cuda")
+    out = ragged.varlen_attention(q, k, v, cu, max_seqlen, backend=backend)
+    assert_attention_close(out, q, k, v, cu)
+
+
+@pytest.mark.parametrize("head_dim", [32, 64, 80, 128, 256])
+def test_bf16_head_dims(head_dim):
+    q, k, v, cu, max_seqlen = packed_qkv(RAGGED, 2, head_dim, dtype=torch.bfloat16, device="cuda")
+    assert_attention_close(ragged.varlen_attention(q, k, v, cu, max_seqlen), q, k, v, cu)
+
+
+def test_direct_launch_path_is_used_and_correct():
+    q, k, v, cu, max_seqlen = packed_qkv([40, 3, 99], 12, 64, device="cuda", seed=11)
+    ragged.varlen_attention(q, k, v, cu, max_seqlen)  # compiles, fills the cache
+    assert KA._launcher._cache, "the compiled kernel was not cached for direct launch"
+    for seed in range(3):  # later calls, new data: the cached kernel must see it
+        q2, k2, v2, _, _ = packed_qkv([40, 3, 99], 12, 64, device="cuda", seed=seed)
+        out = ragged.varlen_attention(q2, k2, v2, cu, max_seqlen, validate=False)
+        assert_attention_close(out, q2, k2, v2, cu)
+
+
+def test_misaligned_views_take_the_plain_path():
+    q, k, v, cu, max_seqlen = packed_qkv([5, 40], 2, 64, device="cuda", seed=4)
+    flat = torch.empty(q.numel() + 1, dtype=q.dtype, device="cuda")
+    qm = flat[1:].view(q.shape)  # 2-byte aligned data pointer
+    qm.copy_(q)
+    assert qm.data_ptr() % 16
+    for _ in range(2):
+        assert_attention_close(ragged.varlen_attention(qm, k, v, cu, max_seqlen), qm, k, v, cu)
+
+
+def test_cuda_graph_capture_of_attention():
+    q, k, v, cu, max_seqlen = packed_qkv([40, 3, 99, 0], 12, 64, device="cuda")
+    out = torch.empty_like(q)
+    ragged.varlen_attention(q, k, v, cu, max_seqlen, out=out, validate=False)  # warm up
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        ragged.varlen_attention(q, k, v, cu, max_seqlen, out=out, validate=False)
+    for seed in (1, 2):
+        q2, k2, v2, _, _ = packed_qkv([40, 3, 99, 0], 12, 64, device="cuda", seed=seed)
+        q.copy_(q2), k.copy_(k2), v.copy_(v2)
+        out.fill_(float("nan"))
+        graph.replay()
+        torch.cuda.synchronize()
+        assert_attention_close(out, q, k, v, cu)
+
+
+def test_cuda_graph_capture_of_pack_attend_unpack():
+    """pack_fixed -> attention -> unpack, captured once, replayed on new masks."""
+    b, n, heads, head_dim = 4, 197, 3, 64
+    c = heads * head_dim
+    x = torch.randn(b, n, c, device="cuda", dtype=torch.float16)
+    keep = torch.zeros(b, n, dtype=torch.bool, device="cuda")
+    capacity = b * n
+
+    def step():
+        packed, cu, max_seqlen, _ = ragged.pack_fixed(x, keep, capacity)
+        qkv = packed.view(capacity, heads, head_dim)
+        o = ragged.varlen_attention(qkv, qkv, qkv, cu, max_seqlen, validate=False)
+        return ragged.unpack(o.view(capacity, c), cu, keep, validate=False), packed, cu
+
+    keep[:, :50] = True
+    step()
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        result, _, cu = step()
+    g = torch.Generator(device="cuda").manual_seed(0)
+    for _ in range(3):
+        keep.copy_(torch.rand(b, n, device="cuda", generator=g) < 0.4)
+        keep[:, 0] = True
+        x.normal_(generator=g)
+        graph.replay()
+        torch.cuda.synchronize()
+        ref_packed, ref_cu, _ = ragged.pack(x, keep)
+        assert torch.equal(cu, ref_cu)
+        qkv = ref_packed.view(-1, heads, head_dim)
+        attn = ragged.varlen_attention(qkv, qkv, qkv, ref_cu, n, backend="reference")
+        expect = ragged.unpack(attn.view(-1, c), ref_cu, keep)
+        assert (result.float() - expect.float()).abs().max().item() < 5e-3
+
+
+def test_unaligned_cu_seqlens_and_odd_strides():
+    """A cu_seqlens slice 4 bytes off alignment, and strides that are not multiples of 16."""
+    q, k, v, cu, max_seqlen = packed_qkv([5, 40, 0, 17], 2, 72, device="cuda", seed=8)
+    shifted = torch.cat([cu[:1], cu])[1:]
+    assert shifted.data_ptr() % 16
+    for _ in range(2):
+        out = ragged.varlen_attention(q, k, v, shifted, max_seqlen)
+        assert_attention_close(out, q, k, v, cu)
