@@ -13,11 +13,13 @@ Contract with the caller, which makes a cached kernel valid for a later call wit
 The launcher itself checks the rest: tensors 16-byte aligned (else the plain path), the
 device current, no launch hooks installed.
 
-Measured on the H100 (torch 2.11 + triton 3.6), host us per launch of the attention kernel
-(``python -m scripts.kernel_bench --launch-paths``): ``kernel[grid](...)`` 17.6,
-``compiled[grid](...)`` 8.5, ``CompiledKernel.run`` 6.5. With the kernel's integer strides
-left to Triton's specialization the kernel issues 16-byte loads and runs 2x faster
-(BS=64/0%: 57 vs 142 us) than with ``tl.multiple_of`` hints on unspecialized strides.
+Measured on the H100 (torch 2.11 + triton 3.6), host us per launch of the attention kernel,
+one run of ``python -m scripts.kernel_bench --launch-paths`` (docs/kernel.md):
+``kernel[grid](...)`` 26.0, ``compiled[grid](...)`` 12.3, ``CompiledKernel.run`` 7.8 (7.5
+with int pointers), the 3.6 C entry point with int pointers 5.6, ``Launcher.launch`` 7.3.
+Integer strides are left to Triton's specialization: with ``tl.multiple_of`` hints on
+unspecialized strides instead, it emitted no 16-byte loads and ran 2.5x slower
+(BS=64/0%: 142 vs 57 us).
 """
 
 from __future__ import annotations
@@ -57,7 +59,7 @@ def _hooks_active() -> bool:
 
 
 # Triton 3.6's C entry point, called without CudaLauncher.__call__ (which rebuilds two
-# closures and asks two allocators for zero bytes of scratch on every launch): 5.0 vs 7.3 us
+# closures and asks two allocators for zero bytes of scratch on every launch): 5.6 vs 7.5 us
 # host per launch on the H100. Its argument layout was checked on a GPU for 3.6 only; other
 # versions go through CompiledKernel.run, whose convention 3.6 and 3.8 share.
 _C_ENTRY_LAYOUT_36 = triton.__version__.split(".")[:2] == ["3", "6"]
