@@ -101,9 +101,9 @@ def pack(x: torch.Tensor, keep_mask: torch.Tensor) -> tuple[torch.Tensor, torch.
     """
     _check_tokens(x, keep_mask)
     batch, n, c = x.shape
-    cu_seqlens = torch.zeros(batch + 1, dtype=torch.int32, device=x.device)
     if batch == 0 or n == 0:
-        return x.new_empty((0, c)), cu_seqlens, 0
+        return x.new_empty((0, c)), torch.zeros(batch + 1, dtype=torch.int32, device=x.device), 0
+    cu_seqlens = torch.empty(batch + 1, dtype=torch.int32, device=x.device)  # kernel writes all
     ranks = _ranks(keep_mask)
     ends = [0, *ranks.view(batch, n)[:, -1].tolist()]  # the one synchronisation
     max_seqlen = max(b - a for a, b in itertools.pairwise(ends))
@@ -144,7 +144,7 @@ def pack_fixed(
     else:
         _check_cu_seqlens(cu_seqlens, batch, x.device)
     if overflow is None:
-        overflow = torch.zeros((), dtype=torch.int8, device=x.device)
+        overflow = torch.empty((), dtype=torch.int8, device=x.device)  # the kernel writes it
     elif overflow.shape != () or overflow.dtype != torch.int8:
         raise ValueError(
             f"overflow must be an int8 scalar tensor, got {overflow.dtype} {tuple(overflow.shape)}"
