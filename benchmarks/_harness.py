@@ -117,6 +117,11 @@ def gpu_us(
     while time.perf_counter() - t0 < warm_s:  # clocks up, caches warm
         graph.replay()
         torch.cuda.synchronize()
+    return _timing(_replay_us(graph, calls, replays))
+
+
+def _replay_us(graph: torch.cuda.CUDAGraph, calls: int, replays: int) -> list[float]:
+    """Per-call µs of ``replays`` timed replays of a graph of ``calls`` captured calls."""
     start = torch.cuda.Event(enable_timing=True)
     end = torch.cuda.Event(enable_timing=True)
     out = []
@@ -126,8 +131,7 @@ def gpu_us(
         end.record()
         end.synchronize()
         out.append(start.elapsed_time(end) * 1e3 / calls)
-    del graph
-    return _timing(out)
+    return out
 
 
 def _graph(fn: Callable[[], object], calls: int) -> torch.cuda.CUDAGraph:
@@ -189,14 +193,7 @@ def measure_interleaved(
             if graphs[name] is not None:
                 graph, calls = graphs[name]
                 graph.replay()  # one untimed replay: clocks and caches as for the others
-                start = torch.cuda.Event(enable_timing=True)
-                end = torch.cuda.Event(enable_timing=True)
-                for _ in range(4):
-                    start.record()
-                    graph.replay()
-                    end.record()
-                    end.synchronize()
-                    out[name]["gpu"].append(start.elapsed_time(end) * 1e3 / calls)
+                out[name]["gpu"] += _replay_us(graph, calls, replays=4)
     result = {}
     for name, m in out.items():
         result[name] = {

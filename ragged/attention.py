@@ -198,8 +198,8 @@ def _check_available(b: Backend, q: torch.Tensor, head_dim: int) -> None:
 
 
 def _check_types(q, k, v, cu_seqlens, max_seqlen, out) -> None:
-    """Type, shape and device checks: no synchronisation, ~1 us (locals: every ``.shape`` and
-    ``.device`` access builds a new Python object)."""
+    """Type, shape and device checks: no synchronisation, 2.3 us host on the H100 (locals:
+    every ``.shape`` and ``.device`` access builds a new Python object)."""
     Tensor = torch.Tensor
     if not (
         isinstance(q, Tensor)
