@@ -89,3 +89,29 @@ def assert_attention_close(out, q, k, v, cu_seqlens, softmax_scale=None) -> floa
     err = (out.double().cpu() - oracle.cpu()).abs().max().item() if out.numel() else 0.0
     assert err <= budget, f"max abs error {err:.3g} exceeds budget {budget:.3g} (2x eager + eps)"
     return err
+
+
+def synthetic_images(
+    batch: int, img_size: int, *, seed: int = 0, device="cpu", dtype=torch.float32
+) -> torch.Tensor:
+    """Images [B, 3, S, S] with content that differs per image: a smooth, faint background
+    and one textured rectangle covering 5-80% of the image at a random place.
+
+    Random-weight models keep the contrast between textured and flat patches in their token
+    norms and attention, so content-dependent pruning (Threshold-L2 with a threshold, ATS)
+    keeps a different number of tokens per image, as it would on real photos.
+    """
+    g = torch.Generator().manual_seed(seed)
+    ramp = torch.linspace(-1, 1, img_size)
+    tilt = torch.rand(batch, 3, 2, generator=g) - 0.5
+    images = 0.3 * (tilt[..., 0, None, None] * ramp[:, None] + tilt[..., 1, None, None] * ramp)
+    images = images + 0.05 * torch.randn(batch, 3, img_size, img_size, generator=g)
+    for b in range(batch):
+        area = 0.05 + 0.75 * torch.rand((), generator=g).item()
+        aspect = math.exp((torch.rand((), generator=g).item() - 0.5) * 1.0)
+        h = max(16, min(img_size, round(img_size * math.sqrt(area * aspect))))
+        w = max(16, min(img_size, round(img_size * math.sqrt(area / aspect))))
+        top = int(torch.randint(0, img_size - h + 1, (), generator=g))
+        left = int(torch.randint(0, img_size - w + 1, (), generator=g))
+        images[b, :, top : top + h, left : left + w] += 1.5 * torch.randn(3, h, w, generator=g)
+    return images.to(device=device, dtype=dtype)

@@ -1,0 +1,500 @@
+"""Pruned ViT inference: front blocks -> prune -> pack -> ragged blocks -> CLS -> head.
+
+``PrunedViT(model, stages, mode=..., backend=...)`` runs a timm ``VisionTransformer``:
+
+1. patch embedding and the blocks before the first prune point, unchanged (timm's own code);
+2. at each prune point a method from ``ragged.pruning`` makes a keep mask. Threshold-L2 and
+   DynamicViT prune before their block; EViT and ATS inside it, after its attention (as in
+   their papers: the block's MLP already runs on the kept tokens);
+3. the remaining blocks, computed from each timm block's own modules (norm1, qkv, q/k norms,
+   proj, layer scales, norm2, mlp), on the tokens laid out by ``mode``:
+
+   ``ragged``       packed [T, C] + ``cu_seqlens``; attention by ``backend`` (triton, fa2,
+                    torch_varlen, nested_sdpa) through ``ragged.varlen_attention``;
+   ``padded_full``  all N positions stay; pruned keys are masked in SDPA (the paper's
+                    baseline, with the mask on the fused SDPA path instead of eager softmax);
+   ``padded_max``   kept tokens gathered to the longest kept length, the rest masked (no mask,
+                    and no sync, when every image keeps the same known count);
+   ``dense``        the unpruned timm model (stages ignored);
+4. the CLS token of each image, the final norm and the head.
+
+Host synchronisation in the ragged path: none when the kept lengths are known on the host
+(fixed-ratio methods: the buffers are sized exactly) or when ``capacity`` is given (fixed
+``capacity``-row buffers, device-side ``cu_seqlens``, overflow flagged on the device and
+checked after the logits). Otherwise one per prune point, to size the packed buffer.
+``cuda_graph=True`` captures the sync-free forward per input shape and replays it (any mode;
+the dense model too, for like-for-like comparisons); for ragged data-dependent lengths without
+``capacity`` it packs into capacity buckets (eighths of B*N), one graph per bucket over
+pack + late blocks + head, after one sync to pick the bucket.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from .attention import varlen_attention
+from .models import attention_flops, check_supported, mlp_flops
+from .packing import gather_cls, pack, pack_fixed, unpack
+from .pruning import AttentionInfo, Pruned, cls_attention
+
+MODES = ("ragged", "padded_full", "padded_max", "dense")
+RAGGED_BACKENDS = ("triton", "fa2", "torch_varlen", "nested_sdpa")
+# nested_sdpa builds its jagged tensor from all of q's rows: it needs cu_seqlens[-1] == T.
+_EXACT_TOTAL = ("nested_sdpa",)
+_BUCKETS = 8  # capacity buckets per B*N in cuda_graph mode with data-dependent lengths
+
+
+class CapacityOverflowError(RuntimeError):
+    """The kept tokens did not fit the ``capacity`` given to ``PrunedViT``."""
+
+
+@dataclass(frozen=True)
+class PruneStage:
+    """Prune with ``method`` at block ``block`` (0-based): before it, or inside it after its
+    attention when ``method.uses_attention``. The paper prunes at block 4 (after 4 blocks)."""
+
+    block: int
+    method: Any  # a step from ragged.pruning: ThresholdL2, DynamicViT, EViT, ATS
+
+
+def _unless_identity(m: nn.Module) -> nn.Module | None:
+    return None if isinstance(m, nn.Identity) else m
+
+
+class _BlockOps:
+    """One timm ``Block``'s computation from its own modules, on tokens [..., C] of any
+    layout; identity modules are skipped (each module call is ~1 us host, BS=1 is host-bound).
+    """
+
+    def __init__(self, blk: nn.Module):
+        a = blk.attn
+        self.norm1, self.norm2, self.qkv_proj, self.proj, self.mlp = (
+            blk.norm1, blk.norm2, a.qkv, a.proj, blk.mlp,
+        )  # fmt: skip
+        self.q_norm, self.k_norm = _unless_identity(a.q_norm), _unless_identity(a.k_norm)
+        self.attn_norm = _unless_identity(a.norm)
+        self.ls1, self.ls2 = _unless_identity(blk.ls1), _unless_identity(blk.ls2)
+        self.heads, self.head_dim, self.scale = a.num_heads, a.head_dim, a.scale
+
+    def qkv(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """x [..., C] -> q, k, v [..., H, d] (views of one qkv tensor unless qk-normed)."""
+        qkv = self.qkv_proj(self.norm1(x)).unflatten(-1, (3, self.heads, self.head_dim))
+        q, k, v = qkv.unbind(-3)
+        if self.q_norm is not None:
+            q, k = self.q_norm(q), self.k_norm(k)
+        return q, k, v
+
+    def attn_residual(self, x: torch.Tensor, o: torch.Tensor) -> torch.Tensor:
+        """x [..., C], attention output o [..., H, d] -> x + ls1(proj(norm(o)))."""
+        o = o.flatten(-2)
+        if self.attn_norm is not None:
+            o = self.attn_norm(o)
+        o = self.proj(o)
+        return x + (o if self.ls1 is None else self.ls1(o))
+
+    def mlp_residual(self, x: torch.Tensor) -> torch.Tensor:
+        h = self.mlp(self.norm2(x))
+        return x + (h if self.ls2 is None else self.ls2(h))
+
+
+# --- token layouts ---------------------------------------------------------------------------
+
+
+class _Padded:
+    """Tokens [B, L, C] with a key mask bool [B, L] (None: all valid); ``n`` model positions.
+
+    padded_full: L = N, pruned positions stay and are masked. padded_max (``gather``): the
+    kept tokens gathered to L = the longest kept length in their original order (CLS stays
+    first); ``index`` [B, L] maps them back to the N positions.
+    """
+
+    def __init__(self, x, mask, n, *, index=None, gather=False):
+        self.x, self.mask, self.n, self.index, self.gather = x, mask, n, index, gather
+        self.batch = None if x is None else x.shape[0]
+
+    def attention(self, q, k, v, scale):  # q, k, v [B, L, H, d] -> [B, L, H, d]
+        mask = None if self.mask is None else self.mask[:, None, None, :]
+        o = F.scaled_dot_product_attention(
+            q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), attn_mask=mask, scale=scale
+        )
+        return o.transpose(1, 2)
+
+    def attention_info(self, q, k, v, scale) -> AttentionInfo:
+        info = cls_attention(q[:, 0], k, v, self.mask, scale)
+        if self.index is None:
+            return info
+        batch, heads, _ = info.cls_attn.shape  # gathered positions -> the N positions
+        cls_attn = info.cls_attn.new_zeros(batch, heads, self.n).scatter_(
+            2, self.index[:, None, :].expand(-1, heads, -1), info.cls_attn
+        )
+        v_norm = info.v_norm.new_zeros(batch, self.n).scatter_(1, self.index, info.v_norm)
+        return AttentionInfo(cls_attn, v_norm)
+
+    def tokens(self):
+        """x [B, N, C] and keep mask [B, N] over the model's positions (pruning works there:
+        DynamicViT's ratio is relative to N)."""
+        if self.index is None:
+            return self.x, self.keep_mask()
+        batch, _, c = self.x.shape
+        x = self.x.new_zeros(batch, self.n, c)
+        return x.scatter_(1, self.index[:, :, None].expand(-1, -1, c), self.x), self.keep_mask()
+
+    def cls(self):
+        return self.x[:, 0]
+
+    def keep_mask(self):
+        """bool [B, N] over the model's positions."""
+        valid = self.mask
+        if valid is None:
+            valid = torch.ones(self.x.shape[:2], dtype=torch.bool, device=self.x.device)
+        if self.index is None:
+            return valid
+        return valid.new_zeros(valid.shape[0], self.n).scatter_(1, self.index, valid)
+
+    def apply(self, pruned: Pruned, length: int | None) -> _Padded:
+        """The layout of ``pruned`` (keep mask and tokens over the N positions)."""
+        keep, x = pruned
+        if not self.gather:
+            return _Padded(x, keep, self.n)
+        # padded_max: every row keeps ``length`` tokens when the host knows it (fixed ratios:
+        # no padding, no mask); otherwise the longest row is read back, one sync.
+        known = length is not None
+        if not known:
+            length = int(keep.sum(1).max())
+        order = torch.sort((~keep).to(torch.int8), dim=1, stable=True).indices[:, :length]
+        x = x.gather(1, order[:, :, None].expand(-1, -1, x.shape[2]))
+        mask = None if known else keep.gather(1, order)
+        return _Padded(x, mask, self.n, index=order, gather=True)
+
+
+class _Ragged:
+    """Tokens packed [rows, C] (rows = T, or a capacity), ``cu_seqlens`` int32 [B + 1],
+    ``keep_mask`` bool [B, N] of the positions they came from."""
+
+    def __init__(self, x, cu_seqlens, max_seqlen, keep_mask, backend, overflow=None):
+        self.x, self.cu_seqlens, self.max_seqlen = x, cu_seqlens, max_seqlen
+        self.keep, self.backend, self.overflow = keep_mask, backend, overflow
+        self.batch = keep_mask.shape[0]
+
+    def attention(self, q, k, v, scale):  # q, k, v [rows, H, d]
+        return varlen_attention(
+            q, k, v, self.cu_seqlens, self.max_seqlen,
+            backend=self.backend, softmax_scale=scale, validate=False,
+        )  # fmt: skip
+
+    def _unpack(self, t):  # [rows, ...] -> [B, N, ...]
+        u = unpack(t.flatten(1), self.cu_seqlens, self.keep, validate=False)
+        return u.unflatten(2, t.shape[1:])
+
+    def attention_info(self, q, k, v, scale) -> AttentionInfo:
+        q_cls = gather_cls(q.flatten(1), self.cu_seqlens).unflatten(1, q.shape[1:])
+        return cls_attention(q_cls, self._unpack(k), self._unpack(v), self.keep, scale)
+
+    def tokens(self):
+        return self._unpack(self.x), self.keep
+
+    def cls(self):
+        return gather_cls(self.x, self.cu_seqlens)
+
+    def keep_mask(self):
+        return self.keep
+
+
+# --- the pipeline ------------------------------------------------------------------------------
+
+
+class PrunedViT:
+    """A timm ViT run with token pruning; see the module docstring.
+
+    Args:
+        model: a timm ``VisionTransformer`` (``ragged.models.build_model``); put in eval mode.
+        stages: ``PruneStage``s (or one), at increasing blocks; empty runs every block on the
+            layout with nothing pruned.
+        mode: ``"ragged"``, ``"padded_full"``, ``"padded_max"`` or ``"dense"``.
+        backend: the ragged attention backend (``RAGGED_BACKENDS``).
+        capacity: packed rows per batch for data-dependent lengths (Threshold-L2 with a
+            threshold, ATS): no host sync, overflow checked after the logits. Ignored where the
+            lengths are known (then the buffers are exact).
+        cuda_graph: capture the forward in CUDA graphs and replay them (CUDA device; every
+            mode, padded_max only with lengths known on the host).
+
+    Call with images [B, 3, H, W] in the model's dtype and device -> logits [B, classes].
+    """
+
+    def __init__(
+        self,
+        model: nn.Module,
+        stages: PruneStage | Sequence[PruneStage] = (),
+        *,
+        mode: str = "ragged",
+        backend: str = "triton",
+        capacity: int | None = None,
+        cuda_graph: bool = False,
+    ):
+        check_supported(model)
+        if mode not in MODES:
+            raise ValueError(f"unknown mode {mode!r}; expected one of {', '.join(MODES)}")
+        if mode == "ragged" and backend not in RAGGED_BACKENDS:
+            raise ValueError(
+                f"unknown ragged backend {backend!r}; expected one of {', '.join(RAGGED_BACKENDS)}"
+            )
+        stages = (stages,) if isinstance(stages, PruneStage) else tuple(stages)
+        depth = len(model.blocks)
+        blocks = [s.block for s in stages]
+        if any(not isinstance(s, PruneStage) for s in stages):
+            raise TypeError("stages must be PruneStage objects")
+        if blocks != sorted(set(blocks)) or any(not 0 <= b < depth for b in blocks):
+            raise ValueError(f"stage blocks must increase within 0..{depth - 1}, got {blocks}")
+        if capacity is not None and (
+            isinstance(capacity, bool) or not isinstance(capacity, int) or capacity < 1
+        ):
+            raise ValueError(f"capacity must be a positive int or None, got {capacity!r}")
+        if capacity is not None and mode == "ragged" and backend in _EXACT_TOTAL:
+            raise ValueError(f"backend {backend!r} needs exact packing: pass capacity=None")
+        if (
+            cuda_graph
+            and mode == "padded_max"
+            and stages
+            and any(s.method.kept_tokens(1 << 20, 1 << 20) is None for s in stages)
+        ):
+            raise ValueError(
+                "cuda_graph=True with padded_max needs kept lengths known on the host "
+                "(fixed ratios): with data-dependent lengths it reads the longest one back"
+            )
+        self.model = model.eval()
+        self.stages, self.mode, self.backend = stages, mode, backend
+        self.capacity, self.cuda_graph = capacity, cuda_graph
+        self.num_tokens = model.patch_embed.num_patches + 1
+        self._ops = [_BlockOps(b) for b in model.blocks]
+        # Tokens per image after each stage when the host knows it (fixed ratios), else None.
+        self.kept_lengths: list[int | None] = []
+        alive: int | None = self.num_tokens
+        for s in stages:
+            alive = s.method.kept_tokens(self.num_tokens, alive)
+            self.kept_lengths.append(alive)
+        self._graphs: dict[tuple, tuple] = {}
+
+    # -- public ------------------------------------------------------------------------------
+
+    def __call__(self, images: torch.Tensor) -> torch.Tensor:
+        return self.forward(images)
+
+    @torch.inference_mode()
+    def forward(
+        self, images: torch.Tensor, *, return_masks: bool = False, check_overflow: bool = True
+    ):
+        """images [B, 3, H, W] -> logits [B, classes] (and, with ``return_masks``, the keep
+        mask bool [B, N] after each stage). ``check_overflow=False`` skips reading the
+        capacity overflow flag (one sync after the logits); ``overflowed()`` reads it later.
+        """
+        self._check_images(images)
+        if (self.mode == "dense" or not self.stages) and not self.cuda_graph:
+            return (self.model(images), []) if return_masks else self.model(images)
+        if self.cuda_graph:
+            if return_masks:
+                raise ValueError("return_masks needs cuda_graph=False")
+            logits, overflow = self._graphed_forward(images)
+        else:
+            logits, overflow, masks = self._forward(images, collect=return_masks)
+        self._overflow = overflow
+        if check_overflow and overflow is not None and self.overflowed():
+            raise CapacityOverflowError(self._overflow_message())
+        return (logits, masks) if return_masks else logits
+
+    def overflowed(self) -> bool:
+        """Whether the last call's kept tokens overflowed ``capacity`` (reads a device flag)."""
+        flag = getattr(self, "_overflow", None)
+        return flag is not None and bool(flag)
+
+    def flops_per_image(self, masks: Sequence[torch.Tensor]) -> torch.Tensor:
+        """FLOPs of each image's forward, float64 [B], given the keep masks of every stage
+        (``forward(..., return_masks=True)``; none: the unpruned model). Counts the blocks'
+        matmuls and attention, the patch embedding and the head; norms and adds are left out.
+        """
+        m = self.model
+        c = m.embed_dim
+        patch = m.patch_embed.proj.weight[0].numel()  # 3 * P * P
+        n = self.num_tokens
+        fixed = 2 * (n - 1) * patch * c + 2 * c * m.num_classes
+        if not masks:
+            blocks = len(self._ops) * (attention_flops(c, n) + mlp_flops(c, n))
+            return torch.tensor([float(fixed + blocks)], dtype=torch.float64)
+        lengths = [mask.sum(1).double().cpu() for mask in masks]
+        at = {s.block: (i, s.method.uses_attention) for i, s in enumerate(self.stages)}
+        alive = torch.full_like(lengths[0], float(n))
+        total = torch.full_like(alive, float(fixed))
+        for b in range(len(self._ops)):
+            before = alive
+            if b in at:
+                i, mid_block = at[b]
+                alive = lengths[i]
+                if mid_block:  # attention over the tokens alive before, MLP over the kept
+                    total += attention_flops(c, before) + mlp_flops(c, alive)
+                    continue
+            total += attention_flops(c, alive) + mlp_flops(c, alive)
+        return total
+
+    # -- the four parts, also timed separately by scripts/pipeline_bench.py -------------------
+
+    def front(self, images: torch.Tensor) -> tuple[torch.Tensor, AttentionInfo | None]:
+        """Patch embedding, the blocks before the first prune point, and (EViT, ATS) the
+        attention half of the prune block -> tokens [B, N, C] and the attention info."""
+        m = self.model
+        x = m.norm_pre(m.patch_drop(m._pos_embed(m.patch_embed(images))))
+        first = self.stages[0]
+        for blk in m.blocks[: first.block]:
+            x = blk(x)
+        if not first.method.uses_attention:
+            return x, None
+        ops = self._ops[first.block]
+        q, k, v = ops.qkv(x)
+        layout = _Padded(x, None, x.shape[1])
+        x = ops.attn_residual(x, layout.attention(q, k, v, ops.scale))
+        return x, layout.attention_info(q, k, v, ops.scale)
+
+    def prune_pack(self, x, info, capacity: int | None = None):
+        """First prune step, then lay the kept tokens out for ``mode``."""
+        pruned = self.stages[0].method(x, None, info)
+        return self._layout(pruned, 0, x.shape[0], capacity=capacity)
+
+    def late(self, tokens, masks: list | None = None):
+        """The blocks after the first prune point, pruning again at later stages (their keep
+        masks appended to ``masks`` when given)."""
+        stage_at = {s.block: (i, s.method) for i, s in enumerate(self.stages)}
+        first = self.stages[0]
+        batch = tokens.batch
+        for i in range(first.block, len(self._ops)):
+            ops = self._ops[i]
+            if i == first.block and first.method.uses_attention:
+                tokens.x = ops.mlp_residual(tokens.x)  # its attention ran in front()
+                continue
+            s, method = stage_at.get(i, (None, None))
+            if s and not method.uses_attention:
+                x, keep = tokens.tokens()
+                tokens = self._layout(method(x, keep, None), s, batch, tokens)
+                if masks is not None:
+                    masks.append(tokens.keep_mask())
+            q, k, v = ops.qkv(tokens.x)
+            x = ops.attn_residual(tokens.x, tokens.attention(q, k, v, ops.scale))
+            if s and method.uses_attention:
+                info = tokens.attention_info(q, k, v, ops.scale)
+                tokens.x = x
+                x_all, keep = tokens.tokens()
+                tokens = self._layout(method(x_all, keep, info), s, batch, tokens)
+                if masks is not None:
+                    masks.append(tokens.keep_mask())
+            else:
+                tokens.x = x
+            tokens.x = ops.mlp_residual(tokens.x)
+        return tokens
+
+    def head(self, tokens) -> torch.Tensor:
+        m = self.model
+        return m.head(m.head_drop(m.fc_norm(m.norm(tokens.cls()))))
+
+    # -- internals ---------------------------------------------------------------------------
+
+    def _forward(self, images, collect=False):
+        masks = [] if collect else None
+        x, info = self.front(images)
+        tokens = self.prune_pack(x, info)
+        overflow = getattr(tokens, "overflow", None)  # later stages keep a subset: cannot
+        if collect:
+            masks.append(tokens.keep_mask())
+        logits = self.head(self.late(tokens, masks))
+        return logits, overflow, masks
+
+    def _layout(self, pruned: Pruned, stage: int, batch: int, prev=None, capacity=None):
+        """The kept tokens of stage ``stage`` in this mode's layout; ``prev`` is the layout
+        before it (None at the first stage); ``capacity`` overrides ``self.capacity``."""
+        length = self.kept_lengths[stage]
+        keep, x = pruned
+        if self.mode != "ragged":
+            if prev is None:
+                prev = _Padded(None, None, x.shape[1], gather=self.mode == "padded_max")
+            return prev.apply(pruned, length)
+        capacity = self.capacity if capacity is None else capacity
+        if length is not None:  # exact sizes known on the host: no sync, cannot overflow
+            fixed = pack_fixed(x, keep, batch * length)
+            return _Ragged(fixed.packed, fixed.cu_seqlens, length, keep, self.backend)
+        if capacity is not None:
+            fixed = pack_fixed(x, keep, capacity)
+            bound = min(x.shape[1], capacity)
+            return _Ragged(
+                fixed.packed, fixed.cu_seqlens, bound, keep, self.backend, fixed.overflow
+            )
+        packed, cu_seqlens, max_seqlen = pack(x, keep)
+        return _Ragged(packed, cu_seqlens, max_seqlen, keep, self.backend)
+
+    def _check_images(self, images):
+        if not isinstance(images, torch.Tensor) or images.dim() != 4:
+            raise ValueError(
+                f"images must be a tensor [B, 3, H, W], got {getattr(images, 'shape', images)}"
+            )
+        w = self.model.patch_embed.proj.weight
+        if images.dtype != w.dtype or images.device != w.device:
+            raise ValueError(
+                f"images must be {w.dtype} on {w.device} like the model, "
+                f"got {images.dtype} on {images.device}"
+            )
+
+    def _overflow_message(self) -> str:
+        return (
+            f"capacity={self.capacity} packed rows overflowed: the keep masks kept more tokens, "
+            "and those past the capacity were dropped, so the logits are wrong. Raise "
+            "capacity, or pass capacity=None (exact buffers, one host sync per prune point)."
+        )
+
+    # -- CUDA graphs -------------------------------------------------------------------------
+
+    def _graphed_forward(self, images):
+        batch = images.shape[0]
+        key = ("all", tuple(images.shape), images.dtype)
+        if self.mode == "dense" or not self.stages:
+            return self._replay(key, lambda im: (self.model(im),), images)[0], None
+        if self.mode != "ragged" or self.kept_lengths[0] is not None or self.capacity is not None:
+            # Sync-free: one graph for the whole forward.
+            logits, overflow, _ = self._replay(key, lambda im: self._forward(im), images)
+            return logits, overflow
+        # Data-dependent lengths, no capacity: front and prune eager, one sync to pick the
+        # capacity bucket, then that bucket's graph of pack + late blocks + head.
+        x, info = self.front(images)
+        pruned = self.stages[0].method(x, None, info)
+        step = batch * self.num_tokens / _BUCKETS
+        total = int(pruned.keep_mask.sum())
+        bucket = max(1, math.ceil(math.ceil(total / step) * step))
+
+        def back(x, keep):
+            tokens = self._layout(Pruned(keep, x), 0, batch, capacity=bucket)
+            return self.head(self.late(tokens)), tokens.overflow
+
+        logits, overflow = self._replay(("bucket", batch, bucket), back, pruned.x, pruned.keep_mask)
+        return logits, overflow
+
+    def _replay(self, key, fn: Callable, *inputs: torch.Tensor):
+        entry = self._graphs.get(key)
+        if entry is None:
+            static_in = [t.clone() for t in inputs]
+            side = torch.cuda.Stream()
+            side.wait_stream(torch.cuda.current_stream())
+            with torch.cuda.stream(side):  # warm-up (Triton compiles) off the capture
+                for _ in range(2):
+                    fn(*static_in)
+            torch.cuda.current_stream().wait_stream(side)
+            graph = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(graph):
+                static_out = fn(*static_in)
+            entry = self._graphs[key] = (graph, static_in, static_out)
+        graph, static_in, static_out = entry
+        for dst, src in zip(static_in, inputs, strict=True):
+            dst.copy_(src)
+        graph.replay()
+        # The outputs live in the graph's pool and are overwritten by the next replay.
+        return tuple(None if t is None else t.clone() for t in static_out)

@@ -1,0 +1,390 @@
+"""End-to-end benchmark of the pruned ViT pipeline on a CUDA GPU.
+
+Sections (all by default; ``--sections`` picks some):
+
+  throughput  DeiT-B 224, Threshold-L2 at 50% after block 4, BS 1-128: img/s of every
+              pipeline, the FLOP-ideal speedup over the unpruned model beside them
+  stages      the same at BS=8: front / prune+pack / late blocks / head, ms each
+  r384        DeiT-B 384 at BS 1, 4, 32
+  models      DeiT-Ti and DeiT-S at BS 64
+  methods     the four pruning methods (and Threshold-L2 with a per-image threshold) at BS 32
+  accuracy    logits of every ragged backend against padded_max over the same keep masks
+              (max |diff|, top-1 agreement), the all-kept pipeline against the timm model,
+              and whether the ragged path synchronises with the host
+
+Pipelines: dense (the unpruned timm model), padded_full, padded_max, fa2 and triton (ragged,
+eager), and in CUDA-graph mode dense_graph, fa2_graph and triton_graph (like for like: on
+the H100 VM one eager op costs 12-35 us of host time, which bounds every eager pipeline).
+img/s comes from back-to-back forwards with one sync at the end of each timed batch of
+calls, pipelines measured in alternating rounds; speedups are ratios within one run.
+Random weights (seeded) with ``attention_scale=SHARP_ATTENTION``, so that attention-based
+pruning chooses as it would with trained weights.
+
+    python -m scripts.pipeline_bench --out results/pipeline          # everything, ~5 min
+    python -m scripts.pipeline_bench --sections throughput --quick   # a smoke run
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import statistics
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+from benchmarks._harness import HARNESS_VERSION, gpu_clocks, spin_up
+from ragged import backend_implementation
+from ragged.models import SHARP_ATTENTION, build_model, get_config
+from ragged.pipeline import PrunedViT, PruneStage
+from ragged.pruning import ATS, DynamicViT, EViT, ThresholdL2, build_predictor
+from ragged.testing import synthetic_images
+
+SECTIONS = ("throughput", "stages", "r384", "models", "methods", "accuracy")
+PIPELINES = {  # name -> (mode, backend, cuda_graph)
+    "dense": ("dense", "triton", False),
+    "dense_graph": ("dense", "triton", True),
+    "padded_full": ("padded_full", "triton", False),
+    "padded_max": ("padded_max", "triton", False),
+    "fa2": ("ragged", "fa2", False),
+    "triton": ("ragged", "triton", False),
+    "fa2_graph": ("ragged", "fa2", True),
+    "triton_graph": ("ragged", "triton", True),
+}
+METHODS = ("threshold_l2", "dynamicvit", "evit", "ats", "threshold_l2_per_image")
+PRUNE_AT = 4  # after block 4, as in the paper
+DTYPE = torch.float16
+
+
+def log(*args) -> None:
+    print(*args, file=sys.stderr, flush=True)
+
+
+def make_method(name: str, model, ratio: float = 0.5):
+    """A pruning step keeping ``ratio`` of the patches (a budget for ATS)."""
+    if name == "threshold_l2":
+        return ThresholdL2(keep_ratio=ratio)
+    if name == "threshold_l2_per_image":
+        return ThresholdL2(threshold=1.0)  # norm >= the image's mean norm: ~half, ragged
+    if name == "dynamicvit":
+        predictor = build_predictor(model.embed_dim, seed=1, device="cuda", dtype=DTYPE)
+        return DynamicViT(predictor, ratio)
+    if name == "evit":
+        return EViT(ratio)
+    if name == "ats":
+        return ATS(ratio)
+    raise ValueError(name)
+
+
+def pipelines(model, method, names) -> dict[str, PrunedViT]:
+    stage = PruneStage(PRUNE_AT, method)
+    return {
+        n: PrunedViT(model, stage, mode=PIPELINES[n][0], backend=PIPELINES[n][1],
+                     cuda_graph=PIPELINES[n][2])
+        for n in names
+    }  # fmt: skip
+
+
+def wall_us(fn, calls: int) -> float:
+    """Wall time per call of ``calls`` back-to-back calls, the final sync included."""
+    torch.cuda.synchronize()
+    t0 = time.perf_counter()
+    for _ in range(calls):
+        fn()
+    torch.cuda.synchronize()
+    return (time.perf_counter() - t0) / calls * 1e6
+
+
+def throughput(pipes: dict[str, PrunedViT], images, rounds: int) -> dict[str, dict]:
+    """img/s of each pipeline, measured in alternating rounds of ~40 ms each."""
+    fns = {n: (lambda p=p: p.forward(images, check_overflow=False)) for n, p in pipes.items()}
+    calls = {}
+    for n, fn in fns.items():
+        for _ in range(3):
+            fn()
+        calls[n] = max(2, int(40e3 / wall_us(fn, 3)))
+    spin_up()
+    samples: dict[str, list[float]] = {n: [] for n in fns}
+    for _ in range(rounds):
+        for n, fn in fns.items():
+            samples[n].append(wall_us(fn, calls[n]))
+    batch = images.shape[0]
+    return {
+        n: {"ms": statistics.median(s) / 1e3, "img_per_s": batch / statistics.median(s) * 1e6,
+            "samples_us": s}
+        for n, s in samples.items()
+    }  # fmt: skip
+
+
+def flop_ideal(pipe: PrunedViT, images) -> tuple[float, float]:
+    """(FLOP-ideal speedup over the unpruned model, mean kept tokens per image)."""
+    _, masks = pipe.forward(images, return_masks=True)
+    pruned = pipe.flops_per_image(masks).mean().item()
+    dense = pipe.flops_per_image([]).item()
+    return dense / pruned, masks[0].sum(1).float().mean().item()
+
+
+def run_throughput(model_name, batches, names, method_name, rounds, log_label) -> list[dict]:
+    cfg = get_config(model_name)
+    model = build_model(model_name, device="cuda", dtype=DTYPE, attention_scale=SHARP_ATTENTION)
+    method = make_method(method_name, model)
+    rows = []
+    for batch in batches:
+        images = synthetic_images(batch, cfg.img_size, seed=batch, device="cuda", dtype=DTYPE)
+        pipes = pipelines(model, method, names)
+        ideal, kept = flop_ideal(pipes["padded_max"], images)
+        res = throughput(pipes, images, rounds)
+        row = {"model": model_name, "method": method_name, "batch": batch, "kept_mean": kept,
+               "flop_ideal_speedup": ideal, "pipelines": res}  # fmt: skip
+        rows.append(row)
+        log(f"[{log_label}] {model_name} BS={batch}: "
+            + ", ".join(f"{n} {r['img_per_s']:.0f}" for n, r in res.items()))  # fmt: skip
+        del pipes
+        torch.cuda.empty_cache()
+    return rows
+
+
+def run_stages(batch: int, reps: int) -> dict[str, dict]:
+    cfg = get_config("deit_base_224")
+    model = build_model(cfg.name, device="cuda", dtype=DTYPE, attention_scale=SHARP_ATTENTION)
+    images = synthetic_images(batch, cfg.img_size, seed=0, device="cuda", dtype=DTYPE)
+    pipes = pipelines(model, make_method("threshold_l2", model),
+                      ["padded_full", "padded_max", "fa2", "triton"])  # fmt: skip
+    out = {}
+    spin_up()
+    for name, p in pipes.items():
+        times: dict[str, list[float]] = {k: [] for k in ("front", "prune_pack", "late", "head")}
+        with torch.inference_mode():
+            for rep in range(reps + 5):
+                marks = [time.perf_counter()]
+                x, info = p.front(images)
+                torch.cuda.synchronize()
+                marks.append(time.perf_counter())
+                tokens = p.prune_pack(x, info)
+                torch.cuda.synchronize()
+                marks.append(time.perf_counter())
+                tokens = p.late(tokens)
+                torch.cuda.synchronize()
+                marks.append(time.perf_counter())
+                p.head(tokens)
+                torch.cuda.synchronize()
+                marks.append(time.perf_counter())
+                if rep >= 5:
+                    for k, a, b in zip(times, marks, marks[1:], strict=False):
+                        times[k].append((b - a) * 1e3)
+        out[name] = {k: statistics.median(v) for k, v in times.items()}
+        out[name]["total"] = sum(out[name].values())
+        log(f"[stages] {name}: " + ", ".join(f"{k} {v:.3f}" for k, v in out[name].items()))
+    return out
+
+
+def run_accuracy() -> dict:
+    out: dict = {"equivalence": [], "all_kept": [], "synchronises": {}}
+    for model_name, batch, backends, scale in (
+        ("deit_base_224", 32, ("triton", "fa2", "torch_varlen", "nested_sdpa"), SHARP_ATTENTION),
+        ("deit_tiny_224", 32, ("triton", "fa2"), SHARP_ATTENTION),
+        ("deit_small_224", 32, ("triton", "fa2"), SHARP_ATTENTION),
+        ("deit_base_384", 8, ("triton", "fa2"), SHARP_ATTENTION),
+        ("deit_base_224", 32, ("triton", "fa2"), 1.0),  # timm's own init: flat attention
+    ):
+        cfg = get_config(model_name)
+        model = build_model(model_name, device="cuda", dtype=DTYPE, attention_scale=scale)
+        images = synthetic_images(batch, cfg.img_size, seed=7, device="cuda", dtype=DTYPE)
+        methods = METHODS if scale == SHARP_ATTENTION and model_name == "deit_base_224" else (
+            "threshold_l2", "ats")  # fmt: skip
+        for method_name in methods:
+            method = make_method(method_name, model)
+            stage = PruneStage(PRUNE_AT, method)
+            ref, ref_masks = PrunedViT(model, stage, mode="padded_max").forward(
+                images, return_masks=True
+            )
+            top2 = ref.float().topk(2, dim=1).values
+            margin = top2[:, 0] - top2[:, 1]
+            for backend in (*backends, "padded_full"):
+                mode = "padded_full" if backend == "padded_full" else "ragged"
+                p = PrunedViT(model, stage, mode=mode, backend=backend)
+                logits, masks = p.forward(images, return_masks=True)
+                diff = (logits.float() - ref.float()).abs()
+                same = logits.argmax(1) == ref.argmax(1)
+                out["equivalence"].append({
+                    "model": model_name, "attention_scale": scale, "batch": batch,
+                    "method": method_name,
+                    "backend": backend, "max_abs_diff": diff.max().item(),
+                    "mean_abs_diff": diff.mean().item(), "top1_match": int(same.sum()),
+                    "images": batch, "masks_equal": all(
+                        torch.equal(a, b) for a, b in zip(masks, ref_masks, strict=True)),
+                    "min_margin_of_mismatch": margin[~same].min().item() if (~same).any()
+                    else None,
+                    "kept": ref_masks[0].sum(1).tolist(),
+                })  # fmt: skip
+                r = out["equivalence"][-1]
+                log(f"[accuracy] {model_name} {method_name} {backend}: max {r['max_abs_diff']:.5f}"
+                    f" top1 {r['top1_match']}/{batch}")  # fmt: skip
+        dense = model(images)
+        for backend in ("triton", "fa2"):
+            p = PrunedViT(model, PruneStage(PRUNE_AT, ThresholdL2(keep_ratio=1.0)),
+                          backend=backend)  # fmt: skip
+            logits = p(images)
+            out["all_kept"].append({
+                "model": model_name, "attention_scale": scale, "backend": backend,
+                "max_abs_diff": (logits.float() - dense.float()).abs().max().item(),
+                "top1_match": int((logits.argmax(1) == dense.argmax(1)).sum()), "images": batch,
+            })  # fmt: skip
+    # Host synchronisation in the ragged path (torch's sync debug mode raises on a sync).
+    cfg = get_config("deit_base_224")
+    model = build_model(cfg.name, device="cuda", dtype=DTYPE, attention_scale=SHARP_ATTENTION)
+    images = synthetic_images(8, cfg.img_size, seed=3, device="cuda", dtype=DTYPE)
+    for label, method, capacity in (
+        ("threshold_l2 (fixed ratio)", make_method("threshold_l2", model), None),
+        ("evit (fixed ratio)", make_method("evit", model), None),
+        ("ats, capacity=8*99", make_method("ats", model), 8 * 99),
+        ("ats, no capacity", make_method("ats", model), None),
+    ):
+        for backend in ("triton", "fa2"):
+            p = PrunedViT(model, PruneStage(PRUNE_AT, method), backend=backend,
+                          capacity=capacity)  # fmt: skip
+            p.forward(images, check_overflow=False)
+            torch.cuda.synchronize()
+            torch.cuda.set_sync_debug_mode("error")
+            try:
+                p.forward(images, check_overflow=False)
+                verdict = "no sync"
+            except RuntimeError as e:
+                verdict = f"syncs: {str(e).splitlines()[0][:120]}"
+            finally:
+                torch.cuda.set_sync_debug_mode("default")
+            out["synchronises"][f"{label} / {backend}"] = verdict
+            log(f"[sync] {label} / {backend}: {verdict}")
+    return out
+
+
+def environment() -> dict:
+    import timm
+    import triton
+
+    props = torch.cuda.get_device_properties(0)
+    return {
+        "gpu": props.name, "capability": f"{props.major}.{props.minor}",
+        "torch": torch.__version__, "triton": triton.__version__, "timm": timm.__version__,
+        "cuda": torch.version.cuda, "python": platform.python_version(),
+        "fa2": backend_implementation("fa2"), "harness_version": HARNESS_VERSION,
+        "clocks": gpu_clocks(),
+    }  # fmt: skip
+
+
+def summary(results: dict) -> str:
+    lines = []
+
+    def table(rows, title):
+        if not rows:
+            return
+        names = list(rows[0]["pipelines"])
+        lines.append(f"\n### {title}\n")
+        lines.append("| model | BS | kept/img | " + " | ".join(names)
+                     + " | FLOP-ideal | triton/dense | of ideal | graphs: triton/dense | of ideal"
+                     + " | triton/fa2 | triton/padded_full | triton graph/eager |")  # fmt: skip
+        lines.append("|---" * (len(names) + 11) + "|")
+        for r in rows:
+            ips = {n: v["img_per_s"] for n, v in r["pipelines"].items()}
+            sp = ips["triton"] / ips["dense"]
+            ideal = r["flop_ideal_speedup"]
+            gsp = ips["triton_graph"] / ips["dense_graph"] if "dense_graph" in ips else None
+            graphs = f"{gsp:.2f} | {gsp / ideal:.0%}" if gsp else "- | -"
+            lines.append(
+                f"| {r['model']} ({r['method']}) | {r['batch']} | {r['kept_mean']:.1f} | "
+                + " | ".join(f"{ips[n]:.0f}" for n in names)
+                + f" | {ideal:.2f} | {sp:.2f} | {sp / ideal:.0%} | {graphs} | "
+                f"{ips['triton'] / ips['fa2']:.2f} | "
+                f"{ips['triton'] / ips['padded_full']:.2f} | "
+                + (f"{ips['triton_graph'] / ips['triton']:.2f} |" if "triton_graph" in ips
+                   else "- |")
+            )  # fmt: skip
+
+    table(results.get("throughput", []), "img/s, DeiT-B 224, Threshold-L2 50% after block 4")
+    table(results.get("r384", []), "img/s, DeiT-B 384")
+    table(results.get("models", []), "img/s, DeiT-Ti / DeiT-S")
+    table(results.get("methods", []), "img/s, the pruning methods, DeiT-B 224, BS 32")
+    if "stages" in results:
+        lines.append("\n### Stage times (ms), DeiT-B 224, BS 8\n")
+        lines.append("| pipeline | front | prune+pack | late blocks | head | total |")
+        lines.append("|---|---|---|---|---|---|")
+        for n, s in results["stages"].items():
+            lines.append(f"| {n} | " + " | ".join(f"{s[k]:.3f}" for k in
+                         ("front", "prune_pack", "late", "head", "total")) + " |")  # fmt: skip
+    if "accuracy" in results:
+        acc = results["accuracy"]
+        lines.append("\n### Logits against padded_max over the same keep masks (fp16)\n")
+        lines.append("| model (attention scale) | BS | method | backend | max abs diff | top-1 "
+                     "| masks equal |")  # fmt: skip
+        lines.append("|---|---|---|---|---|---|---|")
+        for r in acc["equivalence"]:
+            lines.append(f"| {r['model']} ({r['attention_scale']:g}) | {r['batch']} | "
+                         f"{r['method']} | {r['backend']} | "
+                         f"{r['max_abs_diff']:.5f} | {r['top1_match']}/{r['images']} | "
+                         f"{r['masks_equal']} |")  # fmt: skip
+        lines.append("\n| all kept vs timm | backend | max abs diff | top-1 |")
+        lines.append("|---|---|---|---|")
+        for r in acc["all_kept"]:
+            lines.append(f"| {r['model']} ({r['attention_scale']:g}) | {r['backend']} | "
+                         f"{r['max_abs_diff']:.5f} | "
+                         f"{r['top1_match']}/{r['images']} |")  # fmt: skip
+        lines.append("\n| ragged path | host sync |")
+        lines.append("|---|---|")
+        for k, v in acc["synchronises"].items():
+            lines.append(f"| {k} | {v} |")
+    return "\n".join(lines)
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                 formatter_class=argparse.RawDescriptionHelpFormatter,
+                                 epilog=__doc__.split("\n\n", 1)[1])  # fmt: skip
+    ap.add_argument("--sections", nargs="+", choices=SECTIONS, default=list(SECTIONS))
+    ap.add_argument("--rounds", type=int, default=5, help="alternating timing rounds")
+    ap.add_argument("--quick", action="store_true", help="fewer batch sizes and rounds")
+    ap.add_argument("--out", type=Path, help="write results.json and summary.md here")
+    args = ap.parse_args(argv)
+    if not torch.cuda.is_available():
+        ap.error("needs a CUDA GPU")
+    rounds = 2 if args.quick else args.rounds
+    allp = list(PIPELINES)
+    results: dict = {"environment": environment(), "argv": sys.argv[1:]}
+    t0 = time.perf_counter()
+    if "throughput" in args.sections:
+        bs = [1, 8, 64] if args.quick else [1, 4, 8, 32, 64, 128]
+        results["throughput"] = run_throughput("deit_base_224", bs, allp, "threshold_l2",
+                                               rounds, "throughput")  # fmt: skip
+    if "stages" in args.sections:
+        results["stages"] = run_stages(8, 10 if args.quick else 30)
+    if "r384" in args.sections:
+        results["r384"] = run_throughput("deit_base_384", [1, 4, 32], allp, "threshold_l2",
+                                         rounds, "r384")  # fmt: skip
+    if "models" in args.sections:
+        results["models"] = [
+            row for m in ("deit_tiny_224", "deit_small_224")
+            for row in run_throughput(m, [64], allp, "threshold_l2", rounds, "models")
+        ]  # fmt: skip
+    if "methods" in args.sections:
+        names = ["dense", "dense_graph", "padded_full", "padded_max", "fa2", "triton",
+                 "triton_graph"]  # fmt: skip
+        results["methods"] = [
+            row for m in METHODS
+            for row in run_throughput("deit_base_224", [32], names, m, rounds, "methods")
+        ]  # fmt: skip
+    if "accuracy" in args.sections:
+        results["accuracy"] = run_accuracy()
+    results["seconds"] = time.perf_counter() - t0
+    text = summary(results)
+    print(text)
+    if args.out:
+        args.out.mkdir(parents=True, exist_ok=True)
+        (args.out / "results.json").write_text(json.dumps(results, indent=1))
+        (args.out / "summary.md").write_text(text + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
