@@ -6,7 +6,7 @@ BIN := $(VENV)/bin
 # then the project with its dev extras.
 TORCH := torch==2.14.1 torchvision==0.29.1
 
-.PHONY: setup test lint format demo bench-kernel clean
+.PHONY: setup test lint format demo bench-kernel bench-pipeline clean
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -37,6 +37,10 @@ demo: setup
 # The kernel timing table of ../shared/design.md's metrics (needs a CUDA GPU).
 bench-kernel: setup
 	$(BIN)/python -m scripts.kernel_bench --out results/kernel
+
+# End-to-end pipeline img/s, stage times and numeric drift (needs a CUDA GPU; ~3 min on an H100).
+bench-pipeline: setup
+	$(BIN)/python -m scripts.pipeline_bench --out results/pipeline
 
 clean:
 	rm -rf $(VENV) .pytest_cache .ruff_cache results

@@ -367,7 +367,7 @@ class PrunedViT:
     def late(self, tokens, masks: list | None = None):
         """The blocks after the first prune point, pruning again at later stages (their keep
         masks appended to ``masks`` when given)."""
-        stage_at = {s.block: (i, s.method) for i, s in enumerate(self.stages)}
+        stage_at = {s.block: (i, s.method) for i, s in enumerate(self.stages) if i > 0}
         first = self.stages[0]
         batch = tokens.batch
         for i in range(first.block, len(self._ops)):
@@ -376,14 +376,14 @@ class PrunedViT:
                 tokens.x = ops.mlp_residual(tokens.x)  # its attention ran in front()
                 continue
             s, method = stage_at.get(i, (None, None))
-            if s and not method.uses_attention:
+            if method is not None and not method.uses_attention:
                 x, keep = tokens.tokens()
                 tokens = self._layout(method(x, keep, None), s, batch, tokens)
                 if masks is not None:
                     masks.append(tokens.keep_mask())
             q, k, v = ops.qkv(tokens.x)
             x = ops.attn_residual(tokens.x, tokens.attention(q, k, v, ops.scale))
-            if s and method.uses_attention:
+            if method is not None and method.uses_attention:
                 info = tokens.attention_info(q, k, v, ops.scale)
                 tokens.x = x
                 x_all, keep = tokens.tokens()

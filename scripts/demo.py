@@ -6,7 +6,9 @@
 2. one truly ragged batch (lengths 197, 40, 1, 0, 99, 577) through every one of them,
    checked against the float64 oracle within the error budget (2x eager PyTorch + eps);
 3. pack -> unpack round trip of a 50%-pruned DeiT-S batch;
-4. on a GPU: the dispatch floor (BS=1, 80% pruning, DeiT-B geometry) of triton and fa2.
+4. the pruned DeiT-Ti pipeline (4 images, pruned after block 4): every pruning method on the
+   ragged path against padded_max over the same keep masks;
+5. on a GPU: the dispatch floor (BS=1, 80% pruning, DeiT-B geometry) of triton and fa2.
 Without a GPU the Triton kernels run in the Triton interpreter (TRITON_INTERPRET=1).
 """
 
@@ -72,10 +74,12 @@ def main() -> int:
     cls = ragged.gather_cls(packed, cu_seqlens)
     print(f"  round trip exact: {same}; CLS tokens: {tuple(cls.shape)}")
 
+    failed |= pipeline_demo(device, dtype)
+
     if cuda:
         from benchmarks import _harness as H
 
-        print("\n4. dispatch floor, BS=1, 80% pruning (40 tokens), DeiT-B geometry, fp16")
+        print("\n5. dispatch floor, BS=1, 80% pruning (40 tokens), DeiT-B geometry, fp16")
         q, k, v, cu, max_seqlen = packed_qkv([40], 12, 64, device="cuda")
         fns = {
             b: lambda b=b: ragged.varlen_attention(
@@ -94,6 +98,40 @@ def main() -> int:
         print("  full table: make bench-kernel")
     print("\nFAILED" if failed else "\nall checks passed")
     return 1 if failed else 0
+
+
+def pipeline_demo(device: str, dtype: torch.dtype) -> bool:
+    """Section 4; True when a check failed."""
+    from ragged.models import SHARP_ATTENTION, build_model
+    from ragged.pipeline import PrunedViT, PruneStage
+    from ragged.pruning import ATS, DynamicViT, EViT, ThresholdL2, build_predictor
+    from ragged.testing import synthetic_images
+
+    print(f"\n4. pruned DeiT-Ti pipeline, 4 images, {dtype}, pruning after block 4")
+    model = build_model("deit_tiny_224", device=device, dtype=dtype,
+                        attention_scale=SHARP_ATTENTION)  # fmt: skip
+    images = synthetic_images(4, 224, seed=1, device=device, dtype=dtype)
+    predictor = build_predictor(model.embed_dim, seed=1, device=device, dtype=dtype)
+    tol = 1e-4 if dtype == torch.float32 else 7e-3
+    failed = False
+    for method in (ThresholdL2(keep_ratio=0.5), ThresholdL2(threshold=1.0),
+                   DynamicViT(predictor, 0.5), EViT(0.5), ATS(0.5)):  # fmt: skip
+        stage = PruneStage(4, method)
+        ref, ref_masks = PrunedViT(model, stage, mode="padded_max").forward(
+            images, return_masks=True
+        )
+        logits, masks = PrunedViT(model, stage).forward(images, return_masks=True)
+        diff = (logits.float() - ref.float()).abs().max().item()
+        ok = (
+            diff < tol
+            and torch.equal(masks[0], ref_masks[0])
+            and torch.equal(logits.argmax(1), ref.argmax(1))
+        )
+        failed |= not ok
+        label = f"{method.name}{' (threshold)' if getattr(method, 'threshold', None) else ''}"
+        print(f"  {label:24s} kept {masks[0].sum(1).tolist()}  max |diff| vs padded_max "
+              f"{diff:.1e}  {'ok' if ok else 'FAILED'}")  # fmt: skip
+    return failed
 
 
 if __name__ == "__main__":
