@@ -75,14 +75,23 @@ def build_model(
     budget (DeiT-Ti, ``ragged.testing.synthetic_images``). Leave it at 1 for loaded weights.
     """
     config = get_config(name)
-    with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(seed)
-        model = timm.create_model(config.timm_name, pretrained=False)
-    if weights is not None:
-        model.load_state_dict(load_state_dict(weights, model))
+    model = build_module(
+        lambda: timm.create_model(config.timm_name, pretrained=False), weights, seed
+    )
     if attention_scale != 1.0:
         scale_attention(model, attention_scale)
     return model.eval().to(device=device, dtype=dtype)
+
+
+def build_module(make, weights: str | Path | None, seed: int) -> torch.nn.Module:
+    """``make()`` with its random initialisation drawn from ``seed`` on the CPU (the global
+    RNG state left as it was), then the weights of a local file over it when given."""
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        module = make()
+    if weights is not None:
+        module.load_state_dict(load_state_dict(weights, module))
+    return module
 
 
 SHARP_ATTENTION = 30.0

@@ -68,13 +68,9 @@ def build_predictor(
 ) -> DynamicViTPredictor:
     """A prediction module in eval mode: weights from a local state-dict file, or PyTorch's
     default initialisation drawn from ``seed`` on the CPU (global RNG state untouched)."""
-    from ..models import load_state_dict
+    from ..models import build_module
 
-    with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(seed)
-        predictor = DynamicViTPredictor(embed_dim)
-    if weights is not None:
-        predictor.load_state_dict(load_state_dict(weights, predictor))
+    predictor = build_module(lambda: DynamicViTPredictor(embed_dim), weights, seed)
     return predictor.eval().to(device=device, dtype=dtype)
 
 
