@@ -110,14 +110,22 @@ class _BlockOps:
 class _Padded:
     """Tokens [B, L, C] with a key mask bool [B, L] (None: all valid); ``n`` model positions.
 
-    padded_full: L = N, pruned positions stay and are masked. padded_max (``gather``): the
-    kept tokens gathered to L = the longest kept length in their original order (CLS stays
-    first); ``index`` [B, L] maps them back to the N positions.
+    padded_full: L = N, pruned positions stay and are masked. padded_max: the kept tokens
+    gathered to L = the longest kept length in their original order (CLS stays first);
+    ``index`` [B, L] maps them back to the N positions.
     """
 
-    def __init__(self, x, mask, n, *, index=None, gather=False):
-        self.x, self.mask, self.n, self.index, self.gather = x, mask, n, index, gather
-        self.batch = None if x is None else x.shape[0]
+    def __init__(self, x, mask, n, index=None):
+        self.x, self.mask, self.n, self.index = x, mask, n, index
+        self.batch = x.shape[0]
+
+    def _spread(self, t: torch.Tensor) -> torch.Tensor:
+        """[B, L, ...] over the gathered positions -> [B, N, ...] over the model's, zeros
+        elsewhere (padded_max; padded_full's positions already are the model's)."""
+        if self.index is None:
+            return t
+        index = self.index.view(*self.index.shape, *([1] * (t.dim() - 2))).expand_as(t)
+        return t.new_zeros(t.shape[0], self.n, *t.shape[2:]).scatter_(1, index, t)
 
     def attention(self, q, k, v, scale):  # q, k, v [B, L, H, d] -> [B, L, H, d]
         mask = None if self.mask is None else self.mask[:, None, None, :]
@@ -127,24 +135,14 @@ class _Padded:
         return o.transpose(1, 2)
 
     def attention_info(self, q, k, v, scale) -> AttentionInfo:
-        info = cls_attention(q[:, 0], k, v, self.mask, scale)
-        if self.index is None:
-            return info
-        batch, heads, _ = info.cls_attn.shape  # gathered positions -> the N positions
-        cls_attn = info.cls_attn.new_zeros(batch, heads, self.n).scatter_(
-            2, self.index[:, None, :].expand(-1, heads, -1), info.cls_attn
-        )
-        v_norm = info.v_norm.new_zeros(batch, self.n).scatter_(1, self.index, info.v_norm)
-        return AttentionInfo(cls_attn, v_norm)
+        cls_attn, v_norm = cls_attention(q[:, 0], k, v, self.mask, scale)
+        return AttentionInfo(self._spread(cls_attn.transpose(1, 2)).transpose(1, 2),
+                             self._spread(v_norm))  # fmt: skip
 
     def tokens(self):
         """x [B, N, C] and keep mask [B, N] over the model's positions (pruning works there:
         DynamicViT's ratio is relative to N)."""
-        if self.index is None:
-            return self.x, self.keep_mask()
-        batch, _, c = self.x.shape
-        x = self.x.new_zeros(batch, self.n, c)
-        return x.scatter_(1, self.index[:, :, None].expand(-1, -1, c), self.x), self.keep_mask()
+        return self._spread(self.x), self.keep_mask()
 
     def cls(self):
         return self.x[:, 0]
@@ -154,24 +152,24 @@ class _Padded:
         valid = self.mask
         if valid is None:
             valid = torch.ones(self.x.shape[:2], dtype=torch.bool, device=self.x.device)
-        if self.index is None:
-            return valid
-        return valid.new_zeros(valid.shape[0], self.n).scatter_(1, self.index, valid)
+        return self._spread(valid)
 
-    def apply(self, pruned: Pruned, length: int | None) -> _Padded:
-        """The layout of ``pruned`` (keep mask and tokens over the N positions)."""
-        keep, x = pruned
-        if not self.gather:
-            return _Padded(x, keep, self.n)
-        # padded_max: every row keeps ``length`` tokens when the host knows it (fixed ratios:
-        # no padding, no mask); otherwise the longest row is read back, one sync.
-        known = length is not None
-        if not known:
-            length = int(keep.sum(1).max())
-        order = torch.sort((~keep).to(torch.int8), dim=1, stable=True).indices[:, :length]
-        x = x.gather(1, order[:, :, None].expand(-1, -1, x.shape[2]))
-        mask = None if known else keep.gather(1, order)
-        return _Padded(x, mask, self.n, index=order, gather=True)
+
+def _padded(pruned: Pruned, gather: bool, length: int | None) -> _Padded:
+    """``pruned`` (keep mask and tokens over the N positions) laid out for padded_full, or
+    (``gather``) for padded_max."""
+    keep, x = pruned
+    n = x.shape[1]
+    if not gather:
+        return _Padded(x, keep, n)
+    # padded_max: every row keeps ``length`` tokens when the host knows it (fixed ratios: no
+    # padding, no mask); otherwise the longest row is read back, one sync.
+    known = length is not None
+    if not known:
+        length = int(keep.sum(1).max())
+    order = torch.sort((~keep).to(torch.int8), dim=1, stable=True).indices[:, :length]
+    x = x.gather(1, order[:, :, None].expand(-1, -1, x.shape[2]))
+    return _Padded(x, None if known else keep.gather(1, order), n, order)
 
 
 class _Ragged:
@@ -258,16 +256,6 @@ class PrunedViT:
             raise ValueError(f"capacity must be a positive int or None, got {capacity!r}")
         if capacity is not None and mode == "ragged" and backend in _EXACT_TOTAL:
             raise ValueError(f"backend {backend!r} needs exact packing: pass capacity=None")
-        if (
-            cuda_graph
-            and mode == "padded_max"
-            and stages
-            and any(s.method.kept_tokens(1 << 20, 1 << 20) is None for s in stages)
-        ):
-            raise ValueError(
-                "cuda_graph=True with padded_max needs kept lengths known on the host "
-                "(fixed ratios): with data-dependent lengths it reads the longest one back"
-            )
         self.model = model.eval()
         self.stages, self.mode, self.backend = stages, mode, backend
         self.capacity, self.cuda_graph = capacity, cuda_graph
@@ -279,6 +267,11 @@ class PrunedViT:
         for s in stages:
             alive = s.method.kept_tokens(self.num_tokens, alive)
             self.kept_lengths.append(alive)
+        if cuda_graph and mode == "padded_max" and None in self.kept_lengths:
+            raise ValueError(
+                "cuda_graph=True with padded_max needs kept lengths known on the host "
+                "(fixed ratios): with data-dependent lengths it reads the longest one back"
+            )
         self._graphs: dict[tuple, tuple] = {}
 
     # -- public ------------------------------------------------------------------------------
@@ -378,7 +371,7 @@ class PrunedViT:
             s, method = stage_at.get(i, (None, None))
             if method is not None and not method.uses_attention:
                 x, keep = tokens.tokens()
-                tokens = self._layout(method(x, keep, None), s, batch, tokens)
+                tokens = self._layout(method(x, keep, None), s, batch)
                 if masks is not None:
                     masks.append(tokens.keep_mask())
             q, k, v = ops.qkv(tokens.x)
@@ -387,7 +380,7 @@ class PrunedViT:
                 info = tokens.attention_info(q, k, v, ops.scale)
                 tokens.x = x
                 x_all, keep = tokens.tokens()
-                tokens = self._layout(method(x_all, keep, info), s, batch, tokens)
+                tokens = self._layout(method(x_all, keep, info), s, batch)
                 if masks is not None:
                     masks.append(tokens.keep_mask())
             else:
@@ -405,21 +398,20 @@ class PrunedViT:
         masks = [] if collect else None
         x, info = self.front(images)
         tokens = self.prune_pack(x, info)
-        overflow = getattr(tokens, "overflow", None)  # later stages keep a subset: cannot
+        # Only the first pack can overflow: later stages keep a subset of its tokens.
+        overflow = getattr(tokens, "overflow", None)
         if collect:
             masks.append(tokens.keep_mask())
         logits = self.head(self.late(tokens, masks))
         return logits, overflow, masks
 
-    def _layout(self, pruned: Pruned, stage: int, batch: int, prev=None, capacity=None):
-        """The kept tokens of stage ``stage`` in this mode's layout; ``prev`` is the layout
-        before it (None at the first stage); ``capacity`` overrides ``self.capacity``."""
+    def _layout(self, pruned: Pruned, stage: int, batch: int, capacity=None):
+        """The kept tokens of stage ``stage`` in this mode's layout; ``capacity`` overrides
+        ``self.capacity``."""
         length = self.kept_lengths[stage]
         keep, x = pruned
         if self.mode != "ragged":
-            if prev is None:
-                prev = _Padded(None, None, x.shape[1], gather=self.mode == "padded_max")
-            return prev.apply(pruned, length)
+            return _padded(pruned, self.mode == "padded_max", length)
         capacity = self.capacity if capacity is None else capacity
         if length is not None:  # exact sizes known on the host: no sync, cannot overflow
             fixed = pack_fixed(x, keep, batch * length)
