@@ -6,7 +6,7 @@ BIN := $(VENV)/bin
 # then the project with its dev extras.
 TORCH := torch==2.14.1 torchvision==0.29.1
 
-.PHONY: setup test lint format demo bench-kernel bench-pipeline clean
+.PHONY: setup test lint format demo bench bench-full bench-kernel bench-pipeline clean
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -34,6 +34,16 @@ format: setup
 demo: setup
 	$(BIN)/python -m scripts.demo
 
+# The asv suite on HEAD in the current environment, into .asv/results (GPU benchmarks are
+# skipped without a GPU; the CPU subset runs instead). Quick: pull requests (~3 min on the
+# H100, ~1.5 min on a 2-core CPU machine). Full: main (~9 min on the H100). COMMITS picks others.
+COMMITS ?= HEAD
+bench: setup
+	$(BIN)/python -m ragbench run --mode quick $(COMMITS)
+
+bench-full: setup
+	$(BIN)/python -m ragbench run --mode full $(COMMITS)
+
 # The kernel timing table of ../shared/design.md's metrics (needs a CUDA GPU).
 bench-kernel: setup
 	$(BIN)/python -m scripts.kernel_bench --out results/kernel
@@ -43,4 +53,4 @@ bench-pipeline: setup
 	$(BIN)/python -m scripts.pipeline_bench --out results/pipeline
 
 clean:
-	rm -rf $(VENV) .pytest_cache .ruff_cache results
+	rm -rf $(VENV) .pytest_cache .ruff_cache results .asv

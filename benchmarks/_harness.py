@@ -1,7 +1,11 @@
 """Timing primitives for microsecond GPU work (definitions in ../shared/design.md).
 
 Kept out of ``ragged``: asv runs today's suite against older builds of the library, and the
-ruler must not move with them. Bump ``HARNESS_VERSION`` whenever a definition changes.
+ruler must not move with them. Bump ``HARNESS_VERSION`` whenever a definition changes: it is
+part of every benchmark's asv version, so a new ruler starts a new series in the history.
+
+torch is imported inside the functions: asv starts one process per benchmark and parameter
+set to read a cached result, and importing torch there would cost ~2 s per process.
 
     call_us   one call bracketed by CUDA events after a device sync (host dispatch + GPU)
     gpu_us    per-call time of a CUDA-graph replay of many calls (GPU only)
@@ -15,8 +19,10 @@ import statistics
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
+from typing import TYPE_CHECKING
 
-import torch
+if TYPE_CHECKING:
+    import torch
 
 HARNESS_VERSION = 1
 
@@ -38,6 +44,8 @@ def _timing(samples: list[float]) -> Timing:
 
 def warmup(fn: Callable[[], object], calls: int = 20) -> None:
     """Run ``fn`` until compilation and allocator growth are behind us."""
+    import torch
+
     for _ in range(calls):
         fn()
     torch.cuda.synchronize()
@@ -49,6 +57,8 @@ def spin_up(seconds: float = 0.3) -> None:
     An idle H100 sits at ~400 MHz and needs tens of milliseconds of work to reach its boost
     clock: short timings taken after a host-bound pause (compilation) read up to 2x slow.
     """
+    import torch
+
     a = torch.randn(2048, 2048, device="cuda", dtype=torch.float16)
     t0 = time.perf_counter()
     while time.perf_counter() - t0 < seconds:
@@ -59,6 +69,8 @@ def spin_up(seconds: float = 0.3) -> None:
 
 def gpu_clocks() -> dict:
     """SM clock (MHz) and clock-throttle reasons of GPU 0 read through NVML; {} without NVML."""
+    import torch
+
     try:
         import pynvml
 
@@ -74,6 +86,8 @@ def gpu_clocks() -> dict:
 
 def call_us(fn: Callable[[], object], samples: int = 200) -> Timing:
     """What a caller waits for one call when the GPU is idle: dispatch + device time."""
+    import torch
+
     start = torch.cuda.Event(enable_timing=True)
     end = torch.cuda.Event(enable_timing=True)
     out = []
@@ -93,6 +107,8 @@ def host_us(fn: Callable[[], object], calls: int = 200, rounds: int = 7) -> Timi
     The sync stays outside the timed region, so this is the host-side cost alone as long as the
     GPU keeps up (it does for every workload here: the launch queue never fills).
     """
+    import torch
+
     out = []
     for _ in range(rounds):
         torch.cuda.synchronize()
@@ -122,6 +138,8 @@ def gpu_us(
 
 def _replay_us(graph: torch.cuda.CUDAGraph, calls: int, replays: int) -> list[float]:
     """Per-call µs of ``replays`` timed replays of a graph of ``calls`` captured calls."""
+    import torch
+
     start = torch.cuda.Event(enable_timing=True)
     end = torch.cuda.Event(enable_timing=True)
     out = []
@@ -135,6 +153,8 @@ def _replay_us(graph: torch.cuda.CUDAGraph, calls: int, replays: int) -> list[fl
 
 
 def _graph(fn: Callable[[], object], calls: int) -> torch.cuda.CUDAGraph:
+    import torch
+
     stream = torch.cuda.Stream()
     stream.wait_stream(torch.cuda.current_stream())
     with torch.cuda.stream(stream):  # warm up on the capture stream, as torch.cuda.graphs asks
@@ -151,6 +171,8 @@ def _graph(fn: Callable[[], object], calls: int) -> torch.cuda.CUDAGraph:
 
 def synchronises(fn: Callable[[], object]) -> str | None:
     """Why ``fn`` cannot be captured in a CUDA graph (it syncs with the host), or None."""
+    import torch
+
     torch.cuda.synchronize()
     torch.cuda.set_sync_debug_mode("error")
     try:

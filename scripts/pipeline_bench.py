@@ -36,23 +36,20 @@ from pathlib import Path
 
 import torch
 
+from benchmarks import _workloads as W
 from benchmarks._harness import HARNESS_VERSION, gpu_clocks, spin_up
 from ragged import backend_implementation
 from ragged.models import SHARP_ATTENTION, build_model, get_config
 from ragged.pipeline import PrunedViT, PruneStage
-from ragged.pruning import ATS, DynamicViT, EViT, ThresholdL2, build_predictor
+from ragged.pruning import ThresholdL2
 from ragged.testing import synthetic_images
 
 SECTIONS = ("throughput", "stages", "r384", "models", "methods", "accuracy")
-PIPELINES = {  # name -> (mode, backend, cuda_graph)
-    "dense": ("dense", "triton", False),
+# name -> (mode, backend, cuda_graph): the suite's pipelines and CUDA-graph twins of two
+PIPELINES = {n: W.PIPELINES[n] for n in ("dense", "padded_full", "padded_max", "fa2", "triton")} | {
     "dense_graph": ("dense", "triton", True),
-    "padded_full": ("padded_full", "triton", False),
-    "padded_max": ("padded_max", "triton", False),
-    "fa2": ("ragged", "fa2", False),
-    "triton": ("ragged", "triton", False),
     "fa2_graph": ("ragged", "fa2", True),
-    "triton_graph": ("ragged", "triton", True),
+    "triton_graph": W.PIPELINES["triton_graph"],
 }
 METHODS = ("threshold_l2", "dynamicvit", "evit", "ats", "threshold_l2_per_image")
 PRUNE_AT = 4  # after block 4, as in the paper
@@ -63,20 +60,11 @@ def log(*args) -> None:
     print(*args, file=sys.stderr, flush=True)
 
 
-def make_method(name: str, model, ratio: float = 0.5):
-    """A pruning step keeping ``ratio`` of the patches (a budget for ATS)."""
-    if name == "threshold_l2":
-        return ThresholdL2(keep_ratio=ratio)
+def make_method(name: str, model):
+    """The suite's pruning step ``name`` (half the patches), or Threshold-L2 with a threshold."""
     if name == "threshold_l2_per_image":
         return ThresholdL2(threshold=1.0)  # norm >= the image's mean norm: ~half, ragged
-    if name == "dynamicvit":
-        predictor = build_predictor(model.embed_dim, seed=1, device="cuda", dtype=DTYPE)
-        return DynamicViT(predictor, ratio)
-    if name == "evit":
-        return EViT(ratio)
-    if name == "ats":
-        return ATS(ratio)
-    raise ValueError(name)
+    return W.make_method(name, model)
 
 
 def pipelines(model, method, names) -> dict[str, PrunedViT]:
@@ -88,16 +76,6 @@ def pipelines(model, method, names) -> dict[str, PrunedViT]:
     }  # fmt: skip
 
 
-def wall_us(fn, calls: int) -> float:
-    """Wall time per call of ``calls`` back-to-back calls, the final sync included."""
-    torch.cuda.synchronize()
-    t0 = time.perf_counter()
-    for _ in range(calls):
-        fn()
-    torch.cuda.synchronize()
-    return (time.perf_counter() - t0) / calls * 1e6
-
-
 def throughput(pipes: dict[str, PrunedViT], images, rounds: int) -> dict[str, dict]:
     """img/s of each pipeline, measured in alternating rounds of ~40 ms each."""
     fns = {n: (lambda p=p: p.forward(images, check_overflow=False)) for n, p in pipes.items()}
@@ -105,12 +83,12 @@ def throughput(pipes: dict[str, PrunedViT], images, rounds: int) -> dict[str, di
     for n, fn in fns.items():
         for _ in range(3):
             fn()
-        calls[n] = max(2, int(40e3 / wall_us(fn, 3)))
+        calls[n] = max(2, int(40e3 / W.wall_us(fn, 3)))
     spin_up()
     samples: dict[str, list[float]] = {n: [] for n in fns}
     for _ in range(rounds):
         for n, fn in fns.items():
-            samples[n].append(wall_us(fn, calls[n]))
+            samples[n].append(W.wall_us(fn, calls[n]))
     batch = images.shape[0]
     return {
         n: {"ms": statistics.median(s) / 1e3, "img_per_s": batch / statistics.median(s) * 1e6,

@@ -1,0 +1,185 @@
+"""The suite's three ``setup_cache`` functions: kernels, pipelines, and the CPU subset.
+
+Each measures every grid its classes declare, in one process. Classes that share a function
+share asv's cache (asv keys it by the function's source line), so a run pays the torch import,
+CUDA start-up and model builds (~10-15 s on the H100 VM) three times, not once per class. A
+cache is ``{"skip": reason or None, "cells": {table: {params tuple: {metric: value}}}}``.
+
+torch and ragged are imported inside the functions: see ``_suite``.
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+
+from . import _grids as G
+from ._suite import skipped
+
+
+def _gpu():
+    """torch, or None without a CUDA GPU."""
+    import torch
+
+    return torch if torch.cuda.is_available() else None
+
+
+def kernels(self) -> dict:
+    """Tables ``latency`` (call/gpu/host µs samples), ``clocks`` (per workload), ``error``."""
+    torch = _gpu()
+    if torch is None:
+        return skipped("needs a CUDA GPU: kernel timings are GPU timings")
+    import functools
+
+    import ragged
+
+    from . import _harness as H
+    from . import _workloads as W
+
+    available = set(ragged.available_backends())
+    latency, clocks, error = {}, {}, {}
+    H.spin_up()
+    for workload in itertools.product(G.KERNEL_BATCHES, G.PRUNE, G.GEOMETRIES, G.LENGTHS):
+        batch, prune, geometry, lengths = workload
+        if lengths == "mixed" and batch == 1:
+            for b in G.KERNEL_BACKENDS:
+                latency[(b, *workload)] = {"skip": "one image has one length: mixed needs BS > 1"}
+            clocks[workload] = {"skip": "not measured"}
+            continue
+        q, k, v, cu_seqlens, max_seqlen = W.kernel_inputs(batch, prune, geometry, lengths)
+        fns = {
+            b: functools.partial(
+                ragged.varlen_attention, q, k, v, cu_seqlens, max_seqlen, backend=b,
+                validate=False,
+            )
+            for b in G.KERNEL_BACKENDS if b in available
+        }  # fmt: skip
+        before = H.gpu_clocks()
+        measured = H.measure_interleaved(fns, rounds=5, slow=frozenset({"nested_sdpa"}))
+        after = H.gpu_clocks()
+        for b in G.KERNEL_BACKENDS:
+            m = measured.get(b)
+            latency[(b, *workload)] = (
+                {"skip": f"backend {b} is not available here"} if m is None else {
+                    "call_us": m["call_us"]["samples"],
+                    "host_us": m["host_us"]["samples"],
+                    "gpu_us": m["gpu_us"]["samples"] if m["gpu_us"] else None,
+                }
+            )  # fmt: skip
+        clocks[workload] = (
+            {"sm_clock_mhz": [before["sm_clock_mhz"], after["sm_clock_mhz"]],
+             "throttle_reasons": before["throttle_reasons"] | after["throttle_reasons"]}
+            if before and after else {"skip": "NVML cannot read this GPU's clocks"}
+        )  # fmt: skip
+    for dtype, lengths in itertools.product(G.ERROR_DTYPES, G.LENGTHS):
+        inputs = W.kernel_inputs(8, 0.5, "deit_b", lengths, dtype=getattr(torch, dtype))
+        for b in G.KERNEL_BACKENDS:
+            error[(b, dtype, lengths)] = (
+                W.kernel_error(b, *inputs) if b in available
+                else {"skip": f"backend {b} is not available here"}
+            )  # fmt: skip
+    return {"skip": None, "cells": {"latency": latency, "clocks": clocks, "error": error}}
+
+
+def pipelines(self) -> dict:
+    """Tables ``throughput`` and ``methods`` (img/s samples), ``memory``, ``ideal``,
+    ``stages`` (ms samples) and ``drift``."""
+    torch = _gpu()
+    if torch is None:
+        return skipped("needs a CUDA GPU (the CPU subset is cpu.py)")
+    from ragged.models import get_config
+
+    from . import _harness as H
+    from . import _workloads as W
+
+    cells: dict[str, dict] = {
+        t: {} for t in ("throughput", "methods", "memory", "ideal", "stages", "drift")
+    }
+    H.spin_up()
+    for model_name in G.MODELS:
+        model = W.build(model_name)
+        for batch in sorted({*G.BATCHES, G.MEMORY_BATCH, G.METHOD_BATCH, G.STAGE_BATCH}):
+            images = W.images(model_name, batch)
+            for method_name in G.METHODS:
+                method = W.make_method(method_name, model)
+                if batch == G.METHOD_BATCH:
+                    speedup = W.flop_ideal(model, images, method)
+                    cells["ideal"][(model_name, method_name)] = {"speedup": speedup}
+                tables = []  # (table, key) this workload fills
+                if method_name == "threshold_l2" and batch in G.BATCHES:
+                    tables.append(("throughput", (model_name, batch)))
+                if model_name == G.METHOD_MODEL and batch == G.METHOD_BATCH:
+                    tables.append(("methods", (method_name,)))
+                if not tables:
+                    continue
+                pipes = {p: W.pipeline(model, method, p) for p in G.PIPELINES}
+                if method_name == "threshold_l2" and batch == G.MEMORY_BATCH:
+                    for p, pipe in pipes.items():  # each alone: its own working memory
+                        cells["memory"][(p, model_name)] = {"peak_mib": _peak_mib(pipe, images)}
+                fns = {
+                    p: (lambda pipe=pipe, images=images: pipe.forward(images, check_overflow=False))
+                    for p, pipe in pipes.items()
+                }  # fmt: skip
+                for p, values in W.img_per_s(fns, batch, rounds=7).items():
+                    for table, key in tables:
+                        cells[table][(p, *key)] = {"img_per_s": values}
+                del pipes, fns
+                torch.cuda.empty_cache()
+            if model_name == G.STAGE_MODEL and batch == G.STAGE_BATCH:
+                method = W.make_method("threshold_l2", model)
+                for p in G.STAGE_PIPELINES:
+                    times = W.stage_ms(W.pipeline(model, method, p), images, reps=20)
+                    for stage in G.STAGES:
+                        cells["stages"][(p, stage)] = {"ms": times[stage]}
+        if model_name in G.DRIFT_MODELS:
+            images = W.images(model_name, G.DRIFT_BATCH[get_config(model_name).img_size])
+            for method_name in G.DRIFT_METHODS:
+                method = W.make_method(method_name, model)
+                for b, m in W.logit_drift(model, images, method, G.DRIFT_BACKENDS).items():
+                    cells["drift"][(b, model_name, method_name)] = m
+        del model
+        torch.cuda.empty_cache()
+    return {"skip": None, "cells": cells}
+
+
+def _peak_mib(pipe, images) -> float:
+    """GPU memory the pipeline's first forwards take beyond what was allocated before them
+    (weights, images, other pipelines' graphs): activations, packed buffers, graph pools."""
+    import torch
+
+    torch.cuda.synchronize()
+    base = torch.cuda.memory_allocated()
+    torch.cuda.reset_peak_memory_stats()
+    for _ in range(2):  # the second forward of a graphed pipeline is its first replay
+        pipe.forward(images, check_overflow=False)
+    torch.cuda.synchronize()
+    return (torch.cuda.max_memory_allocated() - base) / 2**20
+
+
+def cpu_subset(self) -> dict:
+    """Tables ``pipeline`` (img/s samples), ``drift`` and ``error`` on the CPU."""
+    if _gpu() is not None:
+        return skipped("a CUDA GPU is here: the GPU benchmarks measure these paths")
+    os.environ["TRITON_INTERPRET"] = "1"  # before triton is first imported (by ragged)
+    import torch
+
+    from . import _workloads as W
+
+    cpu = {"device": "cpu", "dtype": torch.float32}
+    model, images = W.build(G.CPU_MODEL, **cpu), W.images(G.CPU_MODEL, G.CPU_BATCH, **cpu)
+    cells: dict[str, dict] = {"pipeline": {}, "drift": {}, "error": {}}
+    for method_name in G.CPU_METHODS:
+        method = W.make_method(method_name, model, **cpu)
+        pipes = {p: W.pipeline(model, method, p) for p in G.CPU_PIPELINES}
+        fns = {p: (lambda pipe=pipe: pipe.forward(images)) for p, pipe in pipes.items()}
+        measured = W.img_per_s(fns, G.CPU_BATCH, rounds=3, target_us=0.2e6, sync=lambda: None)
+        for p, values in measured.items():
+            cells["pipeline"][(p, method_name)] = {"img_per_s": values}
+        for b, m in W.logit_drift(model, images, method, G.CPU_DRIFT_BACKENDS).items():
+            cells["drift"][(b, G.CPU_MODEL, method_name)] = m
+    for dtype in G.CPU_DTYPES:
+        inputs = W.kernel_inputs(8, 0.5, "deit_b", "mixed", device="cpu",
+                                 dtype=getattr(torch, dtype))  # fmt: skip
+        for b in G.CPU_KERNEL_BACKENDS:
+            cells["error"][(b, dtype)] = W.kernel_error(b, *inputs)
+    return {"skip": None, "cells": cells}

@@ -1,0 +1,83 @@
+"""Kernel latency of every attention backend on packed ragged batches (DeiT geometry, fp16).
+
+``call_us``, ``gpu_us`` and ``host_us`` as ../shared/design.md defines them, measured by
+``_harness.measure_interleaved``: the backends of one workload in alternating rounds. asv's
+wall-clock timer cannot time microsecond GPU work (it never synchronises the device), hence
+``track_`` benchmarks carrying the harness's raw samples. GPU only. Axes: ``_grids``.
+"""
+
+from __future__ import annotations
+
+from . import _grids as G
+from . import _measure
+from . import _suite as S
+
+
+@S.versioned
+class KernelLatency(S.Grid):
+    """Per-call latency of one backend on one packed batch."""
+
+    params = [G.KERNEL_BACKENDS, G.KERNEL_BATCHES, G.PRUNE, G.GEOMETRIES, G.LENGTHS]
+    param_names = ["backend", "batch", "prune", "geometry", "lengths"]
+    unit = "us"
+    table = "latency"
+    setup_cache = _measure.kernels
+
+    def track_call_us(self, cache, *params):
+        """One call bracketed by CUDA events after a sync: what a caller waits."""
+        return self.metric("call_us")
+
+    def track_gpu_us(self, cache, *params):
+        """Device time per call from a CUDA-graph replay (NaN: the backend syncs)."""
+        return self.metric("gpu_us")
+
+    def track_host_us(self, cache, *params):
+        """Host time per call in a back-to-back loop."""
+        return self.metric("host_us")
+
+
+@S.versioned
+class KernelClocks(S.Grid):
+    """The GPU while one workload's backends were timed (NVML, read before and after)."""
+
+    params = [G.KERNEL_BATCHES, G.PRUNE, G.GEOMETRIES, G.LENGTHS]
+    param_names = ["batch", "prune", "geometry", "lengths"]
+    table = "clocks"
+    setup_cache = _measure.kernels
+
+    def track_sm_clock_mhz(self, cache, *params):
+        return self.metric("sm_clock_mhz")
+
+    track_sm_clock_mhz.unit = "MHz"
+
+    def track_throttle_reasons(self, cache, *params):
+        """NVML clock-throttle reasons, OR of both reads (0 or GPU-idle alone: clean)."""
+        return self.metric("throttle_reasons")
+
+    track_throttle_reasons.unit = "bitmask"
+
+
+@S.versioned
+class DispatchFloor(S.Grid):
+    """The latency no pruning removes: ``call_us`` at BS=1 with 80% of the tokens pruned, and
+    ``dispatch_us`` = ``call_us - gpu_us`` (each call sample less the median device time)."""
+
+    params = [G.KERNEL_BACKENDS, G.GEOMETRIES]
+    param_names = ["backend", "geometry"]
+    unit = "us"
+    table = "latency"
+    setup_cache = _measure.kernels
+
+    def setup(self, cache, backend, geometry):
+        batch, prune, lengths = G.FLOOR
+        super().setup(cache, backend, batch, prune, geometry, lengths)
+
+    def track_floor_us(self, cache, backend, geometry):
+        return self.metric("call_us")
+
+    def track_dispatch_us(self, cache, backend, geometry):
+        gpu = self.cell["gpu_us"]
+        if not gpu:
+            return S.NAN
+        gpu_median = sorted(gpu)[len(gpu) // 2]
+        return S.samples([c - gpu_median for c in self.cell["call_us"]])

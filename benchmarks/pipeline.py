@@ -1,0 +1,87 @@
+"""The pruned DeiT pipeline end to end: img/s, stage times, GPU memory, FLOP-ideal speedup.
+
+Every pipeline prunes after block 4, keeping half the patches (ATS: a budget of half), over
+the same keep masks; ``dense`` is the unpruned timm model. Seeded random weights with peaked
+attention (``ragged.models.SHARP_ATTENTION``), fp16. img/s samples come from timed batches of
+back-to-back forwards (~40 ms each, one sync at the end), pipelines in alternating rounds.
+Speedups are ratios of two pipelines from the same run, never across runs. GPU only.
+"""
+
+from __future__ import annotations
+
+from . import _grids as G
+from . import _measure
+from . import _suite as S
+
+
+@S.versioned
+class Throughput(S.Grid):
+    """Images per second, Threshold-L2 keeping 50%."""
+
+    params = [G.PIPELINES, G.MODELS, G.BATCHES]
+    param_names = ["pipeline", "model", "batch"]
+    unit = "img/s"
+    table = "throughput"
+    setup_cache = _measure.pipelines
+
+    def track_img_per_s(self, cache, *params):
+        return self.metric("img_per_s")
+
+
+@S.versioned
+class Methods(S.Grid):
+    """Images per second of each pruning method, DeiT-B 224 at BS=32."""
+
+    params = [G.PIPELINES, G.METHODS]
+    param_names = ["pipeline", "method"]
+    unit = "img/s"
+    table = "methods"
+    setup_cache = _measure.pipelines
+
+    def track_img_per_s(self, cache, *params):
+        return self.metric("img_per_s")
+
+
+@S.versioned
+class PeakMemory(S.Grid):
+    """``torch.cuda.max_memory_allocated`` over a pipeline's first forwards at BS=64, less
+    what was allocated before them (asv's ``peakmem_`` measures host memory only)."""
+
+    params = [G.PIPELINES, G.MODELS]
+    param_names = ["pipeline", "model"]
+    unit = "MiB"
+    table = "memory"
+    setup_cache = _measure.pipelines
+
+    def track_peak_mib(self, cache, *params):
+        return self.metric("peak_mib")
+
+
+@S.versioned
+class FlopIdeal(S.Grid):
+    """The unpruned model's FLOPs over the pruned pipeline's (from the keep masks, BS=32):
+    the speedup over ``dense`` that a pipeline with no overhead would reach."""
+
+    params = [G.MODELS, G.METHODS]
+    param_names = ["model", "method"]
+    unit = "x"
+    table = "ideal"
+    setup_cache = _measure.pipelines
+
+    def track_flop_ideal_speedup(self, cache, *params):
+        return self.metric("speedup")
+
+
+@S.versioned
+class Stages(S.Grid):
+    """Milliseconds per stage of one forward, DeiT-B 224, Threshold-L2 at 50%, BS=8. A device
+    sync after each stage, so the stages add up to more than a back-to-back forward."""
+
+    params = [G.STAGE_PIPELINES, G.STAGES]
+    param_names = ["pipeline", "stage"]
+    unit = "ms"
+    table = "stages"
+    setup_cache = _measure.pipelines
+
+    def track_stage_ms(self, cache, *params):
+        return self.metric("ms")

@@ -1,0 +1,1 @@
+"""ragbench: runs the asv suite per commit, keeps what it measured, and gates regressions."""

@@ -1,0 +1,154 @@
+"""Run the asv suite on commits in the current Python environment.
+
+Each commit's ``ragged`` is checked out into a temporary git worktree and put first on the
+benchmark processes' path (``ASV_PYTHONPATH``); the suite itself always comes from this
+checkout, as asv intends (today's ruler on yesterday's code). That is asv's ``existing``
+environment with ``--set-commit-hash``, so no virtualenv is built per commit (for that, and for
+``asv find``, use ``asv.virtualenv.conf.json``). After each commit's run the environment
+fingerprint is written beside its result file.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+from . import fingerprint
+
+REPO = Path(__file__).resolve().parent.parent
+CONFIG = REPO / "asv.conf.json"
+
+
+class SuiteError(RuntimeError):
+    """The suite could not run (bad revision, asv missing, asv failed to start)."""
+
+
+def git(*args: str, cwd: Path = REPO) -> str:
+    out = subprocess.run(["git", *args], cwd=cwd, capture_output=True, text=True)
+    if out.returncode != 0:
+        raise SuiteError(f"git {' '.join(args)}: {out.stderr.strip()}")
+    return out.stdout.strip()
+
+
+def resolve(revs: list[str]) -> list[str]:
+    """Full commit hashes, oldest first; a range ``A..B`` expands to its commits."""
+    shas: list[str] = []
+    for rev in revs:
+        if ".." in rev:
+            shas += git("rev-list", "--reverse", rev).split()
+        else:
+            shas.append(git("rev-parse", "--verify", f"{rev}^{{commit}}"))
+    return list(dict.fromkeys(shas))
+
+
+def asv_config(results_dir: Path, work: Path) -> Path:
+    """asv.conf.json with absolute paths and the chosen results directory."""
+    conf = json.loads(CONFIG.read_text())
+    conf.update(
+        repo=str(REPO),
+        benchmark_dir=str(REPO / conf["benchmark_dir"]),
+        results_dir=str(results_dir),
+        html_dir=str(results_dir.parent / "html"),
+        env_dir=str(work / "env"),
+    )
+    path = work / "asv.conf.json"
+    path.write_text(json.dumps(conf, indent=2))
+    return path
+
+
+@contextlib.contextmanager
+def checkout(sha: str, work: Path) -> Iterator[Path]:
+    """A detached worktree of ``sha``, removed afterwards."""
+    path = work / f"src-{sha[:12]}"
+    git("worktree", "add", "--detach", "--force", str(path), sha)
+    try:
+        yield path
+    finally:
+        git("worktree", "remove", "--force", str(path))
+
+
+def _asv(*args: str, env: dict, check: bool = True, quiet: bool = False) -> int:
+    cmd = [sys.executable, "-m", "asv", *args]
+    # asv's progress goes to stderr: stdout carries ragbench's own (JSON) output alone.
+    out = subprocess.DEVNULL if quiet else sys.stderr
+    rc = subprocess.run(cmd, env=env, stdout=out).returncode
+    if check and rc != 0:
+        raise SuiteError(f"{' '.join(cmd[2:])} exited with {rc}")
+    return rc
+
+
+def run(
+    revs: list[str],
+    *,
+    mode: str = "quick",
+    results_dir: Path = REPO / ".asv" / "results",
+    machine: str | None = None,
+    bench: list[str] = (),
+    log=print,
+) -> list[dict]:
+    """Benchmark each of ``revs`` (oldest first); -> one summary per commit.
+
+    The summary holds the commit, the result file, its fingerprint file, the run's seconds and
+    asv's exit status (non-zero when a benchmark failed; the others are still recorded).
+    """
+    try:
+        import asv  # noqa: F401
+    except ImportError:
+        raise SuiteError("asv is not installed: pip install -e '.[bench]'") from None
+    shas = resolve(revs)
+    machine = machine or os.environ.get("RAGBENCH_MACHINE") or fingerprint.default_machine()
+    results_dir = Path(results_dir).resolve()
+    results_dir.mkdir(parents=True, exist_ok=True)
+    summaries = []
+    with tempfile.TemporaryDirectory(prefix="ragbench-") as tmp:
+        work = Path(tmp)
+        conf = asv_config(results_dir, work)
+        env = {**os.environ, "RAGBENCH_MODE": mode}
+        _asv("machine", "--yes", "--machine", machine, "--config", str(conf), env=env, quiet=True)
+        for i, sha in enumerate(shas, 1):
+            log(f"[{i}/{len(shas)}] {sha[:12]} {git('log', '-1', '--format=%s', sha)[:60]}")
+            with checkout(sha, work) as src:
+                path = os.pathsep.join(p for p in (str(src), env.get("PYTHONPATH")) if p)
+                commit_env = {**env, "ASV_PYTHONPATH": path, "PYTHONPATH": path}
+                _check_import(src, commit_env)
+                t0 = time.perf_counter()
+                args = ["run", "--config", str(conf), "--machine", machine,
+                        "--set-commit-hash", sha, "--launch-method", "spawn",
+                        "--record-samples", "--show-stderr"]  # fmt: skip
+                for b in bench:
+                    args += ["--bench", b]
+                rc = _asv(*args, env=commit_env, check=False)
+                seconds = time.perf_counter() - t0
+            result = _result_file(results_dir / machine, sha)
+            if result is None:
+                raise SuiteError(f"asv wrote no result file for {sha[:12]} (exit {rc})")
+            fp = fingerprint.collect(commit=sha, machine=machine, mode=mode)
+            fp["run_seconds"] = round(seconds, 1)
+            fp_path = fingerprint.write(result, fp)
+            log(f"[{i}/{len(shas)}] {sha[:12]}: {seconds:.0f} s, asv exit {rc}, {result}")
+            summaries.append({"commit": sha, "result": str(result), "fingerprint": str(fp_path),
+                              "seconds": seconds, "asv_exit": rc})  # fmt: skip
+    return summaries
+
+
+def _check_import(src: Path, env: dict) -> None:
+    """The benchmark processes must import the checked-out ragged, not an installed one."""
+    out = subprocess.run(
+        [sys.executable, "-c", "import ragged, os; print(os.path.dirname(ragged.__file__))"],
+        env=env, capture_output=True, text=True, cwd=tempfile.gettempdir(),
+    )  # fmt: skip
+    found = out.stdout.strip()
+    if out.returncode != 0 or Path(found).resolve() != (src / "ragged").resolve():
+        raise SuiteError(f"ragged imports from {found or out.stderr.strip()!r}, not {src}")
+
+
+def _result_file(machine_dir: Path, sha: str) -> Path | None:
+    files = sorted(machine_dir.glob(f"{sha[:8]}-*.json"), key=lambda p: p.stat().st_mtime)
+    return files[-1] if files else None

@@ -1,0 +1,183 @@
+"""The asv suite: its declarations, and a quick run through asv itself into a temporary dir."""
+
+from __future__ import annotations
+
+import importlib
+import json
+import math
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from ragbench import asv_results, fingerprint
+
+REPO = Path(__file__).resolve().parent.parent
+MODULES = ["kernel", "pipeline", "numerics", "cpu"]
+
+
+def suite_classes(mode: str) -> dict[str, type]:
+    """{module.Class: class} of every benchmark class in ``mode``'s grid (fresh imports)."""
+    os.environ["RAGBENCH_MODE"] = mode
+    try:
+        for name in [m for m in sys.modules if m.startswith("benchmarks")]:
+            del sys.modules[name]
+        out = {}
+        for m in MODULES:
+            module = importlib.import_module(f"benchmarks.{m}")
+            for attr, cls in vars(module).items():
+                if isinstance(cls, type) and not attr.startswith("_") and hasattr(cls, "params"):
+                    out[f"{m}.{attr}"] = cls
+        return out
+    finally:
+        os.environ.pop("RAGBENCH_MODE")
+
+
+def tracks(cls) -> list[str]:
+    return [a for a in dir(cls) if a.startswith("track_")]
+
+
+@pytest.mark.parametrize("mode", ["quick", "full"])
+def test_every_benchmark_declares_params_units_and_a_version(mode):
+    classes = suite_classes(mode)
+    assert len(classes) == 13
+    for name, cls in classes.items():
+        assert len(cls.params) == len(cls.param_names), name
+        for axis in cls.params:
+            assert axis and len(set(map(repr, axis))) == len(axis), (name, axis)
+        assert tracks(cls), name
+        for t in tracks(cls):
+            unit = getattr(getattr(cls, t), "unit", None) or getattr(cls, "unit", None)
+            assert isinstance(unit, str) and unit, f"{name}.{t} declares no unit"
+        assert cls.version.startswith("harness"), name
+        assert callable(cls.setup_cache) and cls.table, name
+
+
+def test_quick_grid_is_a_subset_of_the_full_grid():
+    quick, full = suite_classes("quick"), suite_classes("full")
+    assert quick.keys() == full.keys()
+    for name in quick:
+        for q, f in zip(quick[name].params, full[name].params, strict=True):
+            assert set(q) <= set(f), (name, q, f)
+    cells = {m: sum(math.prod(map(len, c.params)) * len(tracks(c)) for c in g.values())
+             for m, g in (("quick", quick), ("full", full))}  # fmt: skip
+    assert cells["quick"] < cells["full"] < 1000  # ~0.55 s of asv per cell on the H100 VM
+
+
+def test_bad_mode_is_refused():
+    code = "import benchmarks.kernel"
+    env = {**os.environ, "RAGBENCH_MODE": "huge"}
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
+    assert out.returncode != 0 and "RAGBENCH_MODE must be one of quick, full" in out.stderr
+
+
+def test_benchmark_modules_import_without_torch():
+    """asv starts a process per cell: importing torch there would cost seconds each."""
+    code = (
+        "import sys\n"
+        "import benchmarks.kernel, benchmarks.pipeline, benchmarks.numerics, benchmarks.cpu\n"
+        "assert 'torch' not in sys.modules and 'ragged' not in sys.modules\n"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True, cwd=REPO)
+
+
+@pytest.fixture(scope="module")
+def quick_run(tmp_path_factory):
+    """``ragbench run`` (asv, spawn, quick grid) on HEAD into a temporary results dir."""
+    tmp = tmp_path_factory.mktemp("asv")
+    env = {**os.environ, "HOME": str(tmp)}  # asv's machine file goes to $HOME
+    env.pop("RAGBENCH_MODE", None)
+    results = tmp / "results"
+    out = subprocess.run(
+        [sys.executable, "-m", "ragbench", "run", "--machine", "ci", "--results", str(results)],
+        env=env, capture_output=True, text=True, cwd=REPO, timeout=900,
+    )  # fmt: skip
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+    summary = json.loads(out.stdout)
+    assert len(summary) == 1
+    return results, summary[0]
+
+
+def test_quick_run_records_every_benchmark(quick_run):
+    results, summary = quick_run
+    data = asv_results.load(Path(summary["result"]))
+    expected = {f"{name}.{t}" for name, cls in suite_classes("quick").items() for t in tracks(cls)}
+    assert set(data["results"]) == expected
+    head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=REPO, capture_output=True, text=True)
+    assert data["commit_hash"] == summary["commit"] == head.stdout.strip()
+    cells = list(asv_results.cells(data, asv_results.param_names(results)))
+    by_name = {}
+    for c in cells:
+        by_name.setdefault(c.benchmark, []).append(c)
+    gpu = summary_fingerprint(summary)["device"] == "cuda"
+    for name, group in by_name.items():
+        measured = [c for c in group if c.value is not None]
+        if name.startswith("cpu.") != gpu:  # this machine's subset: every cell measured
+            assert len(measured) == len(group), name
+        elif not gpu:  # GPU benchmarks on a CPU machine: skipped, never faked
+            assert not measured, name
+    pipeline = [
+        c
+        for c in cells
+        if c.benchmark
+        == ("pipeline.Throughput.track_img_per_s" if gpu else "cpu.Pipeline.track_img_per_s")
+    ]
+    for c in pipeline:  # raw samples kept, the value is their median
+        assert c.samples and len(c.samples) >= 3
+        assert c.value == pytest.approx(sorted(c.samples)[len(c.samples) // 2])
+        assert set(c.params) == {"pipeline", "method"} or "model" in c.params
+
+
+def summary_fingerprint(summary) -> dict:
+    fp = fingerprint.read(Path(summary["result"]))
+    assert fp is not None
+    return fp
+
+
+def test_quick_run_writes_the_fingerprint_beside_the_results(quick_run):
+    _, summary = quick_run
+    fp = summary_fingerprint(summary)
+    assert Path(summary["fingerprint"]) == fingerprint.path_for(Path(summary["result"]))
+    for key in ("gpu", "compute_capability", "driver", "cuda", "torch", "triton", "timm",
+                "python", "commit", "harness_version"):  # fmt: skip
+        assert key in fp
+    assert fp["commit"] == summary["commit"] and fp["mode"] == "quick"
+    assert fp["machine"] == "ci" and fp["torch"] and fp["triton"] and fp["run_seconds"] > 0
+    from benchmarks._harness import HARNESS_VERSION
+
+    assert fp["harness_version"] == HARNESS_VERSION
+
+
+def test_cpu_subset_values_are_sane(quick_run):
+    results, summary = quick_run
+    if summary_fingerprint(summary)["device"] == "cuda":
+        pytest.skip("the CPU subset runs on machines without a GPU")
+    data = asv_results.load(Path(summary["result"]))
+    cells = {(c.benchmark, tuple(c.params.values())): c.value
+             for c in asv_results.cells(data, asv_results.param_names(results))}  # fmt: skip
+    drift = "cpu.Drift.track_max_abs_diff"
+    assert cells[(drift, ("padded_max", "deit_tiny_224", "threshold_l2"))] == 0.0
+    assert cells[(drift, ("triton", "deit_tiny_224", "threshold_l2"))] < 1e-4
+    assert (
+        cells[("cpu.Drift.track_top1_agreement", ("triton", "deit_tiny_224", "threshold_l2"))] == 1
+    )
+    for dtype in ("float32", "float16"):
+        assert cells[("cpu.KernelError.track_error_ratio", ("triton", dtype))] <= 2.0
+
+
+def test_run_rejects_a_bad_revision(tmp_path):
+    out = subprocess.run(
+        [sys.executable, "-m", "ragbench", "run", "no-such-rev", "--results", str(tmp_path)],
+        capture_output=True, text=True, cwd=REPO,
+    )  # fmt: skip
+    assert out.returncode == 2 and "ragbench: error: git rev-parse" in out.stderr
+
+
+def test_asv_configs():
+    conf = json.loads((REPO / "asv.conf.json").read_text())
+    assert conf["environment_type"] == "existing" and conf["launch_method"] == "spawn"
+    assert conf["branches"] == ["main"] and conf["benchmark_dir"] == "benchmarks"
+    venv = json.loads((REPO / "asv.virtualenv.conf.json").read_text())
+    assert venv["environment_type"] == "virtualenv" and "torch" in venv["matrix"]["req"]
