@@ -12,20 +12,17 @@ from . import _grids as G
 from . import _measure
 from . import _suite as S
 from .numerics import _Drift, _KernelError
+from .pipeline import _ImgPerS
 
 
 @S.versioned
-class Pipeline(S.Grid):
+class Pipeline(_ImgPerS):
     """Images per second of DeiT-Ti at BS=2 on the CPU (one sample per round)."""
 
     params = [G.CPU_PIPELINES, G.CPU_METHODS]
     param_names = ["pipeline", "method"]
-    unit = "img/s"
     table = "pipeline"
     setup_cache = _measure.cpu_subset
-
-    def track_img_per_s(self, cache, *params):
-        return self.metric("img_per_s")
 
 
 @S.versioned

@@ -14,32 +14,33 @@ from . import _measure
 from . import _suite as S
 
 
+class _ImgPerS(S.Grid):
+    """The img/s metric of a throughput table (cpu.py has one too)."""
+
+    unit = "img/s"
+
+    def track_img_per_s(self, cache, *params):
+        return self.metric("img_per_s")
+
+
 @S.versioned
-class Throughput(S.Grid):
+class Throughput(_ImgPerS):
     """Images per second, Threshold-L2 keeping 50%."""
 
     params = [G.PIPELINES, G.MODELS, G.BATCHES]
     param_names = ["pipeline", "model", "batch"]
-    unit = "img/s"
     table = "throughput"
     setup_cache = _measure.pipelines
 
-    def track_img_per_s(self, cache, *params):
-        return self.metric("img_per_s")
-
 
 @S.versioned
-class Methods(S.Grid):
+class Methods(_ImgPerS):
     """Images per second of each pruning method, DeiT-B 224 at BS=32."""
 
     params = [G.PIPELINES, G.METHODS]
     param_names = ["pipeline", "method"]
-    unit = "img/s"
     table = "methods"
     setup_cache = _measure.pipelines
-
-    def track_img_per_s(self, cache, *params):
-        return self.metric("img_per_s")
 
 
 @S.versioned
