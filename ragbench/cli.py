@@ -60,7 +60,7 @@ def parser() -> argparse.ArgumentParser:
     r.add_argument(
         "--results",
         type=Path,
-        default=suite.REPO / ".asv" / "results",
+        default=suite.RESULTS,
         help="asv results directory (default .asv/results)",
     )
     r.add_argument(

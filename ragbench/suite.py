@@ -24,6 +24,7 @@ from . import fingerprint
 
 REPO = Path(__file__).resolve().parent.parent
 CONFIG = REPO / "asv.conf.json"
+RESULTS = REPO / ".asv" / "results"  # the default results directory
 
 
 class SuiteError(RuntimeError):
@@ -88,7 +89,7 @@ def run(
     revs: list[str],
     *,
     mode: str = "quick",
-    results_dir: Path = REPO / ".asv" / "results",
+    results_dir: Path = RESULTS,
     machine: str | None = None,
     bench: list[str] = (),
     log=print,
