@@ -34,9 +34,11 @@ def kernels(self) -> dict:
     import ragged
 
     from . import _harness as H
+    from . import _inject
     from . import _workloads as W
 
     available = set(ragged.available_backends())
+    inject = _inject.fraction()  # set by the detector's calibration only
     latency, clocks, error = {}, {}, {}
     H.spin_up()
     for workload in itertools.product(G.KERNEL_BATCHES, G.PRUNE, G.GEOMETRIES, G.LENGTHS):
@@ -54,6 +56,9 @@ def kernels(self) -> dict:
             )
             for b in G.KERNEL_BACKENDS if b in available
         }  # fmt: skip
+        injected = None
+        if inject is not None and "triton" in fns:
+            fns["triton"], injected = _inject.triton_fn(q, k, v, cu_seqlens, max_seqlen, inject)
         before = H.gpu_clocks()
         measured = H.measure_interleaved(fns, rounds=5, slow=frozenset({"nested_sdpa"}))
         after = H.gpu_clocks()
@@ -66,6 +71,8 @@ def kernels(self) -> dict:
                     "gpu_us": m["gpu_us"]["samples"] if m["gpu_us"] else None,
                 }
             )  # fmt: skip
+            if b == "triton" and injected is not None:
+                latency[(b, *workload)]["injected"] = injected
         clocks[workload] = (
             {"sm_clock_mhz": [before["sm_clock_mhz"], after["sm_clock_mhz"]],
              "throttle_reasons": before["throttle_reasons"] | after["throttle_reasons"]}

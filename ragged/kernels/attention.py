@@ -41,6 +41,7 @@ def _varlen_fwd_kernel(
     BLOCK_M: tl.constexpr,
     BLOCK_N: tl.constexpr,
     IEEE_DOT: tl.constexpr,
+    DELAY_CYCLES: tl.constexpr,
 ):  # fmt: skip
     pid = tl.program_id(0)
     m_block = pid % num_m_blocks
@@ -102,6 +103,15 @@ def _varlen_fwd_kernel(
         acc = acc / l_i[:, None]
         o_ptrs = O + (row0 + offs_m[:, None]) * stride_ot + head64 * stride_oh + offs_d[None, :]
         tl.store(o_ptrs, acc.to(O.dtype.element_ty), mask=m_ok[:, None] & d_ok[None, :])
+    if DELAY_CYCLES > 0:  # an injected slowdown (ragbench's calibration); compiled out at 0
+        t0 = tl.inline_asm_elementwise(
+            "mov.u64 $0, %clock64;", "=l", [], dtype=tl.int64, is_pure=False, pack=1
+        )
+        t = t0
+        while t - t0 < DELAY_CYCLES:
+            t = tl.inline_asm_elementwise(
+                "mov.u64 $0, %clock64;", "=l", [], dtype=tl.int64, is_pure=False, pack=1
+            )
 
 
 @dataclass(frozen=True)
@@ -112,6 +122,9 @@ class AttentionConfig:
     block_n: int
     num_warps: int
     num_stages: int
+    # Calibration only: every program spins this many SM cycles before it exits, a kernel
+    # slowdown of known size for ragbench's detector (benchmarks/_inject.py). 0 compiles it out.
+    delay_cycles: int = 0
 
 
 @functools.lru_cache(maxsize=1024)
@@ -171,6 +184,7 @@ def _make_plan(device_index, dtype, head_dim, max_seqlen, config) -> Plan:
         "BLOCK_M": cfg.block_m,
         "BLOCK_N": cfg.block_n,
         "IEEE_DOT": dtype == torch.float32,
+        "DELAY_CYCLES": cfg.delay_cycles,
     }
     return Plan(cfg, constexprs, device_index)
 
