@@ -60,8 +60,12 @@ def cells(data: dict, param_names: dict[str, list[str]] | None = None) -> Iterat
         col = dict(zip(columns, row, strict=False))
         axes = col.get("params") or []
         names = (param_names or {}).get(name) or [f"p{i}" for i in range(len(axes))]
+        if not isinstance(axes, list) or not all(isinstance(a, list) for a in axes):
+            raise ValueError(f"{name}: malformed params {str(axes)[:80]}")
         combos = list(itertools.product(*axes)) if axes else [()]
         results = col.get("result")
+        if isinstance(results, list) and len(results) != len(combos):
+            raise ValueError(f"{name}: {len(results)} results for {len(combos)} cells")
         for i, combo in enumerate(combos):
             yield Cell(
                 benchmark=name,
@@ -80,10 +84,31 @@ def _entry(col: dict, key: str, i: int):
     return values[i] if isinstance(values, list) and i < len(values) else None
 
 
-def param_names(results_dir: Path) -> dict[str, list[str]]:
-    """Axis names per benchmark from asv's ``benchmarks.json`` in a results directory."""
+def _benchmarks(results_dir: Path) -> dict:
     path = Path(results_dir) / "benchmarks.json"
     if not path.exists():
         return {}
     data = json.loads(path.read_text())
-    return {k: v.get("param_names", []) for k, v in data.items() if isinstance(v, dict)}
+    return {k: v for k, v in data.items() if isinstance(v, dict)}
+
+
+def param_names(results_dir: Path) -> dict[str, list[str]]:
+    """Axis names per benchmark from asv's ``benchmarks.json`` in a results directory."""
+    return {k: v.get("param_names", []) for k, v in _benchmarks(results_dir).items()}
+
+
+def units(results_dir: Path) -> dict[str, str | None]:
+    """Unit per benchmark from ``benchmarks.json`` (``us``, ``img/s``, ...)."""
+    return {k: v.get("unit") for k, v in _benchmarks(results_dir).items()}
+
+
+def run_times(data: dict) -> tuple[float | None, float | None]:
+    """(start, end) of the run in seconds since the epoch, from the benchmarks' own times."""
+    columns = data["result_columns"]
+    starts, ends = [], []
+    for row in data["results"].values():
+        col = dict(zip(columns, row, strict=False))
+        if isinstance(col.get("started_at"), (int, float)):
+            starts.append(col["started_at"] / 1e3)
+            ends.append(starts[-1] + float(col.get("duration") or 0))
+    return (min(starts), max(ends)) if starts else (None, None)

@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import time
 from pathlib import Path
 
-from . import fingerprint, suite
+from . import detect, fingerprint, suite
+from .store import ENV_VAR, Store, StoreLocked, default_path
 
 MODE_HELP = "grid size: quick (pull requests, make demo; ~1 min on an H100 GPU) or full (main)"
 
@@ -19,7 +21,7 @@ def _run(args) -> int:
         args.commits,
         mode=args.mode,
         results_dir=args.results,
-        machine=args.machine,
+        machine=_machine(args),
         bench=args.bench,
         log=lambda msg: print(msg, file=sys.stderr, flush=True),
     )
@@ -34,6 +36,90 @@ def _fingerprint(args) -> int:
     )
     print(json.dumps(fp, indent=2, sort_keys=True))
     return 0
+
+
+def _log(msg: str) -> None:
+    print(msg, file=sys.stderr, flush=True)
+
+
+def _store(args, read_only: bool = False) -> Store:
+    return Store(args.store, read_only=read_only, on_wait=_log)
+
+
+def _ingest(args) -> int:
+    from .ingest import ingest
+
+    missing = [p for p in args.paths if not p.exists()]
+    if missing:
+        raise suite.SuiteError(f"no such file or directory: {', '.join(map(str, missing))}")
+    with _store(args) as store:
+        report = ingest(store, args.paths, label=args.label, branch=args.branch, log=_log)
+        _log(f"ragbench ingest: {report.summary()} into {store.path}")
+    return 1 if report.failed else 0
+
+
+def _export(args) -> int:
+    with _store(args, read_only=True) as store:
+        for path in store.export_parquet(args.out):
+            print(path)
+    return 0
+
+
+def _machine(args) -> str:
+    return args.machine or os.environ.get("RAGBENCH_MACHINE") or fingerprint.default_machine()
+
+
+def _gate(args) -> int:
+    from .gate import run_gate
+    from .report import gate_markdown
+
+    policies = detect.load_policies(args.policies)
+    with _store(args) as store:
+        result = run_gate(
+            store, args.base, args.head, policies=policies, machine=_machine(args),
+            measure=args.measure, rounds=args.rounds, mode=args.mode, bench=args.bench, log=_log,
+        )  # fmt: skip
+    text = gate_markdown(result)
+    print(text)
+    if args.report:
+        args.report.write_text(text)
+    summary = os.environ.get("GITHUB_STEP_SUMMARY")
+    if summary:
+        with open(summary, "a") as fh:
+            fh.write(text)
+    _log(f"ragbench gate: {'FAIL' if result.exit_code else 'PASS'} in {result.seconds:.0f} s")
+    return result.exit_code
+
+
+def _detect(args) -> int:
+    from .report import history_markdown
+
+    policies = detect.load_policies(args.policies)
+    with _store(args, read_only=True) as store:
+        machine = _machine(args)
+        rows = store.series(machine=machine)
+    if not rows:
+        raise suite.SuiteError(f"the store has no runs of machine {machine!r}")
+    reports = detect.histories(rows, policies, last=args.last)
+    print(history_markdown(reports, machine))
+    return 1 if any(r.status == "regression" for r in reports) else 0
+
+
+def _store_arg(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--store",
+        type=Path,
+        default=None,
+        help=f"DuckDB results file (default ${ENV_VAR}, else {default_path()})",
+    )
+
+
+def _machine_arg(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--machine",
+        default=None,
+        help="machine name (default $RAGBENCH_MACHINE, else the host name)",
+    )
 
 
 def parser() -> argparse.ArgumentParser:
@@ -63,11 +149,7 @@ def parser() -> argparse.ArgumentParser:
         default=suite.RESULTS,
         help="asv results directory (default .asv/results)",
     )
-    r.add_argument(
-        "--machine",
-        default=None,
-        help="asv machine name (default $RAGBENCH_MACHINE, else the host name)",
-    )
+    _machine_arg(r)
     r.add_argument(
         "--bench",
         action="append",
@@ -86,13 +168,88 @@ def parser() -> argparse.ArgumentParser:
     f.add_argument("--machine", default=fingerprint.default_machine(), help="machine name")
     f.add_argument("--mode", choices=["quick", "full"], default="quick", help=MODE_HELP)
     f.set_defaults(func=_fingerprint)
+
+    i = sub.add_parser(
+        "ingest",
+        help="store asv result files and pytest-benchmark JSON in the DuckDB store",
+        description=(
+            "Read asv result files (with the environment fingerprint beside them) and "
+            "pytest-benchmark JSON (--benchmark-json) into the store, one transaction per file. "
+            "Directories are searched recursively. A run already stored is skipped; a corrupt "
+            "or truncated file is reported and skipped (exit 1), the rest are stored."
+        ),
+    )
+    i.add_argument("paths", nargs="+", type=Path, help="result files or directories")
+    _store_arg(i)
+    i.add_argument("--label", default=None, help="tag the runs (e.g. gate:<id>:base:0)")
+    i.add_argument("--branch", default=None, help="record the runs as made on this branch")
+    i.set_defaults(func=_ingest)
+
+    e = sub.add_parser(
+        "export",
+        help="write the store's tables and views as Parquet",
+        description="runs, measurements, acceptances, speedups, dispatch_floors and drift, "
+        "one <name>.parquet each.",
+    )
+    e.add_argument("--out", type=Path, required=True, help="output directory")
+    _store_arg(e)
+    e.set_defaults(func=_export)
+
+    g = sub.add_parser(
+        "gate",
+        help="judge head against base: markdown report, exit 1 on a regression",
+        description=(
+            "Measure base and head in this job, alternating (--rounds each), ingest, and "
+            "compare every cell: a latency is a regression when Mann-Whitney U on the raw "
+            "samples is significant after Holm's correction AND the change exceeds the metric's "
+            "threshold (policies.toml); flagged cells are measured once more and fail only if "
+            "the regression reproduces. Numeric drift is held to deterministic bounds. Prints a "
+            "markdown report (also appended to $GITHUB_STEP_SUMMARY when set). Exit 0 pass, "
+            "1 regression, 2 unusable input. --stored compares what the store already holds."
+        ),
+    )
+    g.add_argument("--base", required=True, help="base revision (a PR's merge base)")
+    g.add_argument("--head", default="HEAD", help="head revision (default HEAD)")
+    _store_arg(g)
+    _machine_arg(g)
+    g.add_argument(
+        "--stored",
+        dest="measure",
+        action="store_false",
+        help="compare the runs already in the store instead of measuring (no re-measurement)",
+    )
+    g.add_argument("--rounds", type=int, default=None, help="alternating rounds (policies: 2)")
+    g.add_argument("--mode", choices=["quick", "full"], default="quick", help=MODE_HELP)
+    g.add_argument("--bench", action="append", default=[], metavar="REGEX",
+                   help="only benchmarks matching REGEX (repeatable)")  # fmt: skip
+    g.add_argument("--policies", type=Path, default=None, help="policies file (TOML)")
+    g.add_argument("--report", type=Path, default=None, help="also write the report here")
+    g.set_defaults(func=_gate)
+
+    d = sub.add_parser(
+        "detect",
+        help="main-branch history: lookback of the newest run, change points",
+        description=(
+            "For every series of a machine: the newest commit against the median and MAD of "
+            "the previous runs in the same environment, and E-Divisive change points over the "
+            "history, each marked as an environment change (torch/triton/driver/GPU) or code. "
+            "Exit 1 when the newest run regressed."
+        ),
+    )
+    _store_arg(d)
+    _machine_arg(d)
+    d.add_argument("--last", type=int, default=200, help="commits per series (default 200)")
+    d.add_argument("--policies", type=Path, default=None, help="policies file (TOML)")
+    d.set_defaults(func=_detect)
     return p
 
 
 def main(argv: list[str] | None = None) -> int:
+    from .gate import GateError
+
     args = parser().parse_args(argv)
     try:
         return args.func(args)
-    except suite.SuiteError as exc:
-        print(f"ragbench: error: {exc}", file=sys.stderr)
+    except (suite.SuiteError, GateError, StoreLocked, FileNotFoundError, ValueError) as exc:
+        print(f"ragbench {args.command}: error: {exc}", file=sys.stderr)
         return 2

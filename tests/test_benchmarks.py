@@ -83,23 +83,6 @@ def test_benchmark_modules_import_without_torch():
     subprocess.run([sys.executable, "-c", code], check=True, cwd=REPO)
 
 
-@pytest.fixture(scope="module")
-def quick_run(tmp_path_factory):
-    """``ragbench run`` (asv, spawn, quick grid) on HEAD into a temporary results dir."""
-    tmp = tmp_path_factory.mktemp("asv")
-    env = {**os.environ, "HOME": str(tmp)}  # asv's machine file goes to $HOME
-    env.pop("RAGBENCH_MODE", None)
-    results = tmp / "results"
-    out = subprocess.run(
-        [sys.executable, "-m", "ragbench", "run", "--machine", "ci", "--results", str(results)],
-        env=env, capture_output=True, text=True, cwd=REPO, timeout=900,
-    )  # fmt: skip
-    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
-    summary = json.loads(out.stdout)
-    assert len(summary) == 1
-    return results, summary[0]
-
-
 def test_quick_run_records_every_benchmark(quick_run):
     results, summary = quick_run
     data = asv_results.load(Path(summary["result"]))
@@ -172,7 +155,7 @@ def test_run_rejects_a_bad_revision(tmp_path):
         [sys.executable, "-m", "ragbench", "run", "no-such-rev", "--results", str(tmp_path)],
         capture_output=True, text=True, cwd=REPO,
     )  # fmt: skip
-    assert out.returncode == 2 and "ragbench: error: git rev-parse" in out.stderr
+    assert out.returncode == 2 and "ragbench run: error: git rev-parse" in out.stderr
 
 
 def test_asv_configs():

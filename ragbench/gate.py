@@ -1,0 +1,150 @@
+"""``ragbench gate``: base against head, measured in one job, alternating; flagged cells
+re-measured once; a regression fails only when it reproduces.
+
+With ``measure=False`` the gate compares what the store already holds for the two commits
+(``make demo``): no alternation and no re-measurement, and the report says so.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import tempfile
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from . import detect, suite
+from .ingest import ingest
+from .store import Store
+
+
+class GateError(RuntimeError):
+    """Unusable input: a bad revision, no data for head, a broken policies file."""
+
+
+@dataclass
+class GateResult:
+    base: str
+    head: str
+    machine: str
+    comparison: detect.Comparison
+    measured: bool
+    rounds: int
+    base_runs: list[dict] = field(default_factory=list)
+    head_runs: list[dict] = field(default_factory=list)
+    rechecked: int = 0
+    seconds: float = 0.0
+
+    @property
+    def exit_code(self) -> int:
+        return 1 if self.comparison.failed else 0
+
+
+def cells(store: Store, run_ids: list[str]) -> dict[detect.Key, detect.Cell]:
+    """Each cell's samples pooled over the runs (one value a run where asv kept none)."""
+    out: dict[detect.Key, detect.Cell] = {}
+    for row in store.measurements(run_ids):
+        if row["median"] is None:
+            continue
+        key = (row["benchmark"], row["metric"], row["param_key"])
+        values = list(row["samples"]) if row["samples"] else [row["median"]]
+        if key in out:
+            out[key].samples.extend(values)
+        else:
+            out[key] = detect.Cell(*key, json.loads(row["params"]), row["unit"], values)
+    return out
+
+
+def _bench_regex(keys: list[detect.Key]) -> list[str]:
+    """asv --bench patterns that select exactly the benchmarks of these cells."""
+    names = sorted({f"{b}.track_{m}" for b, m, _ in keys})
+    return [f"^{re.escape(n)}$" for n in names]
+
+
+def _measure(store, sha, side, label, work, *, mode, machine, bench, log) -> list[str]:
+    results = work / label.replace(":", "-")
+    summaries = suite.run([sha], mode=mode, results_dir=results, machine=machine, bench=bench,
+                          log=log)  # fmt: skip
+    report = ingest(store, [results], label=label, log=lambda m: None)
+    if report.failed:
+        raise GateError(f"could not ingest the {side} run: {report.failed[0][1]}")
+    return [r["run_id"] for r in store.runs(label=label)] if summaries else []
+
+
+def run_gate(
+    store: Store,
+    base_ref: str,
+    head_ref: str,
+    *,
+    policies: detect.Policies,
+    machine: str,
+    measure: bool = True,
+    rounds: int | None = None,
+    mode: str = "quick",
+    bench: list[str] = (),
+    work_dir: Path | None = None,
+    log: Callable[[str], None] = print,
+) -> GateResult:
+    t0 = time.perf_counter()
+    try:
+        base, head = suite.resolve([base_ref])[0], suite.resolve([head_ref])[0]
+    except suite.SuiteError as exc:
+        raise GateError(str(exc)) from None
+    rounds = int(rounds or policies.gate.get("rounds", 2))
+    result = GateResult(base, head, machine, detect.Comparison(), measure, rounds)
+    if not measure:
+        base_runs = store.runs(machine=machine, commit=base)
+        head_runs = store.runs(machine=machine, commit=head)
+        if not head_runs:
+            raise GateError(
+                f"the store has no run of head {head[:12]} on machine {machine!r}: "
+                "run the suite first (ragbench run), or gate with --measure"
+            )
+        result.base_runs, result.head_runs = base_runs, head_runs
+        result.comparison = detect.compare(
+            cells(store, [r["run_id"] for r in base_runs]),
+            cells(store, [r["run_id"] for r in head_runs]),
+            policies,
+        )
+        result.seconds = time.perf_counter() - t0
+        return result
+
+    gate_id = f"gate:{head[:8]}-{base[:8]}-{int(time.time())}"
+    with tempfile.TemporaryDirectory(prefix="ragbench-gate-", dir=work_dir) as tmp:
+        work = Path(tmp)
+        ids = {"base": [], "head": []}
+        for r in range(rounds):  # base, head, base, head: a drift of the machine hits both
+            for side, sha in (("base", base), ("head", head)):
+                log(f"gate: round {r + 1}/{rounds}, {side} {sha[:12]}")
+                ids[side] += _measure(store, sha, side, f"{gate_id}:{side}:{r}", work,
+                                      mode=mode, machine=machine, bench=bench, log=log)  # fmt: skip
+        comparison = detect.compare(cells(store, ids["base"]), cells(store, ids["head"]),
+                                    policies)  # fmt: skip
+        flagged = [v for v in comparison.verdicts if v.status == "regression"]
+        if flagged:
+            log(f"gate: {len(flagged)} regression(s) flagged; measuring them once more")
+            keys = [v.key for v in flagged]
+            again = {}
+            for side, sha in (("base", base), ("head", head)):
+                again[side] = _measure(store, sha, side, f"{gate_id}:recheck-{side}", work,
+                                       mode=mode, machine=machine, bench=_bench_regex(keys),
+                                       log=log)  # fmt: skip
+            recheck = detect.compare(
+                {k: c for k, c in cells(store, again["base"]).items() if k in keys},
+                {k: c for k, c in cells(store, again["head"]).items() if k in keys},
+                policies,
+            )
+            confirmed = {v.key for v in recheck.verdicts if v.status == "regression"}
+            for v in flagged:
+                v.rechecked = True
+                if v.key not in confirmed:
+                    v.status = "unchanged"
+                    v.note = "flagged, then not reproduced when re-measured"
+            result.rechecked = len(flagged)
+        result.comparison = comparison
+        result.base_runs = store.runs(label=f"{gate_id}:base:%")
+        result.head_runs = store.runs(label=f"{gate_id}:head:%")
+    result.seconds = time.perf_counter() - t0
+    return result

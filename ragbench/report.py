@@ -1,0 +1,179 @@
+"""Markdown reports: the gate's (a GitHub step summary and PR comment) and main's history."""
+
+from __future__ import annotations
+
+import math
+import statistics
+from collections import defaultdict
+
+from .detect import SeriesReport, Verdict
+from .gate import GateResult
+
+MARKER = "<!-- ragbench-gate -->"  # lets a workflow find and update its one PR comment
+
+
+def _num(x: float | None, digits: int = 4) -> str:
+    if x is None or (isinstance(x, float) and math.isnan(x)):
+        return "-"
+    if isinstance(x, float) and math.isinf(x):
+        return "inf"
+    return f"{x:.{digits}g}"
+
+
+def _pct(x: float | None) -> str:
+    return "-" if x is None or math.isinf(x) else f"{x * 100:+.1f}%"
+
+
+def _name(v: Verdict) -> str:
+    bench, metric, params = v.key
+    return f"`{bench}.{metric}` {params}".strip()
+
+
+def _env(runs: list[dict]) -> str:
+    if not runs:
+        return "no runs"
+    r = runs[0]
+    gpu = r.get("gpu") or "CPU"
+    return f"{gpu}, torch {r.get('torch')}, triton {r.get('triton')}, driver {r.get('driver')}"
+
+
+def _stat_table(verdicts: list[Verdict]) -> list[str]:
+    lines = [
+        "| cell | base | head | change | 95% interval of head/base | p (Holm) | threshold |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for v in verdicts:
+        interval = f"{v.interval[0]:.3f}-{v.interval[1]:.3f}" if v.interval else "-"
+        note = f" ({v.note})" if v.note else (" (reproduced)" if v.rechecked else "")
+        lines.append(
+            f"| {_name(v)}{note} | {_num(v.base)} | {_num(v.head)} | {_pct(v.change)} | "
+            f"{interval} | {_num(v.p_adj, 2)} | {v.policy.threshold * 100:.0f}% |"
+        )
+    return lines
+
+
+def gate_markdown(res: GateResult) -> str:
+    c = res.comparison
+    regressions = c.by_status("regression")
+    violations = c.by_status("violation")
+    improvements = c.by_status("improvement")
+    verdict = "**FAIL**" if c.failed else "**PASS**"
+    lines = [
+        MARKER,
+        f"## ragbench gate: {res.head[:12]} against {res.base[:12]} - {verdict}",
+        "",
+        f"Machine `{res.machine}`: {_env(res.head_runs)}.",
+    ]
+    if _env(res.base_runs) != _env(res.head_runs):
+        lines.append(f"Base ran in another environment: {_env(res.base_runs)}.")
+    if res.measured:
+        lines.append(
+            f"Base and head measured in this job, alternating, {res.rounds} round(s) each; "
+            f"{res.rechecked} flagged cell(s) re-measured once."
+        )
+    else:
+        lines.append(
+            f"From the store ({len(res.base_runs)} base run(s), {len(res.head_runs)} head "
+            "run(s)), not measured alternating in one job and not re-measured."
+        )
+    lines += [
+        f"Significance: Mann-Whitney U on raw samples, Holm-corrected, family-wise "
+        f"alpha {c.alpha}; a change counts only beyond its metric's threshold.",
+        "",
+        "| | cells |",
+        "|---|---|",
+        f"| regressions | {len(regressions)} |",
+        f"| bound violations | {len(violations)} |",
+        f"| improvements | {len(improvements)} |",
+        f"| unchanged | {len(c.by_status('unchanged'))} |",
+        f"| bound broken on base too (not this change) | {len(c.by_status('pre-existing'))} |",
+        f"| output hash changed (reported only) | {len(c.by_status('hash-changed'))} |",
+        f"| no baseline data (not counted) | {len(c.by_status('missing-base'))} |",
+        f"| missing on head | {len(c.by_status('missing-head'))} |",
+        f"| not gated (info) | {len(c.by_status('info'))} |",
+    ]
+    if regressions:
+        lines += ["", "### Regressions", "", *_stat_table(regressions)]
+    if violations:
+        lines += ["", "### Bound violations", ""]
+        lines += [f"- {_name(v)}: {v.note}" for v in violations]
+    if improvements:
+        lines += ["", "### Improvements", "", *_stat_table(improvements)]
+    pre = c.by_status("pre-existing")
+    if pre:
+        lines += ["", "### Bounds broken on base as well", ""]
+        lines += [f"- {_name(v)}: {v.note}" for v in pre]
+    hashes = c.by_status("hash-changed")
+    if hashes:
+        lines += ["", "### Output hashes changed (numbers moved; within bounds)", ""]
+        lines += [f"- {_name(v)}" for v in hashes]
+    missing = c.by_status("missing-base")
+    if missing:
+        lines += ["", "### No baseline data", ""]
+        lines += [f"- {_name(v)}" for v in missing[:50]]
+        if len(missing) > 50:
+            lines.append(f"- ... and {len(missing) - 50} more")
+    lines += ["", *sensitivity(c.verdicts)]
+    unchanged = [v for v in c.by_status("unchanged") if v.p is not None]
+    if unchanged:
+        lines += ["", "<details><summary>Unchanged cells</summary>", "",
+                  *_stat_table(unchanged), "", "</details>"]  # fmt: skip
+    return "\n".join(lines) + "\n"
+
+
+def sensitivity(verdicts: list[Verdict]) -> list[str]:
+    """Per metric: the smallest slowdown this run could have detected (over its cells)."""
+    per: dict[str, list[float]] = defaultdict(list)
+    for v in verdicts:
+        if v.detectable is not None:
+            per[f"{v.key[0]}.{v.key[1]}"].append(v.detectable)
+    if not per:
+        return []
+    lines = [
+        "### Smallest slowdown this run could have detected",
+        "",
+        "| metric | cells | best cell | median cell | threshold |",
+        "|---|---|---|---|---|",
+    ]
+    for name, values in sorted(per.items()):
+        threshold = next(v.policy.threshold for v in verdicts
+                         if f"{v.key[0]}.{v.key[1]}" == name)  # fmt: skip
+        lines.append(
+            f"| `{name}` | {len(values)} | {_pct(min(values))} | "
+            f"{_pct(statistics.median(values))} | {threshold * 100:.0f}% |"
+        )
+    return lines
+
+
+def history_markdown(reports: list[SeriesReport], machine: str) -> str:
+    flagged = [r for r in reports if r.status in ("regression", "improvement")]
+    moved = [r for r in reports if r.change_points]
+    lines = [
+        f"## ragbench detect: machine `{machine}`",
+        "",
+        f"{len(reports)} series; newest run against its lookback (same environment): "
+        f"{sum(r.status == 'regression' for r in reports)} regression(s), "
+        f"{sum(r.status == 'improvement' for r in reports)} improvement(s); "
+        f"{len(moved)} series with change points.",
+    ]
+    if flagged:
+        lines += ["", "| series | newest | change | robust z | status |", "|---|---|---|---|---|"]
+        for r in flagged:
+            lines.append(
+                f"| `{r.key[0]}.{r.key[1]}` {r.key[2]} | {_num(r.points[-1].value)} | "
+                f"{_pct(r.latest_change)} | {_num(r.latest_z, 3)} | {r.status} |"
+            )
+    if moved:
+        lines += ["", "### Change points", "", "| series | at commit | before -> after | cause |",
+                  "|---|---|---|---|"]  # fmt: skip
+        for r in moved:
+            bounds = [0, *r.change_points, len(r.points)]
+            for j, i in enumerate(r.change_points):
+                before = statistics.median(p.value for p in r.points[bounds[j] : i])
+                after = statistics.median(p.value for p in r.points[i : bounds[j + 2]])
+                cause = ("environment: " + r.describe_change(i)) if i in r.env_changes else "code"
+                lines.append(
+                    f"| `{r.key[0]}.{r.key[1]}` {r.key[2]} | {r.points[i].commit_hash[:12]} | "
+                    f"{_num(before)} -> {_num(after)} | {cause} |"
+                )
+    return "\n".join(lines) + "\n"
