@@ -6,7 +6,7 @@ BIN := $(VENV)/bin
 # then the project with its dev extras.
 TORCH := torch==2.14.1 torchvision==0.29.1
 
-.PHONY: setup test lint format demo bench bench-full bench-kernel bench-pipeline clean
+.PHONY: setup test lint format demo tour bench bench-full bench-self bench-kernel bench-pipeline clean
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -29,10 +29,15 @@ format: setup
 	$(BIN)/ruff format .
 	$(BIN)/ruff check --fix .
 
-# The main job. Today: every backend this machine runs on a ragged batch against the oracle,
-# pack/unpack, and on a GPU a quick kernel timing table.
+# The main job: the quick suite on the last 3 commits here (GPU suite, or the CPU subset),
+# ingested into results/perf.duckdb, and the gate report of HEAD against its parent.
 demo: setup
 	$(BIN)/python -m scripts.demo
+
+# The library on this machine in under a minute: backends against the oracle, pack/unpack,
+# the pruned pipeline, and on a GPU the dispatch floor.
+tour: setup
+	$(BIN)/python -m scripts.tour
 
 # The asv suite on HEAD in the current environment, into .asv/results (GPU benchmarks are
 # skipped without a GPU; the CPU subset runs instead). Quick: pull requests (~3 min on the
@@ -43,6 +48,13 @@ bench: setup
 
 bench-full: setup
 	$(BIN)/python -m ragbench run --mode full $(COMMITS)
+
+# The suite's own speed (pytest-benchmark: ingest rows/s, the gate's comparison, detection,
+# the dashboard's queries on a store of 1,000 synthetic commits), ingested like any result.
+bench-self: setup
+	mkdir -p results
+	$(BIN)/python -m pytest selfbench -q -p no:cacheprovider --benchmark-json results/selfbench.json
+	$(BIN)/python -m ragbench ingest results/selfbench.json
 
 # The kernel timing table of ../shared/design.md's metrics (needs a CUDA GPU).
 bench-kernel: setup

@@ -20,6 +20,7 @@ import argparse
 import itertools
 import json
 import os
+import statistics
 import subprocess
 import sys
 import time
@@ -93,6 +94,190 @@ def collect(out: Path, seconds: float) -> int:
     return 0
 
 
+# --- analysis ------------------------------------------------------------------------------
+
+
+def load_runs(dirs: list[Path]) -> list[dict]:
+    """Every run file under ``dirs``, in the order they were measured."""
+    runs = []
+    for d in dirs:
+        for path in sorted(Path(d).glob("run-*.json")):
+            runs.append(json.loads(path.read_text()))
+    return sorted(runs, key=lambda r: r["started"])
+
+
+def side_cells(runs: list[dict]):
+    """The runs' cells pooled as ``ragbench.detect`` cells."""
+    from ragbench.detect import Cell
+    from ragbench.store import param_key
+
+    out = {}
+    for run in runs:
+        for c in run["cells"]:
+            bench, _, method = c["benchmark"].rpartition(".")
+            metric = method.removeprefix("track_")
+            values = c["samples"] if isinstance(c["samples"], list) else [c["samples"]]
+            key = (bench, metric, param_key(c["params"]))
+            if key in out:
+                out[key].samples.extend(values)
+            else:
+                out[key] = Cell(bench, metric, key[2], c["params"], "us", list(values))
+    return out
+
+
+def gate_run(base: list[dict], head: list[dict], recheck: tuple[dict, dict], policies):
+    """What ``ragbench gate`` would decide: -> (flagged keys, confirmed keys)."""
+    from ragbench import detect
+
+    first = detect.compare(side_cells(base), side_cells(head), policies)
+    flagged = {v.key for v in first.verdicts if v.status == "regression"}
+    if not flagged:
+        return flagged, set()
+    b, h = side_cells([recheck[0]]), side_cells([recheck[1]])
+    again = detect.compare({k: b[k] for k in flagged if k in b},
+                           {k: h[k] for k in flagged if k in h}, policies)  # fmt: skip
+    return flagged, {v.key for v in again.verdicts if v.status == "regression"}
+
+
+def trials(runs: list[dict]) -> dict[float, list[tuple[list, list, tuple]]]:
+    """Gate runs per condition: each block's own (base rounds, head rounds, re-measure pair),
+    and for A/A also every window of 2 x BLOCK consecutive A runs (separate processes, as far
+    apart as a gate job's), which gives many more, overlapping, A/A gate runs."""
+    out: dict[float, list] = {c: [] for c in CONDITIONS}
+    blocks: dict[int, list[dict]] = {}
+    for run in runs:
+        blocks.setdefault(run["block"], []).append(run)
+    for block in blocks.values():
+        if len(block) != 2 * BLOCK:
+            continue  # cut short
+        base = [r for r in block if r["side"] == "base"]
+        head = [r for r in block if r["side"] == "head"]
+        out[block[0]["condition"]].append((base[:ROUNDS], head[:ROUNDS], (base[-1], head[-1])))
+    a_runs = [r for r in runs if r["inject"] == 0.0]
+    windows = []
+    for i in range(len(a_runs) - 2 * BLOCK + 1):
+        w = a_runs[i : i + 2 * BLOCK]
+        windows.append((w[0 : 2 * ROUNDS : 2], w[1 : 2 * ROUNDS : 2], (w[-2], w[-1])))
+    out["aa_windows"] = windows
+    return out
+
+
+def is_target(key) -> bool:
+    """A cell the injected slowdown slows: the triton kernel's device time."""
+    return key[0] == "kernel.KernelLatency" and key[1] == "gpu_us" and "backend=triton" in key[2]
+
+
+def rates(runs: list[dict], policies) -> dict:
+    """False alarms per gate run (A/A) and detection of each injected slowdown."""
+    out = {}
+    for cond, ts in trials(runs).items():
+        if not ts:
+            continue
+        alarms = flagged_runs = 0
+        caught = targets = 0
+        achieved = []
+        for base, head, recheck in ts:
+            flagged, confirmed = gate_run(base, head, recheck, policies)
+            injected = cond not in (0.0, "aa_windows")
+            wrong = {k for k in confirmed if not (injected and is_target(k))}
+            alarms += bool(wrong)
+            flagged_runs += bool({k for k in flagged if not (injected and is_target(k))})
+            if injected:
+                b, h = side_cells(base), side_cells(head)
+                for key in (k for k in h if is_target(k)):
+                    targets += 1
+                    caught += key in confirmed
+                    achieved.append(statistics.median(h[key].samples)
+                                    / statistics.median(b[key].samples) - 1)  # fmt: skip
+        out[cond] = {
+            "gate_runs": len(ts), "false_alarm_runs": alarms,
+            "flagged_before_recheck": flagged_runs, "targets": targets, "caught": caught,
+            "achieved_slowdown": statistics.median(achieved) if achieved else None,
+        }  # fmt: skip
+    return out
+
+
+def noise(runs: list[dict]) -> dict[str, dict]:
+    """Per metric: the spread of A runs' medians (max/min per cell, median over cells)."""
+    a_runs = [r for r in runs if r["inject"] == 0.0]
+    per: dict[str, list[float]] = {}
+    cells = [side_cells([r]) for r in a_runs]
+    for key in cells[0] if cells else []:
+        meds = [statistics.median(c[key].samples) for c in cells if key in c]
+        if min(meds) > 0:
+            per.setdefault(f"{key[0]}.{key[1]}", []).append(max(meds) / min(meds))
+    return {k: {"cells": len(v), "median_spread": statistics.median(v), "max_spread": max(v)}
+            for k, v in per.items()}  # fmt: skip
+
+
+def sweep(runs: list[dict], policies, metric: str, thresholds: list[float]) -> list[dict]:
+    """Rates under each threshold for ``metric`` (benchmark.metric), the others as in force."""
+    from ragbench.detect import Policies, Policy
+
+    rows = []
+    for t in thresholds:
+        rule = Policy(metric, "latency", threshold=t)
+        swept = Policies((rule, *policies.rules), policies.gate, policies.main)
+        r = rates(runs, swept)
+        rows.append({"threshold": t, **{str(k): v for k, v in r.items()}})
+    return rows
+
+
+def _pct(n: int, d: int) -> str:
+    return f"{n}/{d} ({100 * n / d:.0f}%)" if d else "-"
+
+
+def detect_policies():
+    """The gate's policies in force (ragbench/policies.toml)."""
+    from ragbench import detect
+
+    return detect.load_policies()
+
+
+def analyze(dirs: list[Path], write: Path | None) -> int:
+    runs = load_runs(dirs)
+    if not runs:
+        print(f"no run-*.json files under {', '.join(map(str, dirs))}", file=sys.stderr)
+        return 2
+    policies = detect_policies()
+    r = rates(runs, policies)
+    lines = [
+        "| head of the gate run | gate runs | runs with a false alarm (after re-measure) | "
+        "before re-measure | triton gpu_us cells caught | measured slowdown (median) |",
+        "|---|---|---|---|---|---|",
+    ]
+    names = {0.0: "A/A (blocks)", "aa_windows": "A/A (sliding windows of A runs)"}
+    for cond, v in r.items():
+        name = names[cond] if cond in names else f"triton kernel +{cond * 100:.0f}%"
+        ach = "-" if v["achieved_slowdown"] is None else f"{v['achieved_slowdown'] * 100:+.1f}%"
+        lines.append(
+            f"| {name} | {v['gate_runs']} | {_pct(v['false_alarm_runs'], v['gate_runs'])} | "
+            f"{_pct(v['flagged_before_recheck'], v['gate_runs'])} | "
+            f"{_pct(v['caught'], v['targets'])} | {ach} |"
+        )
+    lines += ["", "Run-to-run spread of the A runs (max/min of each cell's median):", "",
+              "| metric | cells | median cell | worst cell |", "|---|---|---|---|"]  # fmt: skip
+    for k, v in sorted(noise(runs).items()):
+        lines.append(f"| `{k}` | {v['cells']} | {v['median_spread']:.3f} | {v['max_spread']:.3f} |")
+    lines += ["", "Threshold sweep for `kernel.KernelLatency.gpu_us` (false alarms per A/A "
+              "window; detection per injected slowdown):", "",
+              "| threshold | A/A false alarms | +2% caught | +5% caught | +10% caught |",
+              "|---|---|---|---|---|"]  # fmt: skip
+    for row in sweep(runs, policies, "kernel.KernelLatency.gpu_us", [0.01, 0.02, 0.03, 0.04]):
+        aa = row.get("aa_windows", {})
+        cells = [_pct(row[str(c)]["caught"], row[str(c)]["targets"]) if str(c) in row else "-"
+                 for c in CONDITIONS[1:]]  # fmt: skip
+        lines.append(f"| {row['threshold'] * 100:.0f}% | "
+                     f"{_pct(aa.get('false_alarm_runs', 0), aa.get('gate_runs', 0))} | "
+                     f"{' | '.join(cells)} |")  # fmt: skip
+    text = "\n".join(lines) + "\n"
+    print(f"{len(runs)} runs", file=sys.stderr)
+    print(text)
+    if write:
+        write.write_text(text)
+    return 0
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     sub = ap.add_subparsers(dest="command", required=True)
@@ -101,10 +286,15 @@ def main(argv=None) -> int:
     c = sub.add_parser("collect", help="blocks of runs into DIR (CUDA GPU)")
     c.add_argument("--out", type=Path, required=True)
     c.add_argument("--seconds", type=float, default=540, help="stop starting blocks after this")
+    a = sub.add_parser("analyze", help="false-alarm and detection rates of collected runs")
+    a.add_argument("dirs", nargs="+", type=Path, help="directories of run-*.json files")
+    a.add_argument("--write", type=Path, default=None, help="also write the tables here")
     args = ap.parse_args(argv)
     if args.command == "measure":
         print(json.dumps(measure(args.inject)))
         return 0
+    if args.command == "analyze":
+        return analyze(args.dirs, args.write)
     return collect(args.out, args.seconds)
 
 

@@ -1,137 +1,75 @@
-"""`make demo`: what ragged does on this machine, in under a minute.
+"""`make demo`, the main job: benchmark the last commits here, store them, gate HEAD.
 
-    python -m scripts.demo
+    python -m scripts.demo [--commits 3] [--store results/perf.duckdb]
 
-1. the attention backends this machine runs, and what each calls;
-2. one truly ragged batch (lengths 197, 40, 1, 0, 99, 577) through every one of them,
-   checked against the float64 oracle within the error budget (2x eager PyTorch + eps);
-3. pack -> unpack round trip of a 50%-pruned DeiT-S batch;
-4. the pruned DeiT-Ti pipeline (4 images, pruned after block 4): every pruning method on the
-   ragged path against padded_max over the same keep masks;
-5. on a GPU: the dispatch floor (BS=1, 80% pruning, DeiT-B geometry) of triton and fa2.
-Without a GPU the Triton kernels run in the Triton interpreter (TRITON_INTERPRET=1).
+1. the quick asv suite on each of the last ``--commits`` commits, oldest first (on a GPU the
+   GPU suite, else the labelled CPU subset), into results/asv;
+2. the result files ingested into the DuckDB store;
+3. the gate report of HEAD against its parent from the stored runs (``ragbench gate --stored``:
+   in CI the gate measures base and head alternating in one job instead);
+4. where the results are and how to look at them.
+A regression in the report does not fail the demo; unusable input does (exit 2).
 """
 
 from __future__ import annotations
 
-import os
+import argparse
 import sys
+import time
+from pathlib import Path
 
-import torch
+from ragbench import detect, fingerprint, suite
+from ragbench.gate import GateError, run_gate
+from ragbench.ingest import ingest
+from ragbench.report import gate_markdown
+from ragbench.store import Store
 
-if not torch.cuda.is_available():
-    os.environ.setdefault("TRITON_INTERPRET", "1")  # before triton is imported
-
-import ragged
-from ragged.testing import attention_error_budget, packed_qkv
-
-LENGTHS = [197, 40, 1, 0, 99, 577]
+RESULTS = Path("results/asv")
 
 
-def main() -> int:
-    cuda = torch.cuda.is_available()
-    device = "cuda" if cuda else "cpu"
-    dtype = torch.float16 if cuda else torch.float32
-    where = torch.cuda.get_device_name() if cuda else "CPU (Triton interpreter)"
-    print(f"ragged {ragged.__version__} on {where}; torch {torch.__version__}")
+def _log(msg: str) -> None:
+    print(msg, file=sys.stderr, flush=True)
 
-    print("\n1. backends")
-    for name, backend in ragged.BACKENDS.items():
-        reason = backend.unavailable()
-        state = "runs here" if reason is None else f"not here: {reason}"
-        print(f"  {name:12s} {backend.implementation():60s} {state}")
 
-    print(f"\n2. ragged batch {LENGTHS}, 12 heads x 64, {dtype}")
-    q, k, v, cu, max_seqlen = packed_qkv(LENGTHS, 12, 64, dtype=dtype, device=device)
-    oracle, budget = attention_error_budget(q, k, v, cu)
-    failed = False
-    for name in ragged.available_backends():
-        if name == "nested_sdpa":  # jagged NestedTensor refuses zero-length sequences
-            continue
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--commits", type=int, default=3, help="how many of the last commits")
+    ap.add_argument("--store", type=Path, default=Path("results/perf.duckdb"))
+    ap.add_argument("--machine", default=None, help="machine name (default: the host name)")
+    args = ap.parse_args(argv)
+    t0 = time.perf_counter()
+    machine = args.machine or fingerprint.default_machine()
+    count = int(suite.git("rev-list", "--count", "HEAD"))
+    commits = [f"HEAD~{i}" for i in reversed(range(min(args.commits, count)))]
+    _log(f"== 1/3 the quick suite on {len(commits)} commit(s), machine {machine!r}")
+    try:
+        summaries = suite.run(commits, mode="quick", results_dir=RESULTS, machine=machine,
+                              log=_log)  # fmt: skip
+    except suite.SuiteError as exc:
+        _log(f"demo: {exc}")
+        return 2
+    _log(f"== 2/3 ingest into {args.store}")
+    with Store(args.store, on_wait=_log) as store:
+        report = ingest(store, [Path(s["result"]) for s in summaries], log=_log)
+        _log(report.summary())
+        _log("== 3/3 the gate: HEAD against its parent, from the stored runs")
+        if count < 2:
+            _log("demo: HEAD has no parent: nothing to gate")
+            return 0
         try:
-            out = ragged.varlen_attention(q, k, v, cu, max_seqlen, backend=name)
-        except ragged.BackendUnavailableError as exc:
-            print(f"  {name:12s} skipped: {exc}")
-            continue
-        err = (out.double() - oracle).abs().max().item()
-        ok = err <= budget
-        failed |= not ok
-        print(
-            f"  {name:12s} max abs error {err:.2e} (budget {budget:.2e}) {'ok' if ok else 'FAIL'}"
-        )
-
-    print("\n3. pack / unpack, DeiT-S tokens [8, 197, 384], ~50% kept")
-    g = torch.Generator().manual_seed(0)
-    x = torch.randn(8, 197, 384, generator=g).to(device=device, dtype=dtype)
-    keep = (torch.rand(8, 197, generator=g) < 0.5).to(device)
-    keep[:, 0] = True
-    packed, cu_seqlens, longest = ragged.pack(x, keep)
-    back = ragged.unpack(packed, cu_seqlens, keep)
-    same = torch.equal(back, x * keep[..., None])
-    failed |= not same
-    lengths = (cu_seqlens[1:] - cu_seqlens[:-1]).tolist()
-    print(f"  packed {tuple(packed.shape)}, lengths {lengths}, max_seqlen {longest}")
-    cls = ragged.gather_cls(packed, cu_seqlens)
-    print(f"  round trip exact: {same}; CLS tokens: {tuple(cls.shape)}")
-
-    failed |= pipeline_demo(device, dtype)
-
-    if cuda:
-        from benchmarks import _harness as H
-
-        print("\n5. dispatch floor, BS=1, 80% pruning (40 tokens), DeiT-B geometry, fp16")
-        q, k, v, cu, max_seqlen = packed_qkv([40], 12, 64, device="cuda")
-        fns = {
-            b: lambda b=b: ragged.varlen_attention(
-                q, k, v, cu, max_seqlen, backend=b, validate=False
-            )
-            for b in ("triton", "fa2")
-            if b in ragged.available_backends()
-        }
-        H.spin_up()
-        for name, m in H.measure_interleaved(fns, rounds=3).items():
-            gpu = m["gpu_us"]["median"] if m["gpu_us"] else float("nan")
-            print(
-                f"  {name:8s} call {m['call_us']['median']:6.1f} us  gpu {gpu:6.1f} us  "
-                f"host {m['host_us']['median']:6.1f} us"
-            )
-        print("  full table: make bench-kernel")
-    print("\nFAILED" if failed else "\nall checks passed")
-    return 1 if failed else 0
-
-
-def pipeline_demo(device: str, dtype: torch.dtype) -> bool:
-    """Section 4; True when a check failed."""
-    from ragged.models import SHARP_ATTENTION, build_model
-    from ragged.pipeline import PrunedViT, PruneStage
-    from ragged.pruning import ATS, DynamicViT, EViT, ThresholdL2, build_predictor
-    from ragged.testing import synthetic_images
-
-    print(f"\n4. pruned DeiT-Ti pipeline, 4 images, {dtype}, pruning after block 4")
-    model = build_model("deit_tiny_224", device=device, dtype=dtype,
-                        attention_scale=SHARP_ATTENTION)  # fmt: skip
-    images = synthetic_images(4, 224, seed=1, device=device, dtype=dtype)
-    predictor = build_predictor(model.embed_dim, seed=1, device=device, dtype=dtype)
-    tol = 1e-4 if dtype == torch.float32 else 7e-3
-    failed = False
-    for method in (ThresholdL2(keep_ratio=0.5), ThresholdL2(threshold=1.0),
-                   DynamicViT(predictor, 0.5), EViT(0.5), ATS(0.5)):  # fmt: skip
-        stage = PruneStage(4, method)
-        ref, ref_masks = PrunedViT(model, stage, mode="padded_max").forward(
-            images, return_masks=True
-        )
-        logits, masks = PrunedViT(model, stage).forward(images, return_masks=True)
-        diff = (logits.float() - ref.float()).abs().max().item()
-        ok = (
-            diff < tol
-            and torch.equal(masks[0], ref_masks[0])
-            and torch.equal(logits.argmax(1), ref.argmax(1))
-        )
-        failed |= not ok
-        label = f"{method.name}{' (threshold)' if getattr(method, 'threshold', None) else ''}"
-        print(f"  {label:24s} kept {masks[0].sum(1).tolist()}  max |diff| vs padded_max "
-              f"{diff:.1e}  {'ok' if ok else 'FAILED'}")  # fmt: skip
-    return failed
+            res = run_gate(store, "HEAD~1", "HEAD", policies=detect.load_policies(),
+                           machine=machine, measure=False, log=_log)  # fmt: skip
+        except GateError as exc:
+            _log(f"demo: {exc}")
+            return 2
+        runs = store.counts()["runs"]
+    print(gate_markdown(res))
+    print(f"Done in {time.perf_counter() - t0:.0f} s. The store {args.store} holds {runs} run(s).")
+    print("Look at it: the dashboard (streamlit, issue 6) is not built yet; meanwhile")
+    print(f"  python -m ragbench detect --store {args.store} --machine {machine}")
+    print(f"  python -m ragbench export --store {args.store} --out results/parquet")
+    print("and in CI the gate measures: python -m ragbench gate --base <merge-base> --head HEAD")
+    return 0
 
 
 if __name__ == "__main__":

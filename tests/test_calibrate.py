@@ -1,0 +1,65 @@
+"""The calibration: the injection's switch, and the analysis on runs of known behaviour."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from benchmarks import _inject
+from scripts import calibrate
+
+
+def test_inject_fraction_from_the_environment(monkeypatch):
+    monkeypatch.delenv(_inject.ENV, raising=False)
+    assert _inject.fraction() is None
+    monkeypatch.setenv(_inject.ENV, "0.05")
+    assert _inject.fraction() == 0.05
+    for bad in ("fast", "1.5", "-0.1"):
+        monkeypatch.setenv(_inject.ENV, bad)
+        with pytest.raises(ValueError, match=_inject.ENV):
+            _inject.fraction()
+
+
+def test_quantised_delays_stay_within_3_percent():
+    for cycles in (20, 100, 333, 4097, 123456):
+        assert abs(_inject._quantise(cycles) - cycles) <= 0.03 * cycles
+
+
+def fake_run(rng, block, condition, side, inject, t):
+    cells = []
+    for backend in ("triton", "fa2"):
+        for batch in (1, 64):
+            slow = 1 + inject if backend == "triton" else 1.0
+            params = {"backend": backend, "batch": batch, "prune": 0.8, "geometry": "deit_b",
+                      "lengths": "uniform"}  # fmt: skip
+            cells.append({"benchmark": "kernel.KernelLatency.track_gpu_us", "params": params,
+                          "samples": list(rng.normal(10 * batch, 0.03 * batch, 20) * slow),
+                          "injected": None})  # fmt: skip
+            cells.append({"benchmark": "kernel.KernelLatency.track_call_us", "params": params,
+                          "samples": list(rng.normal(40, 4, 200)), "injected": None})  # fmt: skip
+    return {"inject": inject, "started": t, "seconds": 1.0, "cells": cells, "block": block,
+            "condition": condition, "side": side}  # fmt: skip
+
+
+def test_analysis_counts_false_alarms_and_detections(tmp_path, capsys):
+    rng = np.random.default_rng(0)
+    t = 0
+    for block in range(8):
+        condition = calibrate.CONDITIONS[block % 4]
+        for i in range(2 * calibrate.BLOCK):
+            side = "head" if i % 2 else "base"
+            inject = condition if side == "head" else 0.0
+            run = fake_run(rng, block, condition, side, inject, t)
+            (tmp_path / f"run-{t:04d}.json").write_text(json.dumps(run))
+            t += 1
+    rates = calibrate.rates(calibrate.load_runs([tmp_path]), calibrate.detect_policies())
+    assert rates[0.0]["gate_runs"] == 2 and rates[0.0]["false_alarm_runs"] == 0
+    assert rates["aa_windows"]["gate_runs"] > 10 and rates["aa_windows"]["false_alarm_runs"] == 0
+    assert rates[0.10]["caught"] == rates[0.10]["targets"] == 4  # 2 blocks x 2 triton cells
+    assert rates[0.05]["caught"] == 4
+    assert rates[0.05]["achieved_slowdown"] == pytest.approx(0.05, abs=0.005)
+    assert calibrate.main(["analyze", str(tmp_path), "--write", str(tmp_path / "c.md")]) == 0
+    text = (tmp_path / "c.md").read_text()
+    assert "A/A (blocks)" in text and "triton kernel +5%" in text and "Threshold sweep" in text
