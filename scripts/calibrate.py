@@ -19,6 +19,7 @@ from __future__ import annotations
 import argparse
 import itertools
 import json
+import math
 import os
 import statistics
 import subprocess
@@ -98,12 +99,13 @@ def collect(out: Path, seconds: float) -> int:
 
 
 def load_runs(dirs: list[Path]) -> list[dict]:
-    """Every run file under ``dirs``, in the order they were measured."""
+    """Every run file under ``dirs`` (one collection each, on its own machine), in the order
+    they were measured; ``set`` says which collection a run came from."""
     runs = []
-    for d in dirs:
+    for i, d in enumerate(dirs):
         for path in sorted(Path(d).glob("run-*.json")):
-            runs.append(json.loads(path.read_text()))
-    return sorted(runs, key=lambda r: r["started"])
+            runs.append({**json.loads(path.read_text()), "set": i})
+    return sorted(runs, key=lambda r: (r["set"], r["started"]))
 
 
 def side_cells(runs: list[dict]):
@@ -144,20 +146,21 @@ def trials(runs: list[dict]) -> dict[float, list[tuple[list, list, tuple]]]:
     and for A/A also every window of 2 x BLOCK consecutive A runs (separate processes, as far
     apart as a gate job's), which gives many more, overlapping, A/A gate runs."""
     out: dict[float, list] = {c: [] for c in CONDITIONS}
-    blocks: dict[int, list[dict]] = {}
+    blocks: dict[tuple, list[dict]] = {}
     for run in runs:
-        blocks.setdefault(run["block"], []).append(run)
+        blocks.setdefault((run["set"], run["block"]), []).append(run)
     for block in blocks.values():
         if len(block) != 2 * BLOCK:
             continue  # cut short
         base = [r for r in block if r["side"] == "base"]
         head = [r for r in block if r["side"] == "head"]
         out[block[0]["condition"]].append((base[:ROUNDS], head[:ROUNDS], (base[-1], head[-1])))
-    a_runs = [r for r in runs if r["inject"] == 0.0]
     windows = []
-    for i in range(len(a_runs) - 2 * BLOCK + 1):
-        w = a_runs[i : i + 2 * BLOCK]
-        windows.append((w[0 : 2 * ROUNDS : 2], w[1 : 2 * ROUNDS : 2], (w[-2], w[-1])))
+    for s in sorted({r["set"] for r in runs}):  # windows stay within one machine
+        a_runs = [r for r in runs if r["inject"] == 0.0 and r["set"] == s]
+        for i in range(len(a_runs) - 2 * BLOCK + 1):
+            w = a_runs[i : i + 2 * BLOCK]
+            windows.append((w[0 : 2 * ROUNDS : 2], w[1 : 2 * ROUNDS : 2], (w[-2], w[-1])))
     out["aa_windows"] = windows
     return out
 
@@ -168,31 +171,35 @@ def is_target(key) -> bool:
 
 
 def rates(runs: list[dict], policies) -> dict:
-    """False alarms per gate run (A/A) and detection of each injected slowdown."""
+    """False alarms per gate run (A/A) and detection of each injected slowdown, in total and
+    per triton cell (with the slowdown the gate's rounds measured there)."""
     out = {}
     for cond, ts in trials(runs).items():
         if not ts:
             continue
         alarms = flagged_runs = 0
-        caught = targets = 0
-        achieved = []
+        per_cell: dict[str, dict] = {}
         for base, head, recheck in ts:
             flagged, confirmed = gate_run(base, head, recheck, policies)
             injected = cond not in (0.0, "aa_windows")
-            wrong = {k for k in confirmed if not (injected and is_target(k))}
-            alarms += bool(wrong)
-            flagged_runs += bool({k for k in flagged if not (injected and is_target(k))})
+            alarms += any(not (injected and is_target(k)) for k in confirmed)
+            flagged_runs += any(not (injected and is_target(k)) for k in flagged)
             if injected:
                 b, h = side_cells(base), side_cells(head)
                 for key in (k for k in h if is_target(k)):
-                    targets += 1
-                    caught += key in confirmed
-                    achieved.append(statistics.median(h[key].samples)
-                                    / statistics.median(b[key].samples) - 1)  # fmt: skip
+                    c = per_cell.setdefault(key[2], {"caught": 0, "targets": 0, "measured": []})
+                    c["targets"] += 1
+                    c["caught"] += key in confirmed
+                    c["measured"].append(statistics.median(h[key].samples)
+                                         / statistics.median(b[key].samples) - 1)  # fmt: skip
+        measured = [m for c in per_cell.values() for m in c["measured"]]
         out[cond] = {
             "gate_runs": len(ts), "false_alarm_runs": alarms,
-            "flagged_before_recheck": flagged_runs, "targets": targets, "caught": caught,
-            "achieved_slowdown": statistics.median(achieved) if achieved else None,
+            "flagged_before_recheck": flagged_runs,
+            "targets": sum(c["targets"] for c in per_cell.values()),
+            "caught": sum(c["caught"] for c in per_cell.values()),
+            "achieved_slowdown": statistics.median(measured) if measured else None,
+            "cells": per_cell,
         }  # fmt: skip
     return out
 
@@ -210,17 +217,29 @@ def noise(runs: list[dict]) -> dict[str, dict]:
             for k, v in per.items()}  # fmt: skip
 
 
-def sweep(runs: list[dict], policies, metric: str, thresholds: list[float]) -> list[dict]:
-    """Rates under each threshold for ``metric`` (benchmark.metric), the others as in force."""
+def sweep(runs: list[dict], policies, metrics: list[str], thresholds: list[float]) -> list[dict]:
+    """Rates with the threshold of ``metrics`` (benchmark.metric globs) set to each value."""
     from ragbench.detect import Policies, Policy
 
     rows = []
     for t in thresholds:
-        rule = Policy(metric, "latency", threshold=t)
-        swept = Policies((rule, *policies.rules), policies.gate, policies.main)
-        r = rates(runs, swept)
-        rows.append({"threshold": t, **{str(k): v for k, v in r.items()}})
+        rules = tuple(Policy(m, "latency", threshold=t) for m in metrics)
+        swept = Policies((*rules, *policies.rules), policies.gate, policies.main)
+        rows.append({"threshold": t, **{str(k): v for k, v in rates(runs, swept).items()}})
     return rows
+
+
+def upper_95(events: int, n: int) -> float:
+    """One-sided 95% upper confidence bound of a rate seen ``events`` times in ``n``
+    (Clopper-Pearson; the "rule of three" at zero)."""
+    if events >= n:
+        return 1.0
+    lo, hi = events / n, 1.0
+    for _ in range(60):  # P(X <= events | p) = 0.05, by bisection
+        p = (lo + hi) / 2
+        tail = sum(math.comb(n, k) * p**k * (1 - p) ** (n - k) for k in range(events + 1))
+        lo, hi = (p, hi) if tail > 0.05 else (lo, p)
+    return hi
 
 
 def _pct(n: int, d: int) -> str:
@@ -234,6 +253,24 @@ def detect_policies():
     return detect.load_policies()
 
 
+HOST_METRICS = ["kernel.KernelLatency.call_us", "kernel.KernelLatency.host_us",
+                "kernel.DispatchFloor.*"]  # fmt: skip
+
+
+def _sweep_table(runs, policies, metrics, thresholds) -> list[str]:
+    lines = ["| threshold | A/A false alarms (windows) | before re-measure | +2% caught | "
+             "+5% caught | +10% caught |", "|---|---|---|---|---|---|"]  # fmt: skip
+    for row in sweep(runs, policies, metrics, thresholds):
+        aa = row.get("aa_windows", {})
+        caught = [_pct(row[str(c)]["caught"], row[str(c)]["targets"]) if str(c) in row else "-"
+                  for c in CONDITIONS[1:]]  # fmt: skip
+        lines.append(f"| {row['threshold'] * 100:.0f}% | "
+                     f"{_pct(aa.get('false_alarm_runs', 0), aa.get('gate_runs', 0))} | "
+                     f"{_pct(aa.get('flagged_before_recheck', 0), aa.get('gate_runs', 0))} | "
+                     f"{' | '.join(caught)} |")  # fmt: skip
+    return lines
+
+
 def analyze(dirs: list[Path], write: Path | None) -> int:
     runs = load_runs(dirs)
     if not runs:
@@ -241,7 +278,11 @@ def analyze(dirs: list[Path], write: Path | None) -> int:
         return 2
     policies = detect_policies()
     r = rates(runs, policies)
+    aa_n = sum(r[c]["gate_runs"] for c in (0.0, "aa_windows") if c in r)
+    aa_alarms = sum(r[c]["false_alarm_runs"] for c in (0.0, "aa_windows") if c in r)
     lines = [
+        f"{len(runs)} runs ({len(dirs)} collection(s)), thresholds as in policies.toml.",
+        "",
         "| head of the gate run | gate runs | runs with a false alarm (after re-measure) | "
         "before re-measure | triton gpu_us cells caught | measured slowdown (median) |",
         "|---|---|---|---|---|---|",
@@ -255,23 +296,27 @@ def analyze(dirs: list[Path], write: Path | None) -> int:
             f"{_pct(v['flagged_before_recheck'], v['gate_runs'])} | "
             f"{_pct(v['caught'], v['targets'])} | {ach} |"
         )
+    lines += ["", f"A/A in all: {aa_alarms} false alarm(s) in {aa_n} gate runs; one-sided 95% "
+              f"upper bound {upper_95(aa_alarms, aa_n) * 100:.1f}% per run.", "",
+              "Per triton cell (the gate's two rounds; measured = head/base medians - 1):", "",
+              "| injected | cell | caught | measured slowdown: median (min-max) |",
+              "|---|---|---|---|"]  # fmt: skip
+    for cond, v in r.items():
+        for cell, c in sorted(v["cells"].items()):
+            m = c["measured"]
+            lines.append(f"| +{cond * 100:.0f}% | {cell} | {_pct(c['caught'], c['targets'])} | "
+                         f"{statistics.median(m) * 100:+.1f}% ({min(m) * 100:+.1f}% to "
+                         f"{max(m) * 100:+.1f}%) |")  # fmt: skip
     lines += ["", "Run-to-run spread of the A runs (max/min of each cell's median):", "",
               "| metric | cells | median cell | worst cell |", "|---|---|---|---|"]  # fmt: skip
     for k, v in sorted(noise(runs).items()):
         lines.append(f"| `{k}` | {v['cells']} | {v['median_spread']:.3f} | {v['max_spread']:.3f} |")
-    lines += ["", "Threshold sweep for `kernel.KernelLatency.gpu_us` (false alarms per A/A "
-              "window; detection per injected slowdown):", "",
-              "| threshold | A/A false alarms | +2% caught | +5% caught | +10% caught |",
-              "|---|---|---|---|---|"]  # fmt: skip
-    for row in sweep(runs, policies, "kernel.KernelLatency.gpu_us", [0.01, 0.02, 0.03, 0.04]):
-        aa = row.get("aa_windows", {})
-        cells = [_pct(row[str(c)]["caught"], row[str(c)]["targets"]) if str(c) in row else "-"
-                 for c in CONDITIONS[1:]]  # fmt: skip
-        lines.append(f"| {row['threshold'] * 100:.0f}% | "
-                     f"{_pct(aa.get('false_alarm_runs', 0), aa.get('gate_runs', 0))} | "
-                     f"{' | '.join(cells)} |")  # fmt: skip
+    lines += ["", "Threshold sweep for `kernel.KernelLatency.gpu_us`, the others as in force:", ""]
+    lines += _sweep_table(runs, policies, ["kernel.KernelLatency.gpu_us"], [0.01, 0.02, 0.03, 0.04])
+    lines += ["", "Threshold sweep for the host-time metrics (`call_us`, `host_us`, "
+              "`DispatchFloor.*`) together:", ""]  # fmt: skip
+    lines += _sweep_table(runs, policies, HOST_METRICS, [0.3, 0.6, 1.0, 1.5])
     text = "\n".join(lines) + "\n"
-    print(f"{len(runs)} runs", file=sys.stderr)
     print(text)
     if write:
         write.write_text(text)
