@@ -21,7 +21,9 @@ def _num(x: float | None, digits: int = 4) -> str:
 
 
 def _pct(x: float | None) -> str:
-    return "-" if x is None or math.isinf(x) else f"{x * 100:+.1f}%"
+    if x is not None and math.isinf(x):
+        return "none: too few samples"
+    return "-" if x is None else f"{x * 100:+.1f}%"
 
 
 def _name(v: Verdict) -> str:

@@ -210,6 +210,18 @@ class Measurement:
         )  # fmt: skip
 
 
+def _filters(equal: dict, gate_runs: bool = False) -> tuple[list[str], list]:
+    """WHERE terms and their arguments: ``column = value`` for each value given, and no gate
+    runs unless asked (they are a gate job's, not the history's)."""
+    where = ["TRUE"] if gate_runs else ["(label IS NULL OR label NOT LIKE 'gate:%')"]
+    args = []
+    for col, val in equal.items():
+        if val is not None:
+            where.append(f"{col} = ?")
+            args.append(val)
+    return where, args
+
+
 class StoreLocked(RuntimeError):
     """Another process held the store's write lock for longer than the timeout."""
 
@@ -351,21 +363,15 @@ class Store:
              label: str | None = None, gate_runs: bool = False, frame: bool = False):  # fmt: skip
         """Runs, newest commit first. ``commit`` matches a prefix; ``label`` a LIKE pattern;
         gate runs (labelled ``gate:%``) only when ``gate_runs`` or a ``label`` is given."""
-        where, args = ["TRUE"], []
-        if machine:
-            where.append("machine = ?")
-            args.append(machine)
+        where, args = _filters({"machine": machine}, gate_runs or bool(label))
         if commit:
             where.append("starts_with(commit_hash, ?)")
             args.append(commit)
         if label:
             where.append("label LIKE ?")
             args.append(label)
-        elif not gate_runs:
-            where.append("(label IS NULL OR label NOT LIKE 'gate:%')")
-        sql = (f"SELECT * EXCLUDE (fingerprint) FROM runs WHERE {' AND '.join(where)} "
-               "ORDER BY commit_time DESC NULLS LAST, started_at DESC")  # fmt: skip
-        return self._rows(sql, args, frame)
+        return self._select("* EXCLUDE (fingerprint)", "runs", where, args,
+                            "commit_time DESC NULLS LAST, started_at DESC", frame)  # fmt: skip
 
     def measurements(self, run_ids: list[str]) -> list[dict]:
         """Every measurement of these runs, samples included."""
@@ -378,57 +384,39 @@ class Store:
                since=None, until=None, gate_runs: bool = False, samples: bool = False,
                frame: bool = False):  # fmt: skip
         """One row per run and cell, oldest commit first: the history the dashboard plots and
-        detection reads. ``params`` filters on parameter values."""
-        where, args = ["TRUE"], []
-        for col, val in (("benchmark", benchmark), ("metric", metric), ("machine", machine)):
-            if val is not None:
-                where.append(f"{col} = ?")
-                args.append(val)
+        detection reads. ``params`` filters on parameter values; ``since``/``until`` on the
+        commit time."""
+        where, args = _filters(
+            {"benchmark": benchmark, "metric": metric, "machine": machine}, gate_runs
+        )
         for k, v in (params or {}).items():
             where.append("json_extract_string(params, ?) = ?")
             args += [f"$.{k}", str(v)]
-        if since is not None:
-            where.append("commit_time >= ?")
-            args.append(since)
-        if until is not None:
-            where.append("commit_time <= ?")
-            args.append(until)
-        if not gate_runs:
-            where.append("(label IS NULL OR label NOT LIKE 'gate:%')")
+        for op, t in ((">=", since), ("<=", until)):
+            if t is not None:
+                where.append(f"commit_time {op} ?")
+                args.append(t)
         cols = "*" if samples else "* EXCLUDE (samples)"
-        sql = (f"SELECT {cols} FROM series WHERE {' AND '.join(where)} "
-               "ORDER BY commit_time NULLS FIRST, started_at")  # fmt: skip
-        return self._rows(sql, args, frame)
+        return self._select(cols, "series", where, args, "commit_time NULLS FIRST, started_at",
+                            frame)  # fmt: skip
 
     def speedups(self, *, candidate: str = "triton", machine: str | None = None,
                  benchmark: str | None = None, frame: bool = False):  # fmt: skip
-        where, args = ["candidate = ?", "(label IS NULL OR label NOT LIKE 'gate:%')"], [candidate]
-        if machine:
-            where.append("machine = ?")
-            args.append(machine)
-        if benchmark:
-            where.append("benchmark = ?")
-            args.append(benchmark)
-        sql = f"SELECT * FROM speedups WHERE {' AND '.join(where)} ORDER BY commit_time"
-        return self._rows(sql, args, frame)
+        """``candidate`` against every other backend/pipeline in the same run and cell."""
+        where, args = _filters({"candidate": candidate, "machine": machine, "benchmark": benchmark})
+        return self._select("*", "speedups", where, args, "commit_time", frame)
 
     def dispatch_floors(self, *, machine: str | None = None, frame: bool = False):
-        where = "(label IS NULL OR label NOT LIKE 'gate:%')"
-        args = []
-        if machine:
-            where += " AND machine = ?"
-            args.append(machine)
-        return self._rows(
-            f"SELECT * FROM dispatch_floors WHERE {where} ORDER BY commit_time", args, frame
-        )
+        where, args = _filters({"machine": machine})
+        return self._select("*", "dispatch_floors", where, args, "commit_time", frame)
 
     def drift(self, *, machine: str | None = None, frame: bool = False):
-        where = "(label IS NULL OR label NOT LIKE 'gate:%')"
-        args = []
-        if machine:
-            where += " AND machine = ?"
-            args.append(machine)
-        return self._rows(f"SELECT * FROM drift WHERE {where} ORDER BY commit_time", args, frame)
+        where, args = _filters({"machine": machine})
+        return self._select("*", "drift", where, args, "commit_time", frame)
+
+    def _select(self, cols, source, where, args, order, frame):
+        sql = f"SELECT {cols} FROM {source} WHERE {' AND '.join(where)} ORDER BY {order}"
+        return self._rows(sql, args, frame)
 
     def acceptances(self, commit_hash: str | None = None) -> list[dict]:
         if commit_hash:

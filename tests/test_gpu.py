@@ -110,3 +110,15 @@ def test_unaligned_cu_seqlens_and_odd_strides():
     for _ in range(2):
         out = ragged.varlen_attention(q, k, v, shifted, max_seqlen)
         assert_attention_close(out, q, k, v, cu)
+
+
+def test_injected_delay_slows_the_kernel_and_keeps_its_output():
+    """The calibration's slower kernel (benchmarks/_inject.py): same numbers, more time."""
+    from benchmarks import _inject
+    from benchmarks import _workloads as W
+
+    q, k, v, cu_seqlens, max_seqlen = W.kernel_inputs(64, 0.8, "deit_b", "uniform")
+    fast, _ = _inject.triton_fn(q, k, v, cu_seqlens, max_seqlen, 0.0)
+    slow, info = _inject.triton_fn(q, k, v, cu_seqlens, max_seqlen, 0.10)
+    assert torch.equal(fast(), slow())
+    assert info["delay_cycles"] > 0 and 0.05 < info["sized_slowdown"] < 0.15
