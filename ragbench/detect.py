@@ -123,8 +123,11 @@ def _bad_change(ratio: float, lower_better: bool) -> float:
     return ratio - 1 if lower_better else 1 / ratio - 1
 
 
-def compare(base: dict[Key, Cell], head: dict[Key, Cell], policies: Policies) -> Comparison:
-    """Every cell of head judged against base under ``policies``."""
+def compare(
+    base: dict[Key, Cell], head: dict[Key, Cell], policies: Policies, detail: bool = True
+) -> Comparison:
+    """Every cell of head judged against base under ``policies``. ``detail=False`` skips the
+    bootstrap intervals and the smallest detectable slowdowns (the verdicts stay the same)."""
     alpha = float(policies.gate.get("alpha", 0.01))
     conf = float(policies.gate.get("confidence", 0.95))
     resamples = int(policies.gate.get("resamples", 1000))
@@ -156,9 +159,10 @@ def compare(base: dict[Key, Cell], head: dict[Key, Cell], policies: Policies) ->
             v.change = _bad_change(v.ratio, lower)
             if len(b.samples) >= 2 and len(h.samples) >= 2:
                 v.p = stats.mann_whitney(b.samples, h.samples)[1]
-                v.interval = stats.ratio_interval(
-                    b.samples, h.samples, confidence=conf, resamples=resamples
-                )
+                if detail:
+                    v.interval = stats.ratio_interval(
+                        b.samples, h.samples, confidence=conf, resamples=resamples
+                    )
                 tested.append(v)
             else:  # one value a side (e.g. peak memory): the threshold alone decides
                 v.status = _by_threshold(v, policy, significant=True)
@@ -167,6 +171,8 @@ def compare(base: dict[Key, Cell], head: dict[Key, Cell], policies: Policies) ->
     for v, p_adj in zip(tested, adjusted, strict=True):
         v.p_adj = p_adj
         v.status = _by_threshold(v, v.policy, significant=p_adj < alpha)
+        if not detail:
+            continue
         b, h = base[v.key], head[v.key]
         lower = v.policy.kind == "latency"
         v.detectable = stats.min_detectable(

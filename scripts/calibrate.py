@@ -131,13 +131,14 @@ def gate_run(base: list[dict], head: list[dict], recheck: tuple[dict, dict], pol
     """What ``ragbench gate`` would decide: -> (flagged keys, confirmed keys)."""
     from ragbench import detect
 
-    first = detect.compare(side_cells(base), side_cells(head), policies)
+    first = detect.compare(side_cells(base), side_cells(head), policies, detail=False)
     flagged = {v.key for v in first.verdicts if v.status == "regression"}
     if not flagged:
         return flagged, set()
     b, h = side_cells([recheck[0]]), side_cells([recheck[1]])
-    again = detect.compare({k: b[k] for k in flagged if k in b},
-                           {k: h[k] for k in flagged if k in h}, policies)  # fmt: skip
+    b = {k: c for k, c in b.items() if k in flagged}
+    h = {k: c for k, c in h.items() if k in flagged}
+    again = detect.compare(b, h, policies, detail=False)
     return flagged, {v.key for v in again.verdicts if v.status == "regression"}
 
 
