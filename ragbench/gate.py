@@ -100,7 +100,7 @@ def run_gate(
         if not head_runs:
             raise GateError(
                 f"the store has no run of head {head[:12]} on machine {machine!r}: "
-                "run the suite first (ragbench run), or gate with --measure"
+                "run the suite first (ragbench run), or gate without --stored"
             )
         result.base_runs, result.head_runs = base_runs, head_runs
         result.comparison = detect.compare(

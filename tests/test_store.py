@@ -211,3 +211,11 @@ def test_store_path_from_environment(tmp_path, monkeypatch):
     with Store() as store:
         assert store.path == tmp_path / "env.duckdb"
     assert (tmp_path / "env.duckdb").exists()
+
+
+def test_acceptances_are_recorded(tmp_path):
+    with Store(tmp_path / "perf.duckdb") as store:
+        store.accept("c" * 40, "kernel.KernelLatency", "gpu_us", "backend=triton", "known", "me")
+        store.accept("c" * 40, "kernel.KernelLatency", "gpu_us", "backend=triton", "again", "me")
+        (row,) = store.acceptances("c" * 8)
+        assert row["reason"] == "again" and row["accepted_by"] == "me"
