@@ -6,7 +6,7 @@ BIN := $(VENV)/bin
 # then the project with its dev extras.
 TORCH := torch==2.14.1 torchvision==0.29.1
 
-.PHONY: setup test lint format demo tour bench bench-full bench-self bench-kernel bench-pipeline clean
+.PHONY: setup test lint format demo tour dashboard screenshots bench bench-full bench-self bench-kernel bench-pipeline clean
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -33,6 +33,16 @@ format: setup
 # ingested into results/perf.duckdb, and the gate report of HEAD against its parent.
 demo: setup
 	$(BIN)/python -m scripts.demo
+
+# The dashboard over the store (make demo fills it): http://localhost:8501
+STORE ?= results/perf.duckdb
+dashboard: setup
+	$(BIN)/python -m streamlit run dashboard/app.py --browser.gatherUsageStats false -- --store $(STORE)
+
+# docs/dashboard/*.png from a store of 1,000 synthetic commits, and the first page's time in
+# chromium (needs /usr/bin/chromium: apt-get install chromium)
+screenshots: setup
+	$(BIN)/python -m scripts.screenshots --out docs/dashboard
 
 # The library on this machine in under a minute: backends against the oracle, pack/unpack,
 # the pruned pipeline, and on a GPU the dispatch floor.

@@ -256,14 +256,19 @@ class SeriesReport:
 
 
 def history(points: list[Point], key: Key, params: dict, unit: str | None,
-            policies: Policies) -> SeriesReport:  # fmt: skip
-    """Judge the newest point against the lookback (same environment) and find change points."""
+            policies: Policies, change_points: bool = True) -> SeriesReport:  # fmt: skip
+    """Judge the newest point against the lookback (same environment) and find change points
+    (``change_points=False`` skips them: the lookback alone is cheap)."""
     conf = policies.main
-    cps = stats.e_divisive(
-        [p.value for p in points],
-        alpha=float(conf.get("changepoint_alpha", 0.01)),
-        permutations=int(conf.get("permutations", 199)),
-        min_size=int(conf.get("min_size", 3)),
+    cps = (
+        stats.e_divisive(
+            [p.value for p in points],
+            alpha=float(conf.get("changepoint_alpha", 0.01)),
+            permutations=int(conf.get("permutations", 199)),
+            min_size=int(conf.get("min_size", 3)),
+        )
+        if change_points
+        else []
     )
     env_changes = [i for i in cps if points[i].env_key != points[i - 1].env_key]
     rep = SeriesReport(key, params, unit, points, cps, env_changes)
@@ -289,7 +294,8 @@ def history(points: list[Point], key: Key, params: dict, unit: str | None,
     return rep
 
 
-def histories(rows: list[dict], policies: Policies, last: int = 200) -> list[SeriesReport]:
+def histories(rows: list[dict], policies: Policies, last: int = 200,
+              change_points: bool = True) -> list[SeriesReport]:  # fmt: skip
     """Series reports from ``Store.series`` rows (one machine): one point per commit and
     environment (the median over its runs), in commit order, the newest ``last`` commits."""
     from .store import ENV_FIELDS
@@ -313,5 +319,5 @@ def histories(rows: list[dict], policies: Policies, last: int = 200) -> list[Ser
             ))  # fmt: skip
         first = next(iter(by_commit.values()))[0]
         reports.append(history(points[-last:], key, json.loads(first["params"]), first["unit"],
-                               policies))  # fmt: skip
+                               policies, change_points))  # fmt: skip
     return reports

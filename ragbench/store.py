@@ -113,6 +113,9 @@ SELECT run_id, commit_hash, commit_time, machine, env_key, gpu, torch, triton, l
        json_extract_string(params, '$.backend') AS backend,
        json_extract_string(params, '$.geometry') AS geometry,
        max(median) FILTER (WHERE metric = 'floor_us') AS call_us,
+       -- dispatch_us samples are call_us samples less the median gpu_us: medians subtract
+       max(median) FILTER (WHERE metric = 'floor_us')
+         - max(median) FILTER (WHERE metric = 'dispatch_us') AS gpu_us,
        max(median) FILTER (WHERE metric = 'dispatch_us') AS dispatch_us
 FROM series WHERE benchmark = 'kernel.DispatchFloor'
 GROUP BY ALL;
@@ -354,6 +357,11 @@ class Store:
             t: self.con.execute(f"SELECT count(*) FROM {t}").fetchone()[0]
             for t in ("runs", "measurements", "acceptances")
         }
+
+    @property
+    def mtime(self) -> float:
+        """When the file last changed: a cache key for readers (the dashboard)."""
+        return self.path.stat().st_mtime
 
     def machines(self) -> list[str]:
         rows = self.con.execute("SELECT DISTINCT machine FROM runs ORDER BY 1").fetchall()

@@ -65,9 +65,9 @@ def main(argv=None) -> int:
         runs = store.counts()["runs"]
     print(gate_markdown(res))
     print(f"Done in {time.perf_counter() - t0:.0f} s. The store {args.store} holds {runs} run(s).")
-    print("Look at it: the dashboard (streamlit, issue 6) is not built yet; meanwhile")
-    print(f"  python -m ragbench detect --store {args.store} --machine {machine}")
-    print(f"  python -m ragbench export --store {args.store} --out results/parquet")
+    print(f"Open the dashboard: make dashboard STORE={args.store}  (http://localhost:8501)")
+    print(f"History on the command line: python -m ragbench detect --store {args.store}")
+    print(f"As Parquet: python -m ragbench export --store {args.store} --out results/parquet")
     print("and in CI the gate measures: python -m ragbench gate --base <merge-base> --head HEAD")
     return 0
 

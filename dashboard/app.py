@@ -1,0 +1,524 @@
+"""The performance dashboard over the results store.
+
+    streamlit run dashboard/app.py [-- --store results/perf.duckdb]     (or: make dashboard)
+
+Pages: Overview, Dispatch floors, Speedups, Numeric drift, Compare, Versions, and Series (where
+the overview's links lead). Everything is read through ``ragbench``'s store API and judged by
+``ragbench.detect``; this file lays out and draws. ``$RAGBENCH_COMMIT_URL`` (e.g.
+``https://github.com/org/ragged/commit/{}``) makes points link to their commit.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from pathlib import Path
+from urllib.parse import urlencode
+
+import altair as alt
+import pandas as pd
+import streamlit as st
+
+# `streamlit run dashboard/app.py` puts dashboard/ on the path, not the repository
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from dashboard import PAGES, paper
+from ragbench import detect, gate
+from ragbench.store import Store, default_path
+
+POLICIES = detect.load_policies()
+# Change points over a series' newest commits only: E-Divisive's permutation test costs
+# O(n^2) a shuffle (one series of 400 commits: ~1 s; all 59 series of a quick grid at 200:
+# 0.6 s, hence none on the overview, whose lookback needs only the last few runs).
+CHANGE_POINT_COMMITS = 400
+LOOKBACK_COMMITS = 50
+
+
+def store_path() -> Path:
+    ap = argparse.ArgumentParser(add_help=False)
+    ap.add_argument("--store", type=Path, default=None)
+    args, _ = ap.parse_known_args(sys.argv[1:])
+    return args.store or default_path()
+
+
+# --- reading the store: one read-only connection per query, cached until the file changes ---
+
+
+@st.cache_data(show_spinner=False, max_entries=256)
+def query(path: str, mtime: float, name: str, **kwargs):
+    with Store(path, read_only=True) as s:
+        method = getattr(s, name)
+        if name in ("machines", "measurements"):
+            return method(**kwargs)
+        return method(frame=True, **kwargs)
+
+
+@st.cache_data(show_spinner=False, max_entries=64)
+def histories(path: str, mtime: float, machine: str, last: int, change_points: bool = True,
+              **series_filter):  # fmt: skip
+    """``ragbench.detect`` over the newest ``last`` commits of the machine's series (all, or
+    those ``series_filter`` selects: benchmark, metric)."""
+    runs = query(path, mtime, "runs", machine=machine)
+    times = runs.drop_duplicates("commit_hash")["commit_time"]
+    since = times.iloc[min(last, len(times)) - 1].to_pydatetime() if len(times) else None
+    with Store(path, read_only=True) as s:
+        rows = s.series(machine=machine, since=since, **series_filter)
+    return detect.histories(rows, POLICIES, last=last, change_points=change_points)
+
+
+@st.cache_data(show_spinner=False, max_entries=64)
+def comparison(path: str, mtime: float, base_ids: tuple, head_ids: tuple, detail: bool):
+    with Store(path, read_only=True) as s:
+        base, head = gate.cells(s, list(base_ids)), gate.cells(s, list(head_ids))
+    return detect.compare(base, head, POLICIES, detail=detail)
+
+
+# --- drawing ---------------------------------------------------------------------------------
+
+
+def commit_link(df: pd.DataFrame) -> pd.DataFrame:
+    df = df.copy()
+    df["commit"] = df["commit_hash"].str[:12]
+    template = os.environ.get("RAGBENCH_COMMIT_URL")
+    if template:
+        df["url"] = [template.format(c) for c in df["commit_hash"]]
+    return df
+
+
+def chart(
+    df: pd.DataFrame,
+    y: str,
+    color: str | None,
+    title: str,
+    *,
+    rules=None,
+    change_points=None,
+    key: str,
+    y_title: str | None = None,
+):
+    """A line over commits with hover (commit, date, value, spread) and a CSV download."""
+    if df.empty:
+        st.info(f"{title}: no data for these filters.")
+        return
+    df = commit_link(df)
+    tooltip = [
+        "commit",
+        alt.Tooltip("commit_time:T", title="date"),
+        alt.Tooltip(f"{y}:Q", format=".4g"),
+    ]
+    tooltip += [c for c in ("q25", "q75", "torch", "triton") if c in df]
+    if color:
+        tooltip.append(color)
+    enc = {
+        "x": alt.X("commit_time:T", title="commit time"),
+        "y": alt.Y(f"{y}:Q", title=y_title or y, scale=alt.Scale(zero=False)),
+        "tooltip": tooltip,
+    }
+    if color:
+        enc["color"] = alt.Color(f"{color}:N")
+    if "url" in df:
+        enc["href"] = "url:N"
+    layers = [alt.Chart(df).mark_line(point=True).encode(**enc)]
+    if {"q25", "q75"} <= set(df) and df["q25"].notna().any():
+        band = {k: v for k, v in enc.items() if k in ("x", "color")}
+        layers.insert(0, alt.Chart(df).mark_area(opacity=0.2).encode(y="q25:Q", y2="q75:Q", **band))
+    for label, value, colour in rules or []:
+        rule = pd.DataFrame({"value": [value], "label": [label]})
+        layers.append(
+            alt.Chart(rule)
+            .mark_rule(strokeDash=[6, 3], color=colour)
+            .encode(y="value:Q", tooltip=["label", "value"])
+        )
+    if change_points is not None and not change_points.empty:
+        layers.append(
+            alt.Chart(change_points)
+            .mark_rule(color="red")
+            .encode(x="commit_time:T", tooltip=["commit", "cause"])
+        )
+    st.altair_chart(alt.layer(*layers).properties(title=title, height=280), width="stretch")
+    st.download_button(
+        f"Download the data ({title})",
+        df.to_csv(index=False),
+        file_name=f"{key}.csv",
+        mime="text/csv",
+        key=f"dl-{key}",
+    )
+
+
+def filtered(df: pd.DataFrame, f: dict) -> pd.DataFrame:
+    """Rows within the sidebar's date range and environments."""
+    if df.empty:
+        return df
+    t = pd.to_datetime(df["commit_time"])
+    keep = (t.dt.date >= f["since"]) & (t.dt.date <= f["until"])
+    if f["torch"]:
+        keep &= df["torch"].isin(f["torch"])
+    if f["triton"]:
+        keep &= df["triton"].isin(f["triton"])
+    return df[keep]
+
+
+def pick(label: str, options: list, key: str, default=None):
+    options = sorted({o for o in options if o is not None}, key=str)
+    if not options:
+        return None
+    wanted = st.query_params.get(key, default)
+    index = options.index(wanted) if wanted in options else 0
+    return st.selectbox(label, options, index=index, key=key)
+
+
+# --- pages -----------------------------------------------------------------------------------
+
+
+def overview(ctx):
+    st.header("Overview")
+    runs = ctx["runs"]
+    latest = runs.drop_duplicates("machine")
+    for _, run in latest.iterrows():
+        m = run["machine"]
+        mine = runs[runs["machine"] == m]
+        gpu = run["gpu"] if pd.notna(run["gpu"]) else "CPU"
+        driver = run["driver"] if pd.notna(run["driver"]) else "none"
+        st.subheader(f"{m}: {gpu}")
+        st.caption(
+            f"latest commit {run['commit_hash'][:12]} ({run['commit_time']}), torch "
+            f"{run['torch']}, triton {run['triton']}, driver {driver}"
+        )
+        commits = mine["commit_hash"].unique()
+        if len(commits) >= 2:
+            head = tuple(mine[mine["commit_hash"] == commits[0]]["run_id"])
+            base = tuple(mine[mine["commit_hash"] == commits[1]]["run_id"])
+            c = comparison(ctx["path"], ctx["mtime"], base, head, False)
+            status = "FAIL" if c.failed else "PASS"
+            st.markdown(
+                f"**Gate, latest commit against {commits[1][:12]}: {status}** - "
+                f"{len(c.by_status('regression'))} regression(s), "
+                f"{len(c.by_status('violation'))} bound violation(s), "
+                f"{len(c.by_status('improvement'))} improvement(s), "
+                f"{len(c.by_status('unchanged'))} unchanged"
+            )
+            found = [(v.key, v.status, v.change) for v in c.verdicts if v.status in FOUND]
+            links(m, found)
+        # the lookback only: change points are drawn on each series' own page (0.6 s saved)
+        reports = histories(ctx["path"], ctx["mtime"], m, LOOKBACK_COMMITS, False)
+        flagged = [(r.key, r.status, r.latest_change) for r in reports if r.status in FOUND]
+        st.markdown(
+            f"Newest run against its lookback (median and MAD of the previous runs in the same "
+            f"environment): {len(flagged)} flagged series of {len(reports)}."
+        )
+        links(m, flagged)
+
+
+FOUND = ("regression", "improvement", "violation")
+
+
+def links(machine: str, found: list[tuple]) -> None:
+    """A table of flagged cells, each linking to its series page."""
+    if not found:
+        return
+    lines = ["| series | status | change |", "|---|---|---|"]
+    for (bench, metric, cell), status, change in found:
+        query = {"page": "Series", "machine": machine, "benchmark": bench, "metric": metric,
+                 "cell": cell}  # fmt: skip
+        pct = f"{change * 100:+.1f}%" if change is not None else ""
+        lines.append(f"| [{bench}.{metric} {cell}](?{urlencode(query)}) | {status} | {pct} |")
+    st.markdown("\n".join(lines))
+
+
+def dispatch_floors(ctx):
+    st.header("Dispatch floors")
+    st.caption(
+        "call_us, gpu_us and dispatch_us at the smallest workload (BS 1, 80% pruned), "
+        "per backend, over commits"
+    )
+    df = filtered(query(ctx["path"], ctx["mtime"], "dispatch_floors", machine=ctx["machine"]), ctx)
+    if df.empty:
+        st.info("No dispatch-floor runs on this machine (a GPU suite measures them).")
+        return
+    geometry = pick("geometry", list(df["geometry"]), "geometry")
+    df = df[df["geometry"] == geometry]
+    for metric in ("call_us", "gpu_us", "dispatch_us"):
+        rules = (
+            [
+                (f"paper, {b}, BS 32/80% call", paper.KERNEL_CALL_US[(32, 0.8)][b], "grey")
+                for b in ("triton", "fa2")
+            ]
+            if ctx["paper"] and metric == "call_us"
+            else None
+        )
+        chart(df, metric, "backend", metric, rules=rules, key=f"floor-{metric}", y_title="us")
+
+
+def speedups(ctx):
+    st.header("Speedups")
+    st.caption(
+        "triton (or another candidate) against each other backend or pipeline in the "
+        "same run and cell: >1 means the candidate is faster"
+    )
+    candidate = st.selectbox("candidate", ["triton", "triton_graph"], key="candidate")
+    df = filtered(
+        query(ctx["path"], ctx["mtime"], "speedups", candidate=candidate, machine=ctx["machine"]),
+        ctx,
+    )
+    if df.empty:
+        st.info("No speedups for this candidate on this machine.")
+        return
+    bench = pick("benchmark", list(df["benchmark"]), "benchmark")
+    df = df[df["benchmark"] == bench]
+    metric = pick("metric", list(df["metric"]), "metric")
+    df = df[df["metric"] == metric]
+    cell = pick("cell (model, batch size, pruning method ...)", list(df["group_key"]), "cell")
+    df = df[df["group_key"] == cell]
+    baselines = sorted(df["baseline"].unique())
+    chosen = [b for b in ("padded_full", "padded_max", "fa2") if b in baselines] or baselines
+    chosen = st.multiselect("against", baselines, default=chosen, key="baselines")
+    df = df[df["baseline"].isin(chosen)]
+    rules = []
+    if ctx["paper"]:
+        params = dict(kv.split("=", 1) for kv in cell.split(",") if "=" in kv)
+        for b in chosen:
+            if bench.startswith("pipeline.") and "batch" in params:
+                ref = paper.e2e_speedup(int(params["batch"]), b)
+            elif bench.startswith("kernel.") and "batch" in params and metric == "call_us":
+                ref = paper.kernel_speedup(int(params["batch"]), float(params["prune"]), b)
+            else:
+                ref = None
+            if ref:
+                rules.append((f"paper vs {b}", ref, "grey"))
+    chart(
+        df,
+        "speedup",
+        "baseline",
+        f"{candidate} speedup, {bench}.{metric}",
+        rules=rules,
+        key="speedups",
+        y_title="x",
+    )
+
+
+def numeric_drift(ctx):
+    st.header("Numeric drift")
+    st.caption("logits against padded_max over the same keep masks; dashed: the gate's bounds")
+    df = filtered(query(ctx["path"], ctx["mtime"], "drift", machine=ctx["machine"]), ctx)
+    if df.empty:
+        st.info("No drift runs on this machine.")
+        return
+    bench = pick("benchmark", list(df["benchmark"]), "benchmark")
+    df = df[df["benchmark"] == bench]
+    cell = pick("model and method", list(df["group_key"]), "cell")
+    df = df[df["group_key"] == cell]
+    bound = POLICIES.for_metric(bench, "max_abs_diff")
+    rules = [(f"bound {bound.max}", bound.max, "red")] if bound.max is not None else []
+    if ctx["paper"]:
+        rules.append(("paper's largest (BS 4)", paper.MAX_ABS_LOGIT_DIFF, "grey"))
+    chart(df, "max_abs_diff", "backend", "max |logit difference|", rules=rules, key="drift-max")
+    chart(df, "mean_abs_diff", "backend", "mean |logit difference|", key="drift-mean")
+    chart(
+        df,
+        "top1_agreement",
+        "backend",
+        "top-1 agreement",
+        rules=[("required", 1.0, "red")],
+        key="drift-top1",
+    )
+
+
+def compare(ctx):
+    st.header("Compare two commits")
+    runs = ctx["runs"][ctx["runs"]["machine"] == ctx["machine"]]
+    commits = list(dict.fromkeys(runs["commit_hash"]))
+    if len(commits) < 2:
+        st.info("This machine has fewer than two commits in the store.")
+        return
+    label = {
+        c: f"{c[:12]} ({runs[runs['commit_hash'] == c]['commit_time'].iloc[0]})" for c in commits
+    }
+    col1, col2 = st.columns(2)
+    base = col1.selectbox("base", commits, index=1, format_func=label.get, key="base")
+    head = col2.selectbox("head", commits, index=0, format_func=label.get, key="head")
+    ids = {c: tuple(runs[runs["commit_hash"] == c]["run_id"]) for c in (base, head)}
+    c = comparison(ctx["path"], ctx["mtime"], ids[base], ids[head], True)
+    rows = [
+        {
+            "benchmark": v.key[0],
+            "metric": v.key[1],
+            "cell": v.key[2],
+            "status": v.status,
+            "base": v.base,
+            "head": v.head,
+            "ratio": v.ratio,
+            "interval": f"{v.interval[0]:.3f}-{v.interval[1]:.3f}" if v.interval else "",
+            "p (Holm)": v.p_adj,
+            "threshold": v.policy.threshold if v.p is not None else None,
+            "note": v.note,
+        }
+        for v in c.verdicts
+        if v.status != "info"
+    ]
+    df = pd.DataFrame(rows)
+    st.markdown(
+        f"**{'FAIL' if c.failed else 'PASS'}**: "
+        + ", ".join(f"{n} {s}" for s, n in df["status"].value_counts().items())
+    )
+    st.dataframe(df, width="stretch", hide_index=True)
+    st.download_button(
+        "Download the data (compare)",
+        df.to_csv(index=False),
+        file_name="compare.csv",
+        mime="text/csv",
+        key="dl-compare",
+    )
+
+
+def versions(ctx):
+    st.header("Versions")
+    st.caption("one metric across torch x triton versions on this machine (median over runs)")
+    df = query(ctx["path"], ctx["mtime"], "series", machine=ctx["machine"])
+    if df.empty:
+        st.info("No runs on this machine.")
+        return
+    bench = pick("benchmark", list(df["benchmark"]), "benchmark")
+    df = df[df["benchmark"] == bench]
+    metric = pick("metric", list(df["metric"]), "metric")
+    df = df[df["metric"] == metric]
+    cell = pick("cell", list(df["param_key"]), "cell")
+    df = df[df["param_key"] == cell]
+    grid = df.groupby(["torch", "triton"], dropna=False)["median"].agg(["median", "count"])
+    grid = grid.reset_index().rename(columns={"median": "value", "count": "runs"})
+    heat = (
+        alt.Chart(grid)
+        .mark_rect()
+        .encode(
+            x="triton:N",
+            y="torch:N",
+            color=alt.Color("value:Q", scale=alt.Scale(scheme="viridis")),
+            tooltip=["torch", "triton", alt.Tooltip("value:Q", format=".4g"), "runs"],
+        )
+    )
+    text = (
+        alt.Chart(grid)
+        .mark_text(color="white")
+        .encode(x="triton:N", y="torch:N", text=alt.Text("value:Q", format=".4g"))
+    )
+    st.altair_chart(
+        (heat + text).properties(title=f"{bench}.{metric} {cell}", height=240),
+        width="stretch",
+    )
+    st.download_button(
+        "Download the data (versions)",
+        grid.to_csv(index=False),
+        file_name="versions.csv",
+        mime="text/csv",
+        key="dl-versions",
+    )
+
+
+def series(ctx):
+    st.header("Series")
+    df = query(ctx["path"], ctx["mtime"], "series", machine=ctx["machine"])
+    if df.empty:
+        st.info("No runs on this machine.")
+        return
+    bench = pick("benchmark", list(df["benchmark"]), "benchmark")
+    df = df[df["benchmark"] == bench]
+    metric = pick("metric", list(df["metric"]), "metric")
+    df = df[df["metric"] == metric]
+    cell = pick("cell", list(df["param_key"]), "cell")
+    df = filtered(df[df["param_key"] == cell], ctx)
+    params = dict(kv.split("=", 1) for kv in cell.split(",") if "=" in kv)
+    reports = histories(ctx["path"], ctx["mtime"], ctx["machine"], CHANGE_POINT_COMMITS,
+                        benchmark=bench, metric=metric, params=params)  # fmt: skip
+    report = next((r for r in reports if r.key == (bench, metric, cell)), None)
+    cps = None
+    if report and report.change_points:
+        cps = pd.DataFrame(
+            [
+                {
+                    "commit_time": report.points[i].commit_time,
+                    "commit": report.points[i].commit_hash[:12],
+                    "cause": ("environment: " + report.describe_change(i))
+                    if i in report.env_changes
+                    else "code",
+                }
+                for i in report.change_points
+            ]
+        )
+    chart(
+        df,
+        "median",
+        None,
+        f"{bench}.{metric} {cell}",
+        change_points=cps,
+        key="series",
+        y_title=str(df["unit"].iloc[0]) if not df.empty else None,
+    )
+    if report:
+        st.caption(
+            f"status of the newest run: {report.status}; change points (red, over the newest "
+            f"{CHANGE_POINT_COMMITS} commits): {len(report.change_points)}"
+        )
+
+
+RENDER = dict(
+    zip(
+        PAGES,
+        [overview, dispatch_floors, speedups, numeric_drift, compare, versions, series],
+        strict=True,
+    )
+)
+
+
+def main() -> None:
+    st.set_page_config(page_title="ragged performance", layout="wide")
+    path = store_path()
+    st.sidebar.title("ragged performance")
+    if not path.exists():
+        st.title("ragged performance")
+        st.info(
+            f"No results store at `{path}`. Fill it: `make demo` (benchmarks the last "
+            "commits here), or `python -m ragbench ingest <asv results dir>`; point the "
+            "dashboard at another file with `-- --store PATH` or `$RAGBENCH_STORE`."
+        )
+        return
+    mtime = path.stat().st_mtime
+    runs = query(str(path), mtime, "runs")
+    if runs.empty:
+        st.title("ragged performance")
+        st.info(
+            f"The store `{path}` holds no runs yet. Fill it: `make demo`, or "
+            "`python -m ragbench ingest <asv results dir>`."
+        )
+        return
+    wanted = st.query_params.get("page", "Overview")
+    page = st.sidebar.radio("page", PAGES, index=PAGES.index(wanted) if wanted in PAGES else 0)
+    gpus = runs.drop_duplicates("machine").set_index("machine")["gpu"].fillna("CPU").to_dict()
+    machine = pick("machine", list(gpus), "machine") if page != "Overview" else None
+    if machine:
+        st.sidebar.caption(f"GPU: {gpus[machine]}")
+    mine = runs if machine is None else runs[runs["machine"] == machine]
+    times = pd.to_datetime(mine["commit_time"]).dt.date
+    with st.sidebar:
+        since, until = times.min(), times.max()
+        picked = st.date_input("commit dates", (since, until), min_value=since, max_value=until)
+        if isinstance(picked, tuple) and len(picked) == 2:
+            since, until = picked
+        torch_v = st.multiselect("torch", sorted(mine["torch"].dropna().unique()))
+        triton_v = st.multiselect("triton", sorted(mine["triton"].dropna().unique()))
+        overlay = st.checkbox("the paper's figures (RTX 4000 Ada)", value=False)
+        st.caption(f"store: {path}")
+    ctx = {
+        "path": str(path),
+        "mtime": mtime,
+        "runs": runs,
+        "machine": machine,
+        "since": since,
+        "until": until,
+        "torch": torch_v,
+        "triton": triton_v,
+        "paper": overlay,
+    }
+    RENDER[page](ctx)
+
+
+main()

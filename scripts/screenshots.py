@@ -1,0 +1,133 @@
+"""Screenshots of every dashboard page, and how long the first page takes in a real browser.
+
+    python -m scripts.screenshots [--store STORE] [--out docs/dashboard]
+
+Without ``--store`` it builds a store of 1,000 synthetic commits (``ragbench.synth``, through
+the real ingest path) in a temporary directory. Starts ``streamlit run dashboard/app.py``,
+drives Debian's chromium through playwright (never ``playwright install``), and prints the
+seconds from navigation to the first page's content, cold server and warm.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import os
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.parse
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+CHROMIUM = "/usr/bin/chromium"
+FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
+         "--disable-component-update", "--disable-sync"]  # fmt: skip
+# what each page shows once it has rendered: a chart, or the overview's gate line
+READY = {
+    "Overview": "text=Newest run against its lookback",
+    "Compare": "[data-testid='stDataFrame']",
+}
+# what each screenshot shows, where the first cell would say little: a series that moved
+SHOW = {
+    "Series": {"machine": "synthetic", "benchmark": "kernel.KernelLatency", "metric": "host_us",
+               "cell": "backend=triton,batch=64,geometry=deit_b,lengths=uniform,prune=0.8"},
+    "Speedups": {"benchmark": "pipeline.Throughput", "cell": "batch=64,model=deit_base_224"},
+}  # fmt: skip
+CHART = "[data-testid='stVegaLiteChart'] canvas, [data-testid='stVegaLiteChart'] svg"
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@contextlib.contextmanager
+def serve(store: Path, timeout: float = 60) -> Iterator[str]:
+    """A streamlit server on ``store``; -> its base URL."""
+    port = _free_port()
+    cmd = [sys.executable, "-m", "streamlit", "run", str(REPO / "dashboard" / "app.py"),
+           "--server.headless", "true", "--server.port", str(port),
+           "--browser.gatherUsageStats", "false", "--", "--store", str(store)]  # fmt: skip
+    proc = subprocess.Popen(cmd, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                            text=True)  # fmt: skip
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                urllib.request.urlopen(f"{url}/_stcore/health", timeout=2)
+                break
+            except OSError:
+                if proc.poll() is not None or time.monotonic() > deadline:
+                    out = proc.stdout.read()[-2000:]
+                    raise RuntimeError(f"streamlit did not start: {out}") from None
+                time.sleep(0.3)
+        yield url
+    finally:
+        proc.terminate()
+        proc.wait(timeout=20)
+
+
+@contextlib.contextmanager
+def browser() -> Iterator[object]:
+    from playwright.sync_api import sync_playwright
+
+    if not os.path.exists(CHROMIUM):
+        raise RuntimeError(f"no browser at {CHROMIUM}: apt-get install chromium")
+    with sync_playwright() as p:
+        b = p.chromium.launch(executable_path=CHROMIUM, args=FLAGS)
+        try:
+            yield b.new_page(viewport={"width": 1400, "height": 1000})
+        finally:
+            b.close()
+
+
+def open_page(page, url: str, name: str, timeout_ms: int = 60_000, **query) -> float:
+    """Navigate to dashboard page ``name`` (``query``: more URL parameters, e.g. machine);
+    -> seconds until it has rendered."""
+    t0 = time.perf_counter()
+    page.goto(f"{url}/?{urllib.parse.urlencode({'page': name, **query})}")
+    page.wait_for_selector(READY.get(name, CHART), timeout=timeout_ms)
+    seconds = time.perf_counter() - t0
+    page.wait_for_timeout(500)  # let the charts' transitions settle before a screenshot
+    return seconds
+
+
+def shoot_all(store: Path, out: Path) -> dict[str, float]:
+    from dashboard import PAGES
+
+    out.mkdir(parents=True, exist_ok=True)
+    times = {}
+    with serve(store) as url, browser() as page:
+        times["first page, cold server"] = open_page(page, url, "Overview")
+        times["first page, warm"] = open_page(page, url, "Overview")
+        for name in PAGES:
+            open_page(page, url, name, **SHOW.get(name, {}))
+            page.screenshot(path=str(out / f"{name.lower().replace(' ', '-')}.png"),
+                            full_page=True)  # fmt: skip
+    return times
+
+
+if __name__ == "__main__":
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--store", type=Path, default=None)
+    ap.add_argument("--out", type=Path, default=REPO / "docs" / "dashboard")
+    args = ap.parse_args()
+    with tempfile.TemporaryDirectory() as tmp:
+        store = args.store
+        if store is None:
+            from ragbench import synth
+            from ragbench.ingest import ingest
+            from ragbench.store import Store
+
+            store = Path(tmp) / "perf.duckdb"
+            with Store(store) as s:
+                ingest(s, [synth.write_history(Path(tmp) / "history", 1000)])
+        for what, seconds in shoot_all(store, args.out).items():
+            print(f"{what}: {seconds:.2f} s")

@@ -1,0 +1,137 @@
+"""The dashboard: every page through streamlit's AppTest on a store filled through the real
+ingest path (a synthetic history and this machine's real quick-suite results), the empty and
+missing store, the overview's links, and a real browser (Debian chromium via playwright)."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from pathlib import Path
+
+import pytest
+
+from dashboard import PAGES
+from ragbench import synth
+from ragbench.ingest import ingest
+from ragbench.store import Store
+
+APP = str(Path(__file__).resolve().parent.parent / "dashboard" / "app.py")
+AppTest = pytest.importorskip("streamlit.testing.v1").AppTest
+
+
+@pytest.fixture(scope="module")
+def store(quick_run, tmp_path_factory) -> Path:
+    tmp = tmp_path_factory.mktemp("dash")
+    history = synth.write_history(tmp / "history", 40)
+    # two commits of ours: the overview's gate compares the latest commit with the previous
+    results, _ = quick_run
+    real = tmp / "real"
+    shutil.copytree(results, real)
+    src = next(p for p in real.glob("*/*.json") if p.name != "machine.json")
+    data = json.loads(src.read_text())
+    data["commit_hash"], data["date"] = "f" * 40, data["date"] + 3_600_000
+    col = data["result_columns"].index("started_at")
+    for row in data["results"].values():
+        row[col] = (row[col] or 0) + 3_600_000
+    copy = src.with_name(f"ffffffff{src.name[8:]}")
+    copy.write_text(json.dumps(data))
+    shutil.copy(src.with_suffix(".fingerprint"), copy.with_suffix(".fingerprint"))
+    path = tmp / "perf.duckdb"
+    with Store(path) as s:
+        report = ingest(s, [history, real])
+        assert len(report.stored) == 42 and not report.failed
+    return path
+
+
+def app(store_path: Path, **query) -> AppTest:
+    os.environ["RAGBENCH_STORE"] = str(store_path)
+    at = AppTest.from_file(APP, default_timeout=120)
+    for k, v in query.items():
+        at.query_params[k] = v
+    return at.run()
+
+
+def texts(at) -> str:
+    return "\n".join(str(getattr(e, "value", "")) for e in at.main)
+
+
+def charts(at) -> int:
+    return sum(e.type in ("vega_lite_chart", "arrow_vega_lite_chart") for e in at.main)
+
+
+def test_overview(store):
+    at = app(store)
+    assert not at.exception
+    text = texts(at)
+    assert "synthetic: Synthetic GPU" in text and "ci: CPU" in text
+    assert "Gate, latest commit against" in text and "Newest run against its lookback" in text
+
+
+@pytest.mark.parametrize("page", [p for p in PAGES if p != "Overview"])
+def test_every_page_renders_with_data(store, page):
+    at = app(store, page=page, machine="synthetic")
+    assert not at.exception, at.exception
+    assert at.sidebar.radio[0].value == page
+    if page == "Compare":
+        assert (at.dataframe and "PASS" in texts(at)) or "FAIL" in texts(at)
+    else:
+        assert charts(at) >= 1, page
+    assert at.get("download_button"), page
+
+
+def test_cpu_machine_pages(store):
+    """This machine's own results: the CPU subset's drift and pipeline speedups."""
+    at = app(store, page="Numeric drift", machine="ci")
+    assert not at.exception and charts(at) == 3
+    at = app(store, page="Speedups", machine="ci")
+    assert not at.exception and charts(at) == 1
+
+
+def test_series_link_and_change_points(store):
+    at = app(store, page="Series", machine="synthetic", benchmark="kernel.KernelLatency",
+             metric="gpu_us", cell="backend=triton,batch=64,geometry=deit_b,lengths=uniform,"
+             "prune=0.8")  # fmt: skip
+    assert not at.exception
+    cell = "backend=triton,batch=64,geometry=deit_b,lengths=uniform,prune=0.8"
+    assert [s.value for s in at.selectbox][-3:] == ["kernel.KernelLatency", "gpu_us", cell]
+    # synth makes triton 10% faster at commit 20 of 40: one change point there
+    assert "change points (red, over the newest 400 commits): 1" in texts(at)
+
+
+def test_paper_overlay(store):
+    at = app(store, page="Speedups", machine="synthetic", benchmark="pipeline.Throughput",
+             cell="batch=64,model=deit_base_224")  # fmt: skip
+
+    def rules():
+        specs = [json.loads(e.proto.spec) for e in at.main if e.type.endswith("vega_lite_chart")]
+        return sum(layer["mark"].get("type") == "rule" for sp in specs for layer in sp["layer"])
+
+    assert rules() == 0
+    at.sidebar.checkbox[0].check().run()
+    assert not at.exception
+    assert rules() == 2  # the paper's speedups over padded_full and fa2 at BS 64
+
+
+def test_missing_and_empty_store(tmp_path):
+    at = app(tmp_path / "none.duckdb")
+    assert not at.exception and "No results store at" in texts(at) and "make demo" in texts(at)
+    Store(tmp_path / "empty.duckdb").close()
+    at = app(tmp_path / "empty.duckdb")
+    assert not at.exception and "holds no runs yet" in texts(at)
+
+
+def test_real_browser(store, tmp_path):
+    """streamlit serves the app; chromium renders it; the screenshot is not blank."""
+    from scripts import screenshots
+
+    if not os.path.exists(screenshots.CHROMIUM):
+        pytest.skip("no /usr/bin/chromium (apt-get install chromium; .ci/run installs it)")
+    from PIL import Image, ImageStat
+
+    with screenshots.serve(store) as url, screenshots.browser() as page:
+        seconds = screenshots.open_page(page, url, "Dispatch floors", machine="synthetic")
+        page.screenshot(path=str(tmp_path / "shot.png"))
+    image = Image.open(tmp_path / "shot.png").convert("L")
+    assert max(ImageStat.Stat(image).stddev) > 10  # text and lines, not one colour
+    assert seconds < 60
