@@ -24,7 +24,7 @@ import streamlit as st
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from dashboard import PAGES, paper
-from ragbench import detect, gate
+from ragbench import detect, gate, stats
 from ragbench.store import Store, default_path
 
 POLICIES = detect.load_policies()
@@ -72,6 +72,26 @@ def comparison(path: str, mtime: float, base_ids: tuple, head_ids: tuple, detail
     with Store(path, read_only=True) as s:
         base, head = gate.cells(s, list(base_ids)), gate.cells(s, list(head_ids))
     return detect.compare(base, head, POLICIES, detail=detail)
+
+
+@st.cache_data(show_spinner="finding change points ...", max_entries=64)
+def line_change_points(df: pd.DataFrame, y: str, color: str | None) -> pd.DataFrame:
+    """E-Divisive change points of each line of a chart (its newest CHANGE_POINT_COMMITS
+    points), labelled environment where the environment key changes there, else code."""
+    conf = POLICIES.main
+    rows = []
+    for name, line in df.groupby(color) if color else [(None, df)]:
+        line = line.dropna(subset=[y]).sort_values("commit_time").tail(CHANGE_POINT_COMMITS)
+        cps = stats.e_divisive(
+            line[y].to_numpy(), alpha=float(conf.get("changepoint_alpha", 0.01)),
+            permutations=int(conf.get("permutations", 199)), min_size=int(conf.get("min_size", 3)),
+        )  # fmt: skip
+        for i in cps:
+            here, before = line.iloc[i], line.iloc[i - 1]
+            cause = "environment" if here.get("env_key") != before.get("env_key") else "code"
+            rows.append({"commit_time": here["commit_time"], "commit": here["commit_hash"][:12],
+                         "cause": f"{name}: {cause}" if name is not None else cause})  # fmt: skip
+    return pd.DataFrame(rows)
 
 
 # --- drawing ---------------------------------------------------------------------------------
@@ -130,6 +150,8 @@ def chart(
             .mark_rule(strokeDash=[6, 3], color=colour)
             .encode(y="value:Q", tooltip=["label", "value"])
         )
+    if change_points is None and st.session_state.get("mark_change_points"):
+        change_points = line_change_points(df, y, color)
     if change_points is not None and not change_points.empty:
         layers.append(
             alt.Chart(change_points)
@@ -506,6 +528,10 @@ def main() -> None:
         torch_v = st.multiselect("torch", sorted(mine["torch"].dropna().unique()))
         triton_v = st.multiselect("triton", sorted(mine["triton"].dropna().unique()))
         overlay = st.checkbox("the paper's figures (RTX 4000 Ada)", value=False)
+        st.checkbox(
+            f"mark change points on every chart (E-Divisive, newest {CHANGE_POINT_COMMITS} "
+            "commits; seconds on first use)", value=False, key="mark_change_points",
+        )  # fmt: skip
         st.caption(f"store: {path}")
     ctx = {
         "path": str(path),

@@ -135,3 +135,13 @@ def test_real_browser(store, tmp_path):
     image = Image.open(tmp_path / "shot.png").convert("L")
     assert max(ImageStat.Stat(image).stddev) > 10  # text and lines, not one colour
     assert seconds < 60
+
+
+def test_change_points_on_every_chart(store):
+    at = app(store, page="Dispatch floors", machine="synthetic")
+    at.sidebar.checkbox[1].check().run()
+    assert not at.exception
+    specs = [json.loads(e.proto.spec) for e in at.main if e.type.endswith("vega_lite_chart")]
+    marked = [any(layer["mark"].get("type") == "rule" for layer in sp["layer"]) for sp in specs]
+    # synth: triton's kernel 10% faster at commit 20 of 40 (gpu_us); host time +8% at 30
+    assert marked == [True, True, True]
