@@ -159,13 +159,13 @@ def chart(
             .encode(x="commit_time:T", tooltip=["commit", "cause"])
         )
     st.altair_chart(alt.layer(*layers).properties(title=title, height=280), width="stretch")
-    st.download_button(
-        f"Download the data ({title})",
-        df.to_csv(index=False),
-        file_name=f"{key}.csv",
-        mime="text/csv",
-        key=f"dl-{key}",
-    )
+    download(df, title, key)
+
+
+def download(df: pd.DataFrame, title: str, key: str) -> None:
+    """The data behind a chart or table, as CSV."""
+    st.download_button(f"Download the data ({title})", df.to_csv(index=False),
+                       file_name=f"{key}.csv", mime="text/csv", key=f"dl-{key}")  # fmt: skip
 
 
 def filtered(df: pd.DataFrame, f: dict) -> pd.DataFrame:
@@ -384,28 +384,31 @@ def compare(ctx):
         + ", ".join(f"{n} {s}" for s, n in df["status"].value_counts().items())
     )
     st.dataframe(df, width="stretch", hide_index=True)
-    st.download_button(
-        "Download the data (compare)",
-        df.to_csv(index=False),
-        file_name="compare.csv",
-        mime="text/csv",
-        key="dl-compare",
-    )
+    download(df, "compare", "compare")
 
 
-def versions(ctx):
-    st.header("Versions")
-    st.caption("one metric across torch x triton versions on this machine (median over runs)")
+def pick_series(ctx):
+    """The sidebar-independent choice of one series: -> (its rows, benchmark, metric, cell),
+    or None (with a message) when the machine has no runs."""
     df = query(ctx["path"], ctx["mtime"], "series", machine=ctx["machine"])
     if df.empty:
         st.info("No runs on this machine.")
-        return
+        return None
     bench = pick("benchmark", list(df["benchmark"]), "benchmark")
     df = df[df["benchmark"] == bench]
     metric = pick("metric", list(df["metric"]), "metric")
     df = df[df["metric"] == metric]
     cell = pick("cell", list(df["param_key"]), "cell")
-    df = df[df["param_key"] == cell]
+    return df[df["param_key"] == cell], bench, metric, cell
+
+
+def versions(ctx):
+    st.header("Versions")
+    st.caption("one metric across torch x triton versions on this machine (median over runs)")
+    picked = pick_series(ctx)
+    if picked is None:
+        return
+    df, bench, metric, cell = picked
     grid = df.groupby(["torch", "triton"], dropna=False)["median"].agg(["median", "count"])
     grid = grid.reset_index().rename(columns={"median": "value", "count": "runs"})
     heat = (
@@ -427,27 +430,16 @@ def versions(ctx):
         (heat + text).properties(title=f"{bench}.{metric} {cell}", height=240),
         width="stretch",
     )
-    st.download_button(
-        "Download the data (versions)",
-        grid.to_csv(index=False),
-        file_name="versions.csv",
-        mime="text/csv",
-        key="dl-versions",
-    )
+    download(grid, "versions", "versions")
 
 
 def series(ctx):
     st.header("Series")
-    df = query(ctx["path"], ctx["mtime"], "series", machine=ctx["machine"])
-    if df.empty:
-        st.info("No runs on this machine.")
+    picked = pick_series(ctx)
+    if picked is None:
         return
-    bench = pick("benchmark", list(df["benchmark"]), "benchmark")
-    df = df[df["benchmark"] == bench]
-    metric = pick("metric", list(df["metric"]), "metric")
-    df = df[df["metric"] == metric]
-    cell = pick("cell", list(df["param_key"]), "cell")
-    df = filtered(df[df["param_key"] == cell], ctx)
+    df, bench, metric, cell = picked
+    df = filtered(df, ctx)
     params = dict(kv.split("=", 1) for kv in cell.split(",") if "=" in kv)
     reports = histories(ctx["path"], ctx["mtime"], ctx["machine"], CHANGE_POINT_COMMITS,
                         benchmark=bench, metric=metric, params=params)  # fmt: skip
