@@ -6,7 +6,7 @@ BIN := $(VENV)/bin
 # then the project with its dev extras.
 TORCH := torch==2.14.1 torchvision==0.29.1
 
-.PHONY: setup test lint format demo tour dashboard screenshots bench bench-full bench-self bench-kernel bench-pipeline clean
+.PHONY: setup test lint format demo tour dashboard screenshots bench bench-full bench-self bench-kernel bench-pipeline browser bench-main bench-summary gate gate-comment gate-verdict clean
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -35,7 +35,7 @@ demo: setup
 	$(BIN)/python -m scripts.demo
 
 # The dashboard over the store (make demo fills it): http://localhost:8501
-STORE ?= results/perf.duckdb
+STORE := $(or $(STORE),results/perf.duckdb)  # also when the workflow passes an empty variable
 dashboard: setup
 	$(BIN)/python -m streamlit run dashboard/app.py --browser.gatherUsageStats false -- --store $(STORE)
 
@@ -65,6 +65,43 @@ bench-self: setup
 	mkdir -p results
 	$(BIN)/python -m pytest selfbench -q -p no:cacheprovider --benchmark-json results/selfbench.json
 	$(BIN)/python -m ragbench ingest results/selfbench.json
+
+# --- what the GitHub workflows run (.github/workflows; docs/runner.md) ----------------------
+# Debian's chromium for the dashboard's browser test, where it is missing.
+browser:
+	command -v chromium >/dev/null || { S=$$([ "$$(id -u)" = 0 ] || echo sudo); \
+	  $$S apt-get update -qq && $$S apt-get install -y -qq chromium >/dev/null; }
+
+# main: the full suite on the pushed commits (BEFORE..AFTER, oldest first; AFTER alone for a
+# new branch), ingested into STORE on the runner, with a snapshot for the artifact.
+ZERO := 0000000000000000000000000000000000000000
+AFTER ?= HEAD
+PUSHED = $(if $(filter-out $(ZERO),$(BEFORE)),$(BEFORE)..$(AFTER),$(AFTER))
+bench-main: setup
+	$(BIN)/python -m ragbench run --mode full --results results/asv-main $(PUSHED)
+	$(BIN)/python -m ragbench ingest results/asv-main --store $(STORE) --branch main
+	cp $(STORE) results/store-snapshot.duckdb
+
+SUMMARY ?= $(or $(GITHUB_STEP_SUMMARY),/dev/stdout)
+bench-summary: setup
+	$(BIN)/python -m ragbench detect --store $(STORE) >> $(SUMMARY) || test $$? = 1
+
+# pull requests: the gate on the merge base of BASE_SHA and HEAD_SHA against HEAD_SHA; the
+# report into the summary and results/gate.md, the regressions into results/gate.json.
+BASE_SHA ?= HEAD~1
+HEAD_SHA ?= HEAD
+gate: setup
+	mkdir -p results
+	$(BIN)/python -m ragbench gate --store $(STORE) --base $$(git merge-base $(BASE_SHA) $(HEAD_SHA)) \
+	  --head $(HEAD_SHA) --report results/gate.md --json results/gate.json
+
+gate-comment: setup
+	$(BIN)/python -m ragbench comment --report results/gate.md --pr $(PR)
+
+# exit 1 on a regression, unless ACCEPTED_BY names who accepted it (the PR label)
+gate-verdict: setup
+	$(BIN)/python -m ragbench verdict --gate-json results/gate.json --store $(STORE) \
+	  $(if $(ACCEPTED_BY),--accepted-by $(ACCEPTED_BY))
 
 # The kernel timing table of ../shared/design.md's metrics (needs a CUDA GPU).
 bench-kernel: setup

@@ -83,12 +83,43 @@ def _gate(args) -> int:
     print(text)
     if args.report:
         args.report.write_text(text)
+    if args.json:
+        failed = result.comparison.by_status("regression", "violation")
+        args.json.write_text(json.dumps({
+            "base": result.base, "head": result.head, "machine": result.machine,
+            "regressions": [{"benchmark": v.key[0], "metric": v.key[1], "param_key": v.key[2],
+                             "status": v.status, "change": v.change} for v in failed],
+        }, indent=2))  # fmt: skip
     summary = os.environ.get("GITHUB_STEP_SUMMARY")
     if summary:
         with open(summary, "a") as fh:
             fh.write(text)
     _log(f"ragbench gate: {'FAIL' if result.exit_code else 'PASS'} in {result.seconds:.0f} s")
     return result.exit_code
+
+
+def _comment(args) -> int:
+    from .github import comment
+
+    token = os.environ.get("GITHUB_TOKEN")
+    repo = args.repo or os.environ.get("GITHUB_REPOSITORY")
+    if not token or not repo:
+        raise suite.SuiteError("needs $GITHUB_TOKEN and --repo (or $GITHUB_REPOSITORY)")
+    _log(f"ragbench comment: {comment(args.report.read_text(), repo, args.pr, token)}")
+    return 0
+
+
+def _verdict(args) -> int:
+    from .github import verdict
+
+    if args.accepted_by:
+        with _store(args) as store:
+            code = verdict(args.gate_json, store, args.accepted_by, args.reason)
+        _log(f"ragbench verdict: regressions accepted by {args.accepted_by}, recorded")
+        return code
+    code = verdict(args.gate_json, None, None, args.reason)
+    _log("ragbench verdict: " + ("regression: FAIL" if code else "PASS"))
+    return code
 
 
 def _detect(args) -> int:
@@ -224,7 +255,33 @@ def parser() -> argparse.ArgumentParser:
                    help="only benchmarks matching REGEX (repeatable)")  # fmt: skip
     g.add_argument("--policies", type=Path, default=None, help="policies file (TOML)")
     g.add_argument("--report", type=Path, default=None, help="also write the report here")
+    g.add_argument("--json", type=Path, default=None,
+                   help="write the regressions here (for ragbench verdict)")  # fmt: skip
     g.set_defaults(func=_gate)
+
+    c = sub.add_parser(
+        "comment",
+        help="post the gate's report on a pull request, or update its earlier comment",
+        description="Finds the gate's comment by its marker and edits it, so each push updates "
+        "one comment. Needs $GITHUB_TOKEN; $GITHUB_API_URL for GitHub Enterprise.",
+    )
+    c.add_argument("--report", type=Path, required=True, help="the gate's markdown report")
+    c.add_argument("--pr", type=int, required=True, help="pull request number")
+    c.add_argument("--repo", default=None, help="owner/name (default $GITHUB_REPOSITORY)")
+    c.set_defaults(func=_comment)
+
+    v = sub.add_parser(
+        "verdict",
+        help="fail on the gate's regressions unless a maintainer accepted them",
+        description="Reads `ragbench gate --json`. Exit 1 on a regression; with --accepted-by "
+        "(the PR carries the perf-regression-accepted label) the regressions are recorded as "
+        "accepted in the store and the exit is 0.",
+    )
+    v.add_argument("--gate-json", type=Path, required=True, help="from ragbench gate --json")
+    v.add_argument("--accepted-by", default=None, help="who accepted (the label's author)")
+    v.add_argument("--reason", default="perf-regression-accepted label", help="recorded reason")
+    _store_arg(v)
+    v.set_defaults(func=_verdict)
 
     d = sub.add_parser(
         "detect",
@@ -246,10 +303,12 @@ def parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     from .gate import GateError
+    from .github import GitHubError
 
     args = parser().parse_args(argv)
     try:
         return args.func(args)
-    except (suite.SuiteError, GateError, StoreLocked, FileNotFoundError, ValueError) as exc:
+    except (suite.SuiteError, GateError, StoreLocked, FileNotFoundError, ValueError,
+            GitHubError) as exc:  # fmt: skip
         print(f"ragbench {args.command}: error: {exc}", file=sys.stderr)
         return 2

@@ -1,0 +1,143 @@
+"""The GitHub workflows: linted (GitHub's workflow schema, actionlint), every step a Makefile
+target that exists, the rules they must keep; and the PR comment and verdict commands."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import threading
+from http.server import BaseHTTPRequestHandler, HTTPServer
+from pathlib import Path
+from typing import ClassVar
+
+import pytest
+import yaml
+
+from ragbench import github
+from ragbench.report import MARKER
+from ragbench.store import Store
+
+REPO = Path(__file__).resolve().parent.parent
+WORKFLOWS = sorted((REPO / ".github" / "workflows").glob("*.yml"))
+BIN = Path(sys.executable).parent
+
+
+def load(path: Path) -> dict:
+    data = yaml.safe_load(path.read_text())
+    data["on"] = data.pop(True, data.get("on"))  # YAML 1.1 reads the key `on` as True
+    return data
+
+
+def test_workflows_match_githubs_schema():
+    out = subprocess.run(
+        [BIN / "check-jsonschema", "--builtin-schema", "vendor.github-workflows", *WORKFLOWS],
+        capture_output=True, text=True,
+    )  # fmt: skip
+    assert out.returncode == 0, out.stdout + out.stderr
+
+
+def test_actionlint_with_the_runner_labels():
+    out = subprocess.run([BIN / "actionlint"], capture_output=True, text=True, cwd=REPO)
+    assert out.returncode == 0, out.stdout + out.stderr
+
+
+def test_every_step_is_a_make_target_that_exists():
+    for path in WORKFLOWS:
+        for job in load(path)["jobs"].values():
+            for step in job["steps"]:
+                if "run" not in step:
+                    assert step["uses"].startswith("actions/"), (path.name, step)
+                    continue
+                words = step["run"].split()
+                assert words[0] == "make", (path.name, step["run"])
+                env = {"PATH": "/usr/bin:/bin", "PR": "1"}
+                out = subprocess.run(["make", "-n", *words[1:]], capture_output=True,
+                                     text=True, cwd=REPO, env=env)  # fmt: skip
+                assert out.returncode == 0, (path.name, step["run"], out.stderr)
+
+
+def test_the_rules_the_workflows_keep():
+    flows = {p.stem: load(p) for p in WORKFLOWS}
+    assert set(flows) == {"cpu-tests", "bench-main", "bench-pr"}
+    for name in ("bench-main", "bench-pr"):
+        flow = flows[name]
+        assert flow["concurrency"] == {"group": "gpu-runner", "cancel-in-progress": False}
+        (job,) = flow["jobs"].values()
+        assert job["runs-on"] == ["self-hosted", "linux", "gpu"] and job["timeout-minutes"]
+    assert flows["bench-main"]["on"] == {"push": {"branches": ["main"]}}
+    (gate,) = flows["bench-pr"]["jobs"].values()
+    assert gate["if"] == "github.event.pull_request.head.repo.full_name == github.repository"
+    steps = [s.get("run") for s in gate["steps"]]
+    assert steps[-3:] == ["make gate", "make gate-comment", "make gate-verdict"]
+    assert "perf-regression-accepted" in gate["steps"][-1]["env"]["ACCEPTED_BY"]
+    (test,) = flows["cpu-tests"]["jobs"].values()
+    assert test["runs-on"] == "ubuntu-latest" and test["steps"][-1]["run"] == "make browser test"
+    for flow in flows.values():
+        assert "secrets" not in json.dumps(flow["on"])
+        assert all(job.get("timeout-minutes") for job in flow["jobs"].values())
+
+
+class FakeGitHub(BaseHTTPRequestHandler):
+    comments: ClassVar[list[dict]] = []
+
+    def _reply(self, code: int, body) -> None:
+        data = json.dumps(body).encode()
+        self.send_response(code)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    def do_GET(self):
+        assert self.headers["Authorization"] == "Bearer t0ken"
+        page = int(self.path.rsplit("page=", 1)[1])
+        self._reply(200, self.comments[(page - 1) * 100 : page * 100])
+
+    def do_POST(self):
+        body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+        self.comments.append({"id": len(self.comments) + 1, "body": body["body"]})
+        self._reply(201, self.comments[-1])
+
+    def do_PATCH(self):
+        body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+        cid = int(self.path.rsplit("/", 1)[1])
+        self.comments[cid - 1]["body"] = body["body"]
+        self._reply(200, self.comments[cid - 1])
+
+    def log_message(self, *args):
+        pass
+
+
+@pytest.fixture
+def fake_github():
+    FakeGitHub.comments = [{"id": i + 1, "body": f"someone else {i}"} for i in range(120)]
+    server = HTTPServer(("127.0.0.1", 0), FakeGitHub)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    yield f"http://127.0.0.1:{server.server_port}"
+    server.shutdown()
+
+
+def test_the_pr_comment_is_posted_once_then_updated(fake_github):
+    api = fake_github
+    assert github.comment("report 1", "o/r", 7, "t0ken", api) == "posted comment 121"
+    assert github.comment(f"{MARKER}\nreport 2", "o/r", 7, "t0ken", api) == "updated comment 121"
+    mine = [c for c in FakeGitHub.comments if MARKER in c["body"]]
+    assert len(mine) == 1 and "report 2" in mine[0]["body"] and len(FakeGitHub.comments) == 121
+
+
+def test_verdict_fails_on_a_regression_unless_accepted(tmp_path):
+    gate_json = tmp_path / "gate.json"
+    regression = {"benchmark": "kernel.KernelLatency", "metric": "gpu_us",
+                  "param_key": "backend=triton", "status": "regression", "change": 0.1}  # fmt: skip
+    gate_json.write_text(json.dumps({"base": "b" * 40, "head": "h" * 40, "regressions": []}))
+    cmd = [sys.executable, "-m", "ragbench", "verdict", "--gate-json", str(gate_json),
+           "--store", str(tmp_path / "s.duckdb")]  # fmt: skip
+    assert subprocess.run(cmd, cwd=REPO).returncode == 0
+    gate_json.write_text(json.dumps({"base": "b" * 40, "head": "h" * 40,
+                                     "regressions": [regression]}))  # fmt: skip
+    assert subprocess.run(cmd, cwd=REPO).returncode == 1
+    assert subprocess.run([*cmd, "--accepted-by", "maintainer"], cwd=REPO).returncode == 0
+    with Store(tmp_path / "s.duckdb", read_only=True) as store:
+        (row,) = store.acceptances("h" * 40)
+        assert row["accepted_by"] == "maintainer" and row["metric"] == "gpu_us"
