@@ -181,13 +181,25 @@ def filtered(df: pd.DataFrame, f: dict) -> pd.DataFrame:
     return df[keep]
 
 
-def pick(label: str, options: list, key: str, default=None):
+def pick(label: str, options: list, key: str):
+    """A select box over ``options``, preselected from the URL parameter ``key``."""
     options = sorted({o for o in options if o is not None}, key=str)
     if not options:
         return None
-    wanted = st.query_params.get(key, default)
+    wanted = st.query_params.get(key)
     index = options.index(wanted) if wanted in options else 0
     return st.selectbox(label, options, index=index, key=key)
+
+
+def narrow(df: pd.DataFrame, column: str, label: str, key: str) -> tuple[pd.DataFrame, object]:
+    """Pick one value of ``column`` (``pick``); -> the rows that have it, and the value."""
+    value = pick(label, list(df[column]), key)
+    return df[df[column] == value], value
+
+
+def cell_params(cell: str) -> dict[str, str]:
+    """``batch=64,model=deit_base_224`` -> {"batch": "64", "model": "deit_base_224"}."""
+    return dict(kv.split("=", 1) for kv in cell.split(",") if "=" in kv)
 
 
 # --- pages -----------------------------------------------------------------------------------
@@ -258,8 +270,7 @@ def dispatch_floors(ctx):
     if df.empty:
         st.info("No dispatch-floor runs on this machine (a GPU suite measures them).")
         return
-    geometry = pick("geometry", list(df["geometry"]), "geometry")
-    df = df[df["geometry"] == geometry]
+    df, _ = narrow(df, "geometry", "geometry", "geometry")
     for metric in ("call_us", "gpu_us", "dispatch_us"):
         rules = (
             [
@@ -286,19 +297,16 @@ def speedups(ctx):
     if df.empty:
         st.info("No speedups for this candidate on this machine.")
         return
-    bench = pick("benchmark", list(df["benchmark"]), "benchmark")
-    df = df[df["benchmark"] == bench]
-    metric = pick("metric", list(df["metric"]), "metric")
-    df = df[df["metric"] == metric]
-    cell = pick("cell (model, batch size, pruning method ...)", list(df["group_key"]), "cell")
-    df = df[df["group_key"] == cell]
+    df, bench = narrow(df, "benchmark", "benchmark", "benchmark")
+    df, metric = narrow(df, "metric", "metric", "metric")
+    df, cell = narrow(df, "group_key", "cell (model, batch size, pruning method ...)", "cell")
     baselines = sorted(df["baseline"].unique())
     chosen = [b for b in ("padded_full", "padded_max", "fa2") if b in baselines] or baselines
     chosen = st.multiselect("against", baselines, default=chosen, key="baselines")
     df = df[df["baseline"].isin(chosen)]
     rules = []
     if ctx["paper"]:
-        params = dict(kv.split("=", 1) for kv in cell.split(",") if "=" in kv)
+        params = cell_params(cell)
         for b in chosen:
             if bench.startswith("pipeline.") and "batch" in params:
                 ref = paper.e2e_speedup(int(params["batch"]), b)
@@ -326,10 +334,8 @@ def numeric_drift(ctx):
     if df.empty:
         st.info("No drift runs on this machine.")
         return
-    bench = pick("benchmark", list(df["benchmark"]), "benchmark")
-    df = df[df["benchmark"] == bench]
-    cell = pick("model and method", list(df["group_key"]), "cell")
-    df = df[df["group_key"] == cell]
+    df, bench = narrow(df, "benchmark", "benchmark", "benchmark")
+    df, _ = narrow(df, "group_key", "model and method", "cell")
     bound = POLICIES.for_metric(bench, "max_abs_diff")
     rules = [(f"bound {bound.max}", bound.max, "red")] if bound.max is not None else []
     if ctx["paper"]:
@@ -388,18 +394,16 @@ def compare(ctx):
 
 
 def pick_series(ctx):
-    """The sidebar-independent choice of one series: -> (its rows, benchmark, metric, cell),
+    """One series of the machine, chosen on the page: -> (its rows, benchmark, metric, cell),
     or None (with a message) when the machine has no runs."""
     df = query(ctx["path"], ctx["mtime"], "series", machine=ctx["machine"])
     if df.empty:
         st.info("No runs on this machine.")
         return None
-    bench = pick("benchmark", list(df["benchmark"]), "benchmark")
-    df = df[df["benchmark"] == bench]
-    metric = pick("metric", list(df["metric"]), "metric")
-    df = df[df["metric"] == metric]
-    cell = pick("cell", list(df["param_key"]), "cell")
-    return df[df["param_key"] == cell], bench, metric, cell
+    df, bench = narrow(df, "benchmark", "benchmark", "benchmark")
+    df, metric = narrow(df, "metric", "metric", "metric")
+    df, cell = narrow(df, "param_key", "cell", "cell")
+    return df, bench, metric, cell
 
 
 def versions(ctx):
@@ -440,7 +444,7 @@ def series(ctx):
         return
     df, bench, metric, cell = picked
     df = filtered(df, ctx)
-    params = dict(kv.split("=", 1) for kv in cell.split(",") if "=" in kv)
+    params = cell_params(cell)
     reports = histories(ctx["path"], ctx["mtime"], ctx["machine"], CHANGE_POINT_COMMITS,
                         benchmark=bench, metric=metric, params=params)  # fmt: skip
     report = next((r for r in reports if r.key == (bench, metric, cell)), None)
