@@ -12,6 +12,7 @@ import json
 import math
 import statistics
 import tomllib
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -81,6 +82,18 @@ class Cell:
     @property
     def median(self) -> float:
         return statistics.median(self.samples)
+
+
+def pool(cells: Iterable[Cell]) -> dict[Key, Cell]:
+    """One cell per key, the samples of its runs pooled in order."""
+    out: dict[Key, Cell] = {}
+    for cell in cells:
+        if cell.key in out:
+            out[cell.key].samples.extend(cell.samples)
+        else:
+            out[cell.key] = Cell(cell.benchmark, cell.metric, cell.param_key, cell.params,
+                                 cell.unit, list(cell.samples))  # fmt: skip
+    return out
 
 
 @dataclass
@@ -165,12 +178,12 @@ def compare(
                     )
                 tested.append(v)
             else:  # one value a side (e.g. peak memory): the threshold alone decides
-                v.status = _by_threshold(v, policy, significant=True)
+                v.status = _by_threshold(v.change, policy.threshold, significant=True)
         out.verdicts.append(v)
     adjusted = stats.holm([v.p for v in tested])
     for v, p_adj in zip(tested, adjusted, strict=True):
         v.p_adj = p_adj
-        v.status = _by_threshold(v, v.policy, significant=p_adj < alpha)
+        v.status = _by_threshold(v.change, v.policy.threshold, significant=p_adj < alpha)
         if not detail:
             continue
         b, h = base[v.key], head[v.key]
@@ -181,10 +194,12 @@ def compare(
     return out
 
 
-def _by_threshold(v: Verdict, policy: Policy, significant: bool) -> str:
-    if significant and v.change is not None and v.change > policy.threshold:
+def _by_threshold(change: float | None, threshold: float, significant: bool) -> str:
+    """regression / improvement / unchanged for a change in the bad direction (+0.05: 5%
+    worse) that ``significant`` says is real."""
+    if significant and change is not None and change > threshold:
         return "regression"
-    if significant and v.change is not None and -v.change / (1 + v.change) > policy.threshold:
+    if significant and change is not None and -change / (1 + change) > threshold:
         return "improvement"
     return "unchanged"
 
@@ -287,10 +302,7 @@ def history(points: list[Point], key: Key, params: dict, unit: str | None,
     ratio = latest.value / statistics.median(lookback)
     rep.latest_change = _bad_change(ratio, lower)
     beyond = abs(rep.latest_z) > float(conf.get("mad_k", 5.0))
-    if beyond and rep.latest_change > policy.threshold:
-        rep.status = "regression"
-    elif beyond and -rep.latest_change / (1 + rep.latest_change) > policy.threshold:
-        rep.status = "improvement"
+    rep.status = _by_threshold(rep.latest_change, policy.threshold, significant=beyond)
     return rep
 
 

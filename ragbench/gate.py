@@ -44,17 +44,12 @@ class GateResult:
 
 def cells(store: Store, run_ids: list[str]) -> dict[detect.Key, detect.Cell]:
     """Each cell's samples pooled over the runs (one value a run where asv kept none)."""
-    out: dict[detect.Key, detect.Cell] = {}
-    for row in store.measurements(run_ids):
-        if row["median"] is None:
-            continue
-        key = (row["benchmark"], row["metric"], row["param_key"])
-        values = list(row["samples"]) if row["samples"] else [row["median"]]
-        if key in out:
-            out[key].samples.extend(values)
-        else:
-            out[key] = detect.Cell(*key, json.loads(row["params"]), row["unit"], values)
-    return out
+    return detect.pool(
+        detect.Cell(row["benchmark"], row["metric"], row["param_key"], json.loads(row["params"]),
+                    row["unit"], list(row["samples"]) if row["samples"] else [row["median"]])
+        for row in store.measurements(run_ids)
+        if row["median"] is not None
+    )  # fmt: skip
 
 
 def _bench_regex(keys: list[detect.Key]) -> list[str]:

@@ -110,21 +110,16 @@ def load_runs(dirs: list[Path]) -> list[dict]:
 
 def side_cells(runs: list[dict]):
     """The runs' cells pooled as ``ragbench.detect`` cells."""
-    from ragbench.detect import Cell
+    from ragbench.detect import Cell, pool
     from ragbench.store import param_key
 
-    out = {}
-    for run in runs:
-        for c in run["cells"]:
-            bench, _, method = c["benchmark"].rpartition(".")
-            metric = method.removeprefix("track_")
-            values = c["samples"] if isinstance(c["samples"], list) else [c["samples"]]
-            key = (bench, metric, param_key(c["params"]))
-            if key in out:
-                out[key].samples.extend(values)
-            else:
-                out[key] = Cell(bench, metric, key[2], c["params"], "us", list(values))
-    return out
+    def cell(c: dict) -> Cell:
+        bench, _, method = c["benchmark"].rpartition(".")
+        values = c["samples"] if isinstance(c["samples"], list) else [c["samples"]]
+        return Cell(bench, method.removeprefix("track_"), param_key(c["params"]), c["params"],
+                    "us", list(values))  # fmt: skip
+
+    return pool(cell(c) for run in runs for c in run["cells"])
 
 
 def gate_run(base: list[dict], head: list[dict], recheck: tuple[dict, dict], policies):
