@@ -107,7 +107,8 @@ gate-verdict: setup
 bench-kernel: setup
 	$(BIN)/python -m scripts.kernel_bench --out results/kernel
 
-# End-to-end pipeline img/s, stage times and numeric drift (needs a CUDA GPU; ~3 min on an H100).
+# End-to-end pipeline img/s, stage times, numeric drift and the bound on any kernel's gain over
+# fa2 (needs a CUDA GPU; ~7 min on an H100).
 bench-pipeline: setup
 	$(BIN)/python -m scripts.pipeline_bench --out results/pipeline
 

@@ -22,7 +22,7 @@ class Pipeline(_ImgPerS):
     params = [G.CPU_PIPELINES, G.CPU_METHODS]
     param_names = ["pipeline", "method"]
     table = "pipeline"
-    setup_cache = _measure.cpu_subset
+    setup_cache = _measure.cpu_pipelines
 
 
 @S.versioned
@@ -31,7 +31,7 @@ class Drift(_Drift):
 
     params = [G.CPU_DRIFT_BACKENDS, [G.CPU_MODEL], G.CPU_METHODS]
     param_names = ["backend", "model", "method"]
-    setup_cache = _measure.cpu_subset
+    setup_cache = _measure.cpu_pipelines
 
 
 @S.versioned
@@ -41,4 +41,4 @@ class KernelError(_KernelError):
 
     params = [G.CPU_KERNEL_BACKENDS, G.CPU_DTYPES]
     param_names = ["backend", "dtype"]
-    setup_cache = _measure.cpu_subset
+    setup_cache = _measure.cpu_kernel_error

@@ -11,6 +11,9 @@ Sections (all by default; ``--sections`` picks some):
   accuracy    logits of every ragged backend against padded_max over the same keep masks
               (max |diff|, top-1 agreement), the all-kept pipeline against the timm model,
               and whether the ragged path synchronises with the host
+  bound       DeiT-B 224 at BS 1, 4, 8 and 384 at BS 1, 4: fa2 and triton beside the ragged
+              pipeline with its attention call removed (no_attention): the most any
+              attention kernel could gain over fa2 in this pipeline
 
 Pipelines: dense (the unpruned timm model), padded_full, padded_max, fa2 and triton (ragged,
 eager), and in CUDA-graph mode dense_graph, fa2_graph and triton_graph (like for like: on
@@ -20,7 +23,7 @@ calls, pipelines measured in alternating rounds; speedups are ratios within one 
 Random weights (seeded) with ``attention_scale=SHARP_ATTENTION``, so that attention-based
 pruning chooses as it would with trained weights.
 
-    python -m scripts.pipeline_bench --out results/pipeline          # everything, ~5 min
+    python -m scripts.pipeline_bench --out results/pipeline          # everything, ~7 min
     python -m scripts.pipeline_bench --sections throughput --quick   # a smoke run
 """
 
@@ -39,12 +42,13 @@ import torch
 from benchmarks import _workloads as W
 from benchmarks._harness import HARNESS_VERSION, gpu_clocks, spin_up
 from ragged import backend_implementation
+from ragged import pipeline as ragged_pipeline
 from ragged.models import SHARP_ATTENTION, build_model, get_config
 from ragged.pipeline import PrunedViT, PruneStage
 from ragged.pruning import ThresholdL2
 from ragged.testing import synthetic_images
 
-SECTIONS = ("throughput", "stages", "r384", "models", "methods", "accuracy")
+SECTIONS = ("throughput", "stages", "r384", "models", "methods", "accuracy", "bound")
 # name -> (mode, backend, cuda_graph): the suite's pipelines and CUDA-graph twins of two
 PIPELINES = {n: W.PIPELINES[n] for n in ("dense", "padded_full", "padded_max", "fa2", "triton")} | {
     "dense_graph": ("dense", "triton", True),
@@ -67,13 +71,38 @@ def make_method(name: str, model):
     return W.make_method(name, model)
 
 
+class NoAttention:
+    """The ragged pipeline with its attention call replaced by the output allocation alone:
+    what a pipeline around a kernel that costs nothing, on the host or the GPU, would run at.
+    Its logits are meaningless; only its time is used."""
+
+    def __init__(self, pipe: PrunedViT):
+        self.pipe = pipe
+
+    @staticmethod
+    def _attention(self, q, k, v, scale):
+        return torch.empty_like(q)  # what triton allocates too; no launch
+
+    def forward(self, images, **kw):
+        real = ragged_pipeline._Ragged.attention
+        ragged_pipeline._Ragged.attention = self._attention
+        try:  # also while a CUDA graph is captured (the first call): it holds no attention
+            return self.pipe.forward(images, **kw)
+        finally:
+            ragged_pipeline._Ragged.attention = real
+
+
 def pipelines(model, method, names) -> dict[str, PrunedViT]:
     stage = PruneStage(PRUNE_AT, method)
-    return {
-        n: PrunedViT(model, stage, mode=PIPELINES[n][0], backend=PIPELINES[n][1],
-                     cuda_graph=PIPELINES[n][2])
-        for n in names
-    }  # fmt: skip
+    out = {}
+    for n in names:
+        graph = n.endswith("_graph")
+        if n.startswith("no_attention"):
+            out[n] = NoAttention(PrunedViT(model, stage, backend="triton", cuda_graph=graph))
+        else:
+            mode, backend, graph = PIPELINES[n]
+            out[n] = PrunedViT(model, stage, mode=mode, backend=backend, cuda_graph=graph)
+    return out
 
 
 def throughput(pipes: dict[str, PrunedViT], images, rounds: int) -> dict[str, dict]:
@@ -97,6 +126,15 @@ def throughput(pipes: dict[str, PrunedViT], images, rounds: int) -> dict[str, di
     }  # fmt: skip
 
 
+def paired_speedup(fast: dict, slow: dict) -> tuple[float, float, float]:
+    """Median and quartiles over rounds of ``slow``'s time over ``fast``'s in the same round:
+    host speed drifts between rounds on the VM (see docs/pipeline.md), pairing cancels it."""
+    q = statistics.quantiles(
+        [s / f for f, s in zip(fast["samples_us"], slow["samples_us"], strict=True)], n=4
+    )
+    return q[1], q[0], q[2]
+
+
 def flop_ideal(pipe: PrunedViT, images) -> tuple[float, float]:
     """(FLOP-ideal speedup over the unpruned model, mean kept tokens per image)."""
     _, masks = pipe.forward(images, return_masks=True)
@@ -113,10 +151,11 @@ def run_throughput(model_name, batches, names, method_name, rounds, log_label) -
     for batch in batches:
         images = synthetic_images(batch, cfg.img_size, seed=batch, device="cuda", dtype=DTYPE)
         pipes = pipelines(model, method, names)
-        ideal, kept = flop_ideal(pipes["padded_max"], images)
+        ideal, kept = flop_ideal(PrunedViT(model, PruneStage(PRUNE_AT, method)), images)
         res = throughput(pipes, images, rounds)
         row = {"model": model_name, "method": method_name, "batch": batch, "kept_mean": kept,
-               "flop_ideal_speedup": ideal, "pipelines": res}  # fmt: skip
+               "flop_ideal_speedup": ideal, "pipelines": res,
+               "ragged_attention_calls": len(model.blocks) - PRUNE_AT}  # fmt: skip
         rows.append(row)
         log(f"[{log_label}] {model_name} BS={batch}: "
             + ", ".join(f"{n} {r['img_per_s']:.0f}" for n, r in res.items()))  # fmt: skip
@@ -285,6 +324,31 @@ def summary(results: dict) -> str:
     table(results.get("r384", []), "img/s, DeiT-B 384")
     table(results.get("models", []), "img/s, DeiT-Ti / DeiT-S")
     table(results.get("methods", []), "img/s, the pruning methods, DeiT-B 224, BS 32")
+    if results.get("bound"):
+        lines.append("\n### The most an attention kernel can gain over fa2 here\n")
+        lines.append(
+            "Speedups over fa2: the median over rounds of each round's ratio (pipelines "
+            "alternate within a round), with the quartiles of those ratios.\n"
+        )
+        lines.append("| model | BS | fa2 img/s | triton/fa2 | bound: no_attention/fa2 | "
+                     "triton/fa2, graphs | bound, graphs | µs per call in the forward: fa2 | "
+                     "triton |")  # fmt: skip
+        lines.append("|---" * 9 + "|")
+        for r in results["bound"]:
+            res = r["pipelines"]
+            cols = [paired_speedup(res[a], res[b]) for a, b in (
+                ("triton", "fa2"), ("no_attention", "fa2"), ("triton_graph", "fa2_graph"),
+                ("no_attention_graph", "fa2_graph"))]  # fmt: skip
+            per_call = [
+                statistics.median(
+                    (t - t0) / r["ragged_attention_calls"]
+                    for t, t0 in zip(res[n]["samples_us"], res["no_attention"]["samples_us"],
+                                     strict=True))
+                for n in ("fa2", "triton")
+            ]  # fmt: skip
+            lines.append(f"| {r['model']} | {r['batch']} | {res['fa2']['img_per_s']:.0f} | "
+                         + " | ".join(f"{m:.3f} ({lo:.3f}-{hi:.3f})" for m, lo, hi in cols)
+                         + f" | {per_call[0]:.1f} | {per_call[1]:.1f} |")  # fmt: skip
     if "stages" in results:
         lines.append("\n### Stage times (ms), DeiT-B 224, BS 8\n")
         lines.append("| pipeline | front | prune+pack | late blocks | head | total |")
@@ -354,6 +418,13 @@ def main(argv=None) -> int:
         ]  # fmt: skip
     if "accuracy" in args.sections:
         results["accuracy"] = run_accuracy()
+    if "bound" in args.sections:
+        names = ["fa2", "triton", "no_attention", "fa2_graph", "triton_graph",
+                 "no_attention_graph"]  # fmt: skip
+        results["bound"] = [
+            row for m, bs in (("deit_base_224", [1, 4, 8]), ("deit_base_384", [1, 4]))
+            for row in run_throughput(m, bs, names, "threshold_l2", max(rounds, 101), "bound")
+        ]  # fmt: skip
     results["seconds"] = time.perf_counter() - t0
     text = summary(results)
     print(text)
