@@ -6,15 +6,19 @@ BIN := $(VENV)/bin
 # then the project with its dev extras.
 TORCH := torch==2.14.1 torchvision==0.29.1
 
-.PHONY: setup test lint format demo tour dashboard screenshots bench bench-full bench-self bench-kernel bench-pipeline browser bench-main bench-summary gate gate-comment gate-verdict clean
+.PHONY: setup test lint format demo tour dashboard screenshots bench bench-full bench-self bench-kernel bench-pipeline browser bench-main bench-summary gate gate-comment gate-verdict rehearse clean
 
-$(VENV)/.installed: pyproject.toml
+# The stamp is named by pyproject.toml's content, not dated by it: a fresh checkout dates
+# every file now, which would rebuild a .venv that CI restored from its cache.
+STAMP := $(VENV)/.installed-$(shell sha256sum pyproject.toml | cut -c1-16)
+$(STAMP):
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet $(TORCH)
 	$(BIN)/python -m pip install --quiet -e '.[dev]'
+	rm -f $(VENV)/.installed*
 	touch $@
 
-setup: $(VENV)/.installed
+setup: $(STAMP)
 
 # Lint, then the tests; Triton kernels run in the interpreter where there is no GPU
 # (tests/conftest.py sets TRITON_INTERPRET=1 then; GPU tests are skipped).
@@ -72,13 +76,18 @@ browser:
 	command -v chromium >/dev/null || { S=$$([ "$$(id -u)" = 0 ] || echo sudo); \
 	  $$S apt-get update -qq && $$S apt-get install -y -qq chromium >/dev/null; }
 
+# BENCH (regexes, as asv run --bench) narrows bench-main and gate; the workflows leave it
+# empty, the local rehearsal (scripts/rehearse.py) sets it to stay short.
+BENCH ?=
+BENCH_ARGS = $(foreach b,$(BENCH),--bench '$(b)')
+
 # main: the full suite on the pushed commits (BEFORE..AFTER, oldest first; AFTER alone for a
 # new branch), ingested into STORE on the runner, with a snapshot for the artifact.
 ZERO := 0000000000000000000000000000000000000000
 AFTER ?= HEAD
 PUSHED = $(if $(filter-out $(ZERO),$(BEFORE)),$(BEFORE)..$(AFTER),$(AFTER))
 bench-main: setup
-	$(BIN)/python -m ragbench run --mode full --results results/asv-main $(PUSHED)
+	$(BIN)/python -m ragbench run --mode full --results results/asv-main $(BENCH_ARGS) $(PUSHED)
 	$(BIN)/python -m ragbench ingest results/asv-main --store $(STORE) --branch main
 	cp $(STORE) results/store-snapshot.duckdb
 
@@ -93,7 +102,7 @@ HEAD_SHA ?= HEAD
 gate: setup
 	mkdir -p results
 	$(BIN)/python -m ragbench gate --store $(STORE) --base $$(git merge-base $(BASE_SHA) $(HEAD_SHA)) \
-	  --head $(HEAD_SHA) --report results/gate.md --json results/gate.json
+	  --head $(HEAD_SHA) --report results/gate.md --json results/gate.json $(BENCH_ARGS)
 
 gate-comment: setup
 	$(BIN)/python -m ragbench comment --report results/gate.md --pr $(PR)
@@ -102,6 +111,11 @@ gate-comment: setup
 gate-verdict: setup
 	$(BIN)/python -m ragbench verdict --gate-json results/gate.json --store $(STORE) \
 	  $(if $(ACCEPTED_BY),--accepted-by $(ACCEPTED_BY))
+
+# The push and pull-request workflows' steps run here, in order, from a fresh clone, through
+# a push and four pull-request events, with no GitHub (scripts/rehearse.py --help).
+rehearse: setup
+	$(BIN)/python -m scripts.rehearse $(BENCH_ARGS)
 
 # The kernel timing table of ../shared/design.md's metrics (needs a CUDA GPU).
 bench-kernel: setup

@@ -6,10 +6,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-import threading
-from http.server import BaseHTTPRequestHandler, HTTPServer
 from pathlib import Path
-from typing import ClassVar
 
 import pytest
 import yaml
@@ -17,6 +14,7 @@ import yaml
 from ragbench import github
 from ragbench.report import MARKER
 from ragbench.store import Store
+from scripts.fake_github import FakeGitHub
 
 REPO = Path(__file__).resolve().parent.parent
 WORKFLOWS = sorted((REPO / ".github" / "workflows").glob("*.yml"))
@@ -78,52 +76,17 @@ def test_the_rules_the_workflows_keep():
         assert all(job.get("timeout-minutes") for job in flow["jobs"].values())
 
 
-class FakeGitHub(BaseHTTPRequestHandler):
-    comments: ClassVar[list[dict]] = []
-
-    def _reply(self, code: int, body) -> None:
-        data = json.dumps(body).encode()
-        self.send_response(code)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(data)))
-        self.end_headers()
-        self.wfile.write(data)
-
-    def do_GET(self):
-        assert self.headers["Authorization"] == "Bearer t0ken"
-        page = int(self.path.rsplit("page=", 1)[1])
-        self._reply(200, self.comments[(page - 1) * 100 : page * 100])
-
-    def do_POST(self):
-        body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
-        self.comments.append({"id": len(self.comments) + 1, "body": body["body"]})
-        self._reply(201, self.comments[-1])
-
-    def do_PATCH(self):
-        body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
-        cid = int(self.path.rsplit("/", 1)[1])
-        self.comments[cid - 1]["body"] = body["body"]
-        self._reply(200, self.comments[cid - 1])
-
-    def log_message(self, *args):
-        pass
-
-
-@pytest.fixture
-def fake_github():
-    FakeGitHub.comments = [{"id": i + 1, "body": f"someone else {i}"} for i in range(120)]
-    server = HTTPServer(("127.0.0.1", 0), FakeGitHub)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    yield f"http://127.0.0.1:{server.server_port}"
-    server.shutdown()
-
-
-def test_the_pr_comment_is_posted_once_then_updated(fake_github):
-    api = fake_github
-    assert github.comment("report 1", "o/r", 7, "t0ken", api) == "posted comment 121"
-    assert github.comment(f"{MARKER}\nreport 2", "o/r", 7, "t0ken", api) == "updated comment 121"
-    mine = [c for c in FakeGitHub.comments if MARKER in c["body"]]
-    assert len(mine) == 1 and "report 2" in mine[0]["body"] and len(FakeGitHub.comments) == 121
+def test_the_pr_comment_is_posted_once_then_updated():
+    with FakeGitHub(token="t0ken") as gh:
+        for i in range(120):
+            gh.add(7, f"someone else {i}")
+        assert github.comment("report 1", "o/r", 7, "t0ken", gh.url) == "posted comment 121"
+        assert (github.comment(f"{MARKER}\nreport 2", "o/r", 7, "t0ken", gh.url)
+                == "updated comment 121")  # fmt: skip
+        mine = [c for c in gh.comments[7] if MARKER in c["body"]]
+        assert len(mine) == 1 and "report 2" in mine[0]["body"] and len(gh.comments[7]) == 121
+        with pytest.raises(github.GitHubError, match="401"):
+            github.comment("report 3", "o/r", 7, "wrong", gh.url)
 
 
 def test_verdict_fails_on_a_regression_unless_accepted(tmp_path):
