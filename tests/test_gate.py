@@ -1,4 +1,5 @@
-"""``ragbench gate``: exit codes, the report, the re-measurement, and a real run on this machine."""
+"""``ragbench gate``: exit codes, the report, the re-measurement. A real gate through asv on this
+machine runs in tests/test_workflows.py (the workflow rehearsal)."""
 
 from __future__ import annotations
 
@@ -124,25 +125,3 @@ def test_flagged_cells_are_measured_again(tmp_path, monkeypatch, reproduces):
     assert len(res.base_runs) == len(res.head_runs) == 2
     if not reproduces:
         assert "not reproduced" in v.note
-
-
-def test_real_gate_on_this_machine(tmp_path):
-    """Measures base and head through asv (the CPU subset's kernel error table here)."""
-    env_home = tmp_path / "home"
-    env_home.mkdir()
-    import os
-
-    env = {**os.environ, "HOME": str(env_home)}
-    env.pop("RAGBENCH_MODE", None)
-    out = subprocess.run(
-        [sys.executable, "-m", "ragbench", "gate", "--store", str(tmp_path / "s.duckdb"),
-         "--machine", "ci", "--base", "HEAD", "--head", "HEAD", "--rounds", "1",
-         "--bench", r"^(cpu|numerics)\.KernelError"],
-        capture_output=True, text=True, cwd=REPO, env=env, timeout=900,
-    )  # fmt: skip
-    assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-3000:]
-    assert "PASS" in out.stdout and "alternating, 1 round(s)" in out.stdout
-    assert "| regressions | 0 |" in out.stdout
-    with Store(tmp_path / "s.duckdb", read_only=True) as store:
-        labels = sorted(r["label"].rsplit(":", 2)[-2] for r in store.runs(gate_runs=True))
-        assert labels == ["base", "head"]
