@@ -700,6 +700,8 @@ def main(argv=None) -> int:
                     regress_sha = event.sha
             if {"bench-main", "bench-pr"} <= set(flows):
                 wrong += check(results, runner, gh, pushed, regress_sha)
+            (root / "github.json").write_text(json.dumps(
+                {"comments": gh.comments, "requests": gh.requests}, indent=1))  # fmt: skip
     except RehearsalError as exc:
         log(f"rehearse: {exc}")
         return 2
