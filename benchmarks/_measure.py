@@ -163,6 +163,9 @@ def _peak_mib(pipe, images) -> float:
     return (torch.cuda.max_memory_allocated() - base) / 2**20
 
 
+ON_GPU = "a CUDA GPU is here: the GPU benchmarks measure these paths"
+
+
 def _cpu():
     """torch for the CPU subset, or None where a CUDA GPU measures these paths instead."""
     if _gpu() is not None:
@@ -177,7 +180,7 @@ def cpu_pipelines(self) -> dict:
     """Tables ``pipeline`` (img/s samples) and ``drift`` on the CPU."""
     torch = _cpu()
     if torch is None:
-        return skipped("a CUDA GPU is here: the GPU benchmarks measure these paths")
+        return skipped(ON_GPU)
     from . import _workloads as W
 
     cpu = {"device": "cpu", "dtype": torch.float32}
@@ -197,10 +200,10 @@ def cpu_pipelines(self) -> dict:
 
 def cpu_kernel_error(self) -> dict:
     """Table ``error`` on the CPU. Apart from the pipelines (~30 s here) so that a run of this
-    table alone (the gate's test, the workflow rehearsal) takes seconds."""
+    table alone (the workflow rehearsal in make test) takes seconds."""
     torch = _cpu()
     if torch is None:
-        return skipped("a CUDA GPU is here: the GPU benchmarks measure these paths")
+        return skipped(ON_GPU)
     from . import _workloads as W
 
     cells: dict[str, dict] = {"error": {}}
