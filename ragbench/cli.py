@@ -153,6 +153,16 @@ def _machine_arg(p: argparse.ArgumentParser) -> None:
     )
 
 
+def _bench_arg(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--bench",
+        action="append",
+        default=[],
+        metavar="REGEX",
+        help="only benchmarks matching REGEX (repeatable), as asv run --bench",
+    )
+
+
 def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="ragbench",
@@ -181,13 +191,7 @@ def parser() -> argparse.ArgumentParser:
         help="asv results directory (default .asv/results)",
     )
     _machine_arg(r)
-    r.add_argument(
-        "--bench",
-        action="append",
-        default=[],
-        metavar="REGEX",
-        help="only benchmarks matching REGEX (repeatable), as asv run --bench",
-    )
+    _bench_arg(r)
     r.set_defaults(func=_run)
 
     f = sub.add_parser(
@@ -251,8 +255,7 @@ def parser() -> argparse.ArgumentParser:
     )
     g.add_argument("--rounds", type=int, default=None, help="alternating rounds (policies: 2)")
     g.add_argument("--mode", choices=["quick", "full"], default="quick", help=MODE_HELP)
-    g.add_argument("--bench", action="append", default=[], metavar="REGEX",
-                   help="only benchmarks matching REGEX (repeatable)")  # fmt: skip
+    _bench_arg(g)
     g.add_argument("--policies", type=Path, default=None, help="policies file (TOML)")
     g.add_argument("--report", type=Path, default=None, help="also write the report here")
     g.add_argument("--json", type=Path, default=None,
