@@ -145,10 +145,17 @@ def varlen_attention(
         out: optional ``[total_tokens, heads, head_dim]`` tensor of q's dtype and device, unit
             stride in ``head_dim``, written in place and returned (the ``triton`` backend
             then allocates nothing, which CUDA-graph capture with static buffers needs).
-        validate: check the values of ``cu_seqlens`` and ``max_seqlen``. That reads
-            ``cu_seqlens`` back to the host, a device synchronisation: pass
+        validate: check the values of ``cu_seqlens`` against ``max_seqlen`` and the tokens.
+            That reads ``cu_seqlens`` back to the host, a device synchronisation: pass
             ``validate=False`` on hot paths and in CUDA-graph capture once the producer of
-            ``cu_seqlens`` is trusted. Type, shape and device checks always run (no sync).
+            ``cu_seqlens`` is trusted. Always checked, with no sync: types, dtypes, shapes,
+            devices, strides, ``head_dim``, and ``0 <= max_seqlen <= total_tokens``.
+            Left unchecked by ``validate=False``, and trusted: that ``cu_seqlens`` starts at 0,
+            never decreases, ends at ``total_tokens``, and that no sequence is longer than
+            ``max_seqlen``. Values that break this make the kernel read and write outside
+            the tensors: wrong results, an illegal-address error on the GPU, or a crashed
+            process under the interpreter. ``ragged.packing.pack`` and ``pack_fixed`` produce
+            ``cu_seqlens`` that keep it.
 
     Returns:
         ``[total_tokens, heads, head_dim]`` in q's dtype (``out`` when given).
@@ -253,6 +260,11 @@ def _check_types(q, k, v, cu_seqlens, max_seqlen, out) -> None:
         raise TypeError(f"max_seqlen must be a Python int, got {type(max_seqlen).__name__}")
     if max_seqlen < 0:
         raise ValueError(f"max_seqlen must be >= 0, got {max_seqlen}")
+    if max_seqlen > shape[0]:  # no sequence is longer; the grid grows with max_seqlen
+        raise ValueError(
+            f"max_seqlen={max_seqlen} is more than total_tokens={shape[0]} (q.shape[0]): no "
+            "sequence can be that long"
+        )
     if out is not None:
         if not isinstance(out, Tensor):
             raise TypeError(f"out must be a torch.Tensor, got {type(out).__name__}")

@@ -25,7 +25,8 @@ class FixedPack(NamedTuple):
 
     packed:     [capacity, C], x's dtype; rows past ``cu_seqlens[-1]`` are left unwritten.
     cu_seqlens: int32 [B + 1] on the device, clamped to ``capacity``.
-    max_seqlen: host int, N (an upper bound: the true lengths stay on the device).
+    max_seqlen: host int, min(N, capacity) (an upper bound: the true lengths stay on the
+                device).
     overflow:   int8 [] on the device, 1 when the kept tokens did not fit (those past the
                 capacity were dropped); read it once the results are needed anyway.
     """
@@ -154,7 +155,8 @@ def pack_fixed(
         overflow.zero_()
         return FixedPack(out, cu_seqlens, 0, overflow)
     _k.pack_launch(_unit_stride_last(x), keep_mask, _ranks(keep_mask), out, cu_seqlens, overflow)
-    return FixedPack(out, cu_seqlens, n, overflow)
+    # no row is longer than N, nor than the buffer (cu_seqlens is clamped to it)
+    return FixedPack(out, cu_seqlens, min(n, capacity), overflow)
 
 
 def unpack(

@@ -64,7 +64,7 @@ def test_out_argument_and_scale(device):
 
 def test_max_seqlen_larger_than_needed(device):
     q, k, v, cu, _ = packed_qkv([7, 2], 2, 64, device=device)
-    out = ragged.varlen_attention(q, k, v, cu, 300)
+    out = ragged.varlen_attention(q, k, v, cu, 9)  # any bound up to total_tokens
     assert_attention_close(out, q, k, v, cu)
 
 

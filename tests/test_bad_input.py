@@ -99,6 +99,12 @@ def test_max_seqlen(qkv):
         _call(q, k, v, cu, torch.tensor(5))
     with pytest.raises(ValueError, match=">= 0"):
         _call(q, k, v, cu, -1)
+    total = q.shape[0]
+    for validate in (True, False):  # refused without a sync: the grid would grow with it
+        with pytest.raises(ValueError, match=f"more than total_tokens={total}"):
+            ragged.varlen_attention(q, k, v, cu, 10**9, validate=validate)
+        with pytest.raises(ValueError, match="more than total_tokens"):
+            ragged.varlen_attention(q, k, v, cu, total + 1, validate=validate)
 
 
 def test_bad_out(qkv):

@@ -94,10 +94,10 @@ def test_cuda_graph_capture_of_pack_attend_unpack():
         x.normal_(generator=g)
         graph.replay()
         torch.cuda.synchronize()
-        ref_packed, ref_cu, _ = ragged.pack(x, keep)
+        ref_packed, ref_cu, longest = ragged.pack(x, keep)
         assert torch.equal(cu, ref_cu)
         qkv = ref_packed.view(-1, heads, head_dim)
-        attn = ragged.varlen_attention(qkv, qkv, qkv, ref_cu, n, backend="reference")
+        attn = ragged.varlen_attention(qkv, qkv, qkv, ref_cu, longest, backend="reference")
         expect = ragged.unpack(attn.view(-1, c), ref_cu, keep)
         assert (result.float() - expect.float()).abs().max().item() < 5e-3
 
