@@ -6,7 +6,7 @@ BIN := $(VENV)/bin
 # then the project with its dev extras.
 TORCH := torch==2.14.1 torchvision==0.29.1
 
-.PHONY: setup test lint format demo tour dashboard screenshots bench bench-full bench-self bench-kernel bench-pipeline browser bench-main bench-summary gate gate-comment gate-verdict rehearse clean
+.PHONY: setup test lint format demo tour dashboard screenshots bench bench-full bench-self bench-kernel bench-pipeline browser bench-main bench-summary gate gate-pr gate-verdict gate-accept rehearse clean
 
 # The stamp is named by pyproject.toml's content, not dated by it: a fresh checkout dates
 # every file now, which would rebuild a .venv that CI restored from its cache.
@@ -81,36 +81,52 @@ browser:
 BENCH ?=
 BENCH_ARGS = $(foreach b,$(BENCH),--bench '$(b)')
 
-# main: the full suite on the pushed commits (BEFORE..AFTER, oldest first; AFTER alone for a
-# new branch), ingested into STORE on the runner, with a snapshot for the artifact.
-ZERO := 0000000000000000000000000000000000000000
+# main: the full suite on main's first-parent commits of the push (BEFORE..AFTER) and any
+# older ones the store lacks, each ingested into STORE as soon as it is measured; a snapshot
+# for the artifact whatever happened. Exit 1 when a benchmark failed (stored as failed).
 AFTER ?= HEAD
-PUSHED = $(if $(filter-out $(ZERO),$(BEFORE)),$(BEFORE)..$(AFTER),$(AFTER))
 bench-main: setup
-	$(BIN)/python -m ragbench run --mode full --results results/asv-main $(BENCH_ARGS) $(PUSHED)
-	$(BIN)/python -m ragbench ingest results/asv-main --store $(STORE) --branch main
-	cp $(STORE) results/store-snapshot.duckdb
+	mkdir -p results
+	$(BIN)/python -m ragbench record --store $(STORE) --after $(AFTER) \
+	  $(if $(BEFORE),--before $(BEFORE)) --results results/asv-main $(BENCH_ARGS); \
+	rc=$$?; if [ -f $(STORE) ]; then cp $(STORE) results/store-snapshot.duckdb; fi; exit $$rc
 
+# main's history into the summary; a regression on main (exit 1) is reported, not a failure
+# of the step, a detect that could not run (exit 2) is both (and says so in the summary).
 SUMMARY ?= $(or $(GITHUB_STEP_SUMMARY),/dev/stdout)
 bench-summary: setup
 	$(BIN)/python -m ragbench detect --store $(STORE) >> $(SUMMARY) || test $$? = 1
 
-# pull requests: the gate on the merge base of BASE_SHA and HEAD_SHA against HEAD_SHA; the
-# report into the summary and results/gate.md, the regressions into results/gate.json.
+# pull requests: the gate on the merge base of BASE_SHA and HEAD_SHA against HEAD_SHA, into a
+# scratch store (never STORE); the report into the summary and results/gate.md, the verdict and
+# failing cells into results/gate.json.
 BASE_SHA ?= HEAD~1
 HEAD_SHA ?= HEAD
+GATE_STORE ?= results/gate.duckdb
+GATE = base=$$(git merge-base $(BASE_SHA) $(HEAD_SHA)) || exit 2; \
+	$(BIN)/python -m ragbench gate --store $(GATE_STORE) --base $$base --head $(HEAD_SHA) \
+	  --report results/gate.md --json results/gate.json $(BENCH_ARGS)
 gate: setup
 	mkdir -p results
-	$(BIN)/python -m ragbench gate --store $(STORE) --base $$(git merge-base $(BASE_SHA) $(HEAD_SHA)) \
-	  --head $(HEAD_SHA) --report results/gate.md --json results/gate.json $(BENCH_ARGS)
+	$(GATE)
 
-gate-comment: setup
-	$(BIN)/python -m ragbench comment --report results/gate.md --pr $(PR)
+# bench-pr's job, the pull request's own code: exit 1 (it fails) is left to the trusted
+# verdict, which knows the acceptances; a gate that could not judge (2) fails the job.
+gate-pr: setup
+	mkdir -p results
+	$(GATE) || test $$? = 1
 
-# exit 1 on a regression, unless ACCEPTED_BY names who accepted it (the PR label)
+# The trusted jobs (the base branch's code, $GITHUB_TOKEN): the gate's artifact judged
+# against the acceptances of HEAD_SHA, posted as PR PR's comment and the ragbench/gate status;
+# and the perf-regression-accepted label, added (or removed: LABEL_ACTION=unlabeled) by
+# LABEL_USER, recorded if GitHub says LABEL_USER may write to the repository.
 gate-verdict: setup
-	$(BIN)/python -m ragbench verdict --gate-json results/gate.json --store $(STORE) \
-	  $(if $(ACCEPTED_BY),--accepted-by $(ACCEPTED_BY))
+	$(BIN)/python -m ragbench verdict --github --store $(STORE) --gate-json results/gate.json \
+	  --report results/gate.md --pr $(PR) --head $(HEAD_SHA)
+
+gate-accept: setup
+	$(BIN)/python -m ragbench accept --store $(STORE) --pr $(PR) --head $(HEAD_SHA) \
+	  --user $(LABEL_USER) $(if $(filter unlabeled,$(LABEL_ACTION)),--withdraw)
 
 # The push and pull-request workflows' steps run here, in order, from a fresh clone, through
 # a push and four pull-request events, with no GitHub (scripts/rehearse.py --help).

@@ -25,7 +25,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from dashboard import PAGES, paper
 from ragbench import detect, gate, stats
-from ragbench.store import Store, default_path
+from ragbench.store import FAILED, Store, default_path, history_branch
 
 POLICIES = detect.load_policies()
 # Change points over a series' newest commits only: E-Divisive's permutation test costs
@@ -42,35 +42,37 @@ def store_path() -> Path:
     return args.store or default_path()
 
 
-# --- reading the store: one read-only connection per query, cached until the file changes ---
+# --- reading the store: one read-only connection per query (a writer holds the file for one
+# transaction at a time, so a page waits at most that long), cached until the file changes ---
 
 
 @st.cache_data(show_spinner=False, max_entries=256)
-def query(path: str, mtime: float, name: str, **kwargs):
-    with Store(path, read_only=True) as s:
-        method = getattr(s, name)
-        if name in ("machines", "measurements"):
-            return method(**kwargs)
-        return method(frame=True, **kwargs)
+def query(path: str, mtime: float, branch: str, name: str, **kwargs):
+    s = Store(path, read_only=True, branch=branch)
+    method = getattr(s, name)
+    if name in ("machines", "measurements", "branches"):
+        return method(**kwargs)
+    return method(frame=True, **kwargs)
 
 
 @st.cache_data(show_spinner=False, max_entries=64)
-def histories(path: str, mtime: float, machine: str, last: int, change_points: bool = True,
-              **series_filter):  # fmt: skip
+def histories(path: str, mtime: float, branch: str, machine: str, last: int,
+              change_points: bool = True, **series_filter):  # fmt: skip
     """``ragbench.detect`` over the newest ``last`` commits of the machine's series (all, or
-    those ``series_filter`` selects: benchmark, metric)."""
-    runs = query(path, mtime, "runs", machine=machine)
+    those ``series_filter`` selects: benchmark, metric), the acceptances marked."""
+    runs = query(path, mtime, branch, "runs", machine=machine)
     times = runs.drop_duplicates("commit_hash")["commit_time"]
     since = times.iloc[min(last, len(times)) - 1].to_pydatetime() if len(times) else None
-    with Store(path, read_only=True) as s:
-        rows = s.series(machine=machine, since=since, **series_filter)
-    return detect.histories(rows, POLICIES, last=last, change_points=change_points)
+    s = Store(path, read_only=True, branch=branch)
+    rows = s.series(machine=machine, since=since, **series_filter)
+    return detect.histories(rows, POLICIES, last=last, change_points=change_points,
+                            acceptances=s.acceptances())  # fmt: skip
 
 
 @st.cache_data(show_spinner=False, max_entries=64)
 def comparison(path: str, mtime: float, base_ids: tuple, head_ids: tuple, detail: bool):
-    with Store(path, read_only=True) as s:
-        base, head = gate.cells(s, list(base_ids)), gate.cells(s, list(head_ids))
+    s = Store(path, read_only=True)
+    base, head = gate.cells(s, list(base_ids)), gate.cells(s, list(head_ids))
     return detect.compare(base, head, POLICIES, detail=detail)
 
 
@@ -229,13 +231,22 @@ def overview(ctx):
                 f"**Gate, latest commit against {commits[1][:12]}: {status}** - "
                 f"{len(c.by_status('regression'))} regression(s), "
                 f"{len(c.by_status('violation'))} bound violation(s), "
+                f"{len(c.by_status('failed'))} failed, {len(c.by_status('missing'))} missing, "
                 f"{len(c.by_status('improvement'))} improvement(s), "
                 f"{len(c.by_status('unchanged'))} unchanged"
             )
             found = [(v.key, v.status, v.change) for v in c.verdicts if v.status in FOUND]
             links(m, found)
+        failed = query(ctx["path"], ctx["mtime"], ctx["branch"], "series", machine=m,
+                       status=FAILED)  # fmt: skip
+        failed = failed[failed["commit_hash"] == run["commit_hash"]]
+        if not failed.empty:
+            st.error(f"{len(failed)} cell(s) failed on the latest commit (the benchmark raised):")
+            links(m, [((r.benchmark, r.metric, r.param_key), "failed", None)
+                      for r in failed.itertuples()])  # fmt: skip
         # the lookback only: change points are drawn on each series' own page (0.6 s saved)
-        reports = histories(ctx["path"], ctx["mtime"], m, LOOKBACK_COMMITS, False)
+        reports = histories(ctx["path"], ctx["mtime"], ctx["branch"], m, LOOKBACK_COMMITS,
+                            False)  # fmt: skip
         flagged = [(r.key, r.status, r.latest_change) for r in reports if r.status in FOUND]
         st.markdown(
             f"Newest run against its lookback (median and MAD of the previous runs in the same "
@@ -244,7 +255,7 @@ def overview(ctx):
         links(m, flagged)
 
 
-FOUND = ("regression", "improvement", "violation")
+FOUND = ("regression", "accepted", "improvement", "violation", "failed", "missing")
 
 
 def links(machine: str, found: list[tuple]) -> None:
@@ -266,7 +277,10 @@ def dispatch_floors(ctx):
         "call_us, gpu_us and dispatch_us at the smallest workload (BS 1, 80% pruned), "
         "per backend, over commits"
     )
-    df = filtered(query(ctx["path"], ctx["mtime"], "dispatch_floors", machine=ctx["machine"]), ctx)
+    df = filtered(
+        query(ctx["path"], ctx["mtime"], ctx["branch"], "dispatch_floors", machine=ctx["machine"]),
+        ctx,
+    )
     if df.empty:
         st.info("No dispatch-floor runs on this machine (a GPU suite measures them).")
         return
@@ -291,7 +305,14 @@ def speedups(ctx):
     )
     candidate = st.selectbox("candidate", ["triton", "triton_graph"], key="candidate")
     df = filtered(
-        query(ctx["path"], ctx["mtime"], "speedups", candidate=candidate, machine=ctx["machine"]),
+        query(
+            ctx["path"],
+            ctx["mtime"],
+            ctx["branch"],
+            "speedups",
+            candidate=candidate,
+            machine=ctx["machine"],
+        ),
         ctx,
     )
     if df.empty:
@@ -330,7 +351,9 @@ def speedups(ctx):
 def numeric_drift(ctx):
     st.header("Numeric drift")
     st.caption("logits against padded_max over the same keep masks; dashed: the gate's bounds")
-    df = filtered(query(ctx["path"], ctx["mtime"], "drift", machine=ctx["machine"]), ctx)
+    df = filtered(
+        query(ctx["path"], ctx["mtime"], ctx["branch"], "drift", machine=ctx["machine"]), ctx
+    )
     if df.empty:
         st.info("No drift runs on this machine.")
         return
@@ -396,7 +419,7 @@ def compare(ctx):
 def pick_series(ctx):
     """One series of the machine, chosen on the page: -> (its rows, benchmark, metric, cell),
     or None (with a message) when the machine has no runs."""
-    df = query(ctx["path"], ctx["mtime"], "series", machine=ctx["machine"])
+    df = query(ctx["path"], ctx["mtime"], ctx["branch"], "series", machine=ctx["machine"])
     if df.empty:
         st.info("No runs on this machine.")
         return None
@@ -445,23 +468,32 @@ def series(ctx):
     df, bench, metric, cell = picked
     df = filtered(df, ctx)
     params = cell_params(cell)
-    reports = histories(ctx["path"], ctx["mtime"], ctx["machine"], CHANGE_POINT_COMMITS,
-                        benchmark=bench, metric=metric, params=params)  # fmt: skip
+    reports = histories(ctx["path"], ctx["mtime"], ctx["branch"], ctx["machine"],
+                        CHANGE_POINT_COMMITS, benchmark=bench, metric=metric,
+                        params=params)  # fmt: skip
     report = next((r for r in reports if r.key == (bench, metric, cell)), None)
     cps = None
-    if report and report.change_points:
+    if report and (report.change_points or report.accepted):
+
+        def cause(i):
+            if i in report.accepted:
+                return "accepted (the new baseline)"
+            return (
+                ("environment: " + report.describe_change(i)) if i in report.env_changes else "code"
+            )
+
         cps = pd.DataFrame(
             [
-                {
-                    "commit_time": report.points[i].commit_time,
-                    "commit": report.points[i].commit_hash[:12],
-                    "cause": ("environment: " + report.describe_change(i))
-                    if i in report.env_changes
-                    else "code",
-                }
-                for i in report.change_points
+                {"commit_time": report.points[i].commit_time,
+                 "commit": report.points[i].commit_hash[:12], "cause": cause(i)}
+                for i in sorted({*report.change_points, *report.accepted})
             ]
-        )
+        )  # fmt: skip
+    failed = query(ctx["path"], ctx["mtime"], ctx["branch"], "series", machine=ctx["machine"],
+                   benchmark=bench, metric=metric, params=params, status=FAILED)  # fmt: skip
+    if not failed.empty:
+        st.error("Failed (the benchmark raised) on " + ", ".join(
+            sorted({c[:12] for c in failed["commit_hash"]})))  # fmt: skip
     chart(
         df,
         "median",
@@ -474,7 +506,8 @@ def series(ctx):
     if report:
         st.caption(
             f"status of the newest run: {report.status}; change points (red, over the newest "
-            f"{CHANGE_POINT_COMMITS} commits): {len(report.change_points)}"
+            f"{CHANGE_POINT_COMMITS} commits): {len(report.change_points)}; accepted changes: "
+            f"{len(report.accepted)}"
         )
 
 
@@ -500,12 +533,21 @@ def main() -> None:
         )
         return
     mtime = path.stat().st_mtime
-    runs = query(str(path), mtime, "runs")
+    branches = query(str(path), mtime, "", "branches")
+    named = [b for b in branches if b is not None]
+    default = history_branch() if history_branch() in named else (named or [history_branch()])[0]
+    branch = st.sidebar.selectbox(
+        "branch (the history)", named or [default], index=(named or [default]).index(default),
+        key="branch",
+    )  # fmt: skip
+    runs = query(str(path), mtime, branch, "runs")
     if runs.empty:
         st.title("ragged performance")
+        unnamed = branches.get(None, 0)
         st.info(
-            f"The store `{path}` holds no runs yet. Fill it: `make demo`, or "
-            "`python -m ragbench ingest <asv results dir>`."
+            f"The store `{path}` holds no runs of branch `{branch}` yet. Fill it: `make demo`, "
+            "or `python -m ragbench ingest --branch main <asv results dir>`."
+            + (f" ({unnamed} run(s) were ingested without a branch.)" if unnamed else "")
         )
         return
     wanted = st.query_params.get("page", "Overview")
@@ -532,6 +574,7 @@ def main() -> None:
     ctx = {
         "path": str(path),
         "mtime": mtime,
+        "branch": branch,
         "runs": runs,
         "machine": machine,
         "since": since,

@@ -9,35 +9,47 @@ from __future__ import annotations
 
 import ast
 import itertools
-import json
 import math
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+from . import jsonfile
+
 
 @dataclass(frozen=True)
 class Cell:
-    """One benchmark at one parameter cell. ``value`` is None where asv has none (skipped,
-    failed or NaN); ``samples`` is None where asv kept no raw samples."""
+    """One benchmark at one parameter cell, its entries as asv wrote them (ingest checks their
+    types). ``failed``: asv recorded null, the benchmark (or its setup) raised. ``value`` is
+    None where asv has no value: failed, or NaN (skipped: its setup raised NotImplementedError,
+    or it returned NaN). ``samples`` is None where asv kept no raw samples."""
 
     benchmark: str
     params: dict[str, object]
-    value: float | None
-    samples: list[float] | None
-    q25: float | None
-    q75: float | None
+    value: object
+    samples: object
+    q25: object
+    q75: object
     version: str | None
+    failed: bool = False
 
 
 def load(path: Path) -> dict:
     """The parsed result file; ValueError if it is not one."""
     try:
-        data = json.loads(Path(path).read_text())
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise ValueError(f"{path}: not a readable asv result file ({exc})") from None
+        return check(jsonfile.read(path))
+    except ValueError as exc:
+        raise ValueError(f"{path}: {exc}") from None
+
+
+def check(data) -> dict:
+    """``data`` if it has the shape of an asv result file; ValueError saying what is off."""
     if not isinstance(data, dict) or not {"commit_hash", "results", "result_columns"} <= set(data):
-        raise ValueError(f"{path}: not an asv result file (no commit_hash/results)")
+        raise ValueError("not an asv result file (no commit_hash/results/result_columns)")
+    if not isinstance(data["result_columns"], list) or "result" not in data["result_columns"]:
+        raise ValueError("asv result file without a 'result' column: no measurements")
+    if not isinstance(data["results"], dict):
+        raise ValueError("asv result file whose 'results' is not an object")
     return data
 
 
@@ -48,8 +60,9 @@ def _literal(text: str) -> object:
         return text
 
 
-def _number(x) -> float | None:
-    return None if x is None or (isinstance(x, float) and math.isnan(x)) else float(x)
+def _value(x):
+    """asv's entry, None for null and NaN (no value)."""
+    return None if x is None or (isinstance(x, float) and math.isnan(x)) else x
 
 
 def cells(data: dict, param_names: dict[str, list[str]] | None = None) -> Iterator[Cell]:
@@ -57,6 +70,8 @@ def cells(data: dict, param_names: dict[str, list[str]] | None = None) -> Iterat
     the axes; without it they are ``p0``, ``p1``, ..."""
     columns = data["result_columns"]
     for name, row in data["results"].items():
+        if not isinstance(row, list):
+            raise ValueError(f"{name}: malformed entry {str(row)[:80]}")
         col = dict(zip(columns, row, strict=False))
         axes = col.get("params") or []
         names = (param_names or {}).get(name) or [f"p{i}" for i in range(len(axes))]
@@ -64,17 +79,21 @@ def cells(data: dict, param_names: dict[str, list[str]] | None = None) -> Iterat
             raise ValueError(f"{name}: malformed params {str(axes)[:80]}")
         combos = list(itertools.product(*axes)) if axes else [()]
         results = col.get("result")
-        if isinstance(results, list) and len(results) != len(combos):
+        if results is not None and not isinstance(results, list):
+            raise ValueError(f"{name}: malformed result {str(results)[:80]}")
+        if results is not None and len(results) != len(combos):
             raise ValueError(f"{name}: {len(results)} results for {len(combos)} cells")
         for i, combo in enumerate(combos):
+            raw = results[i] if results is not None else None  # null: the whole benchmark failed
             yield Cell(
                 benchmark=name,
                 params={n: _literal(v) for n, v in zip(names, combo, strict=True)},
-                value=_number(results[i]) if isinstance(results, list) else None,
+                value=_value(raw),
                 samples=_entry(col, "samples", i),
-                q25=_number(_entry(col, "stats_q_25", i)),
-                q75=_number(_entry(col, "stats_q_75", i)),
+                q25=_value(_entry(col, "stats_q_25", i)),
+                q75=_value(_entry(col, "stats_q_75", i)),
                 version=col.get("version"),
+                failed=raw is None,
             )
 
 
@@ -88,7 +107,9 @@ def _benchmarks(results_dir: Path) -> dict:
     path = Path(results_dir) / "benchmarks.json"
     if not path.exists():
         return {}
-    data = json.loads(path.read_text())
+    data = jsonfile.read(path)
+    if not isinstance(data, dict):
+        raise ValueError(f"{path}: not asv's benchmarks.json")
     return {k: v for k, v in data.items() if isinstance(v, dict)}
 
 

@@ -1,4 +1,11 @@
-"""``ragbench``: the command line of the benchmark suite (``python -m ragbench --help``)."""
+"""``ragbench``: the command line of the benchmark suite (``python -m ragbench --help``).
+
+Exit codes, for every command: 0 ok; 1 a regression or failure found (``run``: a benchmark
+failed; ``ingest``: a file refused; ``gate``, ``verdict``: the gate fails; ``detect``: the
+newest main run regressed or failed); 2 unusable input or an internal error, always with a
+one-line message and never a traceback (``RAGBENCH_DEBUG=1`` prints it). When a command fails
+with 2 inside a GitHub job, it says so in the job's summary too.
+"""
 
 from __future__ import annotations
 
@@ -7,26 +14,36 @@ import json
 import os
 import sys
 import time
+import traceback
 from pathlib import Path
 
 from . import detect, fingerprint, suite
-from .store import ENV_VAR, Store, StoreLocked, default_path
+from .store import BRANCH_VAR, ENV_VAR, FAILED, Store, StoreError, default_path, history_branch
 
 MODE_HELP = "grid size: quick (pull requests, make demo; ~1 min on an H100 GPU) or full (main)"
+
+
+def _log(msg: str) -> None:
+    print(msg, file=sys.stderr, flush=True)
+
+
+def _store(args, read_only: bool = False) -> Store:
+    return Store(args.store, read_only=read_only, on_wait=_log,
+                 branch=getattr(args, "history_branch", None))  # fmt: skip
+
+
+def _machine(args) -> str:
+    return args.machine or os.environ.get("RAGBENCH_MACHINE") or fingerprint.default_machine()
 
 
 def _run(args) -> int:
     t0 = time.perf_counter()
     summaries = suite.run(
-        args.commits,
-        mode=args.mode,
-        results_dir=args.results,
-        machine=_machine(args),
-        bench=args.bench,
-        log=lambda msg: print(msg, file=sys.stderr, flush=True),
-    )
+        args.commits, mode=args.mode, results_dir=args.results, machine=_machine(args),
+        bench=args.bench, log=_log,
+    )  # fmt: skip
     print(json.dumps(summaries, indent=2))
-    print(f"{len(summaries)} commit(s) in {time.perf_counter() - t0:.0f} s", file=sys.stderr)
+    _log(f"{len(summaries)} commit(s) in {time.perf_counter() - t0:.0f} s")
     return 0 if all(s["asv_exit"] == 0 for s in summaries) else 1
 
 
@@ -38,58 +55,58 @@ def _fingerprint(args) -> int:
     return 0
 
 
-def _log(msg: str) -> None:
-    print(msg, file=sys.stderr, flush=True)
-
-
-def _store(args, read_only: bool = False) -> Store:
-    return Store(args.store, read_only=read_only, on_wait=_log)
-
-
 def _ingest(args) -> int:
     from .ingest import ingest
 
     missing = [p for p in args.paths if not p.exists()]
     if missing:
         raise suite.SuiteError(f"no such file or directory: {', '.join(map(str, missing))}")
-    with _store(args) as store:
-        report = ingest(store, args.paths, label=args.label, branch=args.branch, log=_log)
-        _log(f"ragbench ingest: {report.summary()} into {store.path}")
+    store = _store(args)
+    report = ingest(store, args.paths, label=args.label, branch=args.branch, log=_log)
+    _log(f"ragbench ingest: {report.summary()} into {store.path}")
     return 1 if report.failed else 0
 
 
+def _record(args) -> int:
+    from .record import record
+
+    store = _store(args)
+    out = record(
+        store, before=args.before, after=args.after, machine=_machine(args), mode=args.mode,
+        results_dir=args.results, bench=args.bench, branch=store.branch,
+        max_commits=args.max_commits, log=_log,
+    )  # fmt: skip
+    _log(
+        f"ragbench record: {len(out.stored)} commit(s) stored, {len(out.skipped)} already "
+        f"there; benchmarks failed on {len(out.benchmark_failures)} (stored as failed), "
+        f"{len(out.refused)} result file(s) refused, {len(out.unmeasured)} not measurable"
+    )
+    for sha, why in out.unmeasured:
+        _log(f"  {sha[:12]}: {why}")
+    return out.exit_code
+
+
 def _export(args) -> int:
-    with _store(args, read_only=True) as store:
-        for path in store.export_parquet(args.out):
-            print(path)
+    for path in _store(args, read_only=True).export_parquet(args.out):
+        print(path)
     return 0
 
 
-def _machine(args) -> str:
-    return args.machine or os.environ.get("RAGBENCH_MACHINE") or fingerprint.default_machine()
-
-
 def _gate(args) -> int:
-    from .gate import run_gate
+    from .gate import run_gate, to_json
     from .report import gate_markdown
 
     policies = detect.load_policies(args.policies)
-    with _store(args) as store:
-        result = run_gate(
-            store, args.base, args.head, policies=policies, machine=_machine(args),
-            measure=args.measure, rounds=args.rounds, mode=args.mode, bench=args.bench, log=_log,
-        )  # fmt: skip
+    result = run_gate(
+        _store(args), args.base, args.head, policies=policies, machine=_machine(args),
+        measure=args.measure, rounds=args.rounds, mode=args.mode, bench=args.bench, log=_log,
+    )  # fmt: skip
     text = gate_markdown(result)
     print(text)
     if args.report:
         args.report.write_text(text)
     if args.json:
-        failed = result.comparison.by_status("regression", "violation")
-        args.json.write_text(json.dumps({
-            "base": result.base, "head": result.head, "machine": result.machine,
-            "regressions": [{"benchmark": v.key[0], "metric": v.key[1], "param_key": v.key[2],
-                             "status": v.status, "change": v.change} for v in failed],
-        }, indent=2))  # fmt: skip
+        args.json.write_text(json.dumps(to_json(result), indent=2))
     summary = os.environ.get("GITHUB_STEP_SUMMARY")
     if summary:
         with open(summary, "a") as fh:
@@ -98,51 +115,69 @@ def _gate(args) -> int:
     return result.exit_code
 
 
-def _comment(args) -> int:
-    from .github import comment
+def _client(args):
+    from .github import Client
 
-    token = os.environ.get("GITHUB_TOKEN")
-    repo = args.repo or os.environ.get("GITHUB_REPOSITORY")
-    if not token or not repo:
-        raise suite.SuiteError("needs $GITHUB_TOKEN and --repo (or $GITHUB_REPOSITORY)")
-    _log(f"ragbench comment: {comment(args.report.read_text(), repo, args.pr, token)}")
-    return 0
+    return Client(args.repo or os.environ.get("GITHUB_REPOSITORY") or "",
+                  os.environ.get("GITHUB_TOKEN") or "")  # fmt: skip
 
 
 def _verdict(args) -> int:
-    from .github import verdict
+    from .pr import verdict
 
-    if args.accepted_by:
-        with _store(args) as store:
-            code = verdict(args.gate_json, store, args.accepted_by, args.reason)
-        _log(f"ragbench verdict: regressions accepted by {args.accepted_by}, recorded")
-        return code
-    code = verdict(args.gate_json, None, None, args.reason)
-    _log("ragbench verdict: " + ("regression: FAIL" if code else "PASS"))
-    return code
+    j = verdict(
+        _store(args), _client(args) if args.github else None, gate_json=args.gate_json,
+        report=args.report, pr=args.pr, head=args.head, machine=args.machine, log=_log,
+    )  # fmt: skip
+    print(f"ragbench verdict: {j.state.upper()}: {j.description}")
+    return j.exit_code
+
+
+def _accept(args) -> int:
+    from .pr import accept
+
+    j = accept(_store(args), _client(args), pr=args.pr, head=args.head, user=args.user,
+               withdraw=args.withdraw, log=_log)  # fmt: skip
+    print(f"ragbench accept: the verdict is now {j.state.upper()}: {j.description}")
+    return 0
 
 
 def _detect(args) -> int:
     from .report import history_markdown
 
     policies = detect.load_policies(args.policies)
-    with _store(args, read_only=True) as store:
-        machine = _machine(args)
-        rows = store.series(machine=machine)
-    if not rows:
-        raise suite.SuiteError(f"the store has no runs of machine {machine!r}")
-    reports = detect.histories(rows, policies, last=args.last)
-    print(history_markdown(reports, machine))
-    return 1 if any(r.status == "regression" for r in reports) else 0
+    store = _store(args, read_only=True)
+    machine = _machine(args)
+    everything = store.series(machine=machine, status=None)
+    if not everything:
+        branches = ", ".join(f"{b or '(none)'}: {n}" for b, n in store.branches().items())
+        raise suite.SuiteError(
+            f"the store has no runs of machine {machine!r} on branch {store.branch!r} "
+            f"(runs per branch: {branches or 'none'}); ingest with --branch, or pass --branch"
+        )
+    newest = everything[-1]["commit_hash"]
+    rows = [r for r in everything if r["status"] != FAILED]
+    failed = [r for r in everything if r["status"] == FAILED and r["commit_hash"] == newest]
+    reports = detect.histories(rows, policies, last=args.last, acceptances=store.acceptances())
+    print(history_markdown(reports, machine, failed))
+    return 1 if failed or any(r.status == "regression" for r in reports) else 0
 
 
-def _store_arg(p: argparse.ArgumentParser) -> None:
+# --- arguments ------------------------------------------------------------------------------
+
+
+def _store_arg(p: argparse.ArgumentParser, history: bool = False) -> None:
     p.add_argument(
         "--store",
         type=Path,
         default=None,
         help=f"DuckDB results file (default ${ENV_VAR}, else {default_path()})",
     )
+    if history:
+        p.add_argument(
+            "--branch", dest="history_branch", default=None,
+            help=f"the history's branch (default ${BRANCH_VAR}, else {history_branch()!r})",
+        )  # fmt: skip
 
 
 def _machine_arg(p: argparse.ArgumentParser) -> None:
@@ -163,10 +198,19 @@ def _bench_arg(p: argparse.ArgumentParser) -> None:
     )
 
 
+def _pr_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--pr", type=int, required=True, help="pull request number")
+    p.add_argument("--head", required=True, help="the pull request's head commit (full hash)")
+    p.add_argument("--repo", default=None, help="owner/name (default $GITHUB_REPOSITORY)")
+    _store_arg(p)
+
+
 def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="ragbench",
         description="Benchmark ragged per commit with asv, store the results, gate regressions.",
+        epilog="Exit codes: 0 ok, 1 a regression or failure found, 2 unusable input or an "
+        "internal error.",
     )
     sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
@@ -184,12 +228,8 @@ def parser() -> argparse.ArgumentParser:
         "commits", nargs="*", default=["HEAD"], help="revisions or ranges (A..B), default HEAD"
     )
     r.add_argument("--mode", choices=["quick", "full"], default="quick", help=MODE_HELP)
-    r.add_argument(
-        "--results",
-        type=Path,
-        default=suite.RESULTS,
-        help="asv results directory (default .asv/results)",
-    )
+    r.add_argument("--results", type=Path, default=suite.RESULTS,
+                   help="asv results directory (default .asv/results)")  # fmt: skip
     _machine_arg(r)
     _bench_arg(r)
     r.set_defaults(func=_run)
@@ -210,21 +250,47 @@ def parser() -> argparse.ArgumentParser:
         description=(
             "Read asv result files (with the environment fingerprint beside them) and "
             "pytest-benchmark JSON (--benchmark-json) into the store, one transaction per file. "
-            "Directories are searched recursively. A run already stored is skipped; a corrupt "
-            "or truncated file is reported and skipped (exit 1), the rest are stored."
+            "Directories are searched recursively. Each file is checked alone: a commit hash, "
+            "plausible dates, at least one measurement, finite non-negative numbers. A bad file "
+            "is reported and refused (exit 1), every good one is stored; a run already stored "
+            "is skipped. A cell asv recorded as failed is stored as failed."
         ),
     )
     i.add_argument("paths", nargs="+", type=Path, help="result files or directories")
     _store_arg(i)
     i.add_argument("--label", default=None, help="tag the runs (e.g. gate:<id>:base:0)")
-    i.add_argument("--branch", default=None, help="record the runs as made on this branch")
+    i.add_argument("--branch", default=None,
+                   help="record the runs as made on this branch (history is main's)")  # fmt: skip
     i.set_defaults(func=_ingest)
+
+    rec = sub.add_parser(
+        "record",
+        help="main's history: measure and store the pushed commits, one at a time",
+        description=(
+            "Measure main's first-parent commits BEFORE..AFTER, and older ones not yet stored "
+            "for this machine, oldest first; ingest each into the store (branch main) as soon "
+            "as it is measured; carry a merged pull request's acceptances to its main commit. "
+            "Exit 0 all stored, 1 a benchmark failed (stored as failed) or a result file was "
+            "refused, 2 a commit the suite could not run, or unusable input."
+        ),
+    )
+    rec.add_argument("--before", default=None, help="the push's old tip (GitHub's before)")
+    rec.add_argument("--after", default="HEAD", help="the push's new tip (default HEAD)")
+    rec.add_argument("--mode", choices=["quick", "full"], default="full", help=MODE_HELP)
+    rec.add_argument("--results", type=Path, default=Path("results/asv-main"),
+                     help="asv results directory (default results/asv-main)")  # fmt: skip
+    rec.add_argument("--max-commits", type=int, default=30,
+                     help="measure at most this many commits (default 30)")  # fmt: skip
+    _store_arg(rec, history=True)
+    _machine_arg(rec)
+    _bench_arg(rec)
+    rec.set_defaults(func=_record)
 
     e = sub.add_parser(
         "export",
         help="write the store's tables and views as Parquet",
-        description="runs, measurements, acceptances, speedups, dispatch_floors and drift, "
-        "one <name>.parquet each.",
+        description="meta, runs, measurements, acceptances, gates, series, speedups, "
+        "dispatch_floors and drift, one <name>.parquet each.",
     )
     e.add_argument("--out", type=Path, required=True, help="output directory")
     _store_arg(e)
@@ -232,15 +298,17 @@ def parser() -> argparse.ArgumentParser:
 
     g = sub.add_parser(
         "gate",
-        help="judge head against base: markdown report, exit 1 on a regression",
+        help="judge head against base: markdown report, exit 1 on a regression or failure",
         description=(
             "Measure base and head in this job, alternating (--rounds each), ingest, and "
             "compare every cell: a latency is a regression when Mann-Whitney U on the raw "
             "samples is significant after Holm's correction AND the change exceeds the metric's "
             "threshold (policies.toml); flagged cells are measured once more and fail only if "
-            "the regression reproduces. Numeric drift is held to deterministic bounds. Prints a "
-            "markdown report (also appended to $GITHUB_STEP_SUMMARY when set). Exit 0 pass, "
-            "1 regression, 2 unusable input. --stored compares what the store already holds."
+            "the regression reproduces. Numeric drift is held to deterministic bounds. A cell "
+            "that failed on head, or that base has and head does not (NaN, skipped, gone), "
+            "fails the gate. Prints a markdown report (also appended to $GITHUB_STEP_SUMMARY "
+            "when set). Exit 0 pass, 1 fail, 2 unusable input. --stored compares what the "
+            "store already holds."
         ),
     )
     g.add_argument("--base", required=True, help="base revision (a PR's merge base)")
@@ -259,49 +327,74 @@ def parser() -> argparse.ArgumentParser:
     g.add_argument("--policies", type=Path, default=None, help="policies file (TOML)")
     g.add_argument("--report", type=Path, default=None, help="also write the report here")
     g.add_argument("--json", type=Path, default=None,
-                   help="write the regressions here (for ragbench verdict)")  # fmt: skip
+                   help="write the verdict and failing cells here (ragbench verdict)")  # fmt: skip
     g.set_defaults(func=_gate)
-
-    c = sub.add_parser(
-        "comment",
-        help="post the gate's report on a pull request, or update its earlier comment",
-        description="Finds the gate's comment by its marker and edits it, so each push updates "
-        "one comment. Needs $GITHUB_TOKEN; $GITHUB_API_URL for GitHub Enterprise.",
-    )
-    c.add_argument("--report", type=Path, required=True, help="the gate's markdown report")
-    c.add_argument("--pr", type=int, required=True, help="pull request number")
-    c.add_argument("--repo", default=None, help="owner/name (default $GITHUB_REPOSITORY)")
-    c.set_defaults(func=_comment)
 
     v = sub.add_parser(
         "verdict",
-        help="fail on the gate's regressions unless a maintainer accepted them",
-        description="Reads `ragbench gate --json`. Exit 1 on a regression; with --accepted-by "
-        "(the PR carries the perf-regression-accepted label) the regressions are recorded as "
-        "accepted in the store and the exit is 0.",
+        help="trusted: judge a pull request's gate output against its acceptances",
+        description=(
+            "Read `ragbench gate --json` (the gate job's artifact: checked field by field, and "
+            "for --head, the commit GitHub names), record it in the store, and judge its "
+            "failures against the acceptances given on that commit. With --github: post the "
+            "report and verdict as the PR's one comment, set the ragbench/gate commit status, "
+            "and take a stale acceptance label off a failing head ($GITHUB_TOKEN). Exit 0 "
+            "pass or accepted, 1 failures not accepted, 2 no usable gate output."
+        ),
     )
     v.add_argument("--gate-json", type=Path, required=True, help="from ragbench gate --json")
-    v.add_argument("--accepted-by", default=None, help="who accepted (the label's author)")
-    v.add_argument("--reason", default="perf-regression-accepted label", help="recorded reason")
-    _store_arg(v)
+    v.add_argument("--report", type=Path, default=None, help="the gate's markdown report")
+    v.add_argument("--machine", default=None, help="the gate's machine (default: from the JSON)")
+    v.add_argument("--github", action="store_true", help="post the comment and the status")
+    _pr_args(v)
     v.set_defaults(func=_verdict)
+
+    a = sub.add_parser(
+        "accept",
+        help="trusted: record (or withdraw) a maintainer's acceptance of a gate's failures",
+        description=(
+            "The perf-regression-accepted label was added by USER on the PR at --head: if "
+            "GitHub says USER may write to the repository, record the acceptance of the "
+            "failures the gate found at that commit, then update the status and the comment. "
+            "--withdraw (the label was removed) deletes it. Needs $GITHUB_TOKEN. Exit 0 done, "
+            "2 refused (no write permission, no gate verdict yet) or unusable input."
+        ),
+    )
+    a.add_argument("--user", required=True, help="who added or removed the label")
+    a.add_argument("--withdraw", action="store_true", help="the label was removed")
+    _pr_args(a)
+    a.set_defaults(func=_accept)
 
     d = sub.add_parser(
         "detect",
         help="main-branch history: lookback of the newest run, change points",
         description=(
-            "For every series of a machine: the newest commit against the median and MAD of "
-            "the previous runs in the same environment, and E-Divisive change points over the "
-            "history, each marked as an environment change (torch/triton/driver/GPU) or code. "
-            "Exit 1 when the newest run regressed."
+            "For every series of a machine on the history's branch: the newest commit against "
+            "the median and MAD of the previous runs in the same environment (from the newest "
+            "accepted change on), and E-Divisive change points over the history, each marked "
+            "as an environment change (torch/triton/driver/GPU) or code. Cells that failed on "
+            "the newest commit are listed. Exit 1 when the newest run regressed or failed."
         ),
     )
-    _store_arg(d)
+    _store_arg(d, history=True)
     _machine_arg(d)
     d.add_argument("--last", type=int, default=200, help="commits per series (default 200)")
     d.add_argument("--policies", type=Path, default=None, help="policies file (TOML)")
     d.set_defaults(func=_detect)
     return p
+
+
+def _fail(command: str, message: str) -> int:
+    """Exit 2: the message on stderr, and in the GitHub job's summary when there is one."""
+    print(f"ragbench {command}: error: {message}", file=sys.stderr)
+    summary = os.environ.get("GITHUB_STEP_SUMMARY")
+    if summary:
+        try:
+            with open(summary, "a") as fh:
+                fh.write(f"\n**ragbench {command} failed (exit 2):** {message}\n")
+        except OSError:
+            pass
+    return 2
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -311,7 +404,13 @@ def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
     try:
         return args.func(args)
-    except (suite.SuiteError, GateError, StoreLocked, FileNotFoundError, ValueError,
-            GitHubError) as exc:  # fmt: skip
-        print(f"ragbench {args.command}: error: {exc}", file=sys.stderr)
-        return 2
+    except (suite.SuiteError, GateError, StoreError, GitHubError, OSError, ValueError,
+            PermissionError) as exc:  # fmt: skip
+        return _fail(args.command, str(exc))
+    except KeyboardInterrupt:
+        return _fail(args.command, "interrupted")
+    except Exception as exc:  # a bug: still exit 2, never 1 (a verdict) or 0
+        if os.environ.get("RAGBENCH_DEBUG"):
+            traceback.print_exc()
+        hint = "" if os.environ.get("RAGBENCH_DEBUG") else " (RAGBENCH_DEBUG=1 shows where)"
+        return _fail(args.command, f"internal error: {type(exc).__name__}: {exc}{hint}")

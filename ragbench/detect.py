@@ -66,7 +66,8 @@ Key = tuple[str, str, str]  # (benchmark, metric, param_key)
 
 @dataclass
 class Cell:
-    """One benchmark cell's metric on one side of a comparison: samples pooled over runs."""
+    """One benchmark cell's metric on one side of a comparison: samples pooled over runs, and
+    how many of those runs failed there (the benchmark raised: no value)."""
 
     benchmark: str
     metric: str
@@ -74,33 +75,41 @@ class Cell:
     params: dict
     unit: str | None
     samples: list[float]  # raw samples, or the runs' single values
+    failures: int = 0
 
     @property
     def key(self) -> Key:
         return (self.benchmark, self.metric, self.param_key)
 
     @property
-    def median(self) -> float:
-        return statistics.median(self.samples)
+    def median(self) -> float | None:
+        return statistics.median(self.samples) if self.samples else None
 
 
 def pool(cells: Iterable[Cell]) -> dict[Key, Cell]:
-    """One cell per key, the samples of its runs pooled in order."""
+    """One cell per key, the samples of its runs pooled in order, their failures counted."""
     out: dict[Key, Cell] = {}
     for cell in cells:
         if cell.key in out:
             out[cell.key].samples.extend(cell.samples)
+            out[cell.key].failures += cell.failures
         else:
             out[cell.key] = Cell(cell.benchmark, cell.metric, cell.param_key, cell.params,
-                                 cell.unit, list(cell.samples))  # fmt: skip
+                                 cell.unit, list(cell.samples), cell.failures)  # fmt: skip
     return out
+
+
+# Verdicts that fail a gate: slower or worse beyond the threshold, a bound broken, a cell that
+# failed on head, or one that base has and head does not (NaN, skipped, or gone).
+FAILING = ("regression", "violation", "failed", "missing")
 
 
 @dataclass
 class Verdict:
     """The judgement of one cell. ``change`` is the relative change in the bad direction
     (+0.05: 5% slower or 5% less throughput); ``status`` one of regression, improvement,
-    unchanged, violation, pre-existing, hash-changed, missing-base, missing-head, info."""
+    unchanged, violation, pre-existing, hash-changed, failed (the benchmark raised on head),
+    missing (base has a value, head none), new (head has a value, base none), info."""
 
     key: Key
     params: dict
@@ -129,11 +138,22 @@ class Comparison:
 
     @property
     def failed(self) -> bool:
-        return bool(self.by_status("regression", "violation"))
+        return bool(self.by_status(*FAILING))
+
+
+def _ratio(head: float, base: float) -> float:
+    """head / base, with 0 / 0 = 1 and x / 0 = inf."""
+    if base == 0:
+        return 1.0 if head == 0 else math.inf
+    return head / base
 
 
 def _bad_change(ratio: float, lower_better: bool) -> float:
-    return ratio - 1 if lower_better else 1 / ratio - 1
+    """The relative change in the bad direction: +0.1 is 10% slower, or 10% less throughput
+    (inf: all of it lost)."""
+    if lower_better:
+        return ratio - 1
+    return math.inf if ratio == 0 else 1 / ratio - 1
 
 
 def compare(
@@ -153,22 +173,29 @@ def compare(
         v = Verdict(key, cell.params, cell.unit, policy, "info")
         v.base = b.median if b else None
         v.head = h.median if h else None
-        if policy.kind == "info":
+        if h is not None and h.failures:  # the benchmark raised on head: never a pass
+            v.status = "failed"
+            v.note = f"raised in {h.failures} head run(s)" + (
+                f", and in {b.failures} base run(s)" if b is not None and b.failures else ""
+            )
+        elif v.head is None and v.base is None:  # failed on base, no value on head either
+            v.status = "unchanged"
+            v.note = "no value on either side (failed on base)"
+        elif v.head is None:  # whatever the kind: a NaN is no measurement
+            v.status = "missing"
+            v.note = "no value on head: NaN, skipped, or no longer measured"
+        elif policy.kind == "info":
             pass
         elif policy.kind == "bound":
-            if h is None:
-                v.status = "missing-head"
-            else:
-                _bound(v, policy, h, head, b)
-        elif b is None:
-            v.status = "missing-base"
-        elif h is None:
-            v.status = "missing-head"
+            _bound(v, policy, h, head, b if v.base is not None else None)
+        elif v.base is None:
+            v.status = "new"
+            v.note = "failed on base" if b is not None else ""
         elif policy.kind == "hash":
             v.status = "hash-changed" if v.base != v.head else "unchanged"
         else:
             lower = policy.kind == "latency"
-            v.ratio = v.head / v.base if v.base else math.inf
+            v.ratio = _ratio(v.head, v.base)
             v.change = _bad_change(v.ratio, lower)
             if len(b.samples) >= 2 and len(h.samples) >= 2:
                 v.p = stats.mann_whitney(b.samples, h.samples)[1]
@@ -197,9 +224,11 @@ def compare(
 def _by_threshold(change: float | None, threshold: float, significant: bool) -> str:
     """regression / improvement / unchanged for a change in the bad direction (+0.05: 5%
     worse) that ``significant`` says is real."""
-    if significant and change is not None and change > threshold:
+    if not significant or change is None:
+        return "unchanged"
+    if change > threshold:
         return "regression"
-    if significant and change is not None and -change / (1 + change) > threshold:
+    if change <= -1 or -change / (1 + change) > threshold:  # -1: all of the cost gone
         return "improvement"
     return "unchanged"
 
@@ -211,7 +240,7 @@ def _limit(policy: Policy, cell: Cell, side: dict[Key, Cell]) -> float | None:
     if limit is not None and rel and cell.params.get(rel["param"]) is not None:
         ref_params = {**cell.params, rel["param"]: rel["value"]}
         ref = side.get((cell.benchmark, cell.metric, param_key(ref_params)))
-        if ref is not None:
+        if ref is not None and ref.median is not None:
             limit = max(limit, float(rel.get("factor", 1.0)) * ref.median)
     return limit
 
@@ -262,7 +291,9 @@ class SeriesReport:
     env_changes: list[int]  # those change points where the environment changed too
     latest_z: float | None = None
     latest_change: float | None = None
-    status: str = "unchanged"  # regression | improvement | unchanged | short | env-change
+    # regression | accepted | improvement | unchanged | short | env-change | info
+    status: str = "unchanged"
+    accepted: list[int] = field(default_factory=list)  # points whose change was accepted
 
     def describe_change(self, i: int) -> str:
         a, b = self.points[i - 1].env, self.points[i].env
@@ -271,9 +302,14 @@ class SeriesReport:
 
 
 def history(points: list[Point], key: Key, params: dict, unit: str | None,
-            policies: Policies, change_points: bool = True) -> SeriesReport:  # fmt: skip
+            policies: Policies, change_points: bool = True,
+            accepted: Iterable[str] = ()) -> SeriesReport:  # fmt: skip
     """Judge the newest point against the lookback (same environment) and find change points
-    (``change_points=False`` skips them: the lookback alone is cheap)."""
+    (``change_points=False`` skips them: the lookback alone is cheap).
+
+    ``accepted``: commits where a maintainer accepted this cell's change. The lookback starts at
+    the newest of them (its level is the new baseline), and a regression of the newest point
+    that was accepted reads ``accepted``."""
     conf = policies.main
     cps = (
         stats.e_divisive(
@@ -286,32 +322,43 @@ def history(points: list[Point], key: Key, params: dict, unit: str | None,
         else []
     )
     env_changes = [i for i in cps if points[i].env_key != points[i - 1].env_key]
+    accepted = set(accepted)
     rep = SeriesReport(key, params, unit, points, cps, env_changes)
+    rep.accepted = [i for i, p in enumerate(points) if p.commit_hash in accepted]
     policy = policies.for_metric(key[0], key[1])
     if policy.kind not in STATISTICAL or len(points) < 2:
         rep.status = "short" if policy.kind in STATISTICAL else "info"
         return rep
     latest = points[-1]
-    same_env = [p.value for p in points[:-1] if p.env_key == latest.env_key]
+    start = max((i for i in rep.accepted if i < len(points) - 1), default=0)
+    since = points[start:-1]
+    same_env = [p.value for p in since if p.env_key == latest.env_key]
     lookback = same_env[-int(conf.get("lookback", 10)) :]
     if len(lookback) < int(conf.get("min_size", 3)):
-        rep.status = "env-change" if len(same_env) < len(points) - 1 else "short"
+        rep.status = "env-change" if len(same_env) < len(since) else "short"
         return rep
     lower = policy.kind == "latency"
     rep.latest_z = stats.robust_z(lookback, latest.value)
-    ratio = latest.value / statistics.median(lookback)
-    rep.latest_change = _bad_change(ratio, lower)
+    rep.latest_change = _bad_change(_ratio(latest.value, statistics.median(lookback)), lower)
     beyond = abs(rep.latest_z) > float(conf.get("mad_k", 5.0))
     rep.status = _by_threshold(rep.latest_change, policy.threshold, significant=beyond)
+    if rep.status == "regression" and len(points) - 1 in rep.accepted:
+        rep.status = "accepted"
     return rep
 
 
-def histories(rows: list[dict], policies: Policies, last: int = 200,
-              change_points: bool = True) -> list[SeriesReport]:  # fmt: skip
+def histories(rows: list[dict], policies: Policies, last: int = 200, change_points: bool = True,
+              acceptances: Iterable[dict] = ()) -> list[SeriesReport]:  # fmt: skip
     """Series reports from ``Store.series`` rows (one machine): one point per commit and
-    environment (the median over its runs), in commit order, the newest ``last`` commits."""
+    environment (the median over its runs), in commit order, the newest ``last`` commits.
+    ``acceptances``: ``Store.acceptances()`` rows (see ``history``)."""
     from .store import ENV_FIELDS
 
+    accepted: dict[Key, set[str]] = {}
+    for a in acceptances:
+        accepted.setdefault((a["benchmark"], a["metric"], a["param_key"]), set()).add(
+            a["commit_hash"]
+        )
     grouped: dict[Key, dict[tuple, list[dict]]] = {}
     for row in rows:
         if row["median"] is None:
@@ -331,5 +378,5 @@ def histories(rows: list[dict], policies: Policies, last: int = 200,
             ))  # fmt: skip
         first = next(iter(by_commit.values()))[0]
         reports.append(history(points[-last:], key, json.loads(first["params"]), first["unit"],
-                               policies, change_points))  # fmt: skip
+                               policies, change_points, accepted.get(key, ())))  # fmt: skip
     return reports

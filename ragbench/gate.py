@@ -17,7 +17,9 @@ from pathlib import Path
 
 from . import detect, suite
 from .ingest import ingest
-from .store import Store
+from .store import FAILED, Store
+
+JSON_SCHEMA = 1  # of to_json's document; ragbench verdict refuses any other
 
 
 class GateError(RuntimeError):
@@ -43,13 +45,48 @@ class GateResult:
 
 
 def cells(store: Store, run_ids: list[str]) -> dict[detect.Key, detect.Cell]:
-    """Each cell's samples pooled over the runs (one value a run where asv kept none)."""
+    """Each cell's samples pooled over the runs (one value a run where asv kept none), and the
+    runs where it failed."""
     return detect.pool(
         detect.Cell(row["benchmark"], row["metric"], row["param_key"], json.loads(row["params"]),
-                    row["unit"], list(row["samples"]) if row["samples"] else [row["median"]])
+                    row["unit"], _samples(row), failures=int(row["status"] == FAILED))
         for row in store.measurements(run_ids)
-        if row["median"] is not None
     )  # fmt: skip
+
+
+def _samples(row: dict) -> list[float]:
+    if row["status"] == FAILED:
+        return []
+    return list(row["samples"]) if row["samples"] else [row["median"]]
+
+
+def to_json(res: GateResult) -> dict:
+    """The gate's verdict for ``ragbench verdict`` (``--json``): every failing cell."""
+    return {
+        "schema": JSON_SCHEMA,
+        "base": res.base,
+        "head": res.head,
+        "machine": res.machine,
+        "verdict": "fail" if res.comparison.failed else "pass",
+        "failures": [
+            {"benchmark": v.key[0], "metric": v.key[1], "param_key": v.key[2],
+             "status": v.status, "change": v.change, "note": v.note}
+            for v in res.comparison.by_status(*detect.FAILING)
+        ],
+    }  # fmt: skip
+
+
+def _resolve(ref: str, store: Store | None, machine: str) -> str:
+    """The full hash of ``ref``: git's, or (comparing stored runs) the one commit of the store
+    that starts with it (results made in another checkout)."""
+    try:
+        return suite.resolve([ref])[0]
+    except suite.SuiteError as exc:
+        runs = store.runs(machine=machine, commit=ref, any_branch=True) if store else []
+        stored = {r["commit_hash"] for r in runs}
+        if len(stored) == 1 and len(ref) >= 7:
+            return stored.pop()
+        raise GateError(str(exc)) from None
 
 
 def _bench_regex(keys: list[detect.Key]) -> list[str]:
@@ -83,15 +120,12 @@ def run_gate(
     log: Callable[[str], None] = print,
 ) -> GateResult:
     t0 = time.perf_counter()
-    try:
-        base, head = suite.resolve([base_ref])[0], suite.resolve([head_ref])[0]
-    except suite.SuiteError as exc:
-        raise GateError(str(exc)) from None
+    base, head = (_resolve(r, None if measure else store, machine) for r in (base_ref, head_ref))
     rounds = int(rounds or policies.gate.get("rounds", 2))
     result = GateResult(base, head, machine, detect.Comparison(), measure, rounds)
-    if not measure:
-        base_runs = store.runs(machine=machine, commit=base)
-        head_runs = store.runs(machine=machine, commit=head)
+    if not measure:  # a commit's runs, on whatever branch they were ingested
+        base_runs = store.runs(machine=machine, commit=base, any_branch=True)
+        head_runs = store.runs(machine=machine, commit=head, any_branch=True)
         if not head_runs:
             raise GateError(
                 f"the store has no run of head {head[:12]} on machine {machine!r}: "

@@ -1,26 +1,35 @@
 """Result files into the store: asv result files (with the fingerprint beside them) and
 pytest-benchmark JSON (``pytest --benchmark-json``).
 
-Each file is parsed completely before anything is written, then stored in one transaction, so
-a corrupt or truncated file is reported and skipped and the store keeps everything it had. A
-run already stored (same source, machine, commit, environment and start time) is skipped:
-ingesting twice changes nothing.
+Each file is read, parsed and checked completely, alone, before anything of it is written,
+then stored in one transaction: a bad file is reported with the reason and skipped, and every
+good file of the same call is still stored. What a file must hold (``validate``): a git commit
+hash, plausible dates, at least one measurement, and finite non-negative numbers wherever
+numbers belong (medians, quartiles, samples: lists of them). A cell asv recorded as null (the
+benchmark or its setup raised) is stored as ``failed``; one it recorded as NaN (skipped, or
+no value) is not stored. A run already stored (same source, machine, commit, environment and
+start time) is skipped: ingesting twice changes nothing.
 """
 
 from __future__ import annotations
 
-import json
+import math
+import re
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
 
-from . import asv_results, fingerprint
-from .store import Measurement, Run, Store
+from . import asv_results, fingerprint, jsonfile
+from .store import FAILED, OK, Measurement, Run, Store
 
 # asv writes these beside its result files; they are not results.
 NOT_RESULTS = {"benchmarks.json", "machine.json"}
+COMMIT = re.compile(r"[0-9a-f]{40}(?:[0-9a-f]{24})?")  # SHA-1, or SHA-256 repositories
+# Plausible dates: after git existed, and not in the future (a day's clock skew allowed).
+EARLIEST = datetime(2005, 4, 1).timestamp()
+SKEW = 86400.0
 
 
 @dataclass
@@ -46,18 +55,21 @@ def discover(paths: Iterable[Path]) -> list[Path]:
     found: list[Path] = []
     for path in map(Path, paths):
         if path.is_dir():
-            found += sorted(
-                p for p in path.rglob("*.json") if p.name not in NOT_RESULTS and p.is_file()
-            )
+            found += sorted(p for p in path.rglob("*.json") if p.name not in NOT_RESULTS)
         else:
             found.append(path)
     return list(dict.fromkeys(found))
 
 
-def _iso(text: str | None) -> float | None:
-    if not text:
+def _iso(text) -> float | None:
+    if text is None:
         return None
-    return datetime.fromisoformat(str(text).replace("Z", "+00:00")).timestamp()
+    if not isinstance(text, str):
+        raise ValueError(f"date {str(text)[:40]!r} is not an ISO 8601 text")
+    try:
+        return datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp()
+    except ValueError:
+        raise ValueError(f"date {text[:40]!r} is not an ISO 8601 text") from None
 
 
 def _metric(asv_name: str) -> tuple[str, str]:
@@ -69,27 +81,43 @@ def _metric(asv_name: str) -> tuple[str, str]:
     return bench, method
 
 
+def _fingerprint(path: Path) -> dict:
+    fp_path = fingerprint.path_for(path)
+    if not fp_path.exists():
+        return {}
+    try:
+        fp = jsonfile.read(fp_path)
+    except ValueError as exc:
+        raise ValueError(f"its fingerprint {fp_path.name}: {exc}") from None
+    if not isinstance(fp, dict):
+        raise ValueError(f"its fingerprint {fp_path.name} is not a JSON object")
+    return fp
+
+
 def parse_asv(path: Path, data: dict) -> tuple[Run, list[Measurement]]:
     results_dir = path.parent.parent
     names, units = asv_results.param_names(results_dir), asv_results.units(results_dir)
-    fp = fingerprint.read(path) or {}
+    fp = _fingerprint(path)
     started, ended = asv_results.run_times(data)
+    date = data.get("date")
+    if date is not None and not _is_number(date):
+        raise ValueError(f"date {str(date)[:40]!r} is not a number of milliseconds")
     machine = (data.get("params") or {}).get("machine") or fp.get("machine") or path.parent.name
     run = Run(
         source="asv", commit_hash=data["commit_hash"], machine=machine, started_at=started,
-        ended_at=ended, commit_time=data["date"] / 1e3 if data.get("date") else None,
+        ended_at=ended, commit_time=date / 1e3 if date else None,
         env_name=data.get("env_name"), fingerprint=fp,
         harness_version=fp.get("harness_version"), mode=fp.get("mode"), source_file=str(path),
     )  # fmt: skip
     rows = []
     for cell in asv_results.cells(data, names):
-        if cell.value is None:  # skipped or failed: not a measurement
+        if cell.value is None and not cell.failed:  # NaN: skipped, or no value to store
             continue
         bench, metric = _metric(cell.benchmark)
         rows.append(Measurement(
             benchmark=bench, metric=metric, params=cell.params, unit=units.get(cell.benchmark),
-            median=cell.value, q25=cell.q25, q75=cell.q75, samples=cell.samples,
-            version=cell.version,
+            median=cell.value, q25=cell.q25, q75=cell.q75, samples=cell.samples or None,
+            version=cell.version, status=FAILED if cell.failed else OK,
         ))  # fmt: skip
     return run, rows
 
@@ -121,32 +149,83 @@ def parse_pytest_benchmark(path: Path, data: dict) -> tuple[Run, list[Measuremen
         stats = b["stats"]
         name = b.get("fullname") or b["name"]
         bench = name.split("[", 1)[0]
-        params = {k: v for k, v in (b.get("params") or {}).items()}
+        params = dict(b.get("params") or {})
         rows.append(Measurement(
             benchmark=bench, metric="time", params=params, unit="s", median=stats["median"],
             q25=stats.get("q1"), q75=stats.get("q3"), samples=stats.get("data"),
         ))  # fmt: skip
         for key, value in (b.get("extra_info") or {}).items():
-            if isinstance(value, (int, float)) and not isinstance(value, bool):
-                rows.append(Measurement(bench, key, params, _unit_of(key), float(value)))
+            if _is_number(value):
+                rows.append(Measurement(bench, key, params, _unit_of(key), value))
     return run, rows
 
 
+def _is_number(x) -> bool:
+    return isinstance(x, (int, float)) and not isinstance(x, bool)
+
+
+def _check_value(x, what: str) -> None:
+    if not _is_number(x) or not math.isfinite(x) or x < 0:
+        raise ValueError(f"{what} is {str(x)[:40]!r}, not a finite non-negative number")
+
+
+def _check_date(seconds: float | None, what: str) -> None:
+    if seconds is not None and not EARLIEST <= seconds <= time.time() + SKEW:
+        raise ValueError(f"{what} {seconds:.4g} s since 1970 is not a plausible date")
+
+
+def validate(run: Run, rows: list[Measurement]) -> None:
+    """ValueError naming the first thing in the file that is not as it must be."""
+    if not isinstance(run.commit_hash, str) or not COMMIT.fullmatch(run.commit_hash):
+        raise ValueError(f"commit hash {str(run.commit_hash)[:50]!r} is not a git commit hash")
+    if not isinstance(run.machine, str) or not run.machine:
+        raise ValueError(f"machine {run.machine!r} is not a name")
+    for what in ("commit_time", "started_at", "ended_at"):
+        _check_date(getattr(run, what), what)
+    fp = run.fingerprint
+    texts = ("gpu", "driver", "cuda", "torch", "triton", "timm", "python", "mode")
+    if any(fp.get(k) is not None and not isinstance(fp[k], str) for k in texts):
+        raise ValueError("its fingerprint has a version that is not a text")
+    if run.branch is not None and not isinstance(run.branch, str):
+        raise ValueError(f"branch {run.branch!r} is not a name")
+    if fp.get("harness_version") is not None and not isinstance(fp["harness_version"], int):
+        raise ValueError(f"harness_version {fp['harness_version']!r} is not an integer")
+    if not rows:
+        raise ValueError("no measurements (every cell skipped, or no result column)")
+    for m in rows:
+        where = f"{m.benchmark}.{m.metric} {m.params}"
+        if not isinstance(m.params, dict) or not all(
+            isinstance(v, (str, int, float, bool)) or v is None for v in m.params.values()
+        ):
+            raise ValueError(f"{where}: parameters are not a flat object")
+        if m.status == FAILED:
+            continue
+        _check_value(m.median, f"{where}: the value")
+        for q, name in ((m.q25, "q25"), (m.q75, "q75")):
+            if q is not None:
+                _check_value(q, f"{where}: {name}")
+        if m.samples is not None:
+            if not isinstance(m.samples, list):
+                raise ValueError(f"{where}: samples are {type(m.samples).__name__}, not a list")
+            for x in m.samples:
+                _check_value(x, f"{where}: a sample")
+
+
 def parse(path: Path) -> tuple[Run, list[Measurement]]:
-    """A result file's run and measurements; ValueError (with the reason) when it is not a
-    complete asv or pytest-benchmark result file."""
-    try:
-        data = json.loads(Path(path).read_text())
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise ValueError(f"not readable as JSON ({exc})") from None
+    """A result file's run and measurements, checked (``validate``); ValueError with the reason
+    when it is not a complete, valid asv or pytest-benchmark result file."""
+    data = jsonfile.read(path)
     try:
         if isinstance(data, dict) and "result_columns" in data:
-            return parse_asv(Path(path), asv_results.load(path))
-        if isinstance(data, dict) and "benchmarks" in data and "machine_info" in data:
-            return parse_pytest_benchmark(Path(path), data)
+            run, rows = parse_asv(Path(path), asv_results.check(data))
+        elif isinstance(data, dict) and "benchmarks" in data and "machine_info" in data:
+            run, rows = parse_pytest_benchmark(Path(path), data)
+        else:
+            raise ValueError("neither an asv result file nor pytest-benchmark JSON")
     except (KeyError, TypeError, IndexError, AttributeError) as exc:
         raise ValueError(f"incomplete result file ({type(exc).__name__}: {exc})") from None
-    raise ValueError("neither an asv result file nor pytest-benchmark JSON")
+    validate(run, rows)
+    return run, rows
 
 
 def ingest(
@@ -162,23 +241,27 @@ def ingest(
     report = Report()
     t0 = time.perf_counter()
     every = max(1, len(files) // 20)  # progress: each file for small ingests, ~5% steps else
-    for i, path in enumerate(files, 1):
-        try:
-            run, rows = parse(path)
-        except ValueError as exc:
-            report.failed.append((path, str(exc)))
-            log(f"ragbench ingest: skipped {path}: {exc}")
-            continue
-        run.label = label if label is not None else run.label
-        run.branch = branch if branch is not None else run.branch
-        added = store.add_run(run, rows)
-        if added is None:
-            report.duplicate.append(path)
-        else:
-            report.stored.append(path)
-            report.rows += added
-        if i % every == 0 or i == len(files):
-            rate = report.rows / (time.perf_counter() - t0)
-            log(f"[{i}/{len(files)}] {path.name}: {report.rows} rows ({rate:.0f} rows/s)")
+    with store.writing():
+        for i, path in enumerate(files, 1):
+            try:
+                run, rows = parse(path)
+            except ValueError as exc:
+                report.failed.append((path, str(exc)))
+                log(f"ragbench ingest: refused {path}: {exc}")
+                continue
+            run.label = label if label is not None else run.label
+            run.branch = branch if branch is not None else run.branch
+            added = store.add_run(run, rows)
+            store.yield_slice()
+            if added is None:
+                report.duplicate.append(path)
+            else:
+                report.stored.append(path)
+                report.rows += added
+            if i % every == 0 or i == len(files):
+                what = "already stored" if added is None else f"{added} rows"
+                rate = report.rows / (time.perf_counter() - t0)
+                log(f"[{i}/{len(files)}] {path.name}: {what} ({report.rows} in all, "
+                    f"{rate:.0f} rows/s)")  # fmt: skip
     report.seconds = time.perf_counter() - t0
     return report

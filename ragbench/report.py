@@ -9,8 +9,6 @@ from collections import defaultdict
 from .detect import SeriesReport, Verdict
 from .gate import GateResult
 
-MARKER = "<!-- ragbench-gate -->"  # lets a workflow find and update its one PR comment
-
 
 def _num(x: float | None, digits: int = 4) -> str:
     if x is None or (isinstance(x, float) and math.isnan(x)):
@@ -58,10 +56,11 @@ def gate_markdown(res: GateResult) -> str:
     c = res.comparison
     regressions = c.by_status("regression")
     violations = c.by_status("violation")
+    failed = c.by_status("failed")
+    missing = c.by_status("missing")
     improvements = c.by_status("improvement")
     verdict = "**FAIL**" if c.failed else "**PASS**"
     lines = [
-        MARKER,
         f"## ragbench gate: {res.head[:12]} against {res.base[:12]} - {verdict}",
         "",
         f"Machine `{res.machine}`: {_env(res.head_runs)}.",
@@ -86,14 +85,21 @@ def gate_markdown(res: GateResult) -> str:
         "|---|---|",
         f"| regressions | {len(regressions)} |",
         f"| bound violations | {len(violations)} |",
+        f"| failed on head (the benchmark raised) | {len(failed)} |",
+        f"| missing on head (base has a value: NaN, skipped or gone) | {len(missing)} |",
         f"| improvements | {len(improvements)} |",
         f"| unchanged | {len(c.by_status('unchanged'))} |",
         f"| bound broken on base too (not this change) | {len(c.by_status('pre-existing'))} |",
         f"| output hash changed (reported only) | {len(c.by_status('hash-changed'))} |",
-        f"| no baseline data (not counted) | {len(c.by_status('missing-base'))} |",
-        f"| missing on head | {len(c.by_status('missing-head'))} |",
+        f"| new on head (no baseline: not counted) | {len(c.by_status('new'))} |",
         f"| not gated (info) | {len(c.by_status('info'))} |",
     ]
+    if failed:
+        lines += ["", "### Failed on head", ""]
+        lines += [f"- {_name(v)}: {v.note}" for v in failed]
+    if missing:
+        lines += ["", "### Missing on head", ""]
+        lines += [f"- {_name(v)}: base {_num(v.base)}, {v.note}" for v in missing]
     if regressions:
         lines += ["", "### Regressions", "", *_stat_table(regressions)]
     if violations:
@@ -109,12 +115,12 @@ def gate_markdown(res: GateResult) -> str:
     if hashes:
         lines += ["", "### Output hashes changed (numbers moved; within bounds)", ""]
         lines += [f"- {_name(v)}" for v in hashes]
-    missing = c.by_status("missing-base")
-    if missing:
-        lines += ["", "### No baseline data", ""]
-        lines += [f"- {_name(v)}" for v in missing[:50]]
-        if len(missing) > 50:
-            lines.append(f"- ... and {len(missing) - 50} more")
+    new = c.by_status("new")
+    if new:
+        lines += ["", "### New on head (no baseline data)", ""]
+        lines += [f"- {_name(v)}" + (f" ({v.note})" if v.note else "") for v in new[:50]]
+        if len(new) > 50:
+            lines.append(f"- ... and {len(new) - 50} more")
     lines += ["", *sensitivity(c.verdicts)]
     unchanged = [v for v in c.by_status("unchanged") if v.p is not None]
     if unchanged:
@@ -147,17 +153,25 @@ def sensitivity(verdicts: list[Verdict]) -> list[str]:
     return lines
 
 
-def history_markdown(reports: list[SeriesReport], machine: str) -> str:
-    flagged = [r for r in reports if r.status in ("regression", "improvement")]
+def history_markdown(reports: list[SeriesReport], machine: str, failed: list[dict] = ()) -> str:
+    """Main's history; ``failed``: the newest commit's cells that failed (store rows)."""
+    flagged = [r for r in reports if r.status in ("regression", "accepted", "improvement")]
     moved = [r for r in reports if r.change_points]
     lines = [
         f"## ragbench detect: machine `{machine}`",
         "",
         f"{len(reports)} series; newest run against its lookback (same environment): "
         f"{sum(r.status == 'regression' for r in reports)} regression(s), "
+        f"{sum(r.status == 'accepted' for r in reports)} accepted, "
         f"{sum(r.status == 'improvement' for r in reports)} improvement(s); "
-        f"{len(moved)} series with change points.",
+        f"{len(moved)} series with change points; {len(failed)} cell(s) failed on the newest "
+        "commit.",
     ]
+    if failed:
+        lines += ["", f"### Failed on the newest commit {failed[0]['commit_hash'][:12]}", ""]
+        lines += [f"- `{r['benchmark']}.{r['metric']}` {r['param_key']}" for r in failed[:50]]
+        if len(failed) > 50:
+            lines.append(f"- ... and {len(failed) - 50} more")
     if flagged:
         lines += ["", "| series | newest | change | robust z | status |", "|---|---|---|---|---|"]
         for r in flagged:

@@ -73,10 +73,13 @@ def ratio_interval(base, head, *, confidence=0.95, resamples=1000, seed=0) -> tu
     a, b = np.asarray(base, float), np.asarray(head, float)
     ma = np.median(a[rng.integers(0, len(a), (resamples, len(a)))], axis=1)
     mb = np.median(b[rng.integers(0, len(b), (resamples, len(b)))], axis=1)
-    with np.errstate(divide="ignore", invalid="ignore"):
-        ratios = mb / ma
     tail = (1 - confidence) / 2 * 100
-    lo, hi = np.nanpercentile(ratios, [tail, 100 - tail])
+    with np.errstate(all="ignore"):  # medians of 0: the ratio is inf or NaN, said as such
+        ratios = mb / ma
+        ratios = ratios[~np.isnan(ratios)]
+        if not len(ratios):
+            return math.nan, math.nan
+        lo, hi = np.percentile(ratios, [tail, 100 - tail])
     return float(lo), float(hi)
 
 

@@ -8,35 +8,53 @@ functions below. Schema (``SCHEMA_VERSION``; docs/store.md describes every colum
                   GPU, driver, CUDA, torch, triton, Python), harness version, mode, times, and a
                   ``label`` for runs a gate job made (``gate:<id>:base:0`` ...)
     measurements  one row per run x benchmark x parameter cell x metric: the parameters (JSON
-                  and a canonical ``param_key``), unit, median, quartiles, raw samples
-    acceptances   regressions a maintainer accepted (issue 7's PR label)
+                  and a canonical ``param_key``), unit, median, quartiles, raw samples, and a
+                  ``status``: ``ok``, or ``failed`` where the benchmark raised (no value)
+    acceptances   failures a maintainer accepted on a pull request (the label), per cell and
+                  commit; carried to the main commit that merged them
+    gates         the verdict of each pull-request gate the trusted workflow read
     views         ``series`` (measurements joined with their run), ``speedups`` (a candidate
                   backend against each other one in the same run and cell), ``dispatch_floors``,
                   ``drift``
 
-DuckDB lets one process write a file at a time; ``Store`` waits for the lock (another ingest)
-up to ``lock_timeout`` seconds instead of failing.
+History is main's: the history queries (``series``, ``runs``, the views' readers) return runs
+of one branch, ``main`` unless ``$RAGBENCH_BRANCH`` or ``branch=`` says otherwise, and never a
+gate job's runs. ``any_branch=True`` lifts the branch filter (the gate's stored comparison).
+
+Connections are short: a reader opens the file read-only for one query, a writer read-write for
+one transaction (ingest keeps its connection for a slice of files, at most ``WRITE_SLICE``
+seconds). DuckDB lets one process write a file, or many read it, at a time; whoever finds it
+locked waits (``lock_timeout``), so a reader waits at most one writer's slice.
 """
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
 DEFAULT_PATH = Path("results/perf.duckdb")
 ENV_VAR = "RAGBENCH_STORE"
-SCHEMA_VERSION = 1
+BRANCH_VAR = "RAGBENCH_BRANCH"
+HISTORY_BRANCH = "main"
+SCHEMA_VERSION = 2
 # The environment fields that move figures: a change of any is an environment change.
 ENV_FIELDS = ("gpu", "driver", "cuda", "torch", "triton", "python")
 # Parameters that name the thing being compared (a backend or a pipeline) in a cell.
 VARIANT_PARAMS = ("backend", "pipeline")
 # Units where a larger value is better; every other timed unit is a latency.
 HIGHER_IS_BETTER = ("img/s", "rows/s", "ops/s")
+# A measurement's status: a value, or a benchmark that raised (asv records it as null).
+OK, FAILED = "ok", "failed"
+# How long a writer may keep the file between transactions before it lets readers in: opening
+# the file costs ~15 ms, so one connection per file would make a 1,000-file ingest 3x slower.
+WRITE_SLICE = 0.25
+LOCK_POLL = 0.02  # seconds between tries for a locked file
 
 _TABLES = """
 CREATE TABLE IF NOT EXISTS meta (key VARCHAR PRIMARY KEY, value VARCHAR);
@@ -87,6 +105,23 @@ CREATE TABLE IF NOT EXISTS acceptances (
     accepted_at TIMESTAMP DEFAULT current_timestamp,
     PRIMARY KEY (commit_hash, benchmark, metric, param_key)
 );
+CREATE TABLE IF NOT EXISTS gates (
+    pr INTEGER NOT NULL,
+    head VARCHAR NOT NULL,
+    base VARCHAR,
+    machine VARCHAR,
+    failures JSON NOT NULL,
+    report VARCHAR,
+    recorded_at TIMESTAMP DEFAULT current_timestamp,
+    PRIMARY KEY (pr, head)
+);
+"""
+# Schema 1 -> 2: a status per measurement; acceptances name their pull request and the commit
+# they were given on (a main commit's carried copy names the PR head).
+_MIGRATIONS = """
+ALTER TABLE measurements ADD COLUMN IF NOT EXISTS status VARCHAR DEFAULT 'ok';
+ALTER TABLE acceptances ADD COLUMN IF NOT EXISTS pr INTEGER;
+ALTER TABLE acceptances ADD COLUMN IF NOT EXISTS given_on VARCHAR;
 """
 
 _VIEWS = f"""
@@ -97,8 +132,8 @@ SELECT m.*, r.commit_hash, r.commit_time, r.branch, r.machine, r.env_key, r.gpu,
 FROM measurements m JOIN runs r USING (run_id);
 
 CREATE OR REPLACE VIEW speedups AS
-SELECT c.run_id, c.commit_hash, c.commit_time, c.machine, c.env_key, c.gpu, c.torch, c.triton,
-       c.label, c.benchmark, c.metric, c.group_key, c.unit,
+SELECT c.run_id, c.commit_hash, c.commit_time, c.branch, c.machine, c.env_key, c.gpu, c.torch,
+       c.triton, c.label, c.benchmark, c.metric, c.group_key, c.unit,
        c.variant AS candidate, b.variant AS baseline,
        c.median AS candidate_value, b.median AS baseline_value,
        CASE WHEN c.unit IN {HIGHER_IS_BETTER!r} THEN c.median / b.median
@@ -109,7 +144,7 @@ FROM series c JOIN measurements b
 WHERE c.variant IS NOT NULL AND c.median > 0 AND b.median > 0;
 
 CREATE OR REPLACE VIEW dispatch_floors AS
-SELECT run_id, commit_hash, commit_time, machine, env_key, gpu, torch, triton, label,
+SELECT run_id, commit_hash, commit_time, branch, machine, env_key, gpu, torch, triton, label,
        json_extract_string(params, '$.backend') AS backend,
        json_extract_string(params, '$.geometry') AS geometry,
        max(median) FILTER (WHERE metric = 'floor_us') AS call_us,
@@ -121,7 +156,7 @@ FROM series WHERE benchmark = 'kernel.DispatchFloor'
 GROUP BY ALL;
 
 CREATE OR REPLACE VIEW drift AS
-SELECT run_id, commit_hash, commit_time, machine, env_key, gpu, torch, triton, label,
+SELECT run_id, commit_hash, commit_time, branch, machine, env_key, gpu, torch, triton, label,
        benchmark, group_key, variant AS backend,
        json_extract_string(params, '$.model') AS model,
        json_extract_string(params, '$.method') AS method,
@@ -133,19 +168,26 @@ FROM series WHERE benchmark LIKE '%.Drift'
 GROUP BY ALL;
 """
 
-
-# measurements' columns, in order, as the types of unnest()'s list parameters
-_COLUMN_TYPES = (
-    *["VARCHAR"] * 3, "JSON", *["VARCHAR"] * 5, *["DOUBLE"] * 3, "INTEGER", "DOUBLE[]"
+_MEASUREMENT_COLUMNS = (
+    "run_id", "benchmark", "metric", "params", "param_key", "variant", "group_key", "unit",
+    "version", "median", "q25", "q75", "n", "samples", "status",
 )  # fmt: skip
-_INSERT_COLUMNS = "INSERT INTO measurements SELECT " + ", ".join(
-    f"unnest(?::{t}[])" for t in _COLUMN_TYPES
+_COLUMN_TYPES = (*["VARCHAR"] * 3, "JSON", *["VARCHAR"] * 5, *["DOUBLE"] * 3, "INTEGER",
+                 "DOUBLE[]", "VARCHAR")  # fmt: skip
+_INSERT_COLUMNS = (
+    f"INSERT INTO measurements ({', '.join(_MEASUREMENT_COLUMNS)}) SELECT "
+    + ", ".join(f"unnest(?::{t}[])" for t in _COLUMN_TYPES)
 )
 
 
 def default_path() -> Path:
     """``$RAGBENCH_STORE`` or ``results/perf.duckdb``."""
     return Path(os.environ.get(ENV_VAR) or DEFAULT_PATH)
+
+
+def history_branch() -> str:
+    """The branch whose runs are the history: ``$RAGBENCH_BRANCH``, else ``main``."""
+    return os.environ.get(BRANCH_VAR) or HISTORY_BRANCH
 
 
 def param_key(params: dict) -> str:
@@ -190,7 +232,8 @@ class Run:
 
 @dataclass
 class Measurement:
-    """One benchmark cell's metric in one run; ``samples`` None where only a value exists."""
+    """One benchmark cell's metric in one run; ``samples`` None where only a value exists;
+    ``status`` ``failed`` (and no value) where the benchmark raised."""
 
     benchmark: str
     metric: str
@@ -201,6 +244,7 @@ class Measurement:
     q75: float | None = None
     samples: list[float] | None = None
     version: str | None = None
+    status: str = OK
 
     def row(self, run_id: str) -> tuple:
         variant = next((str(self.params[p]) for p in VARIANT_PARAMS if p in self.params), None)
@@ -209,24 +253,16 @@ class Measurement:
         return (
             run_id, self.benchmark, self.metric, json.dumps(self.params, sort_keys=True),
             param_key(self.params), variant, param_key(group), self.unit, self.version,
-            self.median, self.q25, self.q75, n, self.samples,
+            self.median, self.q25, self.q75, n, self.samples, self.status,
         )  # fmt: skip
 
 
-def _filters(equal: dict, gate_runs: bool = False) -> tuple[list[str], list]:
-    """WHERE terms and their arguments: ``column = value`` for each value given, and no gate
-    runs unless asked (they are a gate job's, not the history's)."""
-    where = ["TRUE"] if gate_runs else ["(label IS NULL OR label NOT LIKE 'gate:%')"]
-    args = []
-    for col, val in equal.items():
-        if val is not None:
-            where.append(f"{col} = ?")
-            args.append(val)
-    return where, args
+class StoreError(RuntimeError):
+    """The store cannot be used: not a DuckDB file, not a ragbench store, a newer schema."""
 
 
-class StoreLocked(RuntimeError):
-    """Another process held the store's write lock for longer than the timeout."""
+class StoreLocked(StoreError):
+    """Another process held the store for longer than the timeout."""
 
 
 def _ts(seconds: float | None):
@@ -236,49 +272,144 @@ def _ts(seconds: float | None):
 
 
 class Store:
-    """A DuckDB results file. ``Store(path)`` creates it (and its schema) if needed.
+    """A DuckDB results file. ``Store(path)`` creates it (and its schema) if needed, or brings
+    an older schema up to date; it holds no connection between calls.
 
     ``read_only=True`` opens an existing file for queries; it raises FileNotFoundError when
-    there is none (the dashboard says how to fill it).
+    there is none (the dashboard says how to fill it). ``branch`` names the history's branch
+    (default ``history_branch()``).
     """
 
     def __init__(self, path: Path | str | None = None, *, read_only: bool = False,
-                 lock_timeout: float = 600.0, on_wait=None):  # fmt: skip
+                 lock_timeout: float | None = None, on_wait=None,
+                 branch: str | None = None):  # fmt: skip
+        self.path = Path(path) if path is not None else default_path()
+        self.read_only = read_only
+        self.lock_timeout = (60.0 if read_only else 600.0) if lock_timeout is None else lock_timeout
+        self.on_wait = on_wait
+        self.branch = branch or history_branch()
+        self._writer = None  # the connection of an open write slice (``writing``)
+        self._checked = False  # the schema, checked on the first connection
+        if read_only:
+            if not self.path.is_file():
+                raise FileNotFoundError(f"no results store at {self.path}")
+        else:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            with self._connect(write=True) as con:
+                self._create(con)
+            self._checked = True
+
+    # --- connections ----------------------------------------------------------------------
+
+    def _open(self, write: bool):
         import duckdb
 
-        self.path = Path(path) if path is not None else default_path()
-        if read_only and not self.path.exists():
-            raise FileNotFoundError(f"no results store at {self.path}")
-        if not read_only:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
-        deadline = time.monotonic() + lock_timeout
+        deadline = time.monotonic() + self.lock_timeout
         waited = False
         while True:
             try:
-                self.con = duckdb.connect(str(self.path), read_only=read_only)
-                break
-            except duckdb.IOException as exc:
-                if "lock" not in str(exc).lower() or time.monotonic() > deadline:
-                    if "lock" in str(exc).lower():
-                        raise StoreLocked(f"{self.path} is locked by another process") from exc
-                    raise
-                if not waited and on_wait is not None:
-                    on_wait(f"waiting for the lock on {self.path} (another ingest?)")
+                return duckdb.connect(str(self.path), read_only=not write)
+            except duckdb.Error as exc:
+                if "lock" not in str(exc).lower():
+                    raise StoreError(f"{self.path} is not a usable DuckDB store: {exc}") from None
+                if time.monotonic() > deadline:
+                    raise StoreLocked(
+                        f"{self.path} stayed locked by another process for "
+                        f"{self.lock_timeout:.0f} s"
+                    ) from None
+                if not waited and self.on_wait is not None:
+                    self.on_wait(f"waiting for the lock on {self.path} (another writer?)")
                 waited = True
-                time.sleep(0.2)
-        if not read_only:
-            self._create()
+                time.sleep(LOCK_POLL)
 
-    def _create(self) -> None:
-        self.con.execute(_TABLES)
-        self.con.execute(_VIEWS)
-        self.con.execute(
-            "INSERT INTO meta VALUES ('schema_version', ?) ON CONFLICT DO NOTHING",
-            [str(SCHEMA_VERSION)],
+    @contextlib.contextmanager
+    def _connect(self, write: bool = False) -> Iterator:
+        """A connection for one query (read-only) or one transaction (read-write); inside
+        ``writing()`` the write slice's own connection."""
+        import duckdb
+
+        if self._writer is not None:
+            yield self._writer
+            return
+        if write and self.read_only:
+            raise StoreError(f"{self.path} was opened read-only")
+        con = self._open(write)
+        try:
+            if not self._checked and not write:
+                self._check_schema(con)
+                self._checked = True
+            yield con
+        except duckdb.Error as exc:
+            raise StoreError(
+                f"{self.path} cannot be used as a ragbench store (DuckDB {type(exc).__name__}: "
+                f"{exc})"
+            ) from None
+        finally:
+            con.close()
+
+    @contextlib.contextmanager
+    def writing(self) -> Iterator[Store]:
+        """Keep one write connection for a series of transactions (an ingest of many files),
+        handing the file to waiting readers every ``WRITE_SLICE`` seconds (``yield_slice``)."""
+        self._writer = self._open(write=True)
+        self._slice_started = time.monotonic()
+        try:
+            yield self
+        finally:
+            self._writer.close()
+            self._writer = None
+
+    def yield_slice(self) -> None:
+        """Between two transactions of ``writing()``: close and reopen the connection once the
+        slice is used up, so that readers get the file in between."""
+        if self._writer is not None and time.monotonic() - self._slice_started > WRITE_SLICE:
+            self._writer.close()
+            time.sleep(LOCK_POLL * 2)  # long enough for a waiting reader's next try
+            self._writer = self._open(write=True)
+            self._slice_started = time.monotonic()
+
+    def _schema(self, con) -> int | None:
+        """The file's schema version, None when it has no ``meta`` table; StoreError when it
+        is newer than this ragbench's."""
+        import duckdb
+
+        try:
+            rows = con.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchall()
+        except duckdb.CatalogException:
+            return None
+        version = int(rows[0][0]) if rows else None
+        if version is not None and version > SCHEMA_VERSION:
+            raise StoreError(
+                f"{self.path} has store schema {version}, newer than this ragbench's "
+                f"({SCHEMA_VERSION}): update ragbench"
+            )
+        return version
+
+    def _check_schema(self, con) -> None:
+        version = self._schema(con)
+        if version is None:
+            raise StoreError(f"{self.path} is a DuckDB file but not a ragbench store")
+        if version < SCHEMA_VERSION:
+            raise StoreError(
+                f"{self.path} has store schema {version}: open it once for writing (any "
+                f"ragbench ingest) to bring it to schema {SCHEMA_VERSION}"
+            )
+
+    def _create(self, con) -> None:
+        tables = {r[0] for r in con.execute("SELECT table_name FROM duckdb_tables()").fetchall()}
+        if tables and self._schema(con) is None:
+            raise StoreError(f"{self.path} is a DuckDB file of other tables, not a ragbench store")
+        con.execute("BEGIN TRANSACTION")
+        con.execute(_TABLES)
+        con.execute(_MIGRATIONS)
+        con.execute(_VIEWS)
+        con.execute(
+            "INSERT OR REPLACE INTO meta VALUES ('schema_version', ?)", [str(SCHEMA_VERSION)]
         )
+        con.execute("COMMIT")
 
     def close(self) -> None:
-        self.con.close()
+        """Nothing to close between calls; kept so that ``with Store(...)`` reads as before."""
 
     def __enter__(self) -> Store:
         return self
@@ -288,75 +419,148 @@ class Store:
 
     # --- writing --------------------------------------------------------------------------
 
-    def has_run(self, run_id: str) -> bool:
-        found = self.con.execute("SELECT 1 FROM runs WHERE run_id = ?", [run_id]).fetchone()
-        return found is not None
-
     def add_run(self, run: Run, measurements: Iterable[Measurement]) -> int | None:
         """Store a run and its measurements in one transaction; -> rows added, or None when
         the run was already stored (nothing changes). On any error nothing of it is stored."""
         run_id = run.run_id
         rows = [m.row(run_id) for m in measurements]
         fp = run.fingerprint or {}
-        self.con.execute("BEGIN TRANSACTION")
-        try:
-            if self.has_run(run_id):
-                self.con.execute("ROLLBACK")
-                return None
-            self.con.execute(
-                "INSERT INTO runs (run_id, source, commit_hash, commit_time, branch, machine, "
-                "env_name, env_key, gpu, driver, cuda, torch, triton, timm, python, "
-                "harness_version, mode, fingerprint, started_at, ended_at, label, source_file) "
-                "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                [run_id, run.source, run.commit_hash, _ts(run.commit_time), run.branch,
-                 run.machine, run.env_name, env_key(fp), *(fp.get(k) for k in
-                 ("gpu", "driver", "cuda", "torch", "triton", "timm", "python")),
-                 run.harness_version, run.mode, json.dumps(fp, sort_keys=True),
-                 _ts(run.started_at), _ts(run.ended_at), run.label, run.source_file],
-            )  # fmt: skip
-            if rows:  # one statement of column lists: 40x faster than executemany
-                self.con.execute(_INSERT_COLUMNS, [list(col) for col in zip(*rows, strict=True)])
-            self.con.execute("COMMIT")
-        except BaseException:
-            self.con.execute("ROLLBACK")
-            raise
+        with self._connect(write=True) as con:
+            con.execute("BEGIN TRANSACTION")
+            try:
+                if con.execute("SELECT 1 FROM runs WHERE run_id = ?", [run_id]).fetchall():
+                    con.execute("ROLLBACK")
+                    return None
+                con.execute(
+                    "INSERT INTO runs (run_id, source, commit_hash, commit_time, branch, "
+                    "machine, env_name, env_key, gpu, driver, cuda, torch, triton, timm, python, "
+                    "harness_version, mode, fingerprint, started_at, ended_at, label, "
+                    "source_file) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, "
+                    "?, ?, ?, ?)",
+                    [run_id, run.source, run.commit_hash, _ts(run.commit_time), run.branch,
+                     run.machine, run.env_name, env_key(fp), *(fp.get(k) for k in
+                     ("gpu", "driver", "cuda", "torch", "triton", "timm", "python")),
+                     run.harness_version, run.mode, json.dumps(fp, sort_keys=True),
+                     _ts(run.started_at), _ts(run.ended_at), run.label, run.source_file],
+                )  # fmt: skip
+                if rows:  # one statement of column lists: 40x faster than executemany
+                    con.execute(_INSERT_COLUMNS, [list(col) for col in zip(*rows, strict=True)])
+                con.execute("COMMIT")
+            except BaseException:
+                con.execute("ROLLBACK")
+                raise
         return len(rows)
 
     def accept(self, commit_hash: str, benchmark: str, metric: str, param_key: str,
-               reason: str, accepted_by: str) -> None:  # fmt: skip
-        """Record that a maintainer accepted a regression of this cell at ``commit_hash``."""
-        self.con.execute(
-            "INSERT OR REPLACE INTO acceptances (commit_hash, benchmark, metric, param_key, "
-            "reason, accepted_by) VALUES (?, ?, ?, ?, ?, ?)",
-            [commit_hash, benchmark, metric, param_key, reason, accepted_by],
-        )
+               reason: str, accepted_by: str, pr: int | None = None,
+               given_on: str | None = None) -> None:  # fmt: skip
+        """Record that a maintainer accepted a failure of this cell at ``commit_hash``."""
+        self.accept_cells(commit_hash, [(benchmark, metric, param_key)], reason, accepted_by,
+                          pr=pr, given_on=given_on)  # fmt: skip
+
+    def accept_cells(self, commit_hash: str, cells: list[tuple[str, str, str]], reason: str,
+                     accepted_by: str, *, pr: int | None = None,
+                     given_on: str | None = None) -> None:  # fmt: skip
+        """``accept`` for many cells (benchmark, metric, param_key) in one transaction."""
+        with self._connect(write=True) as con:
+            con.execute("BEGIN TRANSACTION")
+            for bench, metric, key in cells:
+                con.execute(
+                    "INSERT OR REPLACE INTO acceptances (commit_hash, benchmark, metric, "
+                    "param_key, reason, accepted_by, pr, given_on) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                    [commit_hash, bench, metric, key, reason, accepted_by, pr,
+                     given_on or commit_hash],
+                )  # fmt: skip
+            con.execute("COMMIT")
+
+    def withdraw(self, commit_hash: str) -> int:
+        """Delete the acceptances given on ``commit_hash`` (the label was removed); -> how
+        many."""
+        with self._connect(write=True) as con:
+            ((n,),) = con.execute(
+                "SELECT count(*) FROM acceptances WHERE commit_hash = ?", [commit_hash]
+            ).fetchall()
+            con.execute("DELETE FROM acceptances WHERE commit_hash = ?", [commit_hash])
+        return n
+
+    def carry_acceptances(self, main_commit: str, merged: list[str], prs: list[int]) -> int:
+        """Copy to ``main_commit`` the acceptances given on the commits it merged, or on the
+        pull requests it names (a squash merge's ``(#12)``): the lookback then sees the change
+        as accepted there. -> how many cells."""
+        with self._connect(write=True) as con:
+            con.execute("BEGIN TRANSACTION")
+            ((n,),) = con.execute(
+                "SELECT count(*) FROM acceptances WHERE commit_hash <> ? AND "
+                "(list_contains(?::VARCHAR[], commit_hash) OR list_contains(?::INTEGER[], pr))",
+                [main_commit, merged, prs],
+            ).fetchall()
+            con.execute(
+                "INSERT OR REPLACE INTO acceptances (commit_hash, benchmark, metric, param_key, "
+                "reason, accepted_by, accepted_at, pr, given_on) "
+                "SELECT ?, benchmark, metric, param_key, reason, accepted_by, accepted_at, pr, "
+                "given_on FROM acceptances WHERE commit_hash <> ? AND "
+                "(list_contains(?::VARCHAR[], commit_hash) OR list_contains(?::INTEGER[], pr))",
+                [main_commit, main_commit, merged, prs],
+            )
+            con.execute("COMMIT")
+        return n
+
+    def record_gate(self, pr: int, head: str, base: str | None, machine: str | None,
+                    failures: list[dict], report: str = "") -> None:  # fmt: skip
+        """The verdict of a pull request's gate (its failing cells and its markdown report),
+        as the trusted workflow read it."""
+        with self._connect(write=True) as con:
+            con.execute(
+                "INSERT OR REPLACE INTO gates (pr, head, base, machine, failures, report) "
+                "VALUES (?, ?, ?, ?, ?, ?)",
+                [pr, head, base, machine, json.dumps(failures, sort_keys=True), report],
+            )
 
     def export_parquet(self, out_dir: Path) -> list[Path]:
         """Every table and view as ``<name>.parquet`` under ``out_dir``."""
         out_dir = Path(out_dir)
         out_dir.mkdir(parents=True, exist_ok=True)
         paths = []
-        for name in ("runs", "measurements", "acceptances", "speedups", "dispatch_floors",
-                     "drift"):  # fmt: skip
-            path = out_dir / f"{name}.parquet"
-            self.con.execute(f"COPY (SELECT * FROM {name}) TO '{path}' (FORMAT parquet)")
-            paths.append(path)
+        with self._connect() as con:
+            for name in ("meta", "runs", "measurements", "acceptances", "gates", "series",
+                         "speedups", "dispatch_floors", "drift"):  # fmt: skip
+                path = out_dir / f"{name}.parquet"
+                con.table(name).write_parquet(str(path))  # the path never enters SQL
+                paths.append(path)
         return paths
 
     # --- queries ---------------------------------------------------------------------------
 
     def _rows(self, sql: str, args: list | None = None, frame: bool = False):
-        cur = self.con.execute(sql, args or [])
-        if frame:
-            return cur.df()
-        cols = [d[0] for d in cur.description]
-        return [dict(zip(cols, row, strict=True)) for row in cur.fetchall()]
+        with self._connect() as con:
+            cur = con.execute(sql, args or [])
+            if frame:
+                return cur.df()
+            cols = [d[0] for d in cur.description]
+            return [dict(zip(cols, row, strict=True)) for row in cur.fetchall()]
+
+    def _filters(self, equal: dict, gate_runs: bool = False,
+                 any_branch: bool = False) -> tuple[list[str], list]:  # fmt: skip
+        """WHERE terms and their arguments: ``column = value`` for each value given, the
+        history's branch unless ``any_branch``, and no gate runs unless asked (they are a gate
+        job's, not the history's)."""
+        where = ["TRUE"] if gate_runs else ["(label IS NULL OR label NOT LIKE 'gate:%')"]
+        args = []
+        if not any_branch:
+            where.append("branch = ?")
+            args.append(self.branch)
+        for col, val in equal.items():
+            if val is not None:
+                where.append(f"{col} = ?")
+                args.append(val)
+        return where, args
 
     def counts(self) -> dict[str, int]:
-        return {
-            t: self.con.execute(f"SELECT count(*) FROM {t}").fetchone()[0]
-            for t in ("runs", "measurements", "acceptances")
-        }
+        with self._connect() as con:
+            return {
+                t: con.execute(f"SELECT count(*) FROM {t}").fetchall()[0][0]
+                for t in ("runs", "measurements", "acceptances", "gates")
+            }
 
     @property
     def mtime(self) -> float:
@@ -364,14 +568,21 @@ class Store:
         return self.path.stat().st_mtime
 
     def machines(self) -> list[str]:
-        rows = self.con.execute("SELECT DISTINCT machine FROM runs ORDER BY 1").fetchall()
-        return [r[0] for r in rows]
+        return [r["machine"] for r in self._rows("SELECT DISTINCT machine FROM runs ORDER BY 1")]
+
+    def branches(self) -> dict[str, int]:
+        """Each branch with its number of runs (``None``: runs ingested without one)."""
+        rows = self._rows("SELECT branch, count(*) AS n FROM runs GROUP BY 1 ORDER BY 2 DESC")
+        return {r["branch"]: r["n"] for r in rows}
 
     def runs(self, *, machine: str | None = None, commit: str | None = None,
-             label: str | None = None, gate_runs: bool = False, frame: bool = False):  # fmt: skip
-        """Runs, newest commit first. ``commit`` matches a prefix; ``label`` a LIKE pattern;
-        gate runs (labelled ``gate:%``) only when ``gate_runs`` or a ``label`` is given."""
-        where, args = _filters({"machine": machine}, gate_runs or bool(label))
+             label: str | None = None, gate_runs: bool = False, any_branch: bool = False,
+             frame: bool = False):  # fmt: skip
+        """Runs of the history's branch, newest commit first. ``commit`` matches a prefix;
+        ``label`` a LIKE pattern; gate runs (labelled ``gate:%``) only when ``gate_runs`` or a
+        ``label`` is given, and then of any branch."""
+        where, args = self._filters({"machine": machine}, gate_runs or bool(label),
+                                    any_branch or bool(label))  # fmt: skip
         if commit:
             where.append("starts_with(commit_hash, ?)")
             args.append(commit)
@@ -382,7 +593,7 @@ class Store:
                             "commit_time DESC NULLS LAST, started_at DESC", frame)  # fmt: skip
 
     def measurements(self, run_ids: list[str]) -> list[dict]:
-        """Every measurement of these runs, samples included."""
+        """Every measurement of these runs (any branch), samples included."""
         if not run_ids:
             return []
         return self._rows("SELECT * FROM series WHERE list_contains(?, run_id)", [list(run_ids)])
@@ -390,12 +601,14 @@ class Store:
     def series(self, *, benchmark: str | None = None, metric: str | None = None,
                machine: str | None = None, params: dict | None = None,
                since=None, until=None, gate_runs: bool = False, samples: bool = False,
-               frame: bool = False):  # fmt: skip
-        """One row per run and cell, oldest commit first: the history the dashboard plots and
-        detection reads. ``params`` filters on parameter values; ``since``/``until`` on the
-        commit time."""
-        where, args = _filters(
-            {"benchmark": benchmark, "metric": metric, "machine": machine}, gate_runs
+               status: str | None = OK, frame: bool = False):  # fmt: skip
+        """One row per run and cell of the history's branch, oldest commit first: what the
+        dashboard plots and detection reads. ``params`` filters on parameter values;
+        ``since``/``until`` on the commit time; ``status`` ``ok`` (values, the default),
+        ``failed``, or None for both."""
+        where, args = self._filters(
+            {"benchmark": benchmark, "metric": metric, "machine": machine, "status": status},
+            gate_runs,
         )
         for k, v in (params or {}).items():
             where.append("json_extract_string(params, ?) = ?")
@@ -411,24 +624,35 @@ class Store:
     def speedups(self, *, candidate: str = "triton", machine: str | None = None,
                  benchmark: str | None = None, frame: bool = False):  # fmt: skip
         """``candidate`` against every other backend/pipeline in the same run and cell."""
-        where, args = _filters({"candidate": candidate, "machine": machine, "benchmark": benchmark})
+        where, args = self._filters(
+            {"candidate": candidate, "machine": machine, "benchmark": benchmark}
+        )
         return self._select("*", "speedups", where, args, "commit_time", frame)
 
     def dispatch_floors(self, *, machine: str | None = None, frame: bool = False):
-        where, args = _filters({"machine": machine})
+        where, args = self._filters({"machine": machine})
         return self._select("*", "dispatch_floors", where, args, "commit_time", frame)
 
     def drift(self, *, machine: str | None = None, frame: bool = False):
-        where, args = _filters({"machine": machine})
+        where, args = self._filters({"machine": machine})
         return self._select("*", "drift", where, args, "commit_time", frame)
 
     def _select(self, cols, source, where, args, order, frame):
         sql = f"SELECT {cols} FROM {source} WHERE {' AND '.join(where)} ORDER BY {order}"
         return self._rows(sql, args, frame)
 
-    def acceptances(self, commit_hash: str | None = None) -> list[dict]:
+    def acceptances(self, commit_hash: str | None = None, *, frame: bool = False):
+        """Accepted cells, of one commit (a prefix) or all, oldest first."""
         if commit_hash:
             return self._rows(
-                "SELECT * FROM acceptances WHERE starts_with(commit_hash, ?)", [commit_hash]
-            )
-        return self._rows("SELECT * FROM acceptances ORDER BY accepted_at")
+                "SELECT * FROM acceptances WHERE starts_with(commit_hash, ?) ORDER BY accepted_at",
+                [commit_hash], frame,
+            )  # fmt: skip
+        return self._rows("SELECT * FROM acceptances ORDER BY accepted_at", frame=frame)
+
+    def gate(self, pr: int, head: str) -> dict | None:
+        """The recorded verdict of ``pr``'s gate at ``head`` (``failures`` parsed), or None."""
+        rows = self._rows("SELECT * FROM gates WHERE pr = ? AND head = ?", [pr, head])
+        if not rows:
+            return None
+        return {**rows[0], "failures": json.loads(rows[0]["failures"])}

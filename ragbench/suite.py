@@ -13,6 +13,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 import subprocess
 import sys
 import tempfile
@@ -31,22 +32,37 @@ class SuiteError(RuntimeError):
     """The suite could not run (bad revision, asv missing, asv failed to start)."""
 
 
-def git(*args: str, cwd: Path = REPO) -> str:
-    out = subprocess.run(["git", *args], cwd=cwd, capture_output=True, text=True)
+def git(*args: str, cwd: Path | None = None) -> str:
+    out = subprocess.run(["git", *args], cwd=cwd or REPO, capture_output=True, text=True)
     if out.returncode != 0:
         raise SuiteError(f"git {' '.join(args)}: {out.stderr.strip()}")
     return out.stdout.strip()
 
 
-def resolve(revs: list[str]) -> list[str]:
-    """Full commit hashes, oldest first; a range ``A..B`` expands to its commits."""
+def resolve(revs: list[str], first_parent: bool = False) -> list[str]:
+    """Full commit hashes, oldest first; a range ``A..B`` expands to its commits (with
+    ``first_parent``, only those on B's first-parent line: a merge is one commit, not the
+    commits it merged)."""
     shas: list[str] = []
     for rev in revs:
         if ".." in rev:
-            shas += git("rev-list", "--reverse", rev).split()
+            shas += git("rev-list", "--reverse", *["--first-parent"] * first_parent, rev).split()
         else:
             shas.append(git("rev-parse", "--verify", f"{rev}^{{commit}}"))
     return list(dict.fromkeys(shas))
+
+
+def merged(sha: str) -> tuple[list[str], list[int]]:
+    """What a commit brought onto its branch: the commits it merged (itself, and for a merge
+    those reachable from its other parents but not its first), and the pull requests its
+    subject names (``Merge pull request #12 ...``, a squash merge's ``... (#12)``)."""
+    parents = git("rev-list", "--parents", "-n", "1", sha).split()[1:]
+    commits = [sha]
+    if len(parents) > 1:
+        commits += git("rev-list", f"{parents[0]}..{sha}").split()
+    subject = git("log", "-1", "--format=%s", sha)
+    prs = [int(n) for n in re.findall(r"(?:Merge pull request #|\(#)(\d+)", subject)]
+    return list(dict.fromkeys(commits)), prs
 
 
 def asv_config(results_dir: Path, work: Path) -> Path:

@@ -22,7 +22,7 @@ from ragbench import detect, fingerprint, suite
 from ragbench.gate import GateError, run_gate
 from ragbench.ingest import ingest
 from ragbench.report import gate_markdown
-from ragbench.store import Store
+from ragbench.store import Store, StoreError, history_branch
 
 RESULTS = Path("results/asv")
 
@@ -37,36 +37,38 @@ def main(argv=None) -> int:
     ap.add_argument("--store", type=Path, default=Path("results/perf.duckdb"))
     ap.add_argument("--machine", default=None, help="machine name (default: the host name)")
     args = ap.parse_args(argv)
+    try:
+        return demo(args)
+    except (suite.SuiteError, GateError, StoreError, ValueError, OSError) as exc:
+        _log(f"demo: error: {exc}")
+        return 2
+
+
+def demo(args) -> int:
     t0 = time.perf_counter()
     machine = args.machine or fingerprint.default_machine()
     count = int(suite.git("rev-list", "--count", "HEAD"))
     commits = [f"HEAD~{i}" for i in reversed(range(min(args.commits, count)))]
     _log(f"== 1/3 the quick suite on {len(commits)} commit(s), machine {machine!r}")
-    try:
-        summaries = suite.run(commits, mode="quick", results_dir=RESULTS, machine=machine,
-                              log=_log)  # fmt: skip
-    except suite.SuiteError as exc:
-        _log(f"demo: {exc}")
-        return 2
-    _log(f"== 2/3 ingest into {args.store}")
-    with Store(args.store, on_wait=_log) as store:
-        report = ingest(store, [Path(s["result"]) for s in summaries], log=_log)
-        _log(report.summary())
-        _log("== 3/3 the gate: HEAD against its parent, from the stored runs")
-        if count < 2:
-            _log("demo: HEAD has no parent: nothing to gate")
-            return 0
-        try:
-            res = run_gate(store, "HEAD~1", "HEAD", policies=detect.load_policies(),
-                           machine=machine, measure=False, log=_log)  # fmt: skip
-        except GateError as exc:
-            _log(f"demo: {exc}")
-            return 2
-        runs = store.counts()["runs"]
+    summaries = suite.run(commits, mode="quick", results_dir=RESULTS, machine=machine, log=_log)
+    branch = suite.git("rev-parse", "--abbrev-ref", "HEAD")
+    branch = history_branch() if branch == "HEAD" else branch  # detached: call it main's
+    _log(f"== 2/3 ingest into {args.store} (branch {branch})")
+    store = Store(args.store, on_wait=_log, branch=branch)
+    report = ingest(store, [Path(s["result"]) for s in summaries], branch=branch, log=_log)
+    _log(report.summary())
+    _log("== 3/3 the gate: HEAD against its parent, from the stored runs")
+    if count < 2:
+        _log("demo: HEAD has no parent: nothing to gate")
+        return 0
+    res = run_gate(store, "HEAD~1", "HEAD", policies=detect.load_policies(), machine=machine,
+                   measure=False, log=_log)  # fmt: skip
     print(gate_markdown(res))
-    print(f"Done in {time.perf_counter() - t0:.0f} s. The store {args.store} holds {runs} run(s).")
+    print(f"Done in {time.perf_counter() - t0:.0f} s. The store {args.store} holds "
+          f"{store.counts()['runs']} run(s).")  # fmt: skip
     print(f"Open the dashboard: make dashboard STORE={args.store}  (http://localhost:8501)")
-    print(f"History on the command line: python -m ragbench detect --store {args.store}")
+    on = "" if branch == history_branch() else f" --branch {branch}"
+    print(f"History on the command line: python -m ragbench detect --store {args.store}{on}")
     print(f"As Parquet: python -m ragbench export --store {args.store} --out results/parquet")
     print("and in CI the gate measures: python -m ragbench gate --base <merge-base> --head HEAD")
     return 0

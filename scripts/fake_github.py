@@ -1,30 +1,46 @@
-"""A local stand-in for the part of GitHub's REST API that ``ragbench comment`` uses: list a
-pull request's comments (paged, 100 a page), post one, edit one. For the tests and the
-workflow rehearsal (scripts/rehearse.py), which have no GitHub.
+"""A local stand-in for the part of GitHub's REST API that ``ragbench verdict`` and
+``ragbench accept`` use: a pull request's comments (paged, 100 a page; each with its author),
+commit statuses, a user's permission, labels. For the tests and the workflow rehearsal
+(scripts/rehearse.py), which have no GitHub. It can also misbehave as a real server might:
+answer 5xx, trickle its answer a byte at a time, or redirect to another host.
 
     with FakeGitHub(token="t0ken") as gh:   # gh.url -> http://127.0.0.1:PORT
-        ...                                  # GITHUB_API_URL=gh.url ragbench comment ...
-        gh.comments[7]                       # [{"id": 1, "body": "..."}, ...] on PR 7
+        ...                                  # GITHUB_API_URL=gh.url ragbench verdict ...
+        gh.comments[7]                       # [{"id": 1, "body": "...", "user": {...}}] on PR 7
+        gh.statuses[sha]                     # [{"state": "failure", ...}, ...], oldest first
 """
 
 from __future__ import annotations
 
 import json
 import threading
+import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from urllib.parse import unquote
+
+BOT = "github-actions[bot]"
 
 
 class FakeGitHub:
-    def __init__(self, token: str):
-        self.token = token
+    def __init__(self, token: str, *, bot: str = BOT, host: str = "127.0.0.1"):
+        self.token, self.bot, self.host = token, bot, host
         self.comments: dict[int, list[dict]] = {}  # PR number -> its comments, oldest first
+        self.statuses: dict[str, list[dict]] = {}  # commit -> statuses posted, oldest first
+        self.labels: dict[int, set[str]] = {}  # PR number -> its labels
+        self.permissions: dict[str, str] = {}  # user -> admin | write | read (default read)
         self.requests: list[str] = []  # "METHOD path", in order
+        self.authorized: list[bool] = []  # per request: did it carry a token at all
+        # misbehaviour: the next `server_errors` requests get 502; every answer is sent a
+        # byte each `trickle` seconds; every request is redirected (307) to `redirect` + path
+        self.server_errors = 0
+        self.trickle: float | None = None
+        self.redirect: str | None = None
         self._ids = 0
         self._server: ThreadingHTTPServer | None = None
 
-    def add(self, pr: int, body: str) -> dict:
+    def add(self, pr: int, body: str, user: str = "someone") -> dict:
         self._ids += 1
-        comment = {"id": self._ids, "body": body}
+        comment = {"id": self._ids, "body": body, "user": {"login": user}}
         self.comments.setdefault(pr, []).append(comment)
         return comment
 
@@ -32,22 +48,34 @@ class FakeGitHub:
         return next((c for cs in self.comments.values() for c in cs if c["id"] == cid), None)
 
     def _handle(self, method: str, path: str, body: dict | None) -> tuple[int, object]:
-        # /repos/{owner}/{repo}/issues/{pr}/comments?per_page=100&page=N
-        # /repos/{owner}/{repo}/issues/comments/{id}
-        parts = path.split("?")[0].strip("/").split("/")
-        if len(parts) == 6 and parts[3] == "issues" and parts[5] == "comments":
-            pr = int(parts[4])
+        parts = [unquote(p) for p in path.split("?")[0].strip("/").split("/")]
+        if len(parts) < 3 or parts[0] != "repos":
+            return 404, {"message": "Not Found"}
+        rest = parts[3:]  # after /repos/{owner}/{repo}
+        if len(rest) == 3 and rest[0] == "issues" and rest[2] == "comments":
+            pr = int(rest[1])
             if method == "GET":
                 page = int(path.rsplit("page=", 1)[1]) if "page=" in path else 1
                 return 200, self.comments.get(pr, [])[(page - 1) * 100 : page * 100]
             if method == "POST":
-                return 201, self.add(pr, body["body"])
-        if len(parts) == 6 and parts[3:5] == ["issues", "comments"] and method == "PATCH":
-            comment = self._find(int(parts[5]))
+                return 201, self.add(pr, body["body"], self.bot)
+        if rest[:2] == ["issues", "comments"] and len(rest) == 3 and method == "PATCH":
+            comment = self._find(int(rest[2]))
             if comment is None:
                 return 404, {"message": "Not Found"}
             comment["body"] = body["body"]
             return 200, comment
+        if len(rest) == 2 and rest[0] == "statuses" and method == "POST":
+            self.statuses.setdefault(rest[1], []).append(body)
+            return 201, {"id": len(self.statuses[rest[1]]), **body}
+        if len(rest) == 3 and rest[0] == "collaborators" and rest[2] == "permission":
+            return 200, {"permission": self.permissions.get(rest[1], "read")}
+        if len(rest) == 4 and rest[0] == "issues" and rest[2] == "labels" and method == "DELETE":
+            labels = self.labels.setdefault(int(rest[1]), set())
+            if rest[3] not in labels:
+                return 404, {"message": "Label does not exist"}
+            labels.discard(rest[3])
+            return 200, [{"name": n} for n in sorted(labels)]
         return 404, {"message": "Not Found"}
 
     def __enter__(self) -> FakeGitHub:
@@ -56,9 +84,20 @@ class FakeGitHub:
         class Handler(BaseHTTPRequestHandler):
             def _serve(self):
                 fake.requests.append(f"{self.command} {self.path}")
+                auth = self.headers.get("Authorization")
+                fake.authorized.append(auth is not None)
                 length = int(self.headers.get("Content-Length") or 0)
                 body = json.loads(self.rfile.read(length)) if length else None
-                if self.headers.get("Authorization") != f"Bearer {fake.token}":
+                if fake.redirect:
+                    self.send_response(307)
+                    self.send_header("Location", fake.redirect + self.path)
+                    self.send_header("Content-Length", "0")
+                    self.end_headers()
+                    return
+                if fake.server_errors:
+                    fake.server_errors -= 1
+                    code, reply = 502, {"message": "Bad Gateway"}
+                elif auth != f"Bearer {fake.token}":
                     code, reply = 401, {"message": "Bad credentials"}
                 else:
                     code, reply = fake._handle(self.command, self.path, body)
@@ -67,20 +106,31 @@ class FakeGitHub:
                 self.send_header("Content-Type", "application/json")
                 self.send_header("Content-Length", str(len(data)))
                 self.end_headers()
-                self.wfile.write(data)
+                trickle = fake.trickle
+                if trickle is None:
+                    self.wfile.write(data)
+                    return
+                try:
+                    for i in range(len(data)):
+                        self.wfile.write(data[i : i + 1])
+                        self.wfile.flush()
+                        time.sleep(trickle)
+                except OSError:  # the client gave up: what a trickle is for
+                    pass
 
-            do_GET = do_POST = do_PATCH = _serve
+            do_GET = do_POST = do_PATCH = do_DELETE = _serve
 
             def log_message(self, *args):
                 pass
 
-        self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self._server = ThreadingHTTPServer((self.host, 0), Handler)
+        self._server.daemon_threads = True
         threading.Thread(target=self._server.serve_forever, daemon=True).start()
         return self
 
     @property
     def url(self) -> str:
-        return f"http://127.0.0.1:{self._server.server_port}"
+        return f"http://{self.host}:{self._server.server_port}"
 
     def __exit__(self, *exc) -> None:
         self._server.shutdown()

@@ -1,36 +1,43 @@
-"""Rehearse the GitHub workflows on this machine, with no GitHub: the push and pull-request
-workflows' steps, in order, from a fresh clone, through a scenario of five events.
+"""Rehearse the GitHub workflows on this machine, with no GitHub: the benchmark workflows'
+steps, in order, from a fresh clone, through a scenario of thirteen events.
 
     python -m scripts.rehearse                                   # make rehearse
     python -m scripts.rehearse --bench '^cpu\\.KernelError' --keep  # the test's short run
 
-The scenario (each event runs every job of every workflow it triggers, as GitHub would):
+The scenario (each event runs every job of every workflow it triggers, as GitHub would, and
+a run's completion triggers the ``workflow_run`` workflows):
 
-1. push: HEAD~1..HEAD pushed to main (bench-main: the full suite on each pushed commit, into
-   the runner's store; artifacts; the summary);
-2. pull_request opened: PR 1, one documentation commit on main (bench-pr: the gate passes, the
-   report is posted as the PR comment);
-3. pull_request synchronize: PR 1 gets a commit that scales the triton backend's output by
-   1.01 (the gate fails on its numerics, the same comment is updated, the check fails);
-4. pull_request labeled perf-regression-accepted: the check passes and the acceptance is
-   recorded in the store, the comment updated again;
-5. pull_request opened from a fork: the gate job is skipped (no fork code on the runner).
-It then checks that each job ended as expected, the store, the comment and the artifacts.
+1. pushes to main: HEAD~3..HEAD~2 (bench-main measures it into the runner's store), then
+   HEAD~2..HEAD~1, whose run GitHub cancels while it waits (nothing runs), then HEAD~1..HEAD:
+   bench-main catches the dropped commit up; artifacts; the summary;
+2. PR 1 opened, one documentation commit: bench-pr's gate passes in a scratch store;
+   bench-pr-verdict (the base's code) records it, posts the comment, sets ragbench/gate;
+3. PR 1 synchronize, a commit that makes the triton backend's output NaN: the gate fails
+   closed (the cells base has and head lacks), the comment is updated, the status fails;
+4. the perf-regression-accepted label by a user with read access: refused (bench-accept);
+   another label: nothing runs; the label taken off, put on by a maintainer (accepted: the
+   status passes), taken off (withdrawn: it fails), put on again (accepted);
+5. PR 1 synchronize, a later documentation commit: the acceptance does not carry over, the
+   status fails and the stale label is taken off;
+6. PR 2 from a fork: the gate job is skipped (no fork code on the runner), no verdict.
+It then checks the store (main's runs only: nothing from a PR's code), the acceptances, the
+statuses, the one comment (and that a marked comment by someone else was left alone), that
+the gate job's environment held neither the token nor the store, and the artifacts.
 
 GitHub's parts, stood in for:
 - the repository: a bare clone of this one (committed work only; HEAD as main) as origin;
 - the runner: one workspace reused by every job, as a self-hosted runner's is, and the store
-  (vars.RAGBENCH_STORE) beside it; jobs run one at a time (the GPU jobs share a concurrency
-  group anyway);
-- actions/checkout: a fresh clone of origin at the ref; actions/cache: the paths hard-linked
-  into a cache by key after a successful job and back on a hit; actions/upload-artifact: the
-  paths copied under artifacts/ (a missing path fails the step, GitHub only warns);
-  actions/setup-python: this machine's python3, compared with the version asked for;
+  (vars.RAGBENCH_STORE) beside it; jobs run one at a time;
+- actions/checkout: a fresh clone of origin at the ref (default: the event's sha, which for
+  pull_request_target and workflow_run is main's tip); actions/cache: the paths hard-linked
+  into a cache by key after a successful job and back on a hit; actions/upload-artifact and
+  download-artifact: copies under artifacts/<run id>/<name>, rooted at the paths' common
+  folder; actions/setup-python: this machine's python3, compared with the version asked for;
 - ${{ }} expressions: evaluated over github (a pull request's sha is its head, not a merge
   commit), vars, secrets and runner contexts; the REST API: scripts/fake_github.py;
 - `run:` steps: bash -eo pipefail in the workspace, with the job's and the step's env and the
   usual GITHUB_* variables; job timeouts and continue-on-error are kept.
-cpu-tests is left out unless named in --workflows: it is `make browser test`, .ci/run's job.
+cpu-tests is left out: it is `make browser test`, .ci/run's job.
 
 Exit 0 when everything ended as expected, 1 when something did not, 2 on unusable input.
 """
@@ -56,7 +63,7 @@ from pathlib import Path
 
 import yaml
 
-from ragbench.report import MARKER
+from ragbench.github import MARKER
 from ragbench.store import Store
 from scripts.fake_github import FakeGitHub
 
@@ -212,7 +219,16 @@ class Expression:
         if tok not in self.contexts:
             raise RehearsalError(f"the rehearsal has no context {tok!r} ({self.text!r})")
         v = self.contexts[tok]
-        while self._peek("."):
+        while self._peek(".", "["):
+            if self._peek("["):  # an index: pull_requests[0]
+                self.i += 1
+                index = self._or()
+                self._take("]")
+                if isinstance(v, list) and isinstance(index, int):
+                    v = v[index] if -len(v) <= index < len(v) else None
+                else:
+                    v = v.get(to_text(index)) if isinstance(v, dict) else None
+                continue
             self.i += 1
             kind, name = self.tokens[self.i]
             self.i += 1
@@ -257,7 +273,9 @@ class Event:
     sha: str
     ref: str
     actor: str = "developer"
-    expect: dict = field(default_factory=dict)  # workflow/job -> success, failure, skipped
+    expect: dict = field(default_factory=dict)  # workflow/job -> success, failure, skipped,
+    #                                             or "not run"
+    run: bool = True  # False: a run GitHub cancelled while it was pending
 
 
 @dataclass
@@ -268,6 +286,7 @@ class JobResult:
     seconds: float = 0.0
     steps: list[tuple[str, str, float]] = field(default_factory=list)  # (step, outcome, s)
     summary: str = ""
+    envs: list[dict] = field(default_factory=list)  # each run step's environment
 
 
 def load_workflow(path: Path) -> dict:
@@ -288,9 +307,14 @@ def triggers(flow: dict, event: Event) -> bool:
     if event.name == "push":
         branch = event.ref.removeprefix("refs/heads/")
         return any(fnmatch.fnmatch(branch, b) for b in spec.get("branches", ["*"]))
-    if event.name == "pull_request":
+    if event.name in ("pull_request", "pull_request_target"):
         types = spec.get("types", ["opened", "synchronize", "reopened"])
         return event.payload["action"] in types
+    if event.name == "workflow_run":
+        run = event.payload["workflow_run"]
+        return run["name"] in spec.get("workflows", []) and event.payload["action"] in spec.get(
+            "types", ["requested", "completed"]
+        )
     return True
 
 
@@ -306,6 +330,7 @@ class Runner:
         self.artifacts = root / "artifacts"
         self.logs = root / "logs"
         self.jobs_run = 0
+        self.run_id = 0  # the workflow run the job belongs to (its artifacts)
         for d in (self.cache, self.artifacts, self.logs):
             d.mkdir(parents=True, exist_ok=True)
 
@@ -314,7 +339,7 @@ class Runner:
             "github": {
                 "event_name": event.name, "event": event.payload, "sha": event.sha,
                 "ref": event.ref, "repository": REPOSITORY, "actor": event.actor,
-                "workspace": str(self.workspace),
+                "workspace": str(self.workspace), "run_id": self.run_id,
             },
             "vars": {"RAGBENCH_STORE": str(self.store), "RAGBENCH_MACHINE": "rehearsal"},
             "secrets": {"GITHUB_TOKEN": TOKEN},
@@ -397,6 +422,7 @@ class Runner:
                    "GITHUB_REF": event.ref, "GITHUB_EVENT_NAME": event.name,
                    "GITHUB_EVENT_PATH": str(temp / "event.json"), "GITHUB_ACTOR": event.actor,
                    "GITHUB_API_URL": self.api_url, "GITHUB_STEP_SUMMARY": str(summary),
+                   "GITHUB_RUN_ID": str(self.run_id), "GITHUB_SERVER_URL": "https://github.invalid",
                    "GITHUB_OUTPUT": str(temp / f"output-{n}"), "GITHUB_ENV": str(temp / "env"),
                    "RUNNER_OS": "Linux", "RUNNER_TEMP": str(temp)}  # fmt: skip
             if self.bench:  # the rehearsal's one addition: a narrower suite, to stay short
@@ -404,6 +430,7 @@ class Runner:
             step_log = logs / f"{n:02d}.log"
             try:
                 if "run" in step:
+                    result.envs.append(env)
                     ok = self._run(step["run"], env, step_log, deadline)
                 else:
                     ok = self._uses(step, ctx, fns, step_log, saves)
@@ -491,20 +518,31 @@ class Runner:
                 saves.append((key_dir, paths))
                 note = f"cache miss: {args['key']} (saved after a successful job)"
         elif action == "actions/upload-artifact":
-            dest = self.artifacts / args["name"]
+            # the paths' common folder is the artifact's root, as GitHub's action does
+            paths = args["path"].split()
+            root = Path(os.path.commonpath([str(Path(p).parent) for p in paths]))
+            dest = self.artifacts / str(self.run_id) / args["name"]
             missing = []
-            for p in args["path"].split():
-                src = self.workspace / p
+            for p in paths:
+                src, to = self.workspace / p, dest / Path(p).relative_to(root)
                 if not src.exists():
                     missing.append(p)
                 elif src.is_dir():
-                    shutil.copytree(src, dest / p, dirs_exist_ok=True)
+                    shutil.copytree(src, to, dirs_exist_ok=True)
                 else:
-                    (dest / p).parent.mkdir(parents=True, exist_ok=True)
-                    shutil.copy2(src, dest / p)
+                    to.parent.mkdir(parents=True, exist_ok=True)
+                    shutil.copy2(src, to)
             note = f"uploaded to {dest}" + (f"; missing: {', '.join(missing)}" if missing else "")
             step_log.write_text(note + "\n")
-            return not missing
+            return not missing or args.get("if-no-files-found", "warn") != "error"
+        elif action == "actions/download-artifact":
+            run_id = args.get("run-id") or str(self.run_id)
+            src = self.artifacts / run_id / args["name"]
+            if not src.is_dir():
+                step_log.write_text(f"no artifact {args['name']} in run {run_id}\n")
+                return False
+            shutil.copytree(src, self.workspace / args.get("path", "."), dirs_exist_ok=True)
+            note = f"downloaded {src} into {args.get('path', '.')}"
         else:
             raise RehearsalError(f"the rehearsal cannot stand in for {step['uses']}")
         step_log.write_text(note + "\n")
@@ -522,19 +560,17 @@ def _link_copy(src: Path, dest: Path) -> None:
 # --- the scenario ----------------------------------------------------------------------------
 
 
-def make_origin(root: Path, pushed: int) -> tuple[Path, Path, list[str]]:
-    """origin (bare, main = this HEAD) and an author's clone; -> (origin, author, the pushed
-    range's before and after)."""
-    head = git("rev-parse", "HEAD")
-    before = git("rev-parse", f"HEAD~{pushed}")
+def make_origin(root: Path) -> tuple[Path, Path, list[str]]:
+    """origin (bare, main = this HEAD) and an author's clone; -> (origin, author, main's last
+    four commits, oldest first: the pushes' before and after)."""
     origin, author = root / "origin.git", root / "author"
     git("clone", "--quiet", "--bare", REPO, origin, cwd=root)
-    git("update-ref", "refs/heads/main", head, cwd=origin)
+    git("update-ref", "refs/heads/main", git("rev-parse", "HEAD"), cwd=origin)
     git("symbolic-ref", "HEAD", "refs/heads/main", cwd=origin)
     git("clone", "--quiet", origin, author, cwd=root)
     git("config", "user.name", "Rehearsal Author", cwd=author)
     git("config", "user.email", "author@rehearsal.invalid", cwd=author)
-    return origin, author, [before, head]
+    return origin, author, [git("rev-parse", f"HEAD~{i}") for i in (3, 2, 1, 0)]
 
 
 def pr_commit(author: Path, branch: str, path: str, text: str, message: str, append: bool) -> str:
@@ -553,91 +589,190 @@ def pr_commit(author: Path, branch: str, path: str, text: str, message: str, app
     return git("rev-parse", "HEAD", cwd=author)
 
 
-def pr_event(action: str, title: str, number: int, base: str, head: str, *, labels=(),
-             fork=False, actor="developer", expect=None) -> Event:  # fmt: skip
-    head_repo = "someone/ragged" if fork else REPOSITORY
+class Scenario:
+    """The events, built lazily: a PR's commits are pushed just before its event runs, and
+    labels are put on or taken off the fake GitHub's PR as the event says."""
+
+    def __init__(self, author: Path, main: list[str], gh: FakeGitHub):
+        self.author, self.main, self.gh = author, main, gh
+        self.shas: dict[str, str] = {}
+        gh.permissions.update({"maintainer": "write", "outsider": "read"})
+
+    def push(self, title: str, before: str, after: str, expect: str | None) -> Event:
+        payload = {"before": before, "after": after, "ref": "refs/heads/main",
+                   "sender": {"login": "developer"}}  # fmt: skip
+        return Event("push", title, payload, after, "refs/heads/main",
+                     expect={"bench-main/bench": expect} if expect else {},
+                     run=expect is not None)  # fmt: skip
+
+    def pr(self, action: str, title: str, number: int, head: str, *, fork=False,
+           label: str | None = None, sender="developer", expect=None) -> Event:  # fmt: skip
+        labels = self.gh.labels.setdefault(number, set())
+        if action == "labeled":
+            labels.add(label)
+        elif action == "unlabeled":
+            labels.discard(label)
+        head_repo = "someone/ragged" if fork else REPOSITORY
+        payload = {
+            "action": action, "number": number, "sender": {"login": sender},
+            "pull_request": {
+                "number": number, "labels": [{"name": n} for n in sorted(labels)],
+                "base": {"sha": self.main[-1], "ref": "main", "repo": {"full_name": REPOSITORY}},
+                "head": {"sha": head, "ref": f"pr-{number}", "repo": {"full_name": head_repo}},
+            },
+        }  # fmt: skip
+        if label:
+            payload["label"] = {"name": label}
+        if action in ("labeled", "unlabeled"):  # pull_request_target runs the base's code
+            return Event("pull_request_target", title, payload, self.main[-1], "refs/heads/main",
+                         sender, expect or {})  # fmt: skip
+        return Event("pull_request", title, payload, head, f"refs/pull/{number}/merge", sender,
+                     expect or {})  # fmt: skip
+
+    def events(self) -> list:
+        m, sh = self.main, self.shas
+        accept = {"bench-accept/accept": "success", "bench-pr/gate": "not run"}
+
+        def commit(key, branch, path, text, message, append=False):
+            sh[key] = pr_commit(self.author, branch, path, text, message, append)
+            return sh[key]
+
+        return [
+            lambda: self.push("push-seed", m[0], m[1], "success"),
+            lambda: self.push("push-dropped", m[1], m[2], None),  # cancelled while pending
+            lambda: self.push("push", m[2], m[3], "success"),
+            lambda: self.pr("opened", "pr-opened", 1, commit(
+                "clean", "pr-1", "docs/rehearsal-pr.md", "A documentation change.\n",
+                "docs: a note (rehearsal PR 1)"), expect={
+                "bench-pr/gate": "success", "bench-pr-verdict/verdict": "success"}),
+            lambda: self.pr("synchronize", "pr-nan", 1, commit(
+                "nan", "pr-1", "ragged/attention.py", NAN_KERNEL,
+                "attention: triton output NaN (rehearsal PR 1)", append=True), expect={
+                "bench-pr/gate": "success", "bench-pr-verdict/verdict": "failure"}),
+            lambda: self.pr("labeled", "pr-label-outsider", 1, sh["nan"], label=LABEL,
+                            sender="outsider", expect={"bench-accept/accept": "failure"}),
+            lambda: self.pr("labeled", "pr-label-other", 1, sh["nan"], label="documentation",
+                            sender="maintainer", expect={"bench-accept/accept": "skipped",
+                                                         "bench-pr/gate": "not run"}),
+            lambda: self.pr("unlabeled", "pr-unlabel-refused", 1, sh["nan"], label=LABEL,
+                            sender="maintainer", expect=accept),
+            lambda: self.pr("labeled", "pr-accepted", 1, sh["nan"], label=LABEL,
+                            sender="maintainer", expect=accept),
+            lambda: self.pr("unlabeled", "pr-withdrawn", 1, sh["nan"], label=LABEL,
+                            sender="maintainer", expect=accept),
+            lambda: self.pr("labeled", "pr-accepted-again", 1, sh["nan"], label=LABEL,
+                            sender="maintainer", expect=accept),
+            lambda: self.pr("synchronize", "pr-later-push", 1, commit(
+                "later", "pr-1", "docs/rehearsal-pr.md", "More documentation.\n",
+                "docs: more (rehearsal PR 1)", append=True), expect={
+                "bench-pr/gate": "success", "bench-pr-verdict/verdict": "failure"}),
+            lambda: self.pr("opened", "pr-fork", 2, commit(
+                "fork", "pr-2", "docs/rehearsal-fork.md", "From a fork.\n", "docs: fork"),
+                fork=True, expect={"bench-pr/gate": "skipped",
+                                   "bench-pr-verdict/verdict": "skipped"}),
+        ]  # fmt: skip
+
+
+# What the failing pull request appends to ragged/attention.py: every triton output NaN.
+NAN_KERNEL = """
+# (rehearsal) a change that makes the triton backend's output NaN
+import dataclasses as _dc  # noqa: E402
+
+_real_triton = BACKENDS["triton"]
+BACKENDS["triton"] = _dc.replace(
+    _real_triton, run=lambda *a: _real_triton.run(*a).fill_(float("nan"))
+)
+"""
+
+
+def workflow_run_event(wf_name: str, run_id: int, event: Event, jobs: list[JobResult],
+                       main: str) -> Event:  # fmt: skip
+    """What GitHub sends when a workflow run completes (to ``on: workflow_run``), from the
+    default branch's tip."""
+    ran = [j.conclusion for j in jobs]
+    conclusion = ("skipped" if all(c == "skipped" for c in ran)
+                  else "failure" if "failure" in ran else "success")  # fmt: skip
+    pr = event.payload.get("pull_request") or {}
+    head_repo = (pr.get("head") or {}).get("repo", {}).get("full_name", REPOSITORY)
     payload = {
-        "action": action, "number": number,
-        "pull_request": {
-            "number": number, "labels": [{"name": n} for n in labels],
-            "base": {"sha": base, "ref": "main", "repo": {"full_name": REPOSITORY}},
-            "head": {"sha": head, "ref": f"pr-{number}", "repo": {"full_name": head_repo}},
+        "action": "completed",
+        "workflow_run": {
+            "id": run_id, "name": wf_name, "event": event.name, "conclusion": conclusion,
+            "head_sha": event.sha, "head_repository": {"full_name": head_repo},
+            "pull_requests": [{"number": pr["number"]}] if pr and head_repo == REPOSITORY
+            else [],
         },
     }  # fmt: skip
-    return Event("pull_request", title, payload, head, f"refs/pull/{number}/merge", actor,
-                 expect or {})  # fmt: skip
-
-
-def scenario(author: Path, pushed: list[str]) -> list:
-    """The events, built lazily: a PR's commits are pushed just before its event runs."""
-    main = pushed[1]
-    shas: dict[str, str] = {}
-
-    def push():
-        payload = {"before": pushed[0], "after": main, "ref": "refs/heads/main"}
-        return Event("push", "push", payload, main, "refs/heads/main",
-                     expect={"bench-main/bench": "success"})  # fmt: skip
-
-    def opened():
-        shas["clean"] = pr_commit(author, "pr-1", "docs/rehearsal-pr.md",
-                                  "A documentation change (workflow rehearsal).\n",
-                                  "docs: a note (rehearsal PR 1)", append=False)  # fmt: skip
-        return pr_event("opened", "pr-opened", 1, main, shas["clean"],
-                        expect={"bench-pr/gate": "success"})  # fmt: skip
-
-    def synchronize():
-        shas["regress"] = pr_commit(author, "pr-1", "ragged/attention.py", REGRESSION,
-                                    "attention: triton output 1% off (rehearsal PR 1)",
-                                    append=True)  # fmt: skip
-        return pr_event("synchronize", "pr-regression", 1, main, shas["regress"],
-                        expect={"bench-pr/gate": "failure"})  # fmt: skip
-
-    def labeled():
-        return pr_event("labeled", "pr-accepted", 1, main, shas["regress"], labels=[LABEL],
-                        actor="maintainer", expect={"bench-pr/gate": "success"})  # fmt: skip
-
-    def fork():
-        return pr_event("opened", "pr-fork", 2, main, shas["clean"], fork=True,
-                        expect={"bench-pr/gate": "skipped"})  # fmt: skip
-
-    return [push, opened, synchronize, labeled, fork]
+    return Event("workflow_run", f"{event.title}-{wf_name}-completed", payload, main,
+                 "refs/heads/main", "github-actions[bot]")  # fmt: skip
 
 
 def check(results: dict[str, list[JobResult]], runner: Runner, gh: FakeGitHub,
-          pushed: list[str], regress_sha: str | None) -> list[str]:  # fmt: skip
+          scene: Scenario) -> list[str]:  # fmt: skip
     """What must hold after the scenario; -> the failures."""
     bad = []
     if not runner.store.exists():
         return [f"no store at {runner.store}"]
+    sh, main = scene.shas, scene.main
     with Store(runner.store, read_only=True) as store:
-        main_runs = [r for r in store.runs() if r.get("branch") == "main"]
-        want = git("rev-list", f"{pushed[0]}..{pushed[1]}").split()
-        missing = set(want) - {r["commit_hash"] for r in main_runs}
-        if missing:
-            bad.append(f"push: no stored main run of {', '.join(m[:12] for m in missing)}")
-        gate_runs = store.runs(gate_runs=True, label="gate:%")
-        if not gate_runs:
-            bad.append("pull requests: no gate runs in the store")
-        accepted = store.acceptances(regress_sha) if regress_sha else []
-        if not accepted:
-            bad.append("labeled: no acceptance recorded for the regressing head")
-    artifacts = list(runner.artifacts.glob("bench-main-*/results/asv-main"))
-    if not artifacts or not list(runner.artifacts.glob("bench-main-*/results/*.duckdb")):
+        every = store.runs(any_branch=True, gate_runs=True)
+        stored = {r["commit_hash"] for r in every}
+        if stored != set(main[1:]):
+            bad.append(f"the store holds {sorted(c[:12] for c in stored)}, not main's "
+                       f"{[c[:12] for c in main[1:]]} (the dropped push caught up)")  # fmt: skip
+        if any(r["branch"] != "main" or r["label"] for r in every):
+            bad.append("pull-request runs reached the persistent store")
+        if not store.acceptances(sh["nan"]):
+            bad.append("no acceptance recorded for the NaN head")
+        if store.acceptances(sh["later"]):
+            bad.append("the later push inherited an acceptance")
+        if {a["accepted_by"] for a in store.acceptances()} != {"maintainer"}:
+            bad.append("an acceptance by someone other than the maintainer")
+        if not all(store.gate(1, sh[k]) for k in ("clean", "nan", "later")):
+            bad.append("the trusted verdict did not record every gate of PR 1")
+    if not list(runner.artifacts.glob("*/bench-main-*/asv-main")) or not list(
+        runner.artifacts.glob("*/bench-main-*/store-snapshot.duckdb")
+    ):
         bad.append("push: the asv results or the store snapshot were not uploaded")
-    push_jobs = results.get("push", [])
-    if not any(j.summary.strip() for j in push_jobs):
+    if not any(j.summary.strip() for j in results.get("push", [])):
         bad.append("push: the run summary is empty")
-    ours = [c for c in gh.comments.get(1, []) if MARKER in c["body"]]
-    if len(ours) != 1:
-        bad.append(f"PR 1 has {len(ours)} gate comments, not one")
-    elif "FAIL" not in ours[0]["body"]:
-        bad.append("PR 1's comment does not show the failing gate")
-    if gh.comments.get(2):
-        bad.append("the fork's PR got a comment")
-    posts = [r for r in gh.requests if r.startswith("POST")]
+    for title, jobs in results.items():  # the pull request's code: no token, no store
+        for job in jobs:
+            if job.workflow != "bench-pr":
+                continue
+            leaked = [k for env in job.envs for k, v in env.items()
+                      if TOKEN in v or str(runner.store) in v]  # fmt: skip
+            if leaked:
+                bad.append(f"{title}: the PR's gate job saw {sorted(set(leaked))}")
+    ours = [c for c in gh.comments.get(1, []) if c["user"]["login"] == gh.bot]
+    forged = [c for c in gh.comments.get(1, []) if c["user"]["login"] != gh.bot]
+    if (
+        len(ours) != 1
+        or "FAILURE" not in ours[0]["body"]
+        or sh["later"][:12] not in ours[0]["body"]
+    ):
+        bad.append(f"PR 1 has {len(ours)} bot comments, not one showing the later head failing")
+    if [c["body"] for c in forged] != [FORGED]:
+        bad.append("the comment someone else wrote with the marker was edited")
+    posts = [r for r in gh.requests if r.startswith("POST") and r.endswith("/comments")]
     if len(posts) != 1:
         bad.append(f"{len(posts)} comments posted: one expected, then edits")
+    want = {
+        "clean": ["success"], "later": ["failure"],
+        "nan": ["failure", "failure", "success", "failure", "success"],
+    }  # fmt: skip
+    for key, states in want.items():
+        got = [st["state"] for st in gh.statuses.get(sh[key], [])]
+        if got != states:
+            bad.append(f"ragbench/gate statuses of the {key} head: {got}, expected {states}")
+    if LABEL in gh.labels.get(1, set()):
+        bad.append("the stale acceptance label was left on PR 1 after the later push")
+    if gh.comments.get(2) or gh.statuses.get(sh["fork"]):
+        bad.append("the fork's PR got a comment or a status")
     return bad
+
+
+FORGED = f"{MARKER}\nWritten by someone else, with the gate's marker."
 
 
 def main(argv=None) -> int:
@@ -651,25 +786,14 @@ def main(argv=None) -> int:
     ap.add_argument("--bench", action="append", default=[], metavar="REGEX",
                     help="narrow the suite in bench-main and the gate (make's BENCH); "
                          "default: the workflows' full and quick suites")  # fmt: skip
-    ap.add_argument("--pushed", type=int, default=1, help="commits in the push (default 1)")
-    ap.add_argument(
-        "--workflows",
-        nargs="+",
-        default=["bench-main", "bench-pr"],
-        help="which workflows to run (default bench-main bench-pr)",
-    )
     ap.add_argument("-v", "--verbose", action="store_true", help="stream every step's output")
     args = ap.parse_args(argv)
-    paths = {p.stem: p for p in sorted(WORKFLOWS.glob("*.yml"))}
-    unknown = set(args.workflows) - set(paths)
-    if unknown:
-        ap.error(f"no workflow {', '.join(sorted(unknown))}; there are {', '.join(paths)}")
-    count = int(git("rev-list", "--count", "HEAD"))
-    if not 1 <= args.pushed < count:
-        ap.error(f"--pushed must be between 1 and {count - 1}")
+    flows = {p.stem: load_workflow(p) for p in sorted(WORKFLOWS.glob("*.yml"))}
+    flows.pop("cpu-tests", None)  # `make browser test`: .ci/run's job
+    if int(git("rev-list", "--count", "HEAD")) < 4:
+        ap.error("the rehearsal pushes main's last three commits: HEAD needs three ancestors")
     if git("status", "--porcelain", "--untracked-files=no"):
         log("note: uncommitted changes are not rehearsed (the clone is of HEAD)")
-    flows = {n: load_workflow(paths[n]) for n in args.workflows}
     root = (args.workdir or Path(tempfile.mkdtemp(prefix="rehearsal-"))).resolve()
     root.mkdir(parents=True, exist_ok=True)
     if any(root.iterdir()):
@@ -678,30 +802,27 @@ def main(argv=None) -> int:
     results: dict[str, list[JobResult]] = {}
     wrong: list[str] = []
     try:
-        origin, author, pushed = make_origin(root, args.pushed)
+        origin, author, main_shas = make_origin(root)
         with FakeGitHub(TOKEN) as gh:
+            gh.add(1, FORGED, user="someone")
             runner = Runner(root, origin, gh.url, args.bench, args.verbose)
-            regress_sha = None
-            for make_event in scenario(author, pushed):
+            scene = Scenario(author, main_shas, gh)
+            for make_event in scene.events():
                 event = make_event()
                 log(f"== {event.title}: {event.name} {event.payload.get('action', '')} "
                     f"{event.sha[:12]}")  # fmt: skip
                 jobs = results.setdefault(event.title, [])
-                for wf_name, flow in flows.items():
-                    if not triggers(flow, event):
-                        continue
-                    for job_id, job in flow["jobs"].items():
-                        jobs.append(runner.run_job(wf_name, job_id, job, event))
-                for key, want in event.expect.items():
-                    got = [j.conclusion for j in jobs if f"{j.workflow}/{j.job}" == key]
-                    if key.split("/")[0] in flows and got != [want]:
-                        wrong.append(f"{event.title}: {key} ended {got}, expected {want}")
-                if event.title == "pr-regression":
-                    regress_sha = event.sha
-            if {"bench-main", "bench-pr"} <= set(flows):
-                wrong += check(results, runner, gh, pushed, regress_sha)
+                if event.run:
+                    play(event, flows, runner, jobs, main_shas[-1])
+                else:
+                    log("   (GitHub cancelled this run while it waited: nothing runs)")
+                wrong += expectations(event, jobs)
+            wrong += check(results, runner, gh, scene)
+            shas = {**scene.shas, "dropped": main_shas[2], "main": main_shas[-1]}
+            (root / "shas.json").write_text(json.dumps(shas, indent=1))
             (root / "github.json").write_text(json.dumps(
-                {"comments": gh.comments, "requests": gh.requests}, indent=1))  # fmt: skip
+                {"comments": gh.comments, "statuses": gh.statuses, "requests": gh.requests,
+                 "labels": {k: sorted(v) for k, v in gh.labels.items()}}, indent=1))  # fmt: skip
     except RehearsalError as exc:
         log(f"rehearse: {exc}")
         return 2
@@ -720,6 +841,31 @@ def main(argv=None) -> int:
         shutil.rmtree(root, ignore_errors=True)
         print("(removed: pass --keep to look at them)")
     return 1 if wrong else 0
+
+
+def play(event: Event, flows: dict, runner: Runner, jobs: list[JobResult], main: str) -> None:
+    """Run every job of every workflow ``event`` triggers, then, as GitHub does when a run
+    completes, the workflows listening for that (``workflow_run``); their jobs go to ``jobs``
+    too."""
+    for wf_name, flow in flows.items():
+        if not triggers(flow, event):
+            continue
+        runner.run_id += 1
+        ran = [runner.run_job(wf_name, job_id, job, event) for job_id, job in flow["jobs"].items()]
+        jobs += ran
+        play(workflow_run_event(wf_name, runner.run_id, event, ran, main), flows, runner, jobs,
+             main)  # fmt: skip
+
+
+def expectations(event: Event, jobs: list[JobResult]) -> list[str]:
+    wrong = []
+    for key, want in event.expect.items():
+        got = [j.conclusion for j in jobs if f"{j.workflow}/{j.job}" == key]
+        if want == "not run" and got:
+            wrong.append(f"{event.title}: {key} ran ({got}); it must not")
+        elif want != "not run" and got != [want]:
+            wrong.append(f"{event.title}: {key} ended {got}, expected {want}")
+    return wrong
 
 
 if __name__ == "__main__":

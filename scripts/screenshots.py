@@ -128,6 +128,6 @@ if __name__ == "__main__":
 
             store = Path(tmp) / "perf.duckdb"
             with Store(store) as s:
-                ingest(s, [synth.write_history(Path(tmp) / "history", 1000)])
+                ingest(s, [synth.write_history(Path(tmp) / "history", 1000)], branch="main")
         for what, seconds in shoot_all(store, args.out).items():
             print(f"{what}: {seconds:.2f} s")

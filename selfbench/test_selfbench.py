@@ -27,7 +27,7 @@ def history(tmp_path_factory):
 def store(history, tmp_path_factory):
     path = tmp_path_factory.mktemp("store") / "perf.duckdb"
     with Store(path) as s:
-        ingest(s, [history])
+        ingest(s, [history], branch="main")
     s = Store(path, read_only=True)
     yield s
     s.close()
@@ -39,7 +39,7 @@ def test_ingest_rows_per_second(benchmark, history, tmp_path):
 
     def run():
         with Store(tmp_path / f"s{next(paths)}.duckdb") as s:
-            return ingest(s, [history])
+            return ingest(s, [history], branch="main")
 
     report = benchmark.pedantic(run, rounds=3, iterations=1)
     assert len(report.stored) == COMMITS

@@ -32,6 +32,44 @@ def device() -> str:
     return "cuda" if HAS_CUDA else "cpu"
 
 
+def git(*args, cwd: Path = REPO) -> str:
+    out = subprocess.run(["git", *map(str, args)], cwd=cwd, capture_output=True, text=True)
+    assert out.returncode == 0, f"git {args}: {out.stderr}"
+    return out.stdout.strip()
+
+
+def fresh_copy(dest: Path) -> Path:
+    """A clone of this repository with the working tree as it is (uncommitted and untracked,
+    not ignored, files too) committed on top of HEAD: what tests that make commits of their
+    own, or push, start from."""
+    git("clone", "--quiet", REPO, dest, cwd=dest.parent)
+    for name in ("user.name", "user.email"):
+        git("config", name, "Test", cwd=dest)
+    changed = git("ls-files", "--modified", "--others", "--exclude-standard").splitlines()
+    deleted = set(git("ls-files", "--deleted").splitlines())
+    for rel in changed:
+        if rel in deleted:
+            continue
+        (dest / rel).parent.mkdir(parents=True, exist_ok=True)
+        (dest / rel).write_bytes((REPO / rel).read_bytes())
+        (dest / rel).chmod((REPO / rel).stat().st_mode)
+    for rel in deleted:
+        (dest / rel).unlink(missing_ok=True)
+    if git("status", "--porcelain", cwd=dest):
+        git("add", "-A", cwd=dest)
+        git("commit", "--quiet", "-m", "the working tree under test", cwd=dest)
+    return dest
+
+
+def commit(repo: Path, path: str, text: str, message: str, append: bool = True) -> str:
+    """Append (or write) ``text`` to ``path`` in ``repo`` and commit it; -> the commit."""
+    with (repo / path).open("a" if append else "w") as fh:
+        fh.write(text)
+    git("add", path, cwd=repo)
+    git("commit", "--quiet", "-m", message, cwd=repo)
+    return git("rev-parse", "HEAD", cwd=repo)
+
+
 @pytest.fixture(scope="session")
 def quick_run(tmp_path_factory):
     """``ragbench run`` (asv, spawn, quick grid) on HEAD into a temporary results dir."""

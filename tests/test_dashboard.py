@@ -39,7 +39,7 @@ def store(quick_run, tmp_path_factory) -> Path:
     shutil.copy(src.with_suffix(".fingerprint"), copy.with_suffix(".fingerprint"))
     path = tmp / "perf.duckdb"
     with Store(path) as s:
-        report = ingest(s, [history, real])
+        report = ingest(s, [history, real], branch="main")
         assert len(report.stored) == 42 and not report.failed
     return path
 
@@ -94,7 +94,10 @@ def test_series_link_and_change_points(store):
              "prune=0.8")  # fmt: skip
     assert not at.exception
     cell = "backend=triton,batch=64,geometry=deit_b,lengths=uniform,prune=0.8"
-    assert [s.value for s in at.selectbox][-3:] == ["kernel.KernelLatency", "gpu_us", cell]
+    picked = {s.key: s.value for s in at.selectbox}
+    assert [picked[k] for k in ("benchmark", "metric", "cell")] == [
+        "kernel.KernelLatency", "gpu_us", cell,
+    ]  # fmt: skip
     # synth makes triton 10% faster at commit 20 of 40: one change point there
     assert "change points (red, over the newest 400 commits): 1" in texts(at)
 
@@ -118,7 +121,45 @@ def test_missing_and_empty_store(tmp_path):
     assert not at.exception and "No results store at" in texts(at) and "make demo" in texts(at)
     Store(tmp_path / "empty.duckdb").close()
     at = app(tmp_path / "empty.duckdb")
-    assert not at.exception and "holds no runs yet" in texts(at)
+    assert not at.exception and "holds no runs of branch `main` yet" in texts(at)
+
+
+def test_failed_cells_accepted_changes_and_other_branches(tmp_path):
+    """The newest main commit's failed cells on the Overview and its Series page; an accepted
+    change marked on the Series page; a pull request's branch kept out of main's pages."""
+    history = synth.write_history(tmp_path / "h", 12)
+    files = sorted((history / synth.MACHINE).glob("*.json"), key=lambda p: json.loads(
+        p.read_text())["date"])  # fmt: skip
+    newest = json.loads(files[-1].read_text())
+    newest["results"]["kernel.KernelLatency.track_gpu_us"][0][0] = None  # the benchmark raised
+    files[-1].write_text(json.dumps(newest))
+    path = tmp_path / "perf.duckdb"
+    store = Store(path)
+    ingest(store, [history], branch="main")
+    accepted = json.loads(files[6].read_text())["commit_hash"]
+    cell = "backend=triton,batch=1,geometry=deit_b,lengths=uniform,prune=0.8"
+    store.accept(accepted, "kernel.KernelLatency", "gpu_us", cell, "label", "maintainer")
+    at = app(path)
+    assert not at.exception
+    assert "1 cell(s) failed on the latest commit" in texts(at) and "1 failed" in texts(at)
+    assert f"kernel.KernelLatency.gpu_us {cell}" in texts(at)
+    at = app(path, page="Series", machine=synth.MACHINE, benchmark="kernel.KernelLatency",
+             metric="gpu_us", cell=cell)  # fmt: skip
+    assert not at.exception
+    assert "accepted changes: 1" in texts(at) and "Failed (the benchmark raised) on" in texts(at)
+    pr = tmp_path / "pr"
+    shutil.copytree(history, pr)
+    for p in (pr / synth.MACHINE).glob("*.json"):
+        d = json.loads(p.read_text())
+        d["env_name"] = "pr"
+        p.write_text(json.dumps(d))
+    ingest(store, [pr], branch="pr-feature")
+    at = app(path, page="Compare", machine=synth.MACHINE)
+    assert not at.exception
+    assert [s.options for s in at.sidebar.selectbox if s.key == "branch"] == [
+        ["main", "pr-feature"]
+    ]
+    assert len(at.selectbox(key="base").options) == 12  # main's commits only, once each
 
 
 def test_real_browser(store, tmp_path):

@@ -138,13 +138,73 @@ def test_drift_bounds():
     assert detect.compare({}, side(fp32), POLICIES).failed
 
 
-def test_hash_change_is_reported_not_failed_and_missing_base_is_not_counted():
+def test_hash_change_is_reported_not_failed_and_a_new_cell_is_not_counted():
     old = cell("output_hash", [123.0], bench="numerics.Drift", backend="triton")
     new = cell("output_hash", [456.0], bench="numerics.Drift", backend="triton")
     c = detect.compare(side(old), side(new), POLICIES)
     assert c.by_status("hash-changed") and not c.failed
     c = detect.compare({}, side(cell("gpu_us", [1.0, 2.0, 3.0])), POLICIES)
-    assert c.by_status("missing-base") and not c.failed
+    assert c.by_status("new") and not c.failed
+
+
+def failed(metric: str, bench="kernel.KernelLatency", **params) -> Cell:
+    c = cell(metric, [], bench, **params)
+    c.failures = 1
+    return c
+
+
+@pytest.mark.parametrize(
+    "metric, bench",
+    [("gpu_us", "kernel.KernelLatency"), ("error_ratio", "cpu.KernelError"),
+     ("output_hash", "numerics.Drift"), ("sm_clock_mhz", "kernel.KernelClocks")],
+)  # fmt: skip
+def test_a_cell_that_failed_on_head_fails_whatever_its_kind(metric, bench):
+    base = side(cell(metric, [1.0, 1.1, 0.9], bench))
+    c = detect.compare(base, side(failed(metric, bench)), POLICIES)
+    assert [v.status for v in c.verdicts] == ["failed"] and c.failed
+    both = detect.compare(side(failed(metric, bench)), side(failed(metric, bench)), POLICIES)
+    (v,) = both.verdicts  # broken on base too: still no pass for head
+    assert v.status == "failed" and "base" in v.note and both.failed
+    (v,) = detect.compare({}, side(failed(metric, bench)), POLICIES).verdicts  # a new cell
+    assert v.status == "failed"
+
+
+# the last is info (shown, never gated), but a NaN is no measurement whatever the kind
+@pytest.mark.parametrize(
+    "metric, bench",
+    [("gpu_us", "kernel.KernelLatency"), ("error_ratio", "cpu.KernelError"),
+     ("output_hash", "numerics.Drift"), ("max_abs_diff", "numerics.Drift"),
+     ("max_abs_error", "cpu.KernelError")],
+)  # fmt: skip
+def test_a_cell_base_has_and_head_lacks_fails(metric, bench):
+    c = detect.compare(side(cell(metric, [0.5, 0.6], bench)), {}, POLICIES)
+    (v,) = c.verdicts
+    assert v.status == "missing" and c.failed and "no value on head" in v.note
+    c = detect.compare(side(failed(metric, bench)), {}, POLICIES)  # neither side has a value
+    assert [v.status for v in c.verdicts] == ["unchanged"] and not c.failed
+    c = detect.compare(side(failed(metric, bench)), side(cell(metric, [1e-4], bench)), POLICIES)
+    assert [v.status for v in c.verdicts] in (["new"], ["unchanged"], ["info"]) and not c.failed
+
+
+def test_zero_values_never_divide_by_zero():
+    thr = dict(bench="pipeline.Throughput")
+    lost = detect.compare(side(cell("img_per_s", np.linspace(900, 1100, 12), **thr)),
+                          side(cell("img_per_s", [0.0] * 12, **thr)), POLICIES)  # fmt: skip
+    (v,) = lost.verdicts
+    assert v.change == math.inf and v.status == "regression"
+    zeros = side(cell("img_per_s", [0.0] * 12, **thr))
+    (v,) = detect.compare(zeros, zeros, POLICIES).verdicts
+    assert v.status == "unchanged" and v.change == 0
+    (v,) = detect.compare(zeros, side(cell("img_per_s", np.linspace(5, 7, 12), **thr)),
+                          POLICIES).verdicts  # fmt: skip
+    assert v.status == "improvement"
+    (v,) = detect.compare(side(cell("gpu_us", [0.0, 0.0])), side(cell("gpu_us", [1.0, 1.0])),
+                          POLICIES).verdicts  # fmt: skip
+    assert v.change == math.inf
+    points = [Point(f"c{i}", i, 0.0, "e", {}) for i in range(6)]
+    rep = detect.history(points, ("pipeline.Throughput", "img_per_s", "x"), {}, "img/s",
+                         POLICIES)  # fmt: skip
+    assert rep.status == "unchanged"
 
 
 def test_policies_file_errors(tmp_path):
@@ -188,3 +248,28 @@ def test_history_lookback_flags_the_newest_run():
         detect.history(points([*steady, 11.0], envs), key, {}, "us", POLICIES).status
         == "env-change"
     )
+
+
+def test_an_accepted_change_is_marked_and_becomes_the_baseline():
+    rng = np.random.default_rng(10)
+    key = ("kernel.KernelLatency", "gpu_us", "backend=triton")
+    values = [*rng.normal(10, 0.02, 20), 11.0]
+    pts = points(values)
+    assert detect.history(pts, key, {}, "us", POLICIES).status == "regression"
+    rep = detect.history(pts, key, {}, "us", POLICIES, accepted=[pts[-1].commit_hash])
+    assert rep.status == "accepted" and rep.accepted == [20]
+    later = points([*values, *rng.normal(11, 0.02, 5)])  # the new level, from the accepted commit
+    accepted = [later[20].commit_hash]
+    assert detect.history(later, key, {}, "us", POLICIES).status == "unchanged"  # MAD mixes both
+    rep = detect.history(later, key, {}, "us", POLICIES, accepted=accepted)
+    assert rep.status == "unchanged" and rep.latest_change == pytest.approx(0, abs=0.01)
+    slower = points([*values, *rng.normal(11, 0.02, 5), 11.0 * 1.1])
+    rep = detect.history(slower, key, {}, "us", POLICIES, accepted=accepted)
+    assert rep.status == "regression" and rep.latest_change == pytest.approx(0.1, abs=0.01)
+    rows = [{"benchmark": key[0], "metric": key[1], "param_key": key[2], "commit_hash": c}
+            for c in accepted]  # fmt: skip
+    series = [{"benchmark": key[0], "metric": key[1], "param_key": key[2], "params": "{}",
+               "unit": "us", "median": p.value, "commit_hash": p.commit_hash,
+               "commit_time": p.commit_time, "env_key": "e"} for p in slower]  # fmt: skip
+    (rep,) = detect.histories(series, POLICIES, acceptances=rows)
+    assert rep.accepted == [20] and rep.status == "regression"

@@ -71,7 +71,7 @@ def test_stored_gate_exit_codes_and_report(tmp_path):
     assert "`kernel.KernelLatency.gpu_us` backend=triton" in report
     assert "+10." in report and "95% interval" in report and "p (Holm)" in report
     assert "| regressions | 1 |" in report and "| unchanged | 2 |" in report
-    assert "### No baseline data" in report and "backend=torch_varlen" in report
+    assert "### New on head (no baseline data)" in report and "backend=torch_varlen" in report
     assert "Smallest slowdown this run could have detected" in report
     assert "not measured alternating" in report
     assert (tmp_path / "r.md").read_text() == report.rstrip("\n") + "\n"

@@ -32,7 +32,7 @@ def test_ingest_real_suite_results(quick_run, tmp_path):
     results = copy_results(quick_run, tmp_path / "results")
     data = json.loads(result_file(results).read_text())
     with Store(tmp_path / "perf.duckdb") as store:
-        report = ingest(store, [results])
+        report = ingest(store, [results], branch="main")
         assert len(report.stored) == 1 and not report.failed and report.rows > 0
         (run,) = store.runs()
         assert run["commit_hash"] == data["commit_hash"] and run["machine"] == "ci"
@@ -70,7 +70,7 @@ def test_corrupt_and_truncated_files_are_skipped_and_nothing_is_lost(quick_run, 
     good = result_file(results)
     text = good.read_text()
     with Store(tmp_path / "perf.duckdb") as store:
-        ingest(store, [results])
+        ingest(store, [results], branch="main")
         before = store.counts()
         bad = tmp_path / "bad"
         bad.mkdir()
@@ -97,7 +97,7 @@ def test_cli_reports_bad_files_and_exits_1(quick_run, tmp_path):
         capture_output=True, text=True, cwd=REPO,
     )  # fmt: skip
     assert out.returncode == 1, out.stderr
-    assert "skipped" in out.stderr and "truncated.json" in out.stderr
+    assert "refused" in out.stderr and "truncated.json" in out.stderr
     assert "1 file(s) stored" in out.stderr and "1 refused" in out.stderr
 
 
@@ -128,7 +128,7 @@ def test_two_concurrent_ingests_lose_no_rows(quick_run, tmp_path):
         p.write_text(json.dumps(data))
     store = tmp_path / "perf.duckdb"
     Store(store).close()
-    cmd = [sys.executable, "-m", "ragbench", "ingest", "--store", str(store)]
+    cmd = [sys.executable, "-m", "ragbench", "ingest", "--store", str(store), "--branch", "main"]
     procs = [subprocess.Popen([*cmd, str(d)], cwd=REPO, stderr=subprocess.PIPE, text=True)
              for d in (a, b)]  # fmt: skip
     errors = [p.communicate(timeout=300)[1] for p in procs]
@@ -187,7 +187,7 @@ def test_export_parquet_and_read_only(quick_run, tmp_path):
     results = copy_results(quick_run, tmp_path / "results")
     path = tmp_path / "perf.duckdb"
     with Store(path) as store:
-        ingest(store, [results])
+        ingest(store, [results], branch="main")
         n = store.counts()["measurements"]
     out = subprocess.run(
         [sys.executable, "-m", "ragbench", "export", "--store", str(path), "--out",

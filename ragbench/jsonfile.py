@@ -1,0 +1,51 @@
+"""Reading a file that anyone may have put there (result files, a pull request's gate output):
+regular files only, bounded in size.
+
+A FIFO or a device under a results directory would block or stream for ever; a file larger than
+any result file is not one. Both are refused with a ValueError that says why, before a byte is
+read (a FIFO is opened non-blocking, so even a race cannot hang the read).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import stat
+from pathlib import Path
+
+# A full-grid asv result file is about 2 MB; 64 MiB leaves room and bounds the memory.
+MAX_BYTES = 64 * 2**20
+
+
+def read_bytes(path: Path, limit: int = MAX_BYTES) -> bytes:
+    """The bytes of ``path``; ValueError when it is not a regular file of at most ``limit``."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+    except OSError as exc:
+        raise ValueError(f"cannot open ({exc.strerror})") from None
+    info = os.fstat(fd)
+    if not stat.S_ISREG(info.st_mode) or info.st_size > limit:
+        os.close(fd)
+        if not stat.S_ISREG(info.st_mode):
+            raise ValueError("not a regular file (a FIFO, socket, device or directory)")
+        raise ValueError(f"{info.st_size} bytes, more than the {limit} allowed")
+    with os.fdopen(fd, "rb") as fh:
+        data = fh.read(limit + 1)
+    if len(data) > limit:
+        raise ValueError(f"more than the {limit} bytes allowed")
+    return data
+
+
+def read_text(path: Path, limit: int = MAX_BYTES) -> str:
+    """``read_bytes`` as UTF-8 text (undecodable bytes replaced)."""
+    return read_bytes(path, limit).decode(errors="replace")
+
+
+def read(path: Path, limit: int = MAX_BYTES) -> object:
+    """The parsed JSON of ``path``; ValueError when it is not a regular file of at most
+    ``limit`` bytes holding JSON (asv's NaN included)."""
+    data = read_bytes(path, limit)
+    try:
+        return json.loads(data)
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise ValueError(f"not readable as JSON ({exc})") from None

@@ -1,0 +1,173 @@
+"""The trusted side of a pull request's gate: what the base branch's code does with the gate's
+output, in jobs that never run the pull request's code (``bench-pr-verdict.yml`` on
+``workflow_run``, ``bench-accept.yml`` on ``pull_request_target``; docs/runner.md).
+
+``verdict`` reads the gate's JSON (an artifact the pull request's code wrote: checked field by
+field, and for the head commit GitHub names, not the one it claims), records it in the store,
+and judges it against the acceptances given on that head commit: the ``ragbench/gate`` commit
+status, one PR comment, and the exit code. ``accept`` records a maintainer's acceptance (the
+``perf-regression-accepted`` label, added by a user GitHub says may write to the repository)
+for the failures of the head commit it was given on, or withdraws it (the label removed).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+from . import jsonfile
+from .detect import FAILING
+from .github import MARKER, Client
+from .store import Store
+
+LABEL = "perf-regression-accepted"
+WRITERS = ("admin", "maintain", "write")
+_SHA = re.compile(r"[0-9a-f]{40}(?:[0-9a-f]{24})?")
+_JSON_SCHEMA = 1  # ragbench.gate.JSON_SCHEMA of the documents this reads
+
+
+class VerdictError(ValueError):
+    """The gate's output cannot be judged: missing, malformed, or of another commit."""
+
+
+def read_gate_json(path: Path, head: str) -> dict:
+    """The gate's JSON for ``head``, every field checked; VerdictError saying what is off."""
+    try:
+        doc = jsonfile.read(path, limit=8 * 2**20)
+    except ValueError as exc:
+        raise VerdictError(f"{path}: {exc}") from None
+    if not isinstance(doc, dict) or doc.get("schema") != _JSON_SCHEMA:
+        raise VerdictError(f"{path}: not the gate's JSON (schema {_JSON_SCHEMA})")
+    if doc.get("head") != head:
+        raise VerdictError(f"{path} is for head {str(doc.get('head'))[:40]!r}, not {head}")
+    if not isinstance(doc.get("base"), str) or not _SHA.fullmatch(doc["base"]):
+        raise VerdictError(f"{path}: base {str(doc.get('base'))[:40]!r} is not a commit hash")
+    failures = doc.get("failures")
+    if doc.get("verdict") not in ("pass", "fail") or not isinstance(failures, list):
+        raise VerdictError(f"{path}: no verdict and list of failures")
+    for f in failures:
+        if not (isinstance(f, dict) and f.get("status") in FAILING
+                and all(isinstance(f.get(k), str) and f[k]
+                        for k in ("benchmark", "metric", "param_key"))):  # fmt: skip
+            raise VerdictError(f"{path}: malformed failure {str(f)[:120]}")
+    if (doc["verdict"] == "fail") != bool(failures):
+        raise VerdictError(f"{path}: verdict {doc['verdict']!r} with {len(failures)} failure(s)")
+    return doc
+
+
+@dataclass
+class Judgement:
+    state: str  # success | failure | error (the commit status)
+    description: str
+    unaccepted: list[dict]
+
+    @property
+    def exit_code(self) -> int:
+        return {"success": 0, "failure": 1}.get(self.state, 2)
+
+
+def judge(failures: list[dict], acceptances: list[dict]) -> Judgement:
+    """The gate's failures at one head commit against the acceptances given on it."""
+    accepted = {(a["benchmark"], a["metric"], a["param_key"]) for a in acceptances}
+    left = [f for f in failures if (f["benchmark"], f["metric"], f["param_key"]) not in accepted]
+    if not failures:
+        return Judgement("success", "no regression, no failed or missing cell", [])
+    if not left:
+        who = ", ".join(sorted({a["accepted_by"] for a in acceptances}))
+        return Judgement("success", f"{len(failures)} failing cell(s) accepted by {who}", [])
+    return Judgement("failure", f"{len(left)} failing cell(s), not accepted", left)
+
+
+def verdict_markdown(j: Judgement, head: str, pr: int) -> str:
+    """The trusted part of the PR comment: the verdict and how to accept."""
+    lines = [
+        MARKER,
+        f"### ragbench verdict for {head[:12]}: **{j.state.upper()}**: {j.description}",
+    ]
+    if j.unaccepted:
+        lines += ["", "| cell | status | change | note |", "|---|---|---|---|"]
+        for f in j.unaccepted[:50]:
+            change = f"{f['change'] * 100:+.1f}%" if isinstance(f.get("change"), float) else "-"
+            lines.append(f"| `{f['benchmark']}.{f['metric']}` {f['param_key']} | {f['status']} | "
+                         f"{change} | {str(f.get('note') or '')[:100]} |")  # fmt: skip
+        lines += ["", f"A maintainer (write access) accepts these for {head[:12]} by adding the "
+                      f"`{LABEL}` label; a later push needs a new acceptance."]  # fmt: skip
+    return "\n".join(lines)
+
+
+def run_url() -> str | None:
+    """This workflow run's page, from GitHub's variables (the status links to it)."""
+    env = os.environ
+    if {"GITHUB_SERVER_URL", "GITHUB_REPOSITORY", "GITHUB_RUN_ID"} <= set(env):
+        return (
+            f"{env['GITHUB_SERVER_URL']}/{env['GITHUB_REPOSITORY']}/actions/runs/"
+            + (env["GITHUB_RUN_ID"])
+        )
+    return None
+
+
+def _publish(client: Client, store: Store, pr: int, head: str, j: Judgement, log) -> None:
+    gate = store.gate(pr, head)
+    report = (gate or {}).get("report") or ""
+    log(client.comment(pr, verdict_markdown(j, head, pr) + ("\n\n" + report if report else "")))
+    client.status(head, j.state, j.description, run_url())
+
+
+def verdict(store: Store, client: Client | None, *, gate_json: Path, report: Path | None,
+            pr: int, head: str, machine: str | None, log=print) -> Judgement:  # fmt: skip
+    """Judge the gate's output for ``pr`` at ``head``; with a ``client``, post the comment and
+    the status (and take a stale acceptance label off a failing head)."""
+    try:
+        doc = read_gate_json(gate_json, head)
+    except VerdictError as exc:
+        j = Judgement("error", f"the gate produced no verdict: {exc}"[:140], [])
+        if client is not None:
+            client.comment(pr, f"{MARKER}\n### ragbench verdict for {head[:12]}: **ERROR**\n\n"
+                               f"The gate produced no usable verdict: {exc}")  # fmt: skip
+            client.status(head, "error", j.description, run_url())
+        raise
+    text = ""
+    if report is not None and report.is_file():
+        text = jsonfile.read_text(report, limit=1 * 2**20)
+    store.record_gate(pr, head, doc["base"], machine or doc.get("machine"), doc["failures"],
+                      text)  # fmt: skip
+    j = judge(doc["failures"], store.acceptances(head))
+    if client is not None:
+        _publish(client, store, pr, head, j, log)
+        if j.state == "failure" and client.remove_label(pr, LABEL):
+            log(f"took the stale {LABEL} label off PR #{pr}: it was given on an earlier commit")
+    return j
+
+
+def accept(store: Store, client: Client, *, pr: int, head: str, user: str,
+           withdraw: bool = False, log=print) -> Judgement:  # fmt: skip
+    """Record ``user``'s acceptance of the gate's failures at ``head`` (or withdraw it), then
+    publish the new verdict. PermissionError when ``user`` may not write to the repository;
+    VerdictError when no gate verdict for ``head`` is recorded yet."""
+    gate = store.gate(pr, head)
+    if withdraw:
+        n = store.withdraw(head)
+        log(f"withdrew {n} acceptance(s) of {head[:12]} (the {LABEL} label was removed)")
+    else:
+        permission = client.permission(user)
+        if permission not in WRITERS:
+            raise PermissionError(
+                f"{user} has {permission!r} permission on {client.repo}: only users who may "
+                f"write to it accept regressions; nothing recorded"
+            )
+        if gate is None:
+            raise VerdictError(
+                f"no gate verdict of PR #{pr} at {head[:12]} is recorded yet: add the {LABEL} "
+                "label again once the gate has reported"
+            )
+        cells = [(f["benchmark"], f["metric"], f["param_key"]) for f in gate["failures"]]
+        if cells:
+            store.accept_cells(head, cells, f"{LABEL} label on PR #{pr}", user, pr=pr)
+        log(f"{user} ({permission}) accepted {len(cells)} failing cell(s) of {head[:12]}")
+    if gate is None:
+        return Judgement("failure", "no gate verdict recorded", [])
+    j = judge(gate["failures"], store.acceptances(head))
+    _publish(client, store, pr, head, j, log)
+    return j

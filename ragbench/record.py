@@ -1,0 +1,104 @@
+"""``ragbench record``: main's history, one pushed commit at a time (bench-main.yml).
+
+The commits are main's first-parent line from the push's ``before`` to ``after`` (a merge is
+one commit, not the commits it merged), plus any older first-parent commits not yet in the
+store for this machine (a push whose job GitHub cancelled while it waited, or one that failed,
+is caught up by the next). Each commit is measured, then ingested at once with branch ``main``,
+so a later failure loses nothing measured before it; a benchmark that raised is stored as
+failed. Acceptances given on a pull request are carried to the main commit that merged it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from . import suite
+from .ingest import ingest
+from .store import Store
+
+ZERO = "0" * 40  # GitHub's ``before`` for a new branch
+
+
+@dataclass
+class Recorded:
+    stored: list[str] = field(default_factory=list)  # commits measured and ingested
+    benchmark_failures: list[str] = field(default_factory=list)  # asv exited non-zero
+    refused: list[str] = field(default_factory=list)  # a result file ingest refused
+    unmeasured: list[tuple[str, str]] = field(default_factory=list)  # (commit, why)
+    skipped: list[str] = field(default_factory=list)  # already in the store
+    left_out: int = 0  # older unstored commits beyond max_commits
+
+    @property
+    def exit_code(self) -> int:
+        """0 all stored; 1 a benchmark failed or a file was refused; 2 a commit the suite
+        could not run at all."""
+        if self.unmeasured:
+            return 2
+        return 1 if self.benchmark_failures or self.refused else 0
+
+
+def commits(store: Store, machine: str, before: str | None, after: str,
+            max_commits: int) -> tuple[list[str], list[str], int]:  # fmt: skip
+    """(to measure, oldest first; already stored; older unstored commits left out)."""
+    stored = {r["commit_hash"] for r in store.runs(machine=machine)}
+    pushed = (
+        suite.resolve([f"{before}..{after}"], first_parent=True)
+        if before and before != ZERO and _known(before)
+        else suite.resolve([after])
+    )
+    line = suite.git("rev-list", "--first-parent", f"--max-count={max_commits + 1}",
+                     after).split()  # fmt: skip
+    behind = []  # first-parent ancestors since the newest stored one
+    if stored:
+        for sha in line:
+            if sha in stored:
+                break
+            behind.append(sha)
+        else:
+            behind = []  # no stored commit within reach: measure the push alone
+    wanted = list(dict.fromkeys([*reversed(behind), *pushed]))
+    left_out = max(0, len(wanted) - max_commits)
+    wanted = wanted[left_out:]
+    return [c for c in wanted if c not in stored], [c for c in wanted if c in stored], left_out
+
+
+def _known(rev: str) -> bool:
+    try:
+        suite.git("cat-file", "-e", f"{rev}^{{commit}}")
+    except suite.SuiteError:
+        return False
+    return True
+
+
+def record(store: Store, *, before: str | None, after: str, machine: str, mode: str,
+           results_dir: Path, bench: list[str] = (), branch: str = "main",
+           max_commits: int = 30, log: Callable[[str], None] = print) -> Recorded:  # fmt: skip
+    todo, done, left_out = commits(store, machine, before, after, max_commits)
+    out = Recorded(skipped=done, left_out=left_out)
+    if left_out:
+        log(f"record: {left_out} older unstored commit(s) left out (--max-commits)")
+    for sha in done:
+        log(f"record: {sha[:12]} is already stored for {machine}: skipped")
+    for i, sha in enumerate(todo, 1):
+        log(f"record: [{i}/{len(todo)}] {sha[:12]}")
+        try:
+            (summary,) = suite.run([sha], mode=mode, results_dir=results_dir, machine=machine,
+                                   bench=bench, log=log)  # fmt: skip
+        except suite.SuiteError as exc:
+            out.unmeasured.append((sha, str(exc)))
+            log(f"record: {sha[:12]} could not be measured: {exc}")
+            continue
+        if summary["asv_exit"] != 0:
+            out.benchmark_failures.append(sha)
+        report = ingest(store, [Path(summary["result"])], branch=branch, log=log)
+        if report.failed:
+            out.refused.append(sha)
+        else:
+            out.stored.append(sha)
+        merged, prs = suite.merged(sha)
+        carried = store.carry_acceptances(sha, merged, prs)
+        if carried:
+            log(f"record: {carried} accepted cell(s) of the merged pull request carried to it")
+    return out
