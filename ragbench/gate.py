@@ -90,9 +90,11 @@ def _resolve(ref: str, store: Store | None, machine: str) -> str:
 
 
 def _bench_regex(keys: list[detect.Key]) -> list[str]:
-    """asv --bench patterns that select exactly the benchmarks of these cells."""
+    """asv --bench patterns that select exactly the benchmarks of these cells. asv matches a
+    parameterized benchmark as ``name(param0, param1, ...)``: the name ends at ``(`` or at the
+    end (``$`` alone selected nothing, and the re-measurement never ran)."""
     names = sorted({f"{b}.track_{m}" for b, m, _ in keys})
-    return [f"^{re.escape(n)}$" for n in names]
+    return [rf"^{re.escape(n)}(\(|$)" for n in names]
 
 
 def _measure(store, sha, side, label, work, *, mode, machine, bench, log) -> list[str]:

@@ -116,7 +116,7 @@ def test_flagged_cells_are_measured_again(tmp_path, monkeypatch, reproduces):
                             machine="m1", rounds=2, log=lambda m: None)  # fmt: skip
     sides = [c[0] for c in calls]
     assert sides == ["base", "head", "base", "head", "base", "head"]  # alternating, then again
-    assert calls[-1][2] == [r"^kernel\.KernelLatency\.track_gpu_us$"]  # only what was flagged
+    assert calls[-1][2] == [r"^kernel\.KernelLatency\.track_gpu_us(\(|$)"]  # only what was flagged
     (v,) = [v for v in res.comparison.verdicts if v.params.get("backend") == "triton"
             and v.key[1] == "gpu_us"]  # fmt: skip
     assert v.rechecked and res.rechecked == 1
@@ -125,3 +125,22 @@ def test_flagged_cells_are_measured_again(tmp_path, monkeypatch, reproduces):
     assert len(res.base_runs) == len(res.head_runs) == 2
     if not reproduces:
         assert "not reproduced" in v.note
+
+
+def test_the_recheck_selects_exactly_the_flagged_benchmarks_in_asv():
+    """asv's own filter (it matches a parameterized benchmark as ``name(params)``)."""
+    from types import SimpleNamespace
+
+    from asv.benchmarks import Benchmarks
+
+    def bench(name, params):
+        return {"name": name, "params": params, "param_names": [], "version": "1"}
+
+    found = [bench("kernel.KernelLatency.track_gpu_us", [["'triton'", "'fa2'"], ["1", "64"]]),
+             bench("kernel.KernelLatency.track_gpu_us_total", [["'triton'"]]),
+             bench("kernel.KernelLatency.track_call_us", [["'triton'"]]),
+             bench("cpu.Plain.track_x", [])]  # fmt: skip
+    keys = [("kernel.KernelLatency", "gpu_us", "backend=fa2,batch=1"), ("cpu.Plain", "x", "")]
+    conf = SimpleNamespace(benchmark_dir="benchmarks")
+    picked = Benchmarks(conf, found, regex=gate._bench_regex(keys))
+    assert sorted(picked) == ["cpu.Plain.track_x", "kernel.KernelLatency.track_gpu_us"]
