@@ -42,7 +42,7 @@ DEFAULT_PATH = Path("results/perf.duckdb")
 ENV_VAR = "RAGBENCH_STORE"
 BRANCH_VAR = "RAGBENCH_BRANCH"
 HISTORY_BRANCH = "main"
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 2  # a new table, column or view needs a new version: that is what migrates
 # The environment fields that move figures: a change of any is an environment change.
 ENV_FIELDS = ("gpu", "driver", "cuda", "torch", "triton", "python")
 # Parameters that name the thing being compared (a backend or a pipeline) in a cell.
@@ -325,15 +325,13 @@ class Store:
     @contextlib.contextmanager
     def _connect(self, write: bool = False) -> Iterator:
         """A connection for one query (read-only) or one transaction (read-write); inside
-        ``writing()`` the write slice's own connection."""
+        ``writing()`` the write slice's own connection. DuckDB's errors become StoreError."""
         import duckdb
 
-        if self._writer is not None:
-            yield self._writer
-            return
-        if write and self.read_only:
+        own = self._writer is None
+        if own and write and self.read_only:
             raise StoreError(f"{self.path} was opened read-only")
-        con = self._open(write)
+        con = self._open(write) if own else self._writer
         try:
             if not self._checked and not write:
                 self._check_schema(con)
@@ -345,7 +343,8 @@ class Store:
                 f"{exc})"
             ) from None
         finally:
-            con.close()
+            if own:
+                con.close()
 
     @contextlib.contextmanager
     def writing(self) -> Iterator[Store]:
@@ -396,9 +395,13 @@ class Store:
             )
 
     def _create(self, con) -> None:
+        """The schema, created or migrated; a store already at this version is not written."""
         tables = {r[0] for r in con.execute("SELECT table_name FROM duckdb_tables()").fetchall()}
-        if tables and self._schema(con) is None:
+        version = self._schema(con)
+        if tables and version is None:
             raise StoreError(f"{self.path} is a DuckDB file of other tables, not a ragbench store")
+        if version == SCHEMA_VERSION:
+            return
         con.execute("BEGIN TRANSACTION")
         con.execute(_TABLES)
         con.execute(_MIGRATIONS)

@@ -180,7 +180,8 @@ def test_a_corrupt_store_exits_2_and_is_left_as_it_was(tmp_path, history):
         for args in (["ingest", history, "--store", path],
                      ["detect", "--store", path, "--machine", synth.MACHINE],
                      ["export", "--store", path, "--out", tmp_path / "pq"],
-                     ["gate", "--stored", "--store", path, "--base", "HEAD~1"]):  # fmt: skip
+                     ["gate", "--stored", "--store", path, "--base", synth.commit(0),
+                      "--head", synth.commit(1), "--machine", synth.MACHINE]):  # fmt: skip
             out = ragbench(*args)
             assert_clean_exit(out, 2, why)
         assert path.read_bytes() == before, f"{path.name} was changed"
