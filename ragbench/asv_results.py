@@ -77,6 +77,8 @@ def cells(data: dict, param_names: dict[str, list[str]] | None = None) -> Iterat
         names = (param_names or {}).get(name) or [f"p{i}" for i in range(len(axes))]
         if not isinstance(axes, list) or not all(isinstance(a, list) for a in axes):
             raise ValueError(f"{name}: malformed params {str(axes)[:80]}")
+        if len(set(map(str, names))) != len(names) or len(names) != len(axes):
+            raise ValueError(f"{name}: parameter names {str(names)[:80]} for {len(axes)} axes")
         combos = list(itertools.product(*axes)) if axes else [()]
         results = col.get("result")
         if results is not None and not isinstance(results, list):

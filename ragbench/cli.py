@@ -198,8 +198,15 @@ def _bench_arg(p: argparse.ArgumentParser) -> None:
     )
 
 
+def _pr_number(text: str) -> int:
+    n = int(text)
+    if not 1 <= n < 2**31:
+        raise argparse.ArgumentTypeError(f"{text} is not a pull request number")
+    return n
+
+
 def _pr_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--pr", type=int, required=True, help="pull request number")
+    p.add_argument("--pr", type=_pr_number, required=True, help="pull request number")
     p.add_argument("--head", required=True, help="the pull request's head commit (full hash)")
     p.add_argument("--repo", default=None, help="owner/name (default $GITHUB_REPOSITORY)")
     _store_arg(p)

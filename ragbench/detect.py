@@ -16,7 +16,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from . import stats
+from . import jsonfile, stats
 from .store import param_key
 
 POLICIES = Path(__file__).with_name("policies.toml")
@@ -51,9 +51,9 @@ def load_policies(path: Path | None = None) -> Policies:
     """The policies file (default: the one shipped with ragbench); ValueError if malformed."""
     path = Path(path) if path else POLICIES
     try:
-        data = tomllib.loads(path.read_text())
+        data = tomllib.loads(jsonfile.read_text(path, limit=2**20))
         rules = tuple(Policy(**p) for p in data.get("policy", []))
-    except (OSError, tomllib.TOMLDecodeError, TypeError) as exc:
+    except (ValueError, tomllib.TOMLDecodeError, TypeError) as exc:
         raise ValueError(f"{path}: not a valid policies file ({exc})") from None
     for rule in rules:
         if rule.kind not in (*STATISTICAL, "bound", "hash", "info"):
@@ -66,8 +66,8 @@ Key = tuple[str, str, str]  # (benchmark, metric, param_key)
 
 @dataclass
 class Cell:
-    """One benchmark cell's metric on one side of a comparison: samples pooled over runs, and
-    how many of those runs failed there (the benchmark raised: no value)."""
+    """One benchmark cell's metric on one side of a comparison: samples pooled over runs, how
+    many of those runs failed there (the benchmark raised: no value), and how many had none."""
 
     benchmark: str
     metric: str
@@ -76,6 +76,7 @@ class Cell:
     unit: str | None
     samples: list[float]  # raw samples, or the runs' single values
     failures: int = 0
+    absent: int = 0  # runs of this side that have no row of it (NaN or skipped there)
 
     @property
     def key(self) -> Key:
@@ -178,6 +179,9 @@ def compare(
             v.note = f"raised in {h.failures} head run(s)" + (
                 f", and in {b.failures} base run(s)" if b is not None and b.failures else ""
             )
+        elif h is not None and h.absent and v.base is not None:  # a NaN in some head run
+            v.status = "missing"
+            v.note = f"no value in {h.absent} of the head runs (NaN or skipped there)"
         elif v.head is None and v.base is None:  # failed on base, no value on head either
             v.status = "unchanged"
             v.note = "no value on either side (failed on base)"
@@ -187,12 +191,15 @@ def compare(
         elif policy.kind == "info":
             pass
         elif policy.kind == "bound":
-            _bound(v, policy, h, head, b if v.base is not None else None)
+            _bound(v, policy, h, head, base)
         elif v.base is None:
             v.status = "new"
             v.note = "failed on base" if b is not None else ""
         elif policy.kind == "hash":
             v.status = "hash-changed" if v.base != v.head else "unchanged"
+        elif policy.kind == "latency" and v.head == 0 < v.base:
+            v.status = "missing"
+            v.note = "a latency of 0 on head: nothing was measured"
         else:
             lower = policy.kind == "latency"
             v.ratio = _ratio(v.head, v.base)
@@ -233,21 +240,29 @@ def _by_threshold(change: float | None, threshold: float, significant: bool) -> 
     return "unchanged"
 
 
-def _limit(policy: Policy, cell: Cell, side: dict[Key, Cell]) -> float | None:
-    """The upper bound for ``cell``, widened by ``relative_to`` from the same run."""
+def _limit(policy: Policy, cell: Cell, side: dict[Key, Cell],
+           base: dict[Key, Cell] | None = None) -> float | None:  # fmt: skip
+    """The upper bound for ``cell``, widened by ``relative_to``: by the reference cell of the
+    same run (``side``); the reference cell itself by its own value on ``base`` (never by
+    itself: a broken reference would excuse itself and widen every other cell's bound)."""
     limit = policy.max
     rel = policy.relative_to
-    if limit is not None and rel and cell.params.get(rel["param"]) is not None:
+    if limit is None or not rel or cell.params.get(rel["param"]) is None:
+        return limit
+    if cell.params[rel["param"]] == rel["value"]:
+        ref = (base or {}).get(cell.key)
+    else:
         ref_params = {**cell.params, rel["param"]: rel["value"]}
         ref = side.get((cell.benchmark, cell.metric, param_key(ref_params)))
-        if ref is not None and ref.median is not None:
-            limit = max(limit, float(rel.get("factor", 1.0)) * ref.median)
+    if ref is not None and ref.median is not None:
+        limit = max(limit, float(rel.get("factor", 1.0)) * ref.median)
     return limit
 
 
-def _violates(policy: Policy, cell: Cell, side: dict[Key, Cell]) -> str | None:
+def _violates(policy: Policy, cell: Cell, side: dict[Key, Cell],
+              base: dict[Key, Cell] | None = None) -> str | None:  # fmt: skip
     value = cell.median
-    limit = _limit(policy, cell, side)
+    limit = _limit(policy, cell, side, base)
     if limit is not None and value >= limit:
         return f"{value:.4g} >= bound {limit:.4g}"
     if policy.min is not None and value < policy.min:
@@ -255,15 +270,22 @@ def _violates(policy: Policy, cell: Cell, side: dict[Key, Cell]) -> str | None:
     return None
 
 
-def _bound(v: Verdict, policy: Policy, h: Cell, head: dict, b: Cell | None) -> None:
-    """A deterministic bound: fails on head, unless base (same job) breaks it too."""
-    why = _violates(policy, h, head)
+def _bound(v: Verdict, policy: Policy, h: Cell, head: dict, base: dict) -> None:
+    """A deterministic bound: fails on head, unless base (same job) breaks it too, judged by
+    its own run's references, and head is no worse than base."""
+    why = _violates(policy, h, head, base)
     if why is None:
         v.status = "unchanged"
         return
     v.note = why
     v.status = "violation"
-    if b is not None and _violates(policy, b, {}) is not None:
+    b = base.get(v.key)
+    if b is None or b.median is None or _violates(policy, b, base) is None:
+        return
+    worse = (policy.max is not None and h.median > b.median) or (
+        policy.min is not None and h.median < b.median
+    )
+    if not worse:
         v.status = "pre-existing"
 
 

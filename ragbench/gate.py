@@ -11,6 +11,7 @@ import json
 import re
 import tempfile
 import time
+from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -45,13 +46,18 @@ class GateResult:
 
 
 def cells(store: Store, run_ids: list[str]) -> dict[detect.Key, detect.Cell]:
-    """Each cell's samples pooled over the runs (one value a run where asv kept none), and the
-    runs where it failed."""
-    return detect.pool(
+    """Each cell's samples pooled over the runs (one value a run where asv kept none), the
+    runs where it failed, and the runs that have no row of it."""
+    rows = store.measurements(run_ids)
+    pooled = detect.pool(
         detect.Cell(row["benchmark"], row["metric"], row["param_key"], json.loads(row["params"]),
                     row["unit"], _samples(row), failures=int(row["status"] == FAILED))
-        for row in store.measurements(run_ids)
+        for row in rows
     )  # fmt: skip
+    seen = Counter((r["benchmark"], r["metric"], r["param_key"]) for r in rows)
+    for key, cell in pooled.items():
+        cell.absent = len(set(run_ids)) - seen[key]
+    return pooled
 
 
 def _samples(row: dict) -> list[float]:
@@ -89,6 +95,16 @@ def _resolve(ref: str, store: Store | None, machine: str) -> str:
         raise GateError(str(exc)) from None
 
 
+def _judgeable(comparison: detect.Comparison) -> detect.Comparison:
+    """GateError when nothing was compared: no cell has a value on both sides, and nothing
+    failed (a pass would mean nothing)."""
+    if not comparison.failed and not any(
+        v.base is not None and v.head is not None for v in comparison.verdicts
+    ):
+        raise GateError("nothing to judge: no cell has a value on both base and head")
+    return comparison
+
+
 def _bench_regex(keys: list[detect.Key]) -> list[str]:
     """asv --bench patterns that select exactly the benchmarks of these cells. asv matches a
     parameterized benchmark as ``name(param0, param1, ...)``: the name ends at ``(`` or at the
@@ -123,22 +139,25 @@ def run_gate(
 ) -> GateResult:
     t0 = time.perf_counter()
     base, head = (_resolve(r, None if measure else store, machine) for r in (base_ref, head_ref))
-    rounds = int(rounds or policies.gate.get("rounds", 2))
+    rounds = int(rounds if rounds is not None else policies.gate.get("rounds", 2))
+    if rounds < 1:
+        raise GateError(f"--rounds must be at least 1, got {rounds}")
     result = GateResult(base, head, machine, detect.Comparison(), measure, rounds)
     if not measure:  # a commit's runs, on whatever branch they were ingested
         base_runs = store.runs(machine=machine, commit=base, any_branch=True)
         head_runs = store.runs(machine=machine, commit=head, any_branch=True)
-        if not head_runs:
-            raise GateError(
-                f"the store has no run of head {head[:12]} on machine {machine!r}: "
-                "run the suite first (ragbench run), or gate without --stored"
-            )
+        for side, sha, found in (("head", head, head_runs), ("base", base, base_runs)):
+            if not found:
+                raise GateError(
+                    f"the store has no run of {side} {sha[:12]} on machine {machine!r}: run "
+                    "the suite first (ragbench run), or gate without --stored"
+                )
         result.base_runs, result.head_runs = base_runs, head_runs
-        result.comparison = detect.compare(
+        result.comparison = _judgeable(detect.compare(
             cells(store, [r["run_id"] for r in base_runs]),
             cells(store, [r["run_id"] for r in head_runs]),
             policies,
-        )
+        ))  # fmt: skip
         result.seconds = time.perf_counter() - t0
         return result
 
@@ -151,28 +170,31 @@ def run_gate(
                 log(f"gate: round {r + 1}/{rounds}, {side} {sha[:12]}")
                 ids[side] += _measure(store, sha, side, f"{gate_id}:{side}:{r}", work,
                                       mode=mode, machine=machine, bench=bench, log=log)  # fmt: skip
-        comparison = detect.compare(cells(store, ids["base"]), cells(store, ids["head"]),
-                                    policies)  # fmt: skip
+        comparison = _judgeable(detect.compare(cells(store, ids["base"]),
+                                               cells(store, ids["head"]), policies))  # fmt: skip
         flagged = [v for v in comparison.verdicts if v.status == "regression"]
         if flagged:
             log(f"gate: {len(flagged)} regression(s) flagged; measuring them once more")
             keys = [v.key for v in flagged]
-            again = {}
+            runs = {}
             for side, sha in (("base", base), ("head", head)):
-                again[side] = _measure(store, sha, side, f"{gate_id}:recheck-{side}", work,
-                                       mode=mode, machine=machine, bench=_bench_regex(keys),
-                                       log=log)  # fmt: skip
+                runs[side] = _measure(store, sha, side, f"{gate_id}:recheck-{side}", work,
+                                      mode=mode, machine=machine, bench=_bench_regex(keys),
+                                      log=log)  # fmt: skip
             recheck = detect.compare(
-                {k: c for k, c in cells(store, again["base"]).items() if k in keys},
-                {k: c for k, c in cells(store, again["head"]).items() if k in keys},
+                {k: c for k, c in cells(store, runs["base"]).items() if k in keys},
+                {k: c for k, c in cells(store, runs["head"]).items() if k in keys},
                 policies,
             )
-            confirmed = {v.key for v in recheck.verdicts if v.status == "regression"}
+            again = {v.key: v for v in recheck.verdicts}
             for v in flagged:
                 v.rechecked = True
-                if v.key not in confirmed:
+                w = again.get(v.key)
+                if w is not None and w.status not in detect.FAILING:
                     v.status = "unchanged"
                     v.note = "flagged, then not reproduced when re-measured"
+                elif w is not None and w.status != "regression":  # it broke: never a pass
+                    v.status, v.note = w.status, f"flagged, then {w.status} when re-measured"
             result.rechecked = len(flagged)
         result.comparison = comparison
         result.base_runs = store.runs(label=f"{gate_id}:base:%")

@@ -13,6 +13,7 @@ start time) is skipped: ingesting twice changes nothing.
 
 from __future__ import annotations
 
+import json
 import math
 import re
 import time
@@ -22,7 +23,7 @@ from datetime import datetime
 from pathlib import Path
 
 from . import asv_results, fingerprint, jsonfile
-from .store import FAILED, OK, Measurement, Run, Store
+from .store import FAILED, OK, Measurement, Run, Store, param_key
 
 # asv writes these beside its result files; they are not results.
 NOT_RESULTS = {"benchmarks.json", "machine.json"}
@@ -165,7 +166,11 @@ def _is_number(x) -> bool:
 
 
 def _check_value(x, what: str) -> None:
-    if not _is_number(x) or not math.isfinite(x) or x < 0:
+    try:
+        ok = _is_number(x) and math.isfinite(x) and x >= 0 and math.isfinite(float(x))
+    except OverflowError:  # an int beyond any float
+        ok = False
+    if not ok:
         raise ValueError(f"{what} is {str(x)[:40]!r}, not a finite non-negative number")
 
 
@@ -174,30 +179,63 @@ def _check_date(seconds: float | None, what: str) -> None:
         raise ValueError(f"{what} {seconds:.4g} s since 1970 is not a plausible date")
 
 
+def _text(x, what: str, empty: bool = True) -> None:
+    """A text DuckDB can store: str, UTF-8 encodable (no lone surrogates), or None."""
+    if x is None:
+        return
+    if not isinstance(x, str) or (not empty and not x):
+        raise ValueError(f"{what} {str(x)[:40]!r} is not a text")
+    try:
+        x.encode("utf-8")
+    except UnicodeEncodeError:
+        raise ValueError(f"{what} {x[:40]!r} is not valid UTF-8 text") from None
+
+
+def _json(x, what: str) -> None:
+    try:
+        json.dumps(x, allow_nan=False).encode("utf-8")
+    except (ValueError, TypeError) as exc:
+        raise ValueError(f"{what} cannot be stored as JSON ({exc})") from None
+
+
 def validate(run: Run, rows: list[Measurement]) -> None:
     """ValueError naming the first thing in the file that is not as it must be."""
     if not isinstance(run.commit_hash, str) or not COMMIT.fullmatch(run.commit_hash):
         raise ValueError(f"commit hash {str(run.commit_hash)[:50]!r} is not a git commit hash")
-    if not isinstance(run.machine, str) or not run.machine:
-        raise ValueError(f"machine {run.machine!r} is not a name")
+    _text(run.machine, "machine", empty=False)
+    _text(run.env_name, "env_name")
+    _text(run.branch, "branch")
     for what in ("commit_time", "started_at", "ended_at"):
         _check_date(getattr(run, what), what)
     fp = run.fingerprint
-    texts = ("gpu", "driver", "cuda", "torch", "triton", "timm", "python", "mode")
-    if any(fp.get(k) is not None and not isinstance(fp[k], str) for k in texts):
-        raise ValueError("its fingerprint has a version that is not a text")
-    if run.branch is not None and not isinstance(run.branch, str):
-        raise ValueError(f"branch {run.branch!r} is not a name")
-    if fp.get("harness_version") is not None and not isinstance(fp["harness_version"], int):
-        raise ValueError(f"harness_version {fp['harness_version']!r} is not an integer")
+    for k in ("gpu", "driver", "cuda", "torch", "triton", "timm", "python", "mode"):
+        _text(fp.get(k), f"the fingerprint's {k}")
+    hv = fp.get("harness_version")
+    if hv is not None and not (isinstance(hv, int) and 0 <= hv < 2**31):
+        raise ValueError(f"harness_version {str(hv)[:40]!r} is not a small integer")
+    _json(fp, "its fingerprint")
     if not rows:
         raise ValueError("no measurements (every cell skipped, or no result column)")
+    seen = set()
     for m in rows:
-        where = f"{m.benchmark}.{m.metric} {m.params}"
+        where = f"{m.benchmark}.{m.metric} {str(m.params)[:200]}"
+        _text(m.benchmark, "a benchmark name", empty=False)
+        _text(m.metric, "a metric name", empty=False)
+        _text(m.unit, f"{where}: the unit")
+        _text(m.version, f"{where}: the version")
         if not isinstance(m.params, dict) or not all(
-            isinstance(v, (str, int, float, bool)) or v is None for v in m.params.values()
+            isinstance(k, str) and k and (isinstance(v, (str, int, float, bool)) or v is None)
+            for k, v in m.params.items()
         ):
-            raise ValueError(f"{where}: parameters are not a flat object")
+            raise ValueError(f"{where}: parameters are not a flat object of named values")
+        _json(m.params, f"{where}: the parameters")
+        for k, v in m.params.items():
+            _text(k, "a parameter name")
+            _text(v if isinstance(v, str) else None, f"{where}: a parameter")
+        key = (m.benchmark, m.metric, param_key(m.params))
+        if key in seen:
+            raise ValueError(f"{where}: the same cell twice (names or parameters collide)")
+        seen.add(key)
         if m.status == FAILED:
             continue
         _check_value(m.median, f"{where}: the value")
@@ -209,23 +247,45 @@ def validate(run: Run, rows: list[Measurement]) -> None:
                 raise ValueError(f"{where}: samples are {type(m.samples).__name__}, not a list")
             for x in m.samples:
                 _check_value(x, f"{where}: a sample")
+            _check_median(m, where)
+
+
+def _check_median(m: Measurement, where: str) -> None:
+    """The value must be the median of the samples (asv's: either middle one for an even
+    count): the gate reads the samples, history the value, and both must tell one story."""
+    if not m.samples:
+        return
+    xs = sorted(m.samples)
+    lo, hi = xs[(len(xs) - 1) // 2], xs[len(xs) // 2]
+    if not lo * (1 - 1e-9) <= m.median <= hi * (1 + 1e-9):
+        raise ValueError(f"{where}: the value {m.median:.6g} is not the median of its samples")
 
 
 def parse(path: Path) -> tuple[Run, list[Measurement]]:
     """A result file's run and measurements, checked (``validate``); ValueError with the reason
-    when it is not a complete, valid asv or pytest-benchmark result file."""
-    data = jsonfile.read(path)
+    when it is not a complete, valid asv or pytest-benchmark result file. Reading a file is
+    a function of that file alone, so whatever goes wrong in it (a value no float holds, JSON
+    nested past Python's recursion limit) refuses that file and nothing else."""
     try:
+        data = jsonfile.read(path)
         if isinstance(data, dict) and "result_columns" in data:
             run, rows = parse_asv(Path(path), asv_results.check(data))
         elif isinstance(data, dict) and "benchmarks" in data and "machine_info" in data:
             run, rows = parse_pytest_benchmark(Path(path), data)
         else:
             raise ValueError("neither an asv result file nor pytest-benchmark JSON")
-    except (KeyError, TypeError, IndexError, AttributeError) as exc:
-        raise ValueError(f"incomplete result file ({type(exc).__name__}: {exc})") from None
-    validate(run, rows)
+        validate(run, rows)
+    except ValueError:
+        raise
+    except Exception as exc:
+        raise ValueError(f"unreadable result file ({type(exc).__name__}: {exc})") from None
+    run.source_file = _printable(path)
     return run, rows
+
+
+def _printable(path: Path) -> str:
+    """The path as text DuckDB stores (a file name of non-UTF-8 bytes is escaped)."""
+    return str(path).encode("utf-8", "backslashreplace").decode("utf-8")
 
 
 def ingest(
@@ -251,7 +311,12 @@ def ingest(
                 continue
             run.label = label if label is not None else run.label
             run.branch = branch if branch is not None else run.branch
-            added = store.add_run(run, rows)
+            try:
+                added = store.add_run(run, rows)
+            except ValueError as exc:  # what DuckDB refused of this file's data
+                report.failed.append((path, str(exc)))
+                log(f"ragbench ingest: refused {path}: {exc}")
+                continue
             store.yield_slice()
             if added is None:
                 report.duplicate.append(path)

@@ -49,8 +49,8 @@ def read_gate_json(path: Path, head: str) -> dict:
         raise VerdictError(f"{path}: no verdict and list of failures")
     for f in failures:
         if not (isinstance(f, dict) and f.get("status") in FAILING
-                and all(isinstance(f.get(k), str) and f[k]
-                        for k in ("benchmark", "metric", "param_key"))):  # fmt: skip
+                and all(isinstance(f.get(k), str) and f[k] for k in ("benchmark", "metric"))
+                and isinstance(f.get("param_key"), str)):  # fmt: skip
             raise VerdictError(f"{path}: malformed failure {str(f)[:120]}")
     if (doc["verdict"] == "fail") != bool(failures):
         raise VerdictError(f"{path}: verdict {doc['verdict']!r} with {len(failures)} failure(s)")
@@ -66,6 +66,12 @@ class Judgement:
     @property
     def exit_code(self) -> int:
         return {"success": 0, "failure": 1}.get(self.state, 2)
+
+
+def accepted_on(store: Store, pr: int, head: str) -> list[dict]:
+    """The acceptances given on ``pr`` at ``head`` (another pull request with the same head
+    commit has its own)."""
+    return [a for a in store.acceptances(head) if a["commit_hash"] == head and a["pr"] == pr]
 
 
 def judge(failures: list[dict], acceptances: list[dict]) -> Judgement:
@@ -133,7 +139,7 @@ def verdict(store: Store, client: Client | None, *, gate_json: Path, report: Pat
         text = jsonfile.read_text(report, limit=1 * 2**20)
     store.record_gate(pr, head, doc["base"], machine or doc.get("machine"), doc["failures"],
                       text)  # fmt: skip
-    j = judge(doc["failures"], store.acceptances(head))
+    j = judge(doc["failures"], accepted_on(store, pr, head))
     if client is not None:
         _publish(client, store, pr, head, j, log)
         if j.state == "failure" and client.remove_label(pr, LABEL):
@@ -148,7 +154,7 @@ def accept(store: Store, client: Client, *, pr: int, head: str, user: str,
     VerdictError when no gate verdict for ``head`` is recorded yet."""
     gate = store.gate(pr, head)
     if withdraw:
-        n = store.withdraw(head)
+        n = store.withdraw(head, pr)
         log(f"withdrew {n} acceptance(s) of {head[:12]} (the {LABEL} label was removed)")
     else:
         permission = client.permission(user)
@@ -168,6 +174,6 @@ def accept(store: Store, client: Client, *, pr: int, head: str, user: str,
         log(f"{user} ({permission}) accepted {len(cells)} failing cell(s) of {head[:12]}")
     if gate is None:
         return Judgement("failure", "no gate verdict recorded", [])
-    j = judge(gate["failures"], store.acceptances(head))
+    j = judge(gate["failures"], accepted_on(store, pr, head))
     _publish(client, store, pr, head, j, log)
     return j

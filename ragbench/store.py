@@ -168,6 +168,10 @@ FROM series WHERE benchmark LIKE '%.Drift'
 GROUP BY ALL;
 """
 
+# Every table and view of a ragbench store: a file holding anything else is not one.
+_OURS = {"meta", "runs", "measurements", "acceptances", "gates", "series", "speedups",
+         "dispatch_floors", "drift"}  # fmt: skip
+
 _MEASUREMENT_COLUMNS = (
     "run_id", "benchmark", "metric", "params", "param_key", "variant", "group_key", "unit",
     "version", "median", "q25", "q75", "n", "samples", "status",
@@ -226,7 +230,12 @@ class Run:
 
     @property
     def run_id(self) -> str:
+        """The same for the same file on main (or on the branch it names); a file ingested
+        for another branch too is another run, so a pull request's ingest can never make
+        main's ingest of the same file read as 'already stored'."""
         ident = f"{self.source}|{self.machine}|{self.commit_hash}|{self.env_name}|{self.started_at}"
+        if self.branch != HISTORY_BRANCH:
+            ident += f"|branch={self.branch}"
         return hashlib.sha256(ident.encode()).hexdigest()[:20]
 
 
@@ -291,7 +300,7 @@ class Store:
         self._writer = None  # the connection of an open write slice (``writing``)
         self._checked = False  # the schema, checked on the first connection
         if read_only:
-            if not self.path.is_file():
+            if not self.path.exists():
                 raise FileNotFoundError(f"no results store at {self.path}")
         else:
             self.path.parent.mkdir(parents=True, exist_ok=True)
@@ -304,11 +313,17 @@ class Store:
     def _open(self, write: bool):
         import duckdb
 
+        if self.path.exists() and not self.path.is_file():  # a FIFO would hang DuckDB
+            raise StoreError(f"{self.path} is not a regular file")
         deadline = time.monotonic() + self.lock_timeout
         waited = False
         while True:
             try:
-                return duckdb.connect(str(self.path), read_only=not write)
+                # no extension is ever loaded on its own: a SQLite or Parquet file must not
+                # make DuckDB download one and open it
+                return duckdb.connect(str(self.path), read_only=not write, config={
+                    "autoload_known_extensions": False, "autoinstall_known_extensions": False,
+                })  # fmt: skip
             except duckdb.Error as exc:
                 if "lock" not in str(exc).lower():
                     raise StoreError(f"{self.path} is not a usable DuckDB store: {exc}") from None
@@ -385,8 +400,9 @@ class Store:
         return version
 
     def _check_schema(self, con) -> None:
+        """For readers: a ragbench store of this schema, or StoreError saying what it is."""
         version = self._schema(con)
-        if version is None:
+        if version is None or self._foreign(con):
             raise StoreError(f"{self.path} is a DuckDB file but not a ragbench store")
         if version < SCHEMA_VERSION:
             raise StoreError(
@@ -394,14 +410,27 @@ class Store:
                 f"ragbench ingest) to bring it to schema {SCHEMA_VERSION}"
             )
 
+    @staticmethod
+    def _foreign(con) -> bool:
+        """Whether the file holds anything that is not ragbench's (or lacks its runs)."""
+        names = {r[0] for r in con.execute(
+            "SELECT table_name FROM duckdb_tables() UNION ALL "
+            "SELECT view_name FROM duckdb_views() WHERE NOT internal UNION ALL "
+            "SELECT sequence_name FROM duckdb_sequences() UNION ALL "
+            "SELECT function_name FROM duckdb_functions() WHERE NOT internal UNION ALL "
+            "SELECT schema_name FROM duckdb_schemas() WHERE NOT internal AND schema_name <> "
+            "'main'"
+        ).fetchall()}  # fmt: skip
+        return bool(names) and (not names <= _OURS or "runs" not in names)
+
     def _create(self, con) -> None:
-        """The schema, created or migrated; a store already at this version is not written."""
-        tables = {r[0] for r in con.execute("SELECT table_name FROM duckdb_tables()").fetchall()}
+        """The schema, created in an empty file or migrated from an older one; a store
+        already at this version is not written, and a file of anything else is refused."""
         version = self._schema(con)
-        if tables and version is None:
-            raise StoreError(f"{self.path} is a DuckDB file of other tables, not a ragbench store")
-        if version == SCHEMA_VERSION:
+        if version == SCHEMA_VERSION and not self._foreign(con):
             return
+        if self._foreign(con):
+            raise StoreError(f"{self.path} is a DuckDB file of other things, not a ragbench store")
         con.execute("BEGIN TRANSACTION")
         con.execute(_TABLES)
         con.execute(_MIGRATIONS)
@@ -425,6 +454,8 @@ class Store:
     def add_run(self, run: Run, measurements: Iterable[Measurement]) -> int | None:
         """Store a run and its measurements in one transaction; -> rows added, or None when
         the run was already stored (nothing changes). On any error nothing of it is stored."""
+        import duckdb
+
         run_id = run.run_id
         rows = [m.row(run_id) for m in measurements]
         fp = run.fingerprint or {}
@@ -449,6 +480,12 @@ class Store:
                 if rows:  # one statement of column lists: 40x faster than executemany
                     con.execute(_INSERT_COLUMNS, [list(col) for col in zip(*rows, strict=True)])
                 con.execute("COMMIT")
+            except (duckdb.ConstraintException, duckdb.ConversionException,
+                    duckdb.InvalidInputException) as exc:  # fmt: skip
+                con.execute("ROLLBACK")  # the file's data: it is refused, the store goes on
+                raise ValueError(
+                    f"the store refused its data ({type(exc).__name__}: {exc})"
+                ) from None
             except BaseException:
                 con.execute("ROLLBACK")
                 raise
@@ -476,14 +513,15 @@ class Store:
                 )  # fmt: skip
             con.execute("COMMIT")
 
-    def withdraw(self, commit_hash: str) -> int:
-        """Delete the acceptances given on ``commit_hash`` (the label was removed); -> how
-        many."""
+    def withdraw(self, commit_hash: str, pr: int) -> int:
+        """Delete the acceptances given on pull request ``pr`` at ``commit_hash`` (the label
+        was removed); -> how many."""
+        where = "WHERE commit_hash = ? AND pr = ?"
         with self._connect(write=True) as con:
             ((n,),) = con.execute(
-                "SELECT count(*) FROM acceptances WHERE commit_hash = ?", [commit_hash]
+                f"SELECT count(*) FROM acceptances {where}", [commit_hash, pr]
             ).fetchall()
-            con.execute("DELETE FROM acceptances WHERE commit_hash = ?", [commit_hash])
+            con.execute(f"DELETE FROM acceptances {where}", [commit_hash, pr])
         return n
 
     def carry_acceptances(self, main_commit: str, merged: list[str], prs: list[int]) -> int:

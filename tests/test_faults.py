@@ -604,3 +604,240 @@ def test_a_push_github_dropped_is_measured_by_the_next(rehearsal):
     s = Store(rehearsal.store, read_only=True)
     main = {r["commit_hash"] for r in s.runs()}
     assert rehearsal.sha("dropped") in main and len(main) == 3
+
+
+# --- what an attack on this change found (each case failed once; none may again) ------------
+
+
+def asv_file(results: Path, commit: str, cells: dict, t: float = 1.77e9,
+             name: str | None = None) -> Path:  # fmt: skip
+    """An asv result file in asv's layout: ``cells`` maps ``module.Class.track_x`` to
+    (param names, axes of repr'd values, values, samples or None)."""
+    from ragbench.synth import COLUMNS
+
+    (results / "m").mkdir(parents=True, exist_ok=True)
+    bench = json.loads((results / "benchmarks.json").read_text()) if (
+        results / "benchmarks.json").exists() else {"version": 2}  # fmt: skip
+    rows = {}
+    for full, (names, axes, values, samples) in cells.items():
+        bench[full] = {"name": full, "param_names": names, "params": axes, "unit": "us",
+                       "type": "track", "version": "1"}  # fmt: skip
+        rows[full] = [values, axes, "1", int(t * 1e3), 1.0, None, None, None, None, None,
+                      None, samples, None]  # fmt: skip
+    (results / "benchmarks.json").write_text(json.dumps(bench))
+    data = {"commit_hash": commit, "env_name": "e", "date": int(t * 1e3),
+            "params": {"machine": "m"}, "python": "3.12", "requirements": {}, "env_vars": {},
+            "result_columns": COLUMNS, "results": rows, "durations": {}, "version": 2}  # fmt: skip
+    path = results / "m" / (name or f"{commit[:8]}-e.json")
+    path.write_text(json.dumps(data))
+    return path
+
+
+def samples(center: float, n: int = 10) -> list[float]:
+    return [center * (1 + 0.001 * (i - n // 2)) for i in range(n)]
+
+
+def med(xs: list[float]) -> float:
+    return sorted(xs)[len(xs) // 2]
+
+
+KL = "kernel.KernelLatency.track_gpu_us"
+AXES = [["'triton'", "'fa2'"]]
+
+
+def gate_stored(tmp_path: Path, base: dict, heads: list[dict], *args) -> tuple:
+    """Ingest base and head files (one per dict of ``heads``), gate them --stored."""
+    b, h = "b" * 40, "c" * 40
+    asv_file(tmp_path / "base", b, base)
+    for i, cells in enumerate(heads):
+        asv_file(tmp_path / "head", h, cells, t=1.77e9 + 3600 * (i + 1), name=f"c-{i}.json")
+    store = tmp_path / "s.duckdb"
+    ing = ragbench("ingest", "--branch", "main", tmp_path / "base", tmp_path / "head", "--store",
+                   store)  # fmt: skip
+    assert ing.returncode == 0, ing.stderr
+    return ragbench("gate", "--stored", "--store", store, "--machine", "m", "--base", b, "--head",
+                    h, *args)  # fmt: skip
+
+
+def test_a_nan_in_one_of_heads_runs_fails(tmp_path):
+    both = [samples(2.7), samples(5.8)]
+    base = {KL: (["backend"], AXES, [med(s) for s in both], both)}
+    heads = [base, {KL: (["backend"], AXES, [med(both[0]), math.nan], [both[0], None])}]
+    out = gate_stored(tmp_path, base, heads)
+    assert_clean_exit(out, 1, "no value in 1 of the head runs", "backend=fa2")
+
+
+def test_a_broken_bound_reference_and_a_worse_pre_existing_break_fail(tmp_path):
+    drift = "numerics.Drift.track_max_abs_diff"
+    axes = [["'triton'", "'fa2'", "'padded_full'"], ["'m'"], ["'t'"]]
+    names = ["backend", "model", "method"]
+    base = {drift: (names, axes, [0.005, 0.005, 0.0089], None)}
+    out = gate_stored(tmp_path / "a", base, [{drift: (names, axes, [0.5, 0.5, 1.0], None)}])
+    assert_clean_exit(out, 1, "| bound violations | 1 |",  # padded_full cannot excuse itself
+                      "backend=padded_full,method=t,model=m: 1 >= bound 0.0178")  # fmt: skip
+    base = {drift: (names, axes, [0.008, 0.005, 0.006], None)}  # inside its own run's bound
+    out = gate_stored(tmp_path / "b", base, [{drift: (names, axes, [0.9, 0.005, 0.006], None)}])
+    assert_clean_exit(out, 1, "| bound violations | 1 |", "0.9 >= bound 0.012")
+
+
+def test_a_latency_of_zero_on_head_is_missing_not_faster(tmp_path):
+    both = [samples(2.7), samples(5.8)]
+    base = {KL: (["backend"], AXES, [med(s) for s in both], both)}
+    head = {KL: (["backend"], AXES, [0.0, med(both[1])], [[0.0] * 10, both[1]])}
+    out = gate_stored(tmp_path, base, [head])
+    assert_clean_exit(out, 1, "a latency of 0 on head")
+
+
+def test_nothing_to_judge_is_an_error_not_a_pass(tmp_path):
+    both = [samples(2.7), samples(5.8)]
+    cells = {KL: (["backend"], AXES, [med(s) for s in both], both)}
+    other = {"kernel.Other.track_gpu_us": (["backend"], AXES, [med(s) for s in both], both)}
+    out = gate_stored(tmp_path / "a", cells, [other])  # nothing in common, nothing lost?
+    assert_clean_exit(out, 1, "| missing on head")  # base's cells are gone: that fails
+    store = tmp_path / "a" / "s.duckdb"
+    out = ragbench("gate", "--stored", "--store", store, "--machine", "m", "--base", "HEAD",
+                   "--head", "c" * 40)  # fmt: skip
+    assert_clean_exit(out, 2, "no run of base")  # a base with no runs: not a pass
+    out = ragbench("gate", "--base", "HEAD", "--head", "HEAD", "--rounds", "-1", "--store",
+                   tmp_path / "r.duckdb")  # fmt: skip
+    assert_clean_exit(out, 2, "--rounds must be at least 1")
+
+
+def test_the_value_must_be_the_median_of_its_samples(tmp_path):
+    s = samples(2.7)
+    asv_file(tmp_path / "r", "b" * 40, {KL: (["backend"], [["'triton'"]], [27.0], [s])})
+    out = ragbench("ingest", tmp_path / "r", "--store", tmp_path / "s.duckdb")
+    assert_clean_exit(out, 1, "the value 27 is not the median of its samples")
+
+
+@pytest.mark.parametrize("case", [
+    "duration-huge", "date-huge", "sample-huge", "result-huge", "param-name-null",
+    "deep-nesting", "env-surrogate", "same-cell-two-names", "same-cell-two-params",
+    "param-names-twice", "harness-2**40", "version-object", "env-list", "unit-list",
+    "param-inf", "fingerprint-nan",
+])  # fmt: skip
+def test_a_bad_file_is_refused_alone_whatever_breaks_in_it(tmp_path, case):
+    """Each was a crash (exit 2, the good file after it lost) or a silent store of junk."""
+    good = asv_file(tmp_path / "good", "a" * 40, {KL: (["backend"], [["'triton'"]], [2.7],
+                                                       [samples(2.7)])})  # fmt: skip
+    bad_dir = tmp_path / "bad"
+    s = samples(2.7)
+    cell = {KL: (["backend"], [["'triton'"]], [med(s)], [s])}
+    path = asv_file(bad_dir, "b" * 40, cell)
+    data = json.loads(path.read_text())
+    row = data["results"][KL]
+    bench = json.loads((bad_dir / "benchmarks.json").read_text())
+    text = None
+    if case == "duration-huge":
+        row[4] = 10**400
+    elif case == "date-huge":
+        data["date"] = 10**400
+    elif case == "sample-huge":
+        row[11][0][0] = 10**400
+    elif case == "result-huge":
+        row[0][0] = 10**400
+    elif case == "param-name-null":
+        bench[KL]["param_names"] = [None]
+    elif case == "deep-nesting":
+        text = "[" * 100_000 + "]" * 100_000
+    elif case == "env-surrogate":
+        data["env_name"] = "\ud800"
+    elif case == "same-cell-two-names":
+        data["results"]["kernel.KernelLatency.gpu_us"] = row
+        bench["kernel.KernelLatency.gpu_us"] = bench[KL]
+    elif case == "same-cell-two-params":
+        row[0], row[1], row[11] = [med(s)] * 2, [["1", "'1'"]], [s, s]
+    elif case == "param-names-twice":
+        row[0], row[1], row[11] = [med(s)], [["'triton'"], ["1"]], [s]
+        bench[KL]["param_names"] = ["a", "a"]
+    elif case == "harness-2**40":
+        path.with_suffix(".fingerprint").write_text(json.dumps({"harness_version": 2**40}))
+    elif case == "version-object":
+        row[2] = {"a": 1}
+    elif case == "env-list":
+        data["env_name"] = ["x"]
+    elif case == "unit-list":
+        bench[KL]["unit"] = ["us"]
+    elif case == "param-inf":
+        row[1] = [["1e999"]]
+    elif case == "fingerprint-nan":
+        path.with_suffix(".fingerprint").write_text('{"gpu": "x", "load": NaN}')
+    (bad_dir / "benchmarks.json").write_text(json.dumps(bench))
+    path.write_text(text or json.dumps(data))
+    store = tmp_path / "s.duckdb"
+    out = ragbench("ingest", "--branch", "main", bad_dir, good.parent.parent, "--store", store)
+    assert_clean_exit(out, 1, "1 file(s) stored", "1 refused", "refused")
+    assert [r["commit_hash"] for r in Store(store, read_only=True).runs()] == ["a" * 40]
+
+
+def test_a_file_name_that_is_not_utf8_is_stored(tmp_path):
+    s = samples(2.7)
+    path = asv_file(tmp_path / "r", "b" * 40, {KL: (["backend"], [["'triton'"]], [med(s)], [s])})
+    odd = Path(os.fsdecode(os.fsencode(str(path.parent)) + b"/\xff-odd.json"))
+    path.rename(odd)
+    assert_clean_exit(ragbench("ingest", tmp_path / "r", "--store", tmp_path / "s.duckdb"), 0,
+                      "1 file(s) stored")  # fmt: skip
+
+
+def test_another_branchs_ingest_never_hides_a_main_run(tmp_path, history):
+    newest = sorted((history / synth.MACHINE).glob("*.json"))[-1]
+    store = tmp_path / "s.duckdb"
+    assert_clean_exit(ragbench("ingest", newest, "--store", store, "--branch", "feature"), 0)
+    assert_clean_exit(ragbench("ingest", newest, "--store", store, "--branch", "main"), 0,
+                      "1 file(s) stored")  # fmt: skip
+    assert [r["commit_hash"] for r in Store(store, read_only=True).runs()] == [data_commit(newest)]
+
+
+def test_foreign_files_are_never_written_and_nothing_hangs(tmp_path):
+    import sqlite3
+
+    import duckdb
+
+    cases = {}
+    for kind, ddl in (("view", "CREATE VIEW v AS SELECT 1 AS x"),
+                      ("sequence", "CREATE SEQUENCE s"), ("macro", "CREATE MACRO f(a) AS a + 1"),
+                      ("schema", "CREATE SCHEMA other"),
+                      ("meta-v1", "CREATE TABLE meta (key VARCHAR, value VARCHAR); "
+                                  "INSERT INTO meta VALUES ('schema_version', '1'); "
+                                  "CREATE TABLE precious AS SELECT 42 AS x")):  # fmt: skip
+        path = tmp_path / f"{kind}.duckdb"
+        con = duckdb.connect(str(path))
+        con.execute(ddl)
+        con.close()
+        cases[path] = "not a ragbench store"
+    lite = tmp_path / "lite.db"
+    sqlite3.connect(lite).execute("CREATE TABLE t (x)").connection.commit()
+    cases[lite] = "DuckDB"
+    fifo = tmp_path / "fifo.duckdb"
+    os.mkfifo(fifo)
+    cases[fifo] = "not a regular file"
+    for path, why in cases.items():
+        before = None if path == fifo else path.read_bytes()
+        for args in (["ingest", history_file(tmp_path), "--store", path],
+                     ["detect", "--store", path, "--machine", "m"]):  # fmt: skip
+            out = subprocess.run([sys.executable, "-m", "ragbench", *map(str, args)], cwd=REPO,
+                                 capture_output=True, text=True, timeout=60)  # fmt: skip
+            assert_clean_exit(out, 2, why)
+        if before is not None:
+            assert path.read_bytes() == before, path.name
+    policies = tmp_path / "policies.toml"
+    os.mkfifo(policies)
+    out = subprocess.run([sys.executable, "-m", "ragbench", "detect", "--policies", str(policies)],
+                         cwd=REPO, capture_output=True, text=True, timeout=60)  # fmt: skip
+    assert_clean_exit(out, 2, "not a regular file")
+
+
+def history_file(tmp_path: Path) -> Path:
+    s = samples(2.7)
+    return asv_file(tmp_path / "h", "a" * 40, {KL: (["backend"], [["'triton'"]], [med(s)], [s])})
+
+
+def test_the_verdict_takes_an_unparameterized_cell_and_refuses_a_huge_pr(tmp_path):
+    gate = tmp_path / "gate.json"
+    gate.write_text(json.dumps({"schema": 1, "base": "b" * 40, "head": "a" * 40, "verdict": "fail",
+                                "failures": [{"benchmark": "cpu.Plain", "metric": "x",
+                                              "param_key": "", "status": "missing"}]}))  # fmt: skip
+    common = ["verdict", "--gate-json", gate, "--store", tmp_path / "s.duckdb", "--head", "a" * 40]
+    assert_clean_exit(ragbench(*common, "--pr", 3), 1, "FAILURE")
+    out = ragbench(*common, "--pr", 99999999999)
+    assert out.returncode == 2 and "is not a pull request number" in out.stderr

@@ -144,3 +144,30 @@ def test_the_recheck_selects_exactly_the_flagged_benchmarks_in_asv():
     conf = SimpleNamespace(benchmark_dir="benchmarks")
     picked = Benchmarks(conf, found, regex=gate._bench_regex(keys))
     assert sorted(picked) == ["cpu.Plain.track_x", "kernel.KernelLatency.track_gpu_us"]
+
+
+@pytest.mark.parametrize("then", ["failed", "missing"])
+def test_a_flagged_cell_that_breaks_when_measured_again_still_fails(tmp_path, monkeypatch,
+                                                                    then):  # fmt: skip
+    """Flagged 10% slower, then on the re-measurement head raises, or has no value: never
+    'not reproduced'."""
+
+    def fake_measure(store, sha, side, label, work, *, mode, machine, bench, log):
+        if side == "head" and "recheck" in label:  # the flagged cell raised, or is gone
+            run = Run("asv", sha, "m1", started_at=float(next(_clock)), label=label)
+            store.add_run(run, [
+                Measurement("kernel.KernelLatency", "gpu_us", {"backend": "triton"}, "us", None,
+                            status="failed") if then == "failed"
+                else Measurement("kernel.Other", "gpu_us", {}, "us", 1.0)
+            ])  # fmt: skip
+            return [run.run_id]
+        slow = side == "head"
+        return [add_run(store, sha, gpu_cells(1.1 if slow else 1.0, seed=7), label)]
+
+    monkeypatch.setattr(gate, "_measure", fake_measure)
+    res = gate.run_gate(Store(tmp_path / "perf.duckdb"), "HEAD~1", "HEAD",
+                        policies=detect.load_policies(), machine="m1", rounds=1,
+                        log=lambda m: None)  # fmt: skip
+    (v,) = [v for v in res.comparison.verdicts if v.params.get("backend") == "triton"
+            and v.key[1] == "gpu_us"]  # fmt: skip
+    assert v.rechecked and v.status == then and res.exit_code == 1

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from ragbench.ingest import ingest, parse
-from ragbench.store import Store
+from ragbench.store import Store, StoreError
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -219,3 +219,30 @@ def test_acceptances_are_recorded(tmp_path):
         store.accept("c" * 40, "kernel.KernelLatency", "gpu_us", "backend=triton", "again", "me")
         (row,) = store.acceptances("c" * 8)
         assert row["reason"] == "again" and row["accepted_by"] == "me"
+
+
+def test_a_schema_1_store_is_migrated_and_keeps_its_rows(tmp_path):
+    """A store written by ragbench's schema 1 (its store module from git) opens for writing
+    as schema 2: every run and row kept, the new columns filled, its history main's."""
+    import importlib.util
+
+    old = tmp_path / "store_v1.py"
+    old.write_text(subprocess.run(["git", "show", "83cd958:ragbench/store.py"], cwd=REPO,
+                                  capture_output=True, text=True, check=True).stdout)  # fmt: skip
+    spec = importlib.util.spec_from_file_location("store_v1", old)
+    v1 = importlib.util.module_from_spec(spec)
+    sys.modules["store_v1"] = v1  # dataclasses look their module up there
+    spec.loader.exec_module(v1)
+    path = tmp_path / "perf.duckdb"
+    with v1.Store(path) as s:
+        s.add_run(v1.Run("asv", "a" * 40, "m", 1.8e9, branch="main"),
+                  [v1.Measurement("kernel.KernelLatency", "gpu_us", {"backend": "triton"}, "us",
+                                  2.0, samples=[1.0, 2.0, 3.0])])  # fmt: skip
+        s.accept("a" * 40, "kernel.KernelLatency", "gpu_us", "backend=triton", "r", "me")
+    with pytest.raises(StoreError, match="schema 1: open it once for writing"):
+        Store(path, read_only=True).runs()
+    store = Store(path)  # a writer migrates
+    (row,) = store.series(samples=True)
+    assert row["status"] == "ok" and row["samples"] == [1.0, 2.0, 3.0]
+    assert store.acceptances()[0]["pr"] is None and store.counts()["gates"] == 0
+    assert Store(path, read_only=True).runs()[0]["commit_hash"] == "a" * 40

@@ -165,7 +165,10 @@ def test_the_verdict_offline_fails_unless_accepted(tmp_path):
     assert subprocess.run(cmd, cwd=REPO).returncode == 0
     gate_json.write_text(json.dumps({**doc, "verdict": "fail", "failures": [failure]}))
     assert subprocess.run(cmd, cwd=REPO).returncode == 1
-    Store(store).accept(head, "kernel.KernelLatency", "gpu_us", "backend=triton", "label", "me")
+    cell = ("kernel.KernelLatency", "gpu_us", "backend=triton")
+    Store(store).accept(head, *cell, "label", "me", pr=4)  # another PR with the same head
+    assert subprocess.run(cmd, cwd=REPO).returncode == 1
+    Store(store).accept(head, *cell, "label", "me", pr=5)
     assert subprocess.run(cmd, cwd=REPO).returncode == 0
     assert Store(store, read_only=True).gate(5, head)["failures"] == [failure]
     for broken in ({**doc, "verdict": "pass", "failures": [failure]}, {**doc, "schema": 9},
