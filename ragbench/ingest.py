@@ -108,7 +108,7 @@ def parse_asv(path: Path, data: dict) -> tuple[Run, list[Measurement]]:
         source="asv", commit_hash=data["commit_hash"], machine=machine, started_at=started,
         ended_at=ended, commit_time=date / 1e3 if date else None,
         env_name=data.get("env_name"), fingerprint=fp,
-        harness_version=fp.get("harness_version"), mode=fp.get("mode"), source_file=str(path),
+        harness_version=fp.get("harness_version"), mode=fp.get("mode"),
     )  # fmt: skip
     rows = []
     for cell in asv_results.cells(data, names):
@@ -143,7 +143,6 @@ def parse_pytest_benchmark(path: Path, data: dict) -> tuple[Run, list[Measuremen
         source="pytest-benchmark", commit_hash=commit["id"],
         machine=machine_info.get("node") or "unknown", started_at=_iso(data.get("datetime")),
         commit_time=_iso(commit.get("time")), branch=commit.get("branch"), fingerprint=fp,
-        source_file=str(path),
     )  # fmt: skip
     rows = []
     for b in data["benchmarks"]:
@@ -167,7 +166,7 @@ def _is_number(x) -> bool:
 
 def _check_value(x, what: str) -> None:
     try:
-        ok = _is_number(x) and math.isfinite(x) and x >= 0 and math.isfinite(float(x))
+        ok = _is_number(x) and math.isfinite(x) and x >= 0
     except OverflowError:  # an int beyond any float
         ok = False
     if not ok:

@@ -19,13 +19,13 @@ from pathlib import Path
 
 from . import jsonfile
 from .detect import FAILING
+from .gate import JSON_SCHEMA
 from .github import MARKER, Client
 from .store import Store
 
 LABEL = "perf-regression-accepted"
 WRITERS = ("admin", "maintain", "write")
 _SHA = re.compile(r"[0-9a-f]{40}(?:[0-9a-f]{24})?")
-_JSON_SCHEMA = 1  # ragbench.gate.JSON_SCHEMA of the documents this reads
 
 
 class VerdictError(ValueError):
@@ -38,8 +38,8 @@ def read_gate_json(path: Path, head: str) -> dict:
         doc = jsonfile.read(path, limit=8 * 2**20)
     except ValueError as exc:
         raise VerdictError(f"{path}: {exc}") from None
-    if not isinstance(doc, dict) or doc.get("schema") != _JSON_SCHEMA:
-        raise VerdictError(f"{path}: not the gate's JSON (schema {_JSON_SCHEMA})")
+    if not isinstance(doc, dict) or doc.get("schema") != JSON_SCHEMA:
+        raise VerdictError(f"{path}: not the gate's JSON (schema {JSON_SCHEMA})")
     if doc.get("head") != head:
         raise VerdictError(f"{path} is for head {str(doc.get('head'))[:40]!r}, not {head}")
     if not isinstance(doc.get("base"), str) or not _SHA.fullmatch(doc["base"]):

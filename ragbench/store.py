@@ -426,11 +426,10 @@ class Store:
     def _create(self, con) -> None:
         """The schema, created in an empty file or migrated from an older one; a store
         already at this version is not written, and a file of anything else is refused."""
-        version = self._schema(con)
-        if version == SCHEMA_VERSION and not self._foreign(con):
-            return
         if self._foreign(con):
             raise StoreError(f"{self.path} is a DuckDB file of other things, not a ragbench store")
+        if self._schema(con) == SCHEMA_VERSION:
+            return
         con.execute("BEGIN TRANSACTION")
         con.execute(_TABLES)
         con.execute(_MIGRATIONS)

@@ -65,6 +65,7 @@ import yaml
 
 from ragbench.github import MARKER
 from ragbench.store import Store
+from scripts.fail_closed import FAULTS
 from scripts.fake_github import FakeGitHub
 
 REPO = Path(__file__).resolve().parent.parent
@@ -674,15 +675,7 @@ class Scenario:
 
 
 # What the failing pull request appends to ragged/attention.py: every triton output NaN.
-NAN_KERNEL = """
-# (rehearsal) a change that makes the triton backend's output NaN
-import dataclasses as _dc  # noqa: E402
-
-_real_triton = BACKENDS["triton"]
-BACKENDS["triton"] = _dc.replace(
-    _real_triton, run=lambda *a: _real_triton.run(*a).fill_(float("nan"))
-)
-"""
+NAN_KERNEL = FAULTS["nan"]
 
 
 def workflow_run_event(wf_name: str, run_id: int, event: Event, jobs: list[JobResult],

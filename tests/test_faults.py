@@ -27,28 +27,11 @@ from ragbench import cli, record, suite, synth
 from ragbench.github import MARKER
 from ragbench.ingest import ingest
 from ragbench.store import Store
+from scripts.fail_closed import FAULTS
 from scripts.fake_github import FakeGitHub
 
 VENV = Path(sys.executable).parent.parent
 KERNEL_ERROR = r"^cpu\.KernelError"  # the cheapest table through asv: ~20 s a run here
-NAN_KERNEL = """
-import dataclasses as _dc  # noqa: E402
-
-_real_triton = BACKENDS["triton"]
-BACKENDS["triton"] = _dc.replace(
-    _real_triton, run=lambda *a: _real_triton.run(*a).fill_(float("nan"))
-)
-"""
-RAISING_KERNEL = """
-import dataclasses  # noqa: E402
-
-
-def _broken(*args):
-    raise RuntimeError("a planted bug in the triton backend")
-
-
-BACKENDS["triton"] = dataclasses.replace(BACKENDS["triton"], run=_broken)
-"""
 
 
 def ragbench(*args, cwd=REPO, env=None) -> subprocess.CompletedProcess:
@@ -90,7 +73,7 @@ def test_a_kernel_that_raises_fails_the_gate_and_is_stored_and_shown_as_failed(t
     gate fails on them; main's detect lists them and exits 1."""
     repo = fresh_copy(tmp_path / "repo")
     base = git("rev-parse", "HEAD", cwd=repo)
-    head = commit(repo, "ragged/attention.py", RAISING_KERNEL, "triton raises (planted)")
+    head = commit(repo, "ragged/attention.py", FAULTS["raise"], "triton raises (planted)")
     store = tmp_path / "perf.duckdb"
     out = subprocess.run(
         ["make", "bench-main", f"VENV={VENV}", f"STORE={store}", f"BEFORE={base}~1",
