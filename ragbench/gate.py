@@ -55,8 +55,9 @@ def cells(store: Store, run_ids: list[str]) -> dict[detect.Key, detect.Cell]:
         for row in rows
     )  # fmt: skip
     seen = Counter((r["benchmark"], r["metric"], r["param_key"]) for r in rows)
+    runs = len(set(run_ids))
     for key, cell in pooled.items():
-        cell.absent = len(set(run_ids)) - seen[key]
+        cell.absent = runs - seen[key]
     return pooled
 
 

@@ -107,10 +107,8 @@ def run_url() -> str | None:
     """This workflow run's page, from GitHub's variables (the status links to it)."""
     env = os.environ
     if {"GITHUB_SERVER_URL", "GITHUB_REPOSITORY", "GITHUB_RUN_ID"} <= set(env):
-        return (
-            f"{env['GITHUB_SERVER_URL']}/{env['GITHUB_REPOSITORY']}/actions/runs/"
-            + (env["GITHUB_RUN_ID"])
-        )
+        return "/".join((env["GITHUB_SERVER_URL"], env["GITHUB_REPOSITORY"], "actions", "runs",
+                         env["GITHUB_RUN_ID"]))  # fmt: skip
     return None
 
 
@@ -129,10 +127,9 @@ def verdict(store: Store, client: Client | None, *, gate_json: Path, report: Pat
         doc = read_gate_json(gate_json, head)
     except VerdictError as exc:
         j = Judgement("error", f"the gate produced no verdict: {exc}"[:140], [])
-        if client is not None:
-            client.comment(pr, f"{MARKER}\n### ragbench verdict for {head[:12]}: **ERROR**\n\n"
-                               f"The gate produced no usable verdict: {exc}")  # fmt: skip
-            client.status(head, "error", j.description, run_url())
+        if client is not None:  # the whole reason in the comment, the status has 140 chars
+            client.comment(pr, f"{verdict_markdown(j, head, pr)}\n\n{exc}")
+            client.status(head, j.state, j.description, run_url())
         raise
     text = ""
     if report is not None and report.is_file():
