@@ -11,10 +11,14 @@ set to read a cached result, and importing torch there would cost ~2 s per proce
     gpu_us    per-call time of a CUDA-graph replay of many calls (GPU only)
     host_us   host wall time per call in a back-to-back loop, synchronised once at the end
     dispatch_us = call_us - gpu_us
+
+``interleaved_rounds`` is the paired runner's loop (``_paired``): arms in a fresh random order
+every round, so neither a drift of the machine nor a fixed position favours one arm.
 """
 
 from __future__ import annotations
 
+import random
 import statistics
 import time
 from collections.abc import Callable
@@ -226,3 +230,37 @@ def measure_interleaved(
         if "gpu_us_error" in m:
             result[name]["gpu_us_error"] = m["gpu_us_error"]
     return result
+
+
+def interleaved_rounds(
+    arms: dict[str, Callable[[], dict[str, float]]], rounds: int, rng: random.Random
+) -> dict[str, dict[str, list[float]]]:
+    """``rounds`` rounds of every arm's sampler in a random order each round.
+
+    A sampler returns one value per metric; -> {arm: {metric: [one value a round]}}. Round
+    ``i`` of every arm was taken within the same round, so ratios pair by index. An arm whose
+    sampler raises is dropped with the others kept; the exception, as text, is its value of
+    the key ``"error"`` instead of a dict of metrics.
+    """
+    out: dict[str, dict] = {arm: {} for arm in arms}
+    live = dict(arms)
+    for _ in range(rounds):
+        order = list(live)
+        rng.shuffle(order)
+        for arm in order:
+            try:
+                values = live[arm]()
+            except Exception as exc:
+                out[arm] = {"error": f"{type(exc).__name__}: {str(exc)[:200]}"}
+                del live[arm]
+                continue
+            for metric, value in values.items():
+                out[arm].setdefault(metric, []).append(value)
+    return out
+
+
+def spin(seconds: float) -> None:
+    """Busy-wait ``seconds`` on this thread: a host slowdown of known size (calibration)."""
+    end = time.perf_counter() + seconds
+    while time.perf_counter() < end:
+        pass

@@ -29,15 +29,11 @@ def kernels(self) -> dict:
     torch = _gpu()
     if torch is None:
         return skipped("needs a CUDA GPU: kernel timings are GPU timings")
-    import functools
-
-    import ragged
-
     from . import _harness as H
     from . import _inject
     from . import _workloads as W
 
-    available = set(ragged.available_backends())
+    available = set(W.ragged.available_backends())
     inject = _inject.fraction()  # set by the detector's calibration only
     latency, clocks, error = {}, {}, {}
     H.spin_up()
@@ -50,10 +46,7 @@ def kernels(self) -> dict:
             continue
         q, k, v, cu_seqlens, max_seqlen = W.kernel_inputs(batch, prune, geometry, lengths)
         fns = {
-            b: functools.partial(
-                ragged.varlen_attention, q, k, v, cu_seqlens, max_seqlen, backend=b,
-                validate=False,
-            )
+            b: W.attention(b, q, k, v, cu_seqlens, max_seqlen)
             for b in G.KERNEL_BACKENDS if b in available
         }  # fmt: skip
         injected = None

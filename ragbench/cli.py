@@ -18,6 +18,7 @@ import traceback
 from pathlib import Path
 
 from . import detect, fingerprint, suite
+from .paired import PROCESSES as PAIRED_PROCESSES
 from .store import BRANCH_VAR, ENV_VAR, FAILED, Store, StoreError, default_path, history_branch
 
 MODE_HELP = "grid size: quick (pull requests, make demo; ~1 min on an H100 GPU) or full (main)"
@@ -99,7 +100,8 @@ def _gate(args) -> int:
     policies = detect.load_policies(args.policies)
     result = run_gate(
         _store(args), args.base, args.head, policies=policies, machine=_machine(args),
-        measure=args.measure, rounds=args.rounds, mode=args.mode, bench=args.bench, log=_log,
+        measure=args.measure, rounds=args.rounds, mode=args.mode, bench=args.bench,
+        paired_processes=args.paired_processes, log=_log,
     )  # fmt: skip
     text = gate_markdown(result)
     print(text)
@@ -111,7 +113,7 @@ def _gate(args) -> int:
     if summary:
         with open(summary, "a") as fh:
             fh.write(text)
-    _log(f"ragbench gate: {'FAIL' if result.exit_code else 'PASS'} in {result.seconds:.0f} s")
+    _log(f"ragbench gate: {result.comparison.headline.upper()} in {result.seconds:.0f} s")
     return result.exit_code
 
 
@@ -314,8 +316,13 @@ def parser() -> argparse.ArgumentParser:
             "the regression reproduces. Numeric drift is held to deterministic bounds. A cell "
             "that failed on head, or that base has and head does not (NaN, skipped, gone), "
             "fails the gate. Prints a markdown report (also appended to $GITHUB_STEP_SUMMARY "
-            "when set). Exit 0 pass, 1 fail, 2 unusable input. --stored compares what the "
-            "store already holds."
+            "when set). The metrics that include host time (paired = true in the policies) "
+            "are judged instead from base, head and base again (A/A) timed in the same process, "
+            "in randomized interleaved rounds, in --paired-processes fresh processes. A cell "
+            "whose samples could not have shown a change of its threshold is inconclusive; a "
+            "run where most gated cells are is INCONCLUSIVE, never a pass. Exit 0 pass, 1 fail "
+            "or inconclusive, 2 unusable input. --stored compares what the store already holds "
+            "(the paired comparison still runs)."
         ),
     )
     g.add_argument("--base", required=True, help="base revision (a PR's merge base)")
@@ -329,6 +336,9 @@ def parser() -> argparse.ArgumentParser:
         help="compare the runs already in the store instead of measuring (no re-measurement)",
     )
     g.add_argument("--rounds", type=int, default=None, help="alternating rounds (policies: 2)")
+    g.add_argument("--paired-processes", type=int, default=PAIRED_PROCESSES, metavar="N",
+                   help=f"fresh processes of the paired comparison (default {PAIRED_PROCESSES}; "
+                   "0: none, the host-time cells are then inconclusive)")  # fmt: skip
     g.add_argument("--mode", choices=["quick", "full"], default="quick", help=MODE_HELP)
     _bench_arg(g)
     g.add_argument("--policies", type=Path, default=None, help="policies file (TOML)")
@@ -407,12 +417,13 @@ def _fail(command: str, message: str) -> int:
 def main(argv: list[str] | None = None) -> int:
     from .gate import GateError
     from .github import GitHubError
+    from .paired import PairedError
 
     args = parser().parse_args(argv)
     try:
         return args.func(args)
-    except (suite.SuiteError, GateError, StoreError, GitHubError, OSError, ValueError,
-            PermissionError) as exc:  # fmt: skip
+    except (suite.SuiteError, GateError, PairedError, StoreError, GitHubError, OSError,
+            ValueError, PermissionError) as exc:  # fmt: skip
         return _fail(args.command, str(exc))
     except KeyboardInterrupt:
         return _fail(args.command, "interrupted")

@@ -31,6 +31,7 @@ class Policy:
     max: float | None = None
     min: float | None = None
     relative_to: dict | None = None
+    paired: bool = False  # includes host time: judged from base and head in one process
 
 
 @dataclass(frozen=True)
@@ -110,7 +111,9 @@ class Verdict:
     """The judgement of one cell. ``change`` is the relative change in the bad direction
     (+0.05: 5% slower or 5% less throughput); ``status`` one of regression, improvement,
     unchanged, violation, pre-existing, hash-changed, failed (the benchmark raised on head),
-    missing (base has a value, head none), new (head has a value, base none), info."""
+    missing (base has a value, head none), new (head has a value, base none), inconclusive
+    (the samples could not have shown a change of the threshold, or were too noisy), info.
+    ``method``: asv (runs of each side, pooled), paired or processes (``ragbench.paired``)."""
 
     key: Key
     params: dict
@@ -127,6 +130,7 @@ class Verdict:
     detectable: float | None = None
     note: str = ""
     rechecked: bool = False
+    method: str = "asv"
 
 
 @dataclass
@@ -140,6 +144,23 @@ class Comparison:
     @property
     def failed(self) -> bool:
         return bool(self.by_status(*FAILING))
+
+    def gated(self) -> list[Verdict]:
+        """The statistically judged cells that have a value on both sides."""
+        return [
+            v for v in self.verdicts
+            if v.policy.kind in STATISTICAL and v.base is not None and v.head is not None
+        ]  # fmt: skip
+
+    @property
+    def inconclusive(self) -> bool:
+        """Most gated cells could not have shown a change of their threshold: no verdict."""
+        gated = self.gated()
+        return 2 * len([v for v in gated if v.status == "inconclusive"]) > len(gated)
+
+    @property
+    def headline(self) -> str:
+        return "fail" if self.failed else "inconclusive" if self.inconclusive else "pass"
 
 
 def _ratio(head: float, base: float) -> float:
@@ -161,7 +182,8 @@ def compare(
     base: dict[Key, Cell], head: dict[Key, Cell], policies: Policies, detail: bool = True
 ) -> Comparison:
     """Every cell of head judged against base under ``policies``. ``detail=False`` skips the
-    bootstrap intervals and the smallest detectable slowdowns (the verdicts stay the same)."""
+    bootstrap intervals and the smallest detectable slowdown of flagged cells (the verdicts
+    stay the same). A ``paired`` metric is inconclusive here (``ragbench.paired`` judges it)."""
     alpha = float(policies.gate.get("alpha", 0.01))
     conf = float(policies.gate.get("confidence", 0.95))
     resamples = int(policies.gate.get("resamples", 1000))
@@ -200,6 +222,9 @@ def compare(
         elif policy.kind == "latency" and v.head == 0 < v.base:
             v.status = "missing"
             v.note = "a latency of 0 on head: nothing was measured"
+        elif policy.paired:  # host time of separate processes: not comparable
+            v.status = "inconclusive"
+            v.note = "includes host time: judged only with base and head in one process"
         else:
             lower = policy.kind == "latency"
             v.ratio = _ratio(v.head, v.base)
@@ -218,13 +243,19 @@ def compare(
     for v, p_adj in zip(tested, adjusted, strict=True):
         v.p_adj = p_adj
         v.status = _by_threshold(v.change, v.policy.threshold, significant=p_adj < alpha)
-        if not detail:
+        if v.status != "unchanged" and not detail:
             continue
         b, h = base[v.key], head[v.key]
         lower = v.policy.kind == "latency"
         v.detectable = stats.min_detectable(
             b.samples, h.samples, alpha / len(tested), v.policy.threshold, lower
         )
+        if v.status == "unchanged" and v.detectable > v.policy.threshold:
+            v.status = "inconclusive"
+            v.note = (
+                "too few samples to detect any change" if math.isinf(v.detectable)
+                else f"could detect only {v.detectable * 100:.0f}%"
+            )  # fmt: skip
     return out
 
 
@@ -348,6 +379,9 @@ def history(points: list[Point], key: Key, params: dict, unit: str | None,
     rep = SeriesReport(key, params, unit, points, cps, env_changes)
     rep.accepted = [i for i, p in enumerate(points) if p.commit_hash in accepted]
     policy = policies.for_metric(key[0], key[1])
+    if policy.paired:  # host time of separate runs: a change point would mean nothing
+        rep.status = "info"
+        return rep
     if policy.kind not in STATISTICAL or len(points) < 2:
         rep.status = "short" if policy.kind in STATISTICAL else "info"
         return rep

@@ -1,12 +1,16 @@
 """``ragbench gate``: base against head, measured in one job, alternating; flagged cells
-re-measured once; a regression fails only when it reproduces.
+re-measured once; a regression fails only when it reproduces. The metrics that include host
+time (``paired = true`` in the policies) are judged from base and head timed in the same
+processes instead (``ragbench.paired``): across processes they are not comparable.
 
 With ``measure=False`` the gate compares what the store already holds for the two commits
-(``make demo``): no alternation and no re-measurement, and the report says so.
+(``make demo``): no alternation and no re-measurement, and the report says so; the paired
+comparison still runs unless ``paired=False``.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import re
 import tempfile
@@ -16,11 +20,11 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from . import detect, suite
+from . import detect, paired, suite
 from .ingest import ingest
 from .store import FAILED, Store
 
-JSON_SCHEMA = 1  # of to_json's document; ragbench verdict refuses any other
+JSON_SCHEMA = 2  # of to_json's document; ragbench verdict refuses any other
 
 
 class GateError(RuntimeError):
@@ -39,10 +43,14 @@ class GateResult:
     head_runs: list[dict] = field(default_factory=list)
     rechecked: int = 0
     seconds: float = 0.0
+    paired_method: str | None = None  # paired.TOGETHER or ALONE where it ran
+    paired_processes: int = 0
+    paired_seconds: float = 0.0
 
     @property
     def exit_code(self) -> int:
-        return 1 if self.comparison.failed else 0
+        """0 pass; 1 fail, or inconclusive (most gated cells could not be judged)."""
+        return 0 if self.comparison.headline == "pass" else 1
 
 
 def cells(store: Store, run_ids: list[str]) -> dict[detect.Key, detect.Cell]:
@@ -68,19 +76,26 @@ def _samples(row: dict) -> list[float]:
 
 
 def to_json(res: GateResult) -> dict:
-    """The gate's verdict for ``ragbench verdict`` (``--json``): every failing cell."""
+    """The gate's verdict for ``ragbench verdict`` (``--json``): pass, fail or inconclusive,
+    and every cell that keeps it from passing."""
     return {
         "schema": JSON_SCHEMA,
         "base": res.base,
         "head": res.head,
         "machine": res.machine,
-        "verdict": "fail" if res.comparison.failed else "pass",
+        "verdict": res.comparison.headline,
         "failures": [
             {"benchmark": v.key[0], "metric": v.key[1], "param_key": v.key[2],
              "status": v.status, "change": v.change, "note": v.note}
-            for v in res.comparison.by_status(*detect.FAILING)
+            for v in res.comparison.by_status(*_failures(res.comparison.headline))
         ],
     }  # fmt: skip
+
+
+def _failures(headline: str) -> tuple[str, ...]:
+    """The statuses that keep a verdict from passing: an inconclusive run's inconclusive
+    cells (a maintainer may accept them like a regression, or re-run the gate)."""
+    return ("inconclusive",) if headline == "inconclusive" else detect.FAILING
 
 
 def _resolve(ref: str, store: Store | None, machine: str) -> str:
@@ -124,6 +139,27 @@ def _measure(store, sha, side, label, work, *, mode, machine, bench, log) -> lis
     return [r["run_id"] for r in store.runs(label=label)] if summaries else []
 
 
+def _paired(result: GateResult, policies, *, processes, mode, work, log) -> None:
+    """The paired verdicts in place of the cross-process ones, where a policy asks for them."""
+    c = result.comparison
+    if not any(v.policy.paired for v in c.verdicts):
+        return  # no host-time cell measured here (the CPU subset)
+    t0 = time.perf_counter()
+    with contextlib.ExitStack() as stack:
+        base = stack.enter_context(suite.checkout(result.base, work))
+        head = base if result.head == result.base else stack.enter_context(
+            suite.checkout(result.head, work)
+        )  # fmt: skip
+        method, docs = paired.measure(base, head, work, processes=processes, mode=mode, log=log)
+    verdicts = {v.key: v for v in paired.judge(paired.collect(docs), policies, method, processes)}
+    for i, v in enumerate(c.verdicts):
+        if v.key in verdicts and v.status not in ("failed", "missing"):
+            c.verdicts[i] = verdicts.pop(v.key)
+    c.verdicts += [v for k, v in verdicts.items() if k not in {w.key for w in c.verdicts}]
+    result.paired_method, result.paired_processes = method, processes
+    result.paired_seconds = time.perf_counter() - t0
+
+
 def run_gate(
     store: Store,
     base_ref: str,
@@ -135,9 +171,12 @@ def run_gate(
     rounds: int | None = None,
     mode: str = "quick",
     bench: list[str] = (),
+    paired_processes: int = paired.PROCESSES,
     work_dir: Path | None = None,
     log: Callable[[str], None] = print,
 ) -> GateResult:
+    """Base against head (see the module). ``paired_processes=0``: no paired comparison (the
+    host-time cells are then inconclusive)."""
     t0 = time.perf_counter()
     base, head = (_resolve(r, None if measure else store, machine) for r in (base_ref, head_ref))
     rounds = int(rounds if rounds is not None else policies.gate.get("rounds", 2))
@@ -159,6 +198,10 @@ def run_gate(
             cells(store, [r["run_id"] for r in head_runs]),
             policies,
         ))  # fmt: skip
+        if paired_processes:
+            with tempfile.TemporaryDirectory(prefix="ragbench-gate-", dir=work_dir) as tmp:
+                _paired(result, policies, processes=paired_processes, mode=mode,
+                        work=Path(tmp), log=log)  # fmt: skip
         result.seconds = time.perf_counter() - t0
         return result
 
@@ -198,6 +241,8 @@ def run_gate(
                     v.status, v.note = w.status, f"flagged, then {w.status} when re-measured"
             result.rechecked = len(flagged)
         result.comparison = comparison
+        if paired_processes:
+            _paired(result, policies, processes=paired_processes, mode=mode, work=work, log=log)
         result.base_runs = store.runs(label=f"{gate_id}:base:%")
         result.head_runs = store.runs(label=f"{gate_id}:head:%")
     result.seconds = time.perf_counter() - t0

@@ -23,6 +23,7 @@ from .gate import JSON_SCHEMA
 from .github import MARKER, Client
 from .store import Store
 
+VERDICTS = ("pass", "fail", "inconclusive")  # of the gate's JSON
 LABEL = "perf-regression-accepted"
 WRITERS = ("admin", "maintain", "write")
 _SHA = re.compile(r"[0-9a-f]{40}(?:[0-9a-f]{24})?")
@@ -45,14 +46,14 @@ def read_gate_json(path: Path, head: str) -> dict:
     if not isinstance(doc.get("base"), str) or not _SHA.fullmatch(doc["base"]):
         raise VerdictError(f"{path}: base {str(doc.get('base'))[:40]!r} is not a commit hash")
     failures = doc.get("failures")
-    if doc.get("verdict") not in ("pass", "fail") or not isinstance(failures, list):
+    if doc.get("verdict") not in VERDICTS or not isinstance(failures, list):
         raise VerdictError(f"{path}: no verdict and list of failures")
     for f in failures:
-        if not (isinstance(f, dict) and f.get("status") in FAILING
+        if not (isinstance(f, dict) and f.get("status") in (*FAILING, "inconclusive")
                 and all(isinstance(f.get(k), str) and f[k] for k in ("benchmark", "metric"))
                 and isinstance(f.get("param_key"), str)):  # fmt: skip
             raise VerdictError(f"{path}: malformed failure {str(f)[:120]}")
-    if (doc["verdict"] == "fail") != bool(failures):
+    if (doc["verdict"] != "pass") != bool(failures):
         raise VerdictError(f"{path}: verdict {doc['verdict']!r} with {len(failures)} failure(s)")
     return doc
 
@@ -83,6 +84,9 @@ def judge(failures: list[dict], acceptances: list[dict]) -> Judgement:
     if not left:
         who = ", ".join(sorted({a["accepted_by"] for a in acceptances}))
         return Judgement("success", f"{len(failures)} failing cell(s) accepted by {who}", [])
+    if all(f["status"] == "inconclusive" for f in left):
+        return Judgement("failure", f"inconclusive: {len(left)} cell(s) could not be judged "
+                         "(too noisy or too few samples); re-run the gate", left)  # fmt: skip
     return Judgement("failure", f"{len(left)} failing cell(s), not accepted", left)
 
 

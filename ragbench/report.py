@@ -6,7 +6,8 @@ import math
 import statistics
 from collections import defaultdict
 
-from .detect import SeriesReport, Verdict
+from . import paired
+from .detect import Comparison, SeriesReport, Verdict
 from .gate import GateResult
 
 
@@ -59,7 +60,8 @@ def gate_markdown(res: GateResult) -> str:
     failed = c.by_status("failed")
     missing = c.by_status("missing")
     improvements = c.by_status("improvement")
-    verdict = "**FAIL**" if c.failed else "**PASS**"
+    inconclusive = c.by_status("inconclusive")
+    verdict = f"**{c.headline.upper()}**"
     lines = [
         f"## ragbench gate: {res.head[:12]} against {res.base[:12]} - {verdict}",
         "",
@@ -77,9 +79,23 @@ def gate_markdown(res: GateResult) -> str:
             f"From the store ({len(res.base_runs)} base run(s), {len(res.head_runs)} head "
             "run(s)), not measured alternating in one job and not re-measured."
         )
+    if res.paired_method == paired.TOGETHER:
+        lines.append(
+            f"Host-time metrics: base, head and base again (A/A) timed in the same process, "
+            f"randomized interleaved rounds, {res.paired_processes} fresh process(es), "
+            f"{res.paired_seconds:.0f} s."
+        )
+    elif res.paired_method == paired.ALONE:
+        lines.append(
+            "Host-time metrics: base and head could not share a process (one loads only "
+            f"alone): {2 * res.paired_processes} alternating processes, one median each."
+        )
     lines += [
-        f"Significance: Mann-Whitney U on raw samples, Holm-corrected, family-wise "
-        f"alpha {c.alpha}; a change counts only beyond its metric's threshold.",
+        *sensitivity_line(c),
+        "",
+        f"Significance: Mann-Whitney U on raw samples (paired cells: a sign test of the "
+        f"per-round ratios), Holm-corrected, family-wise alpha {c.alpha}; a change counts only "
+        "beyond its metric's threshold.",
         "",
         "| | cells |",
         "|---|---|",
@@ -89,6 +105,7 @@ def gate_markdown(res: GateResult) -> str:
         f"| missing on head (base has a value: NaN, skipped or gone) | {len(missing)} |",
         f"| improvements | {len(improvements)} |",
         f"| unchanged | {len(c.by_status('unchanged'))} |",
+        f"| inconclusive (could not have shown a change of the threshold) | {len(inconclusive)} |",
         f"| bound broken on base too (not this change) | {len(c.by_status('pre-existing'))} |",
         f"| output hash changed (reported only) | {len(c.by_status('hash-changed'))} |",
         f"| new on head (no baseline: not counted) | {len(c.by_status('new'))} |",
@@ -107,6 +124,11 @@ def gate_markdown(res: GateResult) -> str:
         lines += [f"- {_name(v)}: {v.note}" for v in violations]
     if improvements:
         lines += ["", "### Improvements", "", *_stat_table(improvements)]
+    if inconclusive:
+        lines += ["", f"### Inconclusive{': most gated cells' if c.inconclusive else ''}", ""]
+        lines += [f"- {_name(v)}: {v.note}" for v in inconclusive[:50]]
+        if len(inconclusive) > 50:
+            lines.append(f"- ... and {len(inconclusive) - 50} more")
     pre = c.by_status("pre-existing")
     if pre:
         lines += ["", "### Bounds broken on base as well", ""]
@@ -127,6 +149,21 @@ def gate_markdown(res: GateResult) -> str:
         lines += ["", "<details><summary>Unchanged cells</summary>", "",
                   *_stat_table(unchanged), "", "</details>"]  # fmt: skip
     return "\n".join(lines) + "\n"
+
+
+def sensitivity_line(c: Comparison) -> list[str]:
+    """One line: the smallest change the run could detect, host-time (paired) and the other
+    gated metrics apart (median and worst cell)."""
+    parts = []
+    for label, paired_cells in (("host-time metrics", True), ("device and other metrics", False)):
+        values = [v.detectable for v in c.gated()
+                  if v.detectable is not None and v.policy.paired == paired_cells]  # fmt: skip
+        if values:
+            parts.append(f"{label} {_pct(statistics.median(values))} (median of {len(values)} "
+                         f"cells), {_pct(max(values))} at worst")  # fmt: skip
+    if not parts:
+        return ["Sensitivity: no cell was judged statistically."]
+    return ["Sensitivity (smallest change this run could detect): " + "; ".join(parts) + "."]
 
 
 def sensitivity(verdicts: list[Verdict]) -> list[str]:

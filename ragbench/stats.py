@@ -4,6 +4,8 @@ mann_whitney      two-sided Mann-Whitney U test (normal approximation, tie-corre
 holm              Holm's step-down adjustment of many p-values (family-wise error)
 ratio_interval    bootstrap interval of median(head) / median(base)
 min_detectable    the smallest slowdown a comparison of these samples would have flagged
+sign_test         two-sided sign test of paired ratios against 1 (the paired gate)
+median_interval   distribution-free interval of a median from order statistics
 robust_z          distance of a value from a history in MADs (the main-branch lookback)
 e_divisive        change points of a series: E-Divisive with means (Matteson & James,
                   "A Nonparametric Approach for Multiple Change Point Analysis of
@@ -102,6 +104,40 @@ def min_detectable(base, head, alpha: float, threshold: float, lower_is_better=T
         mid = (lo + hi) / 2
         lo, hi = (lo, mid) if flagged(mid) else (mid, hi)
     return max(hi, threshold)
+
+
+def _binom_half_cdf(k: int, n: int) -> float:
+    """P(X <= k) for X ~ Binomial(n, 1/2), exact (integer sums)."""
+    if k < 0:
+        return 0.0
+    return sum(math.comb(n, i) for i in range(min(k, n) + 1)) / 2**n
+
+
+def sign_test(ratios) -> float:
+    """Two-sided p of "the median of ``ratios`` is 1" (exact binomial; ratios of exactly 1
+    dropped, as the sign test does)."""
+    above = sum(1 for r in ratios if r > 1)
+    below = sum(1 for r in ratios if r < 1)
+    n = above + below
+    if n == 0:
+        return 1.0
+    return min(1.0, 2 * _binom_half_cdf(min(above, below), n))
+
+
+def median_interval(values, confidence: float) -> tuple[float, float]:
+    """Interval of the median from the order statistics ``x_(k) .. x_(n+1-k)``: it holds the
+    true median with probability at least ``confidence`` whatever the distribution, for
+    independent values. (-inf, inf) when there are too few values for that confidence."""
+    x = sorted(float(v) for v in values)
+    n = len(x)
+    tail = (1 - confidence) / 2
+    k, cdf, total = 0, 1, 2**n  # the largest k with P(X <= k - 1) <= tail; cdf: 2^n P(X <= k)
+    while k < n // 2 and cdf / total <= tail:
+        k += 1
+        cdf += math.comb(n, k)
+    if k == 0:
+        return -math.inf, math.inf
+    return x[k - 1], x[n - k]
 
 
 def robust_z(history, value: float) -> float:

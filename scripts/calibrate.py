@@ -319,6 +319,43 @@ def analyze(dirs: list[Path], write: Path | None) -> int:
     return 0
 
 
+# --- the paired comparison (ragbench.paired): host-time metrics -----------------------------
+
+# Arms of a calibration process, all the same source tree: base, the gate's A/A arm, a second
+# unslowed arm (the head of A/A comparisons) and two heads with planted slowdowns.
+PAIRED_ARMS = {"base": 0.0, "aa": 0.0, "aa2": 0.0, "h05": 0.05, "h10": 0.10}
+
+
+def paired_collect(out: Path, seconds: float, only: str | None, rounds: int | None) -> int:
+    """Processes of the paired runner, as the gate starts them, with PAIRED_ARMS, until
+    ``seconds`` pass; one paired-NNNN.json each."""
+    out.mkdir(parents=True, exist_ok=True)
+    repo = Path(__file__).resolve().parent.parent
+    t_end, last = time.time() + seconds, 0.0
+    i = len(list(out.glob("paired-*.json")))
+    while time.time() + last < t_end:
+        path = out / f"paired-{i:04d}.json"
+        cmd = [sys.executable, "-m", "benchmarks._paired", "--out", str(path), "--seed", str(i)]
+        cmd += [a for arm in PAIRED_ARMS for a in ("--arm", f"{arm}={repo}")]
+        cmd += [a for arm, f in PAIRED_ARMS.items() if f for a in ("--slow", f"{arm}={f}")]
+        cmd += ["--only", only] if only else []
+        cmd += ["--rounds", str(rounds)] if rounds else []
+        t0 = time.time()
+        res = subprocess.run(cmd, capture_output=True, text=True, cwd=repo)
+        last = time.time() - t0
+        if res.returncode != 0:
+            print(res.stderr[-3000:], file=sys.stderr)
+            return 1
+        doc = json.loads(path.read_text())
+        if doc["errors"]:
+            print(f"arms failed: {doc['errors']}", file=sys.stderr)
+            return 1
+        print(f"process {i}: {len(doc['cells'])} cells in {last:.0f} s", file=sys.stderr,
+              flush=True)  # fmt: skip
+        i += 1
+    return 0
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     sub = ap.add_subparsers(dest="command", required=True)
@@ -330,7 +367,14 @@ def main(argv=None) -> int:
     a = sub.add_parser("analyze", help="false-alarm and detection rates of collected runs")
     a.add_argument("dirs", nargs="+", type=Path, help="directories of run-*.json files")
     a.add_argument("--write", type=Path, default=None, help="also write the tables here")
+    pc = sub.add_parser("paired-collect", help="paired-runner processes into DIR (CUDA GPU)")
+    pc.add_argument("--out", type=Path, required=True)
+    pc.add_argument("--seconds", type=float, default=540, help="stop starting processes then")
+    pc.add_argument("--only", default=None, help="the paired runner's --only REGEX")
+    pc.add_argument("--rounds", type=int, default=None, help="the paired runner's --rounds")
     args = ap.parse_args(argv)
+    if args.command == "paired-collect":
+        return paired_collect(args.out, args.seconds, args.only, args.rounds)
     if args.command == "measure":
         print(json.dumps(measure(args.inject)))
         return 0

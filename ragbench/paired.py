@@ -1,0 +1,210 @@
+"""The paired A/B comparison of the metrics that include host time (``paired = true`` in
+``policies.toml``): base, head and base again timed in the same process.
+
+Host time per call moves 1.6-2.1x from one process to the next on our VMs, so runs of base and
+head in separate processes cannot show a 10% change of it. ``benchmarks/_paired.py`` loads
+both revisions into one process and times them in randomized interleaved rounds; this module
+runs it in ``processes`` fresh processes and judges each cell from the per-round ratios
+head/base: their median, a sign test (Holm over the paired cells), and the distribution-free
+interval of the median at the family-wise level. A third arm, ``aa`` (base loaded again),
+gives the ratio of two copies of the same code: where that moved, the process was too noisy
+to judge, and the cell is inconclusive instead of unchanged.
+
+Where base and head cannot share a process (one of them loads only alone: a clash of global
+registrations, a changed package layout), each process loads one revision, base and head
+alternate over ``2 * processes`` processes, and the cell's samples are the processes'
+medians: the report then says how large a change that run could detect.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import statistics
+import subprocess
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from . import detect, stats
+from .store import param_key
+
+REPO = Path(__file__).resolve().parent.parent
+PROCESSES = 3  # fresh processes a comparison pools (calibrated: docs/calibration.md)
+ARMS = ("base", "aa", "head")
+TOGETHER, ALONE = "paired", "processes"  # how a cell was measured (Verdict.method)
+
+
+class PairedError(RuntimeError):
+    """The paired runner itself could not run (not: a revision failed, that is a result)."""
+
+
+@dataclass
+class PairedCell:
+    """One cell's values over the processes: per arm, the per-round values in order (paired
+    by index across arms within a process) and each process's median."""
+
+    benchmark: str
+    metric: str
+    params: dict
+    unit: str
+    rounds: dict[str, list[float]] = field(default_factory=dict)
+    medians: dict[str, list[float]] = field(default_factory=dict)
+    ratios: dict[str, list[float]] = field(default_factory=dict)  # arm -> arm/base per round
+    errors: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def key(self) -> detect.Key:
+        return (self.benchmark, self.metric, param_key(self.params))
+
+
+def _process(arms: dict[str, Path], out: Path, *, seed: int, mode: str, rounds: int | None,
+             pipeline_rounds: int | None, slow: dict[str, float]) -> dict:  # fmt: skip
+    cmd = [sys.executable, "-m", "benchmarks._paired", "--out", str(out), "--seed", str(seed)]
+    for arm, src in arms.items():
+        cmd += ["--arm", f"{arm}={src}"]
+    for arm, fraction in slow.items():
+        if arm in arms:
+            cmd += ["--slow", f"{arm}={fraction}"]
+    if rounds:
+        cmd += ["--rounds", str(rounds)]
+    if pipeline_rounds:
+        cmd += ["--pipeline-rounds", str(pipeline_rounds)]
+    env = {**os.environ, "RAGBENCH_MODE": mode, "PYTHONPATH": str(REPO)}
+    res = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True)
+    if res.returncode != 0 or not out.is_file():
+        tail = res.stderr.strip().splitlines()[-1:] or ["no message"]
+        raise PairedError(f"the paired runner exited with {res.returncode}: {tail[0][:300]}")
+    try:
+        return json.loads(out.read_text())
+    except ValueError as exc:
+        raise PairedError(f"the paired runner wrote no JSON document: {exc}") from None
+
+
+def measure(base: Path, head: Path, work: Path, *, processes: int = PROCESSES,
+            mode: str = "quick", rounds: int | None = None, pipeline_rounds: int | None = None,
+            slow: dict[str, float] | None = None,
+            log: Callable[[str], None] = print) -> tuple[str, list[dict]]:  # fmt: skip
+    """-> (method, documents): base, A/A and head in each of ``processes`` processes
+    (``TOGETHER``), or, where head or base loads only alone, one revision a process in
+    ``2 * processes`` alternating processes (``ALONE``)."""
+    if processes < 1:
+        raise PairedError(f"--paired-processes must be at least 1, got {processes}")
+    slow = slow or {}
+    kw = {"mode": mode, "rounds": rounds, "pipeline_rounds": pipeline_rounds, "slow": slow}
+    arms = {"base": base, "aa": base, "head": head}
+    docs = []
+    for i in range(processes):
+        log(f"paired: process {i + 1}/{processes}: base, A/A and head interleaved")
+        doc = _process(arms, work / f"paired-{i}.json", seed=i, **kw)
+        if doc["errors"] and i == 0:
+            alone = _process({"head": head}, work / "alone-probe.json", seed=0, **kw)
+            if "head" in doc["errors"] and not alone["errors"]:
+                log(f"paired: head loads alone but not beside base ({doc['errors']['head']}): "
+                    "alternating processes instead")  # fmt: skip
+                return ALONE, _alone(base, head, work, processes, kw, alone, log)
+        docs.append(doc)
+    return TOGETHER, docs
+
+
+def _alone(base, head, work, processes, kw, first_head, log) -> list[dict]:
+    docs = [first_head]
+    for i in range(2 * processes - 1):
+        side, src = ("base", base) if i % 2 == 0 else ("head", head)
+        log(f"paired: process {i + 2}/{2 * processes}: {side} alone")
+        docs.append(_process({side: src}, work / f"alone-{i}.json", seed=i + 1, **kw))
+    return docs
+
+
+def collect(docs: list[dict]) -> dict[detect.Key, PairedCell]:
+    """The documents' cells pooled by key: rounds in order, one median a process, ratios."""
+    cells: dict[detect.Key, PairedCell] = {}
+    for doc in docs:
+        for c in doc["cells"]:
+            new = PairedCell(c["benchmark"], c["metric"], c["params"], c["unit"])
+            cell = cells.setdefault(new.key, new)
+            cell.errors.update({a: e for a, e in doc["errors"].items() if a in ARMS})
+            cell.errors.update(c["errors"])
+            values = c["values"]
+            for arm, v in values.items():
+                if v:
+                    cell.rounds.setdefault(arm, []).extend(v)
+                    cell.medians.setdefault(arm, []).append(statistics.median(v))
+            for arm in ("aa", "head"):
+                if values.get(arm) and values.get("base"):
+                    cell.ratios.setdefault(arm, []).extend(
+                        detect._ratio(x, b)
+                        for x, b in zip(values[arm], values["base"], strict=True)
+                    )
+    return cells
+
+
+def judge(cells: dict[detect.Key, PairedCell], policies: detect.Policies, method: str,
+          processes: int) -> list[detect.Verdict]:  # fmt: skip
+    """A verdict for each cell whose policy is ``paired``: head/base tested (sign test, Holm
+    over these cells), the interval at the family-wise level, the A/A arm's movement."""
+    alpha = float(policies.gate.get("alpha", 0.01))
+    verdicts, tested = [], []
+    for key, cell in sorted(cells.items()):
+        policy = policies.for_metric(cell.benchmark, cell.metric)
+        if not policy.paired:
+            continue
+        v = detect.Verdict(key, cell.params, cell.unit, policy, "info", method=method)
+        base, head = cell.rounds.get("base"), cell.rounds.get("head")
+        v.base = statistics.median(base) if base else None
+        v.head = statistics.median(head) if head else None
+        if "head" in cell.errors:
+            v.status, v.note = "failed", f"head raised: {cell.errors['head']}"
+        elif v.head is None:
+            v.status, v.note = "missing", "no value on head"
+        elif v.base is None:
+            v.status = "new"
+            v.note = f"base raised: {cell.errors['base']}" if "base" in cell.errors else ""
+        elif policy.kind in detect.STATISTICAL:
+            tested.append(v)
+        verdicts.append(v)
+    level = 1 - alpha / max(1, len(tested))  # Bonferroni: the interval every cell must pass
+    adjusted = stats.holm([_p(cells[v.key], method) for v in tested])
+    for v, p_adj in zip(tested, adjusted, strict=True):
+        _decide(v, cells[v.key], p_adj < alpha, p_adj, level, method, processes)
+    return verdicts
+
+
+def _p(cell: PairedCell, method: str) -> float:
+    if method == TOGETHER:
+        return stats.sign_test(cell.ratios["head"])
+    return stats.mann_whitney(cell.medians["base"], cell.medians["head"])[1]
+
+
+def _decide(v, cell: PairedCell, significant: bool, p_adj: float, level: float, method: str,
+            processes: int) -> None:  # fmt: skip
+    lower = v.policy.kind == "latency"
+    t = v.policy.threshold
+    v.p_adj = p_adj
+    if method == TOGETHER:
+        ratios = cell.ratios["head"]
+        v.ratio = statistics.median(ratios)
+        v.interval = stats.median_interval(ratios, level)
+        v.note = f"{len(ratios)} rounds in {processes} process(es)"
+    else:  # one median a process: the ratio of the sides' medians
+        b, h = cell.medians["base"], cell.medians["head"]
+        v.ratio = detect._ratio(statistics.median(h), statistics.median(b))
+        v.interval = stats.ratio_interval(b, h, confidence=level)
+        v.note = f"{len(b)} base and {len(h)} head process(es), alternating"
+    v.change = detect._bad_change(v.ratio, lower)
+    # the smallest change this cell could flag: its threshold, or the interval's reach
+    reach = max(v.ratio - v.interval[0], v.interval[1] - v.ratio) / v.ratio
+    v.detectable = max(t, reach)
+    v.status = detect._by_threshold(v.change, t, significant)
+    aa = cell.ratios.get("aa")
+    if aa:
+        moved = abs(detect._bad_change(statistics.median(aa), lower))
+        v.note += f"; A/A {moved * 100:.1f}%"
+        if v.status != "regression" and moved > t / 2:
+            v.status = "inconclusive"
+            v.note += f": the A/A arm moved more than half the {t * 100:.0f}% threshold"
+            return
+    if v.status == "unchanged" and reach > t:
+        v.status = "inconclusive"
+        v.note += f"; could detect only {reach * 100:.0f}%, threshold {t * 100:.0f}%"
