@@ -364,6 +364,7 @@ def history(points: list[Point], key: Key, params: dict, unit: str | None,
     the newest of them (its level is the new baseline), and a regression of the newest point
     that was accepted reads ``accepted``."""
     conf = policies.main
+    policy = policies.for_metric(key[0], key[1])
     cps = (
         stats.e_divisive(
             [p.value for p in points],
@@ -371,15 +372,14 @@ def history(points: list[Point], key: Key, params: dict, unit: str | None,
             permutations=int(conf.get("permutations", 199)),
             min_size=int(conf.get("min_size", 3)),
         )
-        if change_points
+        if change_points and not policy.paired  # host time of separate runs: means nothing
         else []
     )
     env_changes = [i for i in cps if points[i].env_key != points[i - 1].env_key]
     accepted = set(accepted)
     rep = SeriesReport(key, params, unit, points, cps, env_changes)
     rep.accepted = [i for i, p in enumerate(points) if p.commit_hash in accepted]
-    policy = policies.for_metric(key[0], key[1])
-    if policy.paired:  # host time of separate runs: a change point would mean nothing
+    if policy.paired:
         rep.status = "info"
         return rep
     if policy.kind not in STATISTICAL or len(points) < 2:
