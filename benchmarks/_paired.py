@@ -1,7 +1,7 @@
 """Revisions timed in one process, in randomized interleaved rounds: the paired runner.
 
     python -m benchmarks._paired --arm base=SRC --arm aa=SRC --arm head=SRC --out FILE
-        [--rounds 40] [--pipeline-rounds 12] [--seed 0] [--slow ARM=FRACTION] [--only REGEX]
+        [--rounds 40] [--pipeline-rounds 30] [--seed 0] [--slow ARM=FRACTION] [--only REGEX]
 
 ``ragbench gate`` runs it in a few fresh processes (``ragbench.paired``) for the metrics that
 include host time: those move 1.6-2.1x from one process to the next on our VMs, and two arms
@@ -277,7 +277,7 @@ def main(argv=None) -> int:
     )
     ap.add_argument("--out", type=Path, required=True, help="the JSON document")
     ap.add_argument("--rounds", type=int, default=40, help="rounds of each kernel cell")
-    ap.add_argument("--pipeline-rounds", type=int, default=12, help="rounds of each pipeline")
+    ap.add_argument("--pipeline-rounds", type=int, default=30, help="rounds of each pipeline")
     ap.add_argument("--seed", type=int, default=0, help="of the arms' order in each round")
     ap.add_argument(
         "--slow",

@@ -165,7 +165,9 @@ def judge(cells: dict[detect.Key, PairedCell], policies: detect.Policies, method
             tested.append(v)
         verdicts.append(v)
     level = 1 - alpha / max(1, len(tested))  # Bonferroni: the interval every cell must pass
-    adjusted = stats.holm([_p(cells[v.key], method) for v in tested])
+    for v in tested:
+        v.p = _p(cells[v.key], method)
+    adjusted = stats.holm([v.p for v in tested])
     for v, p_adj in zip(tested, adjusted, strict=True):
         _decide(v, cells[v.key], p_adj < alpha, p_adj, level, method, processes)
     return verdicts

@@ -21,6 +21,7 @@ import itertools
 import json
 import math
 import os
+import re
 import statistics
 import subprocess
 import sys
@@ -356,6 +357,138 @@ def paired_collect(out: Path, seconds: float, only: str | None, rounds: int | No
     return 0
 
 
+def paired_sets(dirs: list[Path]) -> list[list[dict]]:
+    """The paired-NNNN.json documents of each collection (one machine each), in order."""
+    return [[json.loads(p.read_text()) for p in sorted(Path(d).glob("paired-*.json"))]
+            for d in dirs]  # fmt: skip
+
+
+def _as_gate(docs: list[dict], head: str) -> list[dict]:
+    """The documents as the gate's: arms base and aa as measured, ``head`` as head."""
+    return [{**d, "errors": {}, "cells": [
+        {**c, "values": {"base": c["values"]["base"], "aa": c["values"]["aa"],
+                         "head": c["values"][head]}} for c in d["cells"]]} for d in docs]  # fmt: skip
+
+
+def _slowed(key) -> bool:
+    """Whether the planted slowdown is in this cell (the triton kernel or pipeline)."""
+    return "backend=triton," in key[2] + "," or "pipeline=triton," in key[2] + ","
+
+
+def _label(key) -> str:
+    batch = re.search(r"batch=(\d+)", key[2])
+    bs = f" BS {batch.group(1)}" if batch and key[0].startswith("pipeline") else ""
+    return f"{key[0]}.{key[1]}{bs}"
+
+
+def paired_rates(sets: list[list[dict]], policies, overlapping: bool = False) -> dict:
+    """What the gate decides on comparisons of PROCESSES documents of one collection:
+    consecutive disjoint groups (``overlapping``: every combination). -> per condition and
+    metric label: comparisons, false alarms, inconclusive, caught, and gate runs with an alarm."""
+    from ragbench import paired
+
+    size = paired.PROCESSES
+    groups = []
+    for docs in sets:
+        if overlapping:
+            groups += [list(g) for g in itertools.combinations(docs, size)]
+        else:
+            groups += [docs[i : i + size] for i in range(0, len(docs) - size + 1, size)]
+    out: dict = {"groups": len(groups)}
+    for cond, arm in (("A/A", "aa2"), ("+5%", "h05"), ("+10%", "h10")):
+        per: dict = {}
+        alarm_runs = 0
+        for g in groups:
+            cells = paired.collect(_as_gate(g, arm))
+            verdicts = paired.judge(cells, policies, paired.TOGETHER, size)
+            alarm = False
+            for v in verdicts:
+                target = cond != "A/A" and _slowed(v.key)
+                row = per.setdefault((_label(v.key), target), {
+                    "n": 0, "regression": 0, "inconclusive": 0, "triton_bs1": [0, 0]})  # fmt: skip
+                row["n"] += 1
+                row[v.status] = row.get(v.status, 0) + 1
+                if "backend=triton,batch=1," in v.key[2] or "batch=1,model" in v.key[2]:
+                    row["triton_bs1"][0] += 1
+                    row["triton_bs1"][1] += v.status == "regression"
+                alarm |= not target and v.status == "regression"
+            alarm_runs += alarm
+        out[cond] = {"per": per, "alarm_runs": alarm_runs}
+    return out
+
+
+def planted(sets: list[list[dict]]) -> dict[str, dict[str, float]]:
+    """The measured size of each planted slowdown: per slowed cell label, the median per-round
+    ratio head/base over every process of the collections (img/s: base/head)."""
+    out: dict[str, dict[str, list]] = {}
+    for docs in sets:
+        for d in docs:
+            for c in d["cells"]:
+                key = (c["benchmark"], c["metric"], ",".join(
+                    f"{k}={c['params'][k]}" for k in sorted(c["params"])))  # fmt: skip
+                if not _slowed(key):
+                    continue
+                b = c["values"]["base"]
+                for arm in ("h05", "h10"):
+                    r = [(x / y) if c["unit"] != "img/s" else (y / x)
+                         for x, y in zip(c["values"][arm], b, strict=True)]  # fmt: skip
+                    out.setdefault(_label(key), {}).setdefault(arm, []).extend(r)
+    return {k: {a: statistics.median(r) - 1 for a, r in v.items()} for k, v in out.items()}
+
+
+def _with_thresholds(policies, threshold: float):
+    import dataclasses
+
+    rules = tuple(dataclasses.replace(r, threshold=threshold) if r.paired else r
+                  for r in policies.rules)  # fmt: skip
+    return dataclasses.replace(policies, rules=rules)
+
+
+def paired_analyze(dirs: list[Path], write: Path | None) -> int:
+    from ragbench import paired
+
+    sets = [s for s in paired_sets(dirs) if s]
+    if not sets:
+        print(f"no paired-*.json files under {', '.join(map(str, dirs))}", file=sys.stderr)
+        return 2
+    policies = detect_policies()
+    n = sum(len(s) for s in sets)
+    sizes = planted(sets)
+    lines = [f"{n} processes in {len(sets)} collection(s); a comparison pools "
+             f"{paired.PROCESSES} consecutive processes of one collection, as the gate does.", ""]
+    for threshold in (None, 0.02, 0.03, 0.05):
+        pol = policies if threshold is None else _with_thresholds(policies, threshold)
+        r = paired_rates(sets, pol)
+        title = "thresholds in force" if threshold is None else f"every paired threshold {threshold:.0%}"
+        lines += [f"**{title}** ({r['groups']} comparisons of each cell; gate runs with a false "
+                  f"alarm: A/A {r['A/A']['alarm_runs']}, +5% {r['+5%']['alarm_runs']}, +10% "
+                  f"{r['+10%']['alarm_runs']} of {r['groups']} each)", "",
+                  "| metric | A/A false alarms | A/A inconclusive | +5% caught | +10% caught | "
+                  "planted +5% / +10% measured |", "|---|---|---|---|---|---|"]  # fmt: skip
+        for label in sorted({k[0] for k in r["A/A"]["per"]}):
+            aa = r["A/A"]["per"].get((label, False), {"n": 0, "regression": 0, "inconclusive": 0})
+            fa = aa["regression"]
+            caught = []
+            for cond in ("+5%", "+10%"):
+                t = r[cond]["per"].get((label, True))
+                caught.append(_pct(t["regression"], t["n"]) if t else "-")
+            size = sizes.get(label)
+            size = f"{size['h05'] * 100:+.1f}% / {size['h10'] * 100:+.1f}%" if size else "-"
+            lines.append(f"| `{label}` | {fa}/{aa['n']} (95% upper {upper_95(fa, aa['n']):.1%}) | "
+                         f"{_pct(aa['inconclusive'], aa['n'])} | {' | '.join(caught)} | {size} |")  # fmt: skip
+        lines.append("")
+    r = paired_rates(sets, policies, overlapping=True)
+    lines += [f"Every combination of {paired.PROCESSES} processes of a collection (overlapping, "
+              f"{r['groups']} comparisons, thresholds in force): gate runs with a false alarm "
+              f"A/A {r['A/A']['alarm_runs']}, +5% {r['+5%']['alarm_runs']}, "
+              f"+10% {r['+10%']['alarm_runs']}."]  # fmt: skip
+    text = "\n".join(lines) + "\n"
+    print(text)
+    if write:
+        write.write_text(text)
+    return 0
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     sub = ap.add_subparsers(dest="command", required=True)
@@ -372,7 +505,12 @@ def main(argv=None) -> int:
     pc.add_argument("--seconds", type=float, default=540, help="stop starting processes then")
     pc.add_argument("--only", default=None, help="the paired runner's --only REGEX")
     pc.add_argument("--rounds", type=int, default=None, help="the paired runner's --rounds")
+    pa = sub.add_parser("paired-analyze", help="rates of the paired comparison")
+    pa.add_argument("dirs", nargs="+", type=Path, help="directories of paired-*.json files")
+    pa.add_argument("--write", type=Path, default=None, help="also write the tables here")
     args = ap.parse_args(argv)
+    if args.command == "paired-analyze":
+        return paired_analyze(args.dirs, args.write)
     if args.command == "paired-collect":
         return paired_collect(args.out, args.seconds, args.only, args.rounds)
     if args.command == "measure":
