@@ -40,7 +40,8 @@ def _env(runs: list[dict]) -> str:
 
 def _stat_table(verdicts: list[Verdict]) -> list[str]:
     lines = [
-        "| cell | base | head | change | 95% interval of head/base | p (Holm) | threshold |",
+        "| cell | base | head | change | interval of head/base (paired: family-wise) | p (Holm) "
+        "| threshold |",
         "|---|---|---|---|---|---|---|",
     ]
     for v in verdicts:

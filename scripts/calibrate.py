@@ -365,9 +365,12 @@ def paired_sets(dirs: list[Path]) -> list[list[dict]]:
 
 def _as_gate(docs: list[dict], head: str) -> list[dict]:
     """The documents as the gate's: arms base and aa as measured, ``head`` as head."""
-    return [{**d, "errors": {}, "cells": [
-        {**c, "values": {"base": c["values"]["base"], "aa": c["values"]["aa"],
-                         "head": c["values"][head]}} for c in d["cells"]]} for d in docs]  # fmt: skip
+
+    def arms(values: dict) -> dict:
+        return {"base": values["base"], "aa": values["aa"], "head": values[head]}
+
+    return [{**d, "errors": {}, "cells": [{**c, "values": arms(c["values"])} for c in d["cells"]]}
+            for d in docs]  # fmt: skip
 
 
 def _slowed(key) -> bool:
@@ -454,12 +457,15 @@ def paired_analyze(dirs: list[Path], write: Path | None) -> int:
     policies = detect_policies()
     n = sum(len(s) for s in sets)
     sizes = planted(sets)
-    lines = [f"{n} processes in {len(sets)} collection(s); a comparison pools "
-             f"{paired.PROCESSES} consecutive processes of one collection, as the gate does.", ""]
+    lines = [
+        f"{n} processes in {len(sets)} collection(s); a comparison pools "
+        f"{paired.PROCESSES} consecutive processes of one collection, as the gate does.",
+        "",
+    ]
     for threshold in (None, 0.02, 0.03, 0.05):
         pol = policies if threshold is None else _with_thresholds(policies, threshold)
         r = paired_rates(sets, pol)
-        title = "thresholds in force" if threshold is None else f"every paired threshold {threshold:.0%}"
+        title = f"every paired threshold {threshold:.0%}" if threshold else "thresholds in force"
         lines += [f"**{title}** ({r['groups']} comparisons of each cell; gate runs with a false "
                   f"alarm: A/A {r['A/A']['alarm_runs']}, +5% {r['+5%']['alarm_runs']}, +10% "
                   f"{r['+10%']['alarm_runs']} of {r['groups']} each)", "",
@@ -474,8 +480,10 @@ def paired_analyze(dirs: list[Path], write: Path | None) -> int:
                 caught.append(_pct(t["regression"], t["n"]) if t else "-")
             size = sizes.get(label)
             size = f"{size['h05'] * 100:+.1f}% / {size['h10'] * 100:+.1f}%" if size else "-"
-            lines.append(f"| `{label}` | {fa}/{aa['n']} (95% upper {upper_95(fa, aa['n']):.1%}) | "
-                         f"{_pct(aa['inconclusive'], aa['n'])} | {' | '.join(caught)} | {size} |")  # fmt: skip
+            upper = upper_95(fa, aa["n"])
+            inconclusive = _pct(aa["inconclusive"], aa["n"])
+            lines.append(f"| `{label}` | {fa}/{aa['n']} (95% upper {upper:.1%}) | "
+                         f"{inconclusive} | {' | '.join(caught)} | {size} |")  # fmt: skip
         lines.append("")
     r = paired_rates(sets, policies, overlapping=True)
     lines += [f"Every combination of {paired.PROCESSES} processes of a collection (overlapping, "

@@ -1,0 +1,139 @@
+"""The paired A/B comparison: its statistics, its verdicts, two revisions in one process, and
+the runner end to end on the CPU with a head that is really slower."""
+
+from __future__ import annotations
+
+import random
+import shutil
+import sys
+
+import pytest
+from conftest import REPO
+
+from ragbench import detect, gate, paired, pr, stats
+from ragbench.detect import Cell, Policies, Policy
+
+POLICIES = Policies(
+    (Policy("*.host_us", "latency", threshold=0.03, paired=True), Policy("*", "info")),
+    {"alpha": 0.01},
+    {},
+)
+
+
+def test_sign_test_and_median_interval():
+    assert stats.sign_test([1.1] * 10) == pytest.approx(2 / 2**10)
+    assert stats.sign_test([1.0] * 5) == 1.0  # no signs: no evidence
+    assert stats.median_interval([1.0, 2.0, 3.0], 0.95) == (-float("inf"), float("inf"))
+    rng = random.Random(0)
+    covered = 0
+    for _ in range(200):  # the interval holds the true median (1.0) at least 95% of the time
+        lo, hi = stats.median_interval([rng.gauss(1.0, 0.02) for _ in range(60)], 0.95)
+        covered += lo <= 1.0 <= hi
+    assert covered >= 0.93 * 200
+
+
+def _doc(base, head, aa=None, errors=None):
+    values = {"base": base, "head": head, "aa": aa if aa is not None else list(base)}
+    cell = {"benchmark": "kernel.KernelLatency", "metric": "host_us", "unit": "us",
+            "params": {"backend": "triton"}, "values": values, "errors": {}}  # fmt: skip
+    return {"errors": errors or {}, "cells": [cell]}
+
+
+def _judge(docs) -> detect.Verdict:
+    (v,) = paired.judge(paired.collect(docs), POLICIES, paired.TOGETHER, len(docs))
+    return v
+
+
+def _noisy(n, scale, seed):
+    rng = random.Random(seed)
+    return [scale * 20 * (1 + rng.gauss(0, 0.01)) for _ in range(n)]
+
+
+def test_verdicts_of_the_paired_cells():
+    same = [_doc(_noisy(40, 1, i), _noisy(40, 1, 10 + i), _noisy(40, 1, 20 + i)) for i in range(3)]
+    assert _judge(same).status == "unchanged"
+    slow = [_doc(_noisy(40, 1, i), _noisy(40, 1.08, 10 + i)) for i in range(3)]
+    v = _judge(slow)
+    assert v.status == "regression" and v.change == pytest.approx(0.08, abs=0.01)
+    # three rounds: no interval at the family-wise level, so no verdict of "unchanged"
+    few = [_doc(_noisy(3, 1, 0), _noisy(3, 1, 1))]
+    assert _judge(few).status == "inconclusive"
+    # the A/A arm moved by 4%: the process was too noisy to call anything unchanged ...
+    moved = [_doc(_noisy(40, 1, i), _noisy(40, 1, 10 + i), _noisy(40, 1.04, 20 + i))
+             for i in range(3)]  # fmt: skip
+    assert _judge(moved).status == "inconclusive"
+    # ... but a regression stays one (fail closed)
+    both = [_doc(_noisy(40, 1, i), _noisy(40, 1.1, 10 + i), _noisy(40, 1.04, 20 + i))
+            for i in range(3)]  # fmt: skip
+    assert _judge(both).status == "regression"
+    broken = [_doc(_noisy(40, 1, 0), [], errors={"head": "ImportError: boom"})]
+    assert _judge(broken).status == "failed"
+
+
+def test_too_few_samples_are_inconclusive_and_most_inconclusive_is_no_pass():
+    """Three samples a side: the smallest Mann-Whitney p is 0.1 > alpha, so even a 29% drop
+    cannot be flagged; that is inconclusive, and a run made of such cells is not a pass."""
+    pol = Policies((Policy("*", "throughput", threshold=0.10),), {"alpha": 0.01}, {})
+    base = {("b", "img_per_s", ""): Cell("b", "img_per_s", "", {}, "img/s", [100.0, 101, 99])}
+    head = {("b", "img_per_s", ""): Cell("b", "img_per_s", "", {}, "img/s", [71.0, 72, 70])}
+    c = detect.compare(base, head, pol)
+    assert [v.status for v in c.verdicts] == ["inconclusive"]
+    assert c.headline == "inconclusive" and not c.failed
+    res = gate.GateResult("a" * 40, "b" * 40, "m", c, measured=False, rounds=1)
+    assert res.exit_code == 1
+    doc = gate.to_json(res)
+    assert doc["verdict"] == "inconclusive" and doc["failures"][0]["status"] == "inconclusive"
+    j = pr.judge(doc["failures"], [])
+    assert j.state == "failure" and j.description.startswith("inconclusive")
+
+
+def test_paired_metrics_are_not_judged_across_processes():
+    base = {("kernel.K", "host_us", ""): Cell("kernel.K", "host_us", "", {}, "us", [20.0] * 30)}
+    head = {("kernel.K", "host_us", ""): Cell("kernel.K", "host_us", "", {}, "us", [40.0] * 30)}
+    (v,) = detect.compare(base, head, POLICIES).verdicts
+    assert v.status == "inconclusive" and "one process" in v.note
+
+
+def test_two_revisions_in_one_process(tmp_path):
+    from benchmarks import _revision
+
+    other = tmp_path / "other"
+    shutil.copytree(REPO / "ragged", other / "ragged")
+    (other / "ragged" / "marker.py").write_text("WHICH = 'other'\n")
+    before = {k: v for k, v in sys.modules.items() if k == "ragged" or k.startswith("ragged.")}
+    a = _revision.load(REPO, "ragged_rev_a")
+    b = _revision.load(other, "ragged_rev_b")
+    assert a.attention is not b.attention and b.marker.WHICH == "other"
+    assert b.attention.__name__ == "ragged_rev_b.attention"  # relative imports stay inside
+    wa, wb = _revision.workloads(a), _revision.workloads(b)
+    assert wa.ragged is a and wb.ragged is b and wb.PrunedViT is b.pipeline.PrunedViT
+    after = {k: v for k, v in sys.modules.items() if k == "ragged" or k.startswith("ragged.")}
+    assert after == before  # the aliases are gone again
+    with pytest.raises(ImportError):
+        _revision.load(tmp_path / "nowhere", "ragged_rev_c")
+    assert "ragged_rev_c" not in sys.modules
+
+
+def test_a_slower_head_is_caught_in_one_process(tmp_path):
+    """The runner on the CPU (cpu.Pipeline img/s): a head whose forward sleeps 12 ms more
+    (~35%) is a regression in every pipeline."""
+    slow = tmp_path / "slow"
+    shutil.copytree(REPO / "ragged", slow / "ragged")
+    path = slow / "ragged" / "pipeline.py"
+    text = path.read_text()
+    marker = "        self._check_images(images)\n"
+    assert marker in text
+    text = text.replace(marker, marker + "        __import__('time').sleep(0.012)\n", 1)
+    path.write_text(text)
+    pol = Policies((Policy("cpu.Pipeline.img_per_s", "throughput", threshold=0.05, paired=True),
+                    Policy("*", "info")), {"alpha": 0.01}, {})  # fmt: skip
+    work = tmp_path / "work"
+    work.mkdir()
+    kw = {"processes": 1, "pipeline_rounds": 16, "log": lambda m: None}
+    method, docs = paired.measure(REPO, slow, work, **kw)
+    assert method == paired.TOGETHER and not docs[0]["errors"]
+    verdicts = paired.judge(paired.collect(docs), pol, method, 1)
+    assert {v.key[2]: v.status for v in verdicts} == {
+        f"method=threshold_l2,pipeline={p}": "regression"
+        for p in ("dense", "padded_full", "padded_max")
+    }
