@@ -71,6 +71,7 @@ def kernels(self) -> dict:
              "throttle_reasons": before["throttle_reasons"] | after["throttle_reasons"]}
             if before and after else {"skip": "NVML cannot read this GPU's clocks"}
         )  # fmt: skip
+    anchored = _anchored(W)
     for dtype, lengths in itertools.product(G.ERROR_DTYPES, G.LENGTHS):
         inputs = W.kernel_inputs(8, 0.5, "deit_b", lengths, dtype=getattr(torch, dtype))
         for b in G.KERNEL_BACKENDS:
@@ -78,7 +79,52 @@ def kernels(self) -> dict:
                 W.kernel_error(b, *inputs) if b in available
                 else {"skip": f"backend {b} is not available here"}
             )  # fmt: skip
-    return {"skip": None, "cells": {"latency": latency, "clocks": clocks, "error": error}}
+    cells = {"latency": latency, "clocks": clocks, "error": error, "anchor": anchored}
+    return {"skip": None, "cells": cells}
+
+
+ANCHOR_ENV = "RAGBENCH_ANCHOR"  # the anchor's source tree (ragbench.suite checks it out)
+ANCHOR_ROUNDS = 40
+
+
+def _anchored(W) -> dict:
+    """Table ``anchor``: the triton call at the dispatch floor's workload over the same call of
+    the anchor revision (``_harness.ANCHOR``), in interleaved rounds of this process; per-round
+    ratios of ``call_us`` (``floor_ratio``) and ``host_us`` (``host_ratio``)."""
+    import os
+    import random
+
+    from . import _harness as H
+    from . import _revision
+
+    src = os.environ.get(ANCHOR_ENV)
+    if not src:
+        return {(g,): {"skip": f"no anchor revision (${ANCHOR_ENV} unset)"} for g in G.GEOMETRIES}
+    try:
+        A = _revision.workloads(_revision.load(src, "ragged_anchor"))
+    except Exception as exc:  # the anchor no longer runs with today's suite
+        reason = f"the anchor {H.ANCHOR[:12]} does not load: {type(exc).__name__}: {exc}"[:300]
+        return {(g,): {"skip": reason} for g in G.GEOMETRIES}
+    cells = {}
+    batch, prune, lengths = G.FLOOR
+    for geometry in G.GEOMETRIES:
+        samplers = {}
+        for arm, w in (("commit", W), ("anchor", A)):
+            fn = w.attention("triton", *w.kernel_inputs(batch, prune, geometry, lengths))
+            H.warmup(fn)
+            samplers[arm] = H.kernel_sampler(fn)
+        m = H.interleaved_rounds(samplers, ANCHOR_ROUNDS, random.Random(0))
+        if "error" in m["commit"]:
+            raise RuntimeError(f"the triton call failed: {m['commit']['error']}")
+        if "error" in m["anchor"]:
+            cells[(geometry,)] = {"skip": f"the anchor failed: {m['anchor']['error']}"}
+            continue
+        c, a = m["commit"], m["anchor"]
+        cells[(geometry,)] = {
+            "floor_ratio": [x / y for x, y in zip(c["call_us"], a["call_us"], strict=True)],
+            "host_ratio": [x / y for x, y in zip(c["host_us"], a["host_us"], strict=True)],
+        }
+    return cells
 
 
 def pipelines(self) -> dict:

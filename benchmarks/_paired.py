@@ -50,9 +50,7 @@ from . import _harness as H
 from . import _revision
 
 SCHEMA = 1
-HOST_CALLS = 50  # back-to-back calls per host_us value (as measure_interleaved's rounds)
-CALL_SAMPLES = 10  # synchronised calls per call_us value (their median)
-GRAPH_CALLS = 20  # calls per graph replay (gpu_us of the round)
+GRAPH_CALLS = 20  # calls per graph replay (gpu_us of the round: H.kernel_sampler)
 TARGET_US = 15e3  # wall time of one img_per_s value: a few forwards back to back
 
 
@@ -134,7 +132,7 @@ def _kernels(W: dict, slow: dict, rounds: int, rng: random.Random, out: list, sl
                     if arm in slow and backend == "triton":
                         info = slowed.setdefault(f"{arm}:{backend}:{workload}", {})
                         fn = _slow_kernel(fn, slow[arm], info)
-                    samplers[arm] = _kernel_sampler(fn, graph)
+                    samplers[arm] = H.kernel_sampler(fn, graph, graph_calls=GRAPH_CALLS)
                 except Exception as exc:
                     errors[arm] = f"{type(exc).__name__}: {str(exc)[:200]}"
             if not samplers and not errors:
@@ -153,19 +151,6 @@ def _kernels(W: dict, slow: dict, rounds: int, rng: random.Random, out: list, sl
                 }  # fmt: skip
                 _cell(out, "kernel.DispatchFloor", "dispatch_us", floor, "us", dispatch,
                       errors | errs)  # fmt: skip
-
-
-def _kernel_sampler(fn, graph):
-    def sample() -> dict[str, float]:
-        values = {
-            "host_us": H.host_us(fn, calls=HOST_CALLS, rounds=1).median,
-            "call_us": H.call_us(fn, samples=CALL_SAMPLES).median,
-        }
-        if graph is not None:
-            values["gpu_us"] = H._replay_us(graph, GRAPH_CALLS, replays=1)[0]
-        return values
-
-    return sample
 
 
 def _pipelines(W: dict, slow: dict, rounds: int, rng, out: list, slowed: dict, cpu: bool,

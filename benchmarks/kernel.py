@@ -9,6 +9,7 @@ wall-clock timer cannot time microsecond GPU work (it never synchronises the dev
 from __future__ import annotations
 
 from . import _grids as G
+from . import _harness as H
 from . import _measure
 from . import _suite as S
 
@@ -81,3 +82,25 @@ class DispatchFloor(S.Grid):
             return S.NAN
         gpu_median = sorted(gpu)[len(gpu) // 2]
         return S.samples([c - gpu_median for c in self.cell["call_us"]])
+
+
+@S.versioned
+class AnchoredFloor(S.Grid):
+    """The dispatch floor over that of a fixed revision (``_harness.ANCHOR``) timed in the
+    same process, interleaved: ``floor_ratio`` (call_us) and ``host_ratio`` (host_us) per round.
+    Host time moves 1.6-2.1x between processes; these ratios are what main's history tracks."""
+
+    params = [G.GEOMETRIES]
+    param_names = ["geometry"]
+    unit = "ratio"
+    table = "anchor"
+    setup_cache = _measure.kernels
+
+    def track_floor_ratio(self, cache, geometry):
+        return self.metric("floor_ratio")
+
+    def track_host_ratio(self, cache, geometry):
+        return self.metric("host_ratio")
+
+
+AnchoredFloor.version += f"-anchor{H.ANCHOR[:8]}"  # a new anchor starts a new series

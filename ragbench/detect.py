@@ -32,6 +32,7 @@ class Policy:
     min: float | None = None
     relative_to: dict | None = None
     paired: bool = False  # includes host time: judged from base and head in one process
+    history_only: bool = False  # judged on main's history, shown but never gated in a PR
 
 
 @dataclass(frozen=True)
@@ -149,7 +150,8 @@ class Comparison:
         """The statistically judged cells that have a value on both sides."""
         return [
             v for v in self.verdicts
-            if v.policy.kind in STATISTICAL and v.base is not None and v.head is not None
+            if v.policy.kind in STATISTICAL and not v.policy.history_only
+            and v.base is not None and v.head is not None
         ]  # fmt: skip
 
     @property
@@ -212,6 +214,8 @@ def compare(
             v.note = "no value on head: NaN, skipped, or no longer measured"
         elif policy.kind == "info":
             pass
+        elif policy.history_only:
+            v.note = "tracked on main's history; not calibrated for pull requests"
         elif policy.kind == "bound":
             _bound(v, policy, h, head, base)
         elif v.base is None:
