@@ -84,9 +84,9 @@ def asv_config(results_dir: Path, work: Path) -> Path:
 
 
 @contextlib.contextmanager
-def checkout(sha: str, work: Path) -> Iterator[Path]:
-    """A detached worktree of ``sha``, removed afterwards."""
-    path = work / f"src-{sha[:12]}"
+def checkout(sha: str, work: Path, prefix: str = "src") -> Iterator[Path]:
+    """A detached worktree of ``sha`` at ``work/<prefix>-<sha>``, removed afterwards."""
+    path = work / f"{prefix}-{sha[:12]}"
     git("worktree", "add", "--detach", "--force", str(path), sha)
     try:
         yield path
@@ -170,7 +170,7 @@ def _anchor(stack: contextlib.ExitStack, work: Path, log) -> Path | None:
         log(f"the anchor revision {ANCHOR[:12]} is not in this clone: kernel.AnchoredFloor "
             "is skipped (fetch the full history)")  # fmt: skip
         return None
-    return stack.enter_context(checkout(ANCHOR, work))
+    return stack.enter_context(checkout(ANCHOR, work, prefix="anchor"))
 
 
 def _check_import(src: Path, env: dict) -> None:
