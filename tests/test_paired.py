@@ -137,3 +137,26 @@ def test_a_slower_head_is_caught_in_one_process(tmp_path):
         f"method=threshold_l2,pipeline={p}": "regression"
         for p in ("dense", "padded_full", "padded_max")
     }
+
+
+def test_anchored_ratios_are_tracked_on_main_only():
+    pol = detect.load_policies()
+    policy = pol.for_metric("kernel.AnchoredFloor", "floor_ratio")
+    assert policy.history_only and not policy.paired
+    key = ("kernel.AnchoredFloor", "floor_ratio", "geometry=deit_b")
+    base = {key: Cell(*key, {"geometry": "deit_b"}, "ratio", [1.0] * 40)}
+    head = {key: Cell(*key, {"geometry": "deit_b"}, "ratio", [1.5] * 40)}
+    c = detect.compare(base, head, pol)
+    assert [v.status for v in c.verdicts] == ["info"] and c.headline == "pass"
+
+
+def test_a_clone_without_the_anchor_skips_it(monkeypatch, tmp_path):
+    import contextlib
+
+    from ragbench import suite
+
+    monkeypatch.setattr(suite, "ANCHOR", "0" * 40)
+    logged = []
+    with contextlib.ExitStack() as stack:
+        assert suite._anchor(stack, tmp_path, logged.append) is None
+    assert "not in this clone" in logged[0]
