@@ -144,6 +144,13 @@ def _paired(result: GateResult, policies, *, processes, mode, work, log) -> None
     c = result.comparison
     if not any(v.policy.paired for v in c.verdicts):
         return  # no host-time cell measured here (the CPU subset)
+    try:
+        for sha in {result.base, result.head}:
+            suite.git("cat-file", "-e", f"{sha}^{{commit}}")
+    except suite.SuiteError:  # stored results of commits this clone lacks
+        log("gate: base or head is not in this clone: no paired comparison, the host-time "
+            "cells stay inconclusive")  # fmt: skip
+        return
     t0 = time.perf_counter()
     with contextlib.ExitStack() as stack:
         base = stack.enter_context(suite.checkout(result.base, work))

@@ -19,6 +19,7 @@ medians: the report then says how large a change that run could detect.
 from __future__ import annotations
 
 import json
+import math
 import os
 import statistics
 import subprocess
@@ -173,10 +174,16 @@ def judge(cells: dict[detect.Key, PairedCell], policies: detect.Policies, method
     return verdicts
 
 
-def _p(cell: PairedCell, method: str) -> float:
+def _p(cell: PairedCell, method: str, best: bool = False) -> float:
+    """The test's p; ``best``: the smallest p these sample counts allow (every sign the same,
+    or the two sides' processes fully apart)."""
     if method == TOGETHER:
-        return stats.sign_test(cell.ratios["head"])
-    return stats.mann_whitney(cell.medians["base"], cell.medians["head"])[1]
+        ratios = cell.ratios["head"]
+        return stats.sign_test([2.0] * len(ratios) if best else ratios)
+    b, h = cell.medians["base"], cell.medians["head"]
+    if best:
+        b, h = range(len(b)), range(len(b), len(b) + len(h))
+    return stats.mann_whitney(b, h)[1]
 
 
 def _decide(v, cell: PairedCell, significant: bool, p_adj: float, level: float, method: str,
@@ -207,6 +214,11 @@ def _decide(v, cell: PairedCell, significant: bool, p_adj: float, level: float, 
             v.status = "inconclusive"
             v.note += f": the A/A arm moved more than half the {t * 100:.0f}% threshold"
             return
-    if v.status == "unchanged" and reach > t:
+    if v.status != "unchanged":
+        return
+    if _p(cell, method, best=True) >= 1 - level:  # not even every sign alike would be flagged
+        v.status, v.detectable = "inconclusive", math.inf
+        v.note += "; too few rounds to detect any change"
+    elif reach > t:
         v.status = "inconclusive"
         v.note += f"; could detect only {reach * 100:.0f}%, threshold {t * 100:.0f}%"

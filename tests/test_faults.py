@@ -24,6 +24,7 @@ from conftest import REPO, commit, fresh_copy, git
 from test_store import pytest_benchmark_json
 
 from ragbench import cli, record, suite, synth
+from ragbench.gate import JSON_SCHEMA as SCHEMA
 from ragbench.github import MARKER
 from ragbench.ingest import ingest
 from ragbench.store import Store
@@ -354,7 +355,7 @@ def test_accept_refuses_readers_and_unseen_gates_and_withdraws(tmp_path):
     store = tmp_path / "s.duckdb"
     head = "a" * 40
     gate = tmp_path / "gate.json"
-    gate.write_text(json.dumps({"schema": 1, "base": "b" * 40, "head": head, "machine": "m",
+    gate.write_text(json.dumps({"schema": SCHEMA, "base": "b" * 40, "head": head, "machine": "m",
                                 "verdict": "fail", "failures": [
                                     {"benchmark": "kernel.KernelLatency", "metric": "gpu_us",
                                      "param_key": "backend=triton", "status": "regression",
@@ -391,7 +392,7 @@ def test_accept_refuses_readers_and_unseen_gates_and_withdraws(tmp_path):
 def _verdict_env(gh, tmp_path, **extra):
     head = "f" * 40
     gate = tmp_path / "gate.json"
-    gate.write_text(json.dumps({"schema": 1, "base": "b" * 40, "head": head, "machine": "m",
+    gate.write_text(json.dumps({"schema": SCHEMA, "base": "b" * 40, "head": head, "machine": "m",
                                 "verdict": "pass", "failures": []}))  # fmt: skip
     env = {"GITHUB_TOKEN": "t0ken", "GITHUB_API_URL": gh.url, "GITHUB_REPOSITORY": "o/r",
            "RAGBENCH_GITHUB_TIMEOUT": "1", "RAGBENCH_GITHUB_ATTEMPTS": "2", **extra}  # fmt: skip
@@ -817,9 +818,10 @@ def history_file(tmp_path: Path) -> Path:
 
 def test_the_verdict_takes_an_unparameterized_cell_and_refuses_a_huge_pr(tmp_path):
     gate = tmp_path / "gate.json"
-    gate.write_text(json.dumps({"schema": 1, "base": "b" * 40, "head": "a" * 40, "verdict": "fail",
-                                "failures": [{"benchmark": "cpu.Plain", "metric": "x",
-                                              "param_key": "", "status": "missing"}]}))  # fmt: skip
+    gate.write_text(json.dumps({"schema": SCHEMA, "base": "b" * 40, "head": "a" * 40,
+                                "verdict": "fail", "failures": [
+                                    {"benchmark": "cpu.Plain", "metric": "x", "param_key": "",
+                                     "status": "missing"}]}))  # fmt: skip
     common = ["verdict", "--gate-json", gate, "--store", tmp_path / "s.duckdb", "--head", "a" * 40]
     assert_clean_exit(ragbench(*common, "--pr", 3), 1, "FAILURE")
     out = ragbench(*common, "--pr", 99999999999)

@@ -69,7 +69,7 @@ def test_stored_gate_exit_codes_and_report(tmp_path):
     report = out.stdout
     assert "FAIL" in report and "### Regressions" in report
     assert "`kernel.KernelLatency.gpu_us` backend=triton" in report
-    assert "+10." in report and "95% interval" in report and "p (Holm)" in report
+    assert "+10." in report and "interval of head/base" in report and "p (Holm)" in report
     assert "| regressions | 1 |" in report and "| unchanged | 2 |" in report
     assert "### New on head (no baseline data)" in report and "backend=torch_varlen" in report
     assert "Smallest slowdown this run could have detected" in report

@@ -160,3 +160,41 @@ def test_a_clone_without_the_anchor_skips_it(monkeypatch, tmp_path):
     with contextlib.ExitStack() as stack:
         assert suite._anchor(stack, tmp_path, logged.append) is None
     assert "not in this clone" in logged[0]
+
+
+def test_a_head_that_loads_only_alone_is_measured_in_alternating_processes(tmp_path):
+    """A head that refuses to be imported beside another ragged (a process-wide singleton, a
+    clashing registration) is measured one revision a process; the report says so, and with
+    one process a side nothing can be called unchanged."""
+    lonely = tmp_path / "lonely"
+    shutil.copytree(REPO / "ragged", lonely / "ragged")
+    init = lonely / "ragged" / "__init__.py"
+    init.write_text(
+        "import sys as _sys\n"
+        "if any(k.startswith('ragged_') and not k.startswith(__name__) for k in _sys.modules):\n"
+        "    raise ImportError('another ragged is loaded in this process')\n" + init.read_text()
+    )
+    pol = Policies((Policy("cpu.Pipeline.img_per_s", "throughput", threshold=0.05, paired=True),
+                    Policy("*", "info")), {"alpha": 0.01}, {})  # fmt: skip
+    work = tmp_path / "work"
+    work.mkdir()
+    logged = []
+    method, docs = paired.measure(REPO, lonely, work, processes=1, pipeline_rounds=3,
+                                  log=logged.append)  # fmt: skip
+    assert method == paired.ALONE and [list(d["arms"]) for d in docs] == [["head"], ["base"]]
+    assert any("alternating processes" in m for m in logged)
+    verdicts = paired.judge(paired.collect(docs), pol, method, 1)
+    assert verdicts and all(v.status == "inconclusive" for v in verdicts)
+    assert all(v.method == paired.ALONE for v in verdicts)
+
+
+def test_main_does_not_judge_host_time_of_separate_runs():
+    """floor_us on main moves 2x from run to run: no lookback verdict, no change points (the
+    anchored ratio is what main tracks)."""
+    points = [detect.Point(f"c{i}", i, 20.0 * (1 + (i >= 6)), "e", {}) for i in range(12)]
+    key = ("kernel.DispatchFloor", "floor_us", "backend=triton")
+    rep = detect.history(points, key, {}, "us", detect.load_policies())
+    assert rep.status == "info" and rep.change_points == []
+    rep = detect.history(points, ("kernel.AnchoredFloor", "floor_ratio", "g"), {}, "ratio",
+                         detect.load_policies())  # fmt: skip
+    assert rep.status == "regression" and rep.change_points == [6]

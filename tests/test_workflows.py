@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from ragbench import github
+from ragbench.gate import JSON_SCHEMA
 from ragbench.github import MARKER
 from ragbench.store import Store
 from scripts import rehearse
@@ -156,7 +157,7 @@ def test_the_verdict_offline_fails_unless_accepted(tmp_path):
     failure = {"benchmark": "kernel.KernelLatency", "metric": "gpu_us",
                "param_key": "backend=triton", "status": "regression", "change": 0.1,
                "note": ""}  # fmt: skip
-    doc = {"schema": 1, "base": "b" * 40, "head": head, "machine": "m", "verdict": "pass",
+    doc = {"schema": JSON_SCHEMA, "base": "b" * 40, "head": head, "machine": "m", "verdict": "pass",
            "failures": []}  # fmt: skip
     gate_json.write_text(json.dumps(doc))
     store = tmp_path / "s.duckdb"
