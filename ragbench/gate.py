@@ -160,9 +160,10 @@ def _paired(result: GateResult, policies, *, processes, mode, work, log) -> None
         method, docs = paired.measure(base, head, work, processes=processes, mode=mode, log=log)
     verdicts = {v.key: v for v in paired.judge(paired.collect(docs), policies, method, processes)}
     for i, v in enumerate(c.verdicts):
-        if v.key in verdicts and v.status not in ("failed", "missing"):
-            c.verdicts[i] = verdicts.pop(v.key)
-    c.verdicts += [v for k, v in verdicts.items() if k not in {w.key for w in c.verdicts}]
+        paired_v = verdicts.pop(v.key, None)
+        if paired_v is not None and v.status not in ("failed", "missing"):
+            c.verdicts[i] = paired_v
+    c.verdicts += verdicts.values()  # cells the asv runs did not have
     result.paired_method, result.paired_processes = method, processes
     result.paired_seconds = time.perf_counter() - t0
 

@@ -61,18 +61,16 @@ class PairedCell:
 
 
 def _process(arms: dict[str, Path], out: Path, *, seed: int, mode: str, rounds: int | None,
-             pipeline_rounds: int | None, slow: dict[str, float]) -> dict:  # fmt: skip
+             pipeline_rounds: int | None) -> dict:  # fmt: skip
     cmd = [sys.executable, "-m", "benchmarks._paired", "--out", str(out), "--seed", str(seed)]
     for arm, src in arms.items():
         cmd += ["--arm", f"{arm}={src}"]
-    for arm, fraction in slow.items():
-        if arm in arms:
-            cmd += ["--slow", f"{arm}={fraction}"]
     if rounds:
         cmd += ["--rounds", str(rounds)]
     if pipeline_rounds:
         cmd += ["--pipeline-rounds", str(pipeline_rounds)]
-    env = {**os.environ, "RAGBENCH_MODE": mode, "PYTHONPATH": str(REPO)}
+    path = os.pathsep.join(p for p in (str(REPO), os.environ.get("PYTHONPATH")) if p)
+    env = {**os.environ, "RAGBENCH_MODE": mode, "PYTHONPATH": path}
     res = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True)
     if res.returncode != 0 or not out.is_file():
         tail = res.stderr.strip().splitlines()[-1:] or ["no message"]
@@ -85,27 +83,26 @@ def _process(arms: dict[str, Path], out: Path, *, seed: int, mode: str, rounds: 
 
 def measure(base: Path, head: Path, work: Path, *, processes: int = PROCESSES,
             mode: str = "quick", rounds: int | None = None, pipeline_rounds: int | None = None,
-            slow: dict[str, float] | None = None,
             log: Callable[[str], None] = print) -> tuple[str, list[dict]]:  # fmt: skip
     """-> (method, documents): base, A/A and head in each of ``processes`` processes
-    (``TOGETHER``), or, where head or base loads only alone, one revision a process in
-    ``2 * processes`` alternating processes (``ALONE``)."""
+    (``TOGETHER``); where head loads only alone, one revision a process in ``2 * processes``
+    alternating processes (``ALONE``); where head does not load at all, the one process that
+    shows it (its cells fail)."""
     if processes < 1:
         raise PairedError(f"--paired-processes must be at least 1, got {processes}")
-    slow = slow or {}
-    kw = {"mode": mode, "rounds": rounds, "pipeline_rounds": pipeline_rounds, "slow": slow}
+    kw = {"mode": mode, "rounds": rounds, "pipeline_rounds": pipeline_rounds}
     arms = {"base": base, "aa": base, "head": head}
     docs = []
     for i in range(processes):
         log(f"paired: process {i + 1}/{processes}: base, A/A and head interleaved")
-        doc = _process(arms, work / f"paired-{i}.json", seed=i, **kw)
-        if doc["errors"] and i == 0:
+        docs.append(_process(arms, work / f"paired-{i}.json", seed=i, **kw))
+        if i == 0 and "head" in docs[0]["errors"]:
             alone = _process({"head": head}, work / "alone-probe.json", seed=0, **kw)
-            if "head" in doc["errors"] and not alone["errors"]:
-                log(f"paired: head loads alone but not beside base ({doc['errors']['head']}): "
-                    "alternating processes instead")  # fmt: skip
-                return ALONE, _alone(base, head, work, processes, kw, alone, log)
-        docs.append(doc)
+            if alone["errors"]:
+                return TOGETHER, docs  # head is broken, not in the way of base
+            log(f"paired: head loads alone but not beside base ({docs[0]['errors']['head']}): "
+                "alternating processes instead")  # fmt: skip
+            return ALONE, _alone(base, head, work, processes, kw, alone, log)
     return TOGETHER, docs
 
 
