@@ -338,7 +338,8 @@ def parser() -> argparse.ArgumentParser:
     g.add_argument("--rounds", type=int, default=None, help="alternating rounds (policies: 2)")
     g.add_argument("--paired-processes", type=int, default=PAIRED_PROCESSES, metavar="N",
                    help=f"fresh processes of the paired comparison (default {PAIRED_PROCESSES}; "
-                   "0: none, the host-time cells are then inconclusive)")  # fmt: skip
+                   "0: none; the host-time cells then fail only beyond 100%%, else are "
+                   "inconclusive)")  # fmt: skip
     g.add_argument("--mode", choices=["quick", "full"], default="quick", help=MODE_HELP)
     _bench_arg(g)
     g.add_argument("--policies", type=Path, default=None, help="policies file (TOML)")

@@ -185,7 +185,8 @@ def compare(
 ) -> Comparison:
     """Every cell of head judged against base under ``policies``. ``detail=False`` skips the
     bootstrap intervals and the smallest detectable slowdown of flagged cells (the verdicts
-    stay the same). A ``paired`` metric is inconclusive here (``ragbench.paired`` judges it)."""
+    stay the same). A ``paired`` metric fails here only beyond ``CROSS_PROCESS`` and is
+    inconclusive otherwise (``ragbench.paired`` judges it)."""
     alpha = float(policies.gate.get("alpha", 0.01))
     conf = float(policies.gate.get("confidence", 0.95))
     resamples = int(policies.gate.get("resamples", 1000))
