@@ -163,7 +163,7 @@ def sensitivity_line(c: Comparison) -> list[str]:
             parts.append(f"{label} {_pct(statistics.median(values))} (median of {len(values)} "
                          f"cells), {_pct(max(values))} at worst")  # fmt: skip
     if not parts:
-        return ["Sensitivity: no cell was judged statistically."]
+        return ["Sensitivity: no timing was judged (the gated cells are deterministic bounds)."]
     return ["Sensitivity (smallest change this run could detect): " + "; ".join(parts) + "."]
 
 
