@@ -52,6 +52,7 @@ from . import _revision
 SCHEMA = 1
 GRAPH_CALLS = 20  # calls per graph replay (gpu_us of the round: H.kernel_sampler)
 TARGET_US = 15e3  # wall time of one img_per_s value: a few forwards back to back
+CPU_TARGET_US = 0.1e6  # on the CPU (DeiT-Ti, ~30 ms a forward): a single forward is noise
 
 
 def _cell(out, benchmark, metric, params, unit, values: dict, errors: dict) -> None:
@@ -125,8 +126,7 @@ def _kernels(W: dict, slow: dict, rounds: int, rng: random.Random, out: list, sl
                 try:
                     if backend not in w.ragged.available_backends():
                         continue
-                    fn = w.attention(backend, *w.kernel_inputs(*[batch, prune, geometry,
-                                                                  lengths]))  # fmt: skip
+                    fn = w.attention(backend, *w.kernel_inputs(*workload))
                     H.warmup(fn)
                     graph = H._graph(fn, GRAPH_CALLS) if not H.synchronises(fn) else None
                     if arm in slow and backend == "triton":
@@ -156,18 +156,18 @@ def _kernels(W: dict, slow: dict, rounds: int, rng: random.Random, out: list, sl
 def _pipelines(W: dict, slow: dict, rounds: int, rng, out: list, slowed: dict, cpu: bool,
                only=None):  # fmt: skip
     """img/s of the Threshold-L2 pipelines (GPU: Throughput's grid; CPU: cpu.Pipeline's)."""
-    dev = {"device": "cpu", "dtype": None} if cpu else {}
+    dev = {}
     if cpu:
         import torch
 
-        dev["dtype"] = torch.float32
+        dev = {"device": "cpu", "dtype": torch.float32}
         grid = [(G.CPU_MODEL, G.CPU_BATCH)]
         names = [p for p in G.CPU_PIPELINES if p != "triton"]  # the interpreter: seconds a call
     else:
         grid = list(itertools.product(G.MODELS, G.BATCHES))
         names = G.PIPELINES
-    models, errors = {}, {}
     for model_name in dict.fromkeys(m for m, _ in grid):
+        models, errors = {}, {}
         for arm, w in W.items():
             try:
                 models[arm] = w.build(model_name, **dev)
@@ -190,26 +190,25 @@ def _pipelines(W: dict, slow: dict, rounds: int, rng, out: list, slowed: dict, c
                         images = w.images(model_name, batch, **dev)
 
                         def fn(pipe=pipe, images=images):
-                            return (pipe.forward(images, check_overflow=False))  # fmt: skip
+                            return pipe.forward(images, check_overflow=False)
 
                         if arm in slow and name.startswith("triton") and not cpu:
                             info = slowed.setdefault(f"{arm}:{name}:{model_name}:{batch}", {})
                             fn()  # compiled before the slowdown is sized
                             fn = _slow_pipeline(fn, slow[arm], info, w.wall_us)
-                        samplers[arm] = _img_sampler(w, fn, batch, (lambda: None) if cpu else None)
+                        samplers[arm] = _img_sampler(w, fn, batch, cpu)
                     except Exception as exc:
                         errs[arm] = f"{type(exc).__name__}: {str(exc)[:200]}"
                 measured = H.interleaved_rounds(samplers, rounds, rng)
                 values, e = _split(measured, "img_per_s")
                 _cell(out, key[0], "img_per_s", key[1], "img/s", values, errs | e)
-        models.clear()
 
 
-def _img_sampler(w, fn, batch: int, sync):
+def _img_sampler(w, fn, batch: int, cpu: bool):
     """img/s of one timed batch of back-to-back forwards lasting about TARGET_US."""
-    kw = {} if sync is None else {"sync": sync}
+    kw = {"sync": lambda: None} if cpu else {}
     fn()  # compilation, graph capture
-    calls = max(1, int(TARGET_US / w.wall_us(fn, 2, **kw)))
+    calls = max(1, int((CPU_TARGET_US if cpu else TARGET_US) / w.wall_us(fn, 2, **kw)))
 
     def sample() -> dict[str, float]:
         return {"img_per_s": batch / w.wall_us(fn, calls, **kw) * 1e6}
