@@ -612,7 +612,7 @@ class Store:
 
     def branches(self) -> dict[str, int]:
         """Each branch with its number of runs (``None``: runs ingested without one)."""
-        rows = self._rows("SELECT branch, count(*) AS n FROM runs GROUP BY 1 ORDER BY 2 DESC")
+        rows = self._rows("SELECT branch, count(*) AS n FROM runs GROUP BY 1 ORDER BY 2 DESC, 1")
         return {r["branch"]: r["n"] for r in rows}
 
     def runs(self, *, machine: str | None = None, commit: str | None = None,
