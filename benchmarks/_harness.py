@@ -255,12 +255,17 @@ def interleaved_rounds(
             try:
                 values = live[arm]()
             except Exception as exc:
-                out[arm] = {"error": f"{type(exc).__name__}: {str(exc)[:200]}"}
+                out[arm] = {"error": failure(exc)}
                 del live[arm]
                 continue
             for metric, value in values.items():
                 out[arm].setdefault(metric, []).append(value)
     return out
+
+
+def failure(exc: BaseException, limit: int = 200) -> str:
+    """What an arm's exception says, in one bounded line for a result document."""
+    return f"{type(exc).__name__}: {str(exc)[:limit]}"
 
 
 def kernel_sampler(fn: Callable[[], object], graph=None, *, host_calls: int = 50,

@@ -103,7 +103,7 @@ def _anchored(W) -> dict:
     try:
         A = _revision.workloads(_revision.load(src, "ragged_anchor"))
     except Exception as exc:  # the anchor no longer runs with today's suite
-        reason = f"the anchor {H.ANCHOR[:12]} does not load: {type(exc).__name__}: {exc}"[:300]
+        reason = f"the anchor {H.ANCHOR[:12]} does not load: {H.failure(exc, 250)}"
         return {(g,): {"skip": reason} for g in G.GEOMETRIES}
     cells = {}
     batch, prune, lengths = G.FLOOR

@@ -28,9 +28,9 @@ size in that arm's triton calls: a spin on the calling thread of F times the cal
 times a forward's wall time: a host-bound forward grows by F through the spin, a GPU-bound one
 through the sleep.
 
-The output is one JSON document: ``{"schema", "mode", "seed", "arms", "errors": {arm: why it
-did not load}, "slowed": {...}, "cells": [{"benchmark", "metric", "params", "unit",
-"values": {arm: [...]}, "errors": {arm: why}}], "seconds"}``. Exit 0 whatever the revisions
+The output is one JSON document: ``{"schema", "seed", "arms", "errors": {arm: why it did not
+load}, "slowed": {...}, "cells": [{"benchmark", "metric", "params", "unit", "values": {arm:
+[...]}, "errors": {arm: why}}], "device", "seconds"}``. Exit 0 whatever the revisions
 did (their failures are in the document); 2 when this runner itself cannot run.
 """
 
@@ -134,7 +134,7 @@ def _kernels(W: dict, slow: dict, rounds: int, rng: random.Random, out: list, sl
                         fn = _slow_kernel(fn, slow[arm], info)
                     samplers[arm] = H.kernel_sampler(fn, graph, graph_calls=GRAPH_CALLS)
                 except Exception as exc:
-                    errors[arm] = f"{type(exc).__name__}: {str(exc)[:200]}"
+                    errors[arm] = H.failure(exc)
             if not samplers and not errors:
                 continue  # the backend runs in no arm here
             measured = H.interleaved_rounds(samplers, rounds, rng)
@@ -172,7 +172,7 @@ def _pipelines(W: dict, slow: dict, rounds: int, rng, out: list, slowed: dict, c
             try:
                 models[arm] = w.build(model_name, **dev)
             except Exception as exc:
-                errors[arm] = f"{type(exc).__name__}: {str(exc)[:200]}"
+                errors[arm] = H.failure(exc)
         for batch in [b for m, b in grid if m == model_name]:
             for name in names:
                 if cpu:
@@ -198,7 +198,7 @@ def _pipelines(W: dict, slow: dict, rounds: int, rng, out: list, slowed: dict, c
                             fn = _slow_pipeline(fn, slow[arm], info, w.wall_us)
                         samplers[arm] = _img_sampler(w, fn, batch, cpu)
                     except Exception as exc:
-                        errs[arm] = f"{type(exc).__name__}: {str(exc)[:200]}"
+                        errs[arm] = H.failure(exc)
                 measured = H.interleaved_rounds(samplers, rounds, rng)
                 values, e = _split(measured, "img_per_s")
                 _cell(out, key[0], "img_per_s", key[1], "img/s", values, errs | e)
@@ -227,7 +227,7 @@ def measure(arms: dict[str, Path], *, rounds: int, pipeline_rounds: int, seed: i
         try:
             W[arm] = _revision.workloads(_revision.load(src, f"ragged_{arm}"))
         except Exception as exc:
-            doc["errors"][arm] = f"{type(exc).__name__}: {str(exc)[:300]}"
+            doc["errors"][arm] = H.failure(exc, 300)
     import torch
 
     cpu = not torch.cuda.is_available()
