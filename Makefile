@@ -22,8 +22,9 @@ setup: $(STAMP)
 
 # Lint, then the tests; Triton kernels run in the interpreter where there is no GPU
 # (tests/conftest.py sets TRITON_INTERPRET=1 then; GPU tests are skipped).
+# Two workers (tests/conftest.py: whole files each): the rehearsal runs beside the rest.
 test: setup lint
-	$(BIN)/python -m pytest -q
+	$(BIN)/python -m pytest -q -n 2 --no-loadscope-reorder
 
 lint: setup
 	$(BIN)/ruff check .
@@ -76,10 +77,12 @@ browser:
 	command -v chromium >/dev/null || { S=$$([ "$$(id -u)" = 0 ] || echo sudo); \
 	  $$S apt-get update -qq && $$S apt-get install -y -qq chromium >/dev/null; }
 
-# BENCH (regexes, as asv run --bench) narrows bench-main and gate; the workflows leave it
-# empty, the local rehearsal (scripts/rehearse.py) sets it to stay short.
+# BENCH (regexes, as asv run --bench) narrows bench-main and gate, ROUNDS sets the gate's
+# alternating rounds (default: policies.toml); the workflows leave both empty, the test's
+# short rehearsal (scripts/rehearse.py --bench) sets them to stay short.
 BENCH ?=
 BENCH_ARGS = $(foreach b,$(BENCH),--bench '$(b)')
+ROUNDS ?=
 
 # main: the full suite on main's first-parent commits of the push (BEFORE..AFTER) and any
 # older ones the store lacks, each ingested into STORE as soon as it is measured; a snapshot
@@ -105,7 +108,8 @@ HEAD_SHA ?= HEAD
 GATE_STORE ?= results/gate.duckdb
 GATE = base=$$(git merge-base $(BASE_SHA) $(HEAD_SHA)) || exit 2; \
 	$(BIN)/python -m ragbench gate --store $(GATE_STORE) --base $$base --head $(HEAD_SHA) \
-	  --report results/gate.md --json results/gate.json $(BENCH_ARGS)
+	  --report results/gate.md --json results/gate.json $(BENCH_ARGS) \
+	  $(if $(ROUNDS),--rounds $(ROUNDS))
 gate: setup
 	mkdir -p results
 	$(GATE)

@@ -426,8 +426,8 @@ class Runner:
                    "GITHUB_RUN_ID": str(self.run_id), "GITHUB_SERVER_URL": "https://github.invalid",
                    "GITHUB_OUTPUT": str(temp / f"output-{n}"), "GITHUB_ENV": str(temp / "env"),
                    "RUNNER_OS": "Linux", "RUNNER_TEMP": str(temp)}  # fmt: skip
-            if self.bench:  # the rehearsal's one addition: a narrower suite, to stay short
-                env["BENCH"] = " ".join(self.bench)
+            if self.bench:  # the short rehearsal's additions: a narrower suite, one gate round
+                env.update(BENCH=" ".join(self.bench), ROUNDS="1")
             step_log = logs / f"{n:02d}.log"
             try:
                 if "run" in step:
@@ -777,8 +777,9 @@ def main(argv=None) -> int:
                          "directory, removed after a clean rehearsal)")  # fmt: skip
     ap.add_argument("--keep", action="store_true", help="keep the work directory")
     ap.add_argument("--bench", action="append", default=[], metavar="REGEX",
-                    help="narrow the suite in bench-main and the gate (make's BENCH); "
-                         "default: the workflows' full and quick suites")  # fmt: skip
+                    help="narrow the suite in bench-main and the gate (make's BENCH), and "
+                         "gate in one round (ROUNDS=1); default: the workflows' full and quick "
+                         "suites, the policies' rounds")  # fmt: skip
     ap.add_argument("-v", "--verbose", action="store_true", help="stream every step's output")
     args = ap.parse_args(argv)
     flows = {p.stem: load_workflow(p) for p in sorted(WORKFLOWS.glob("*.yml"))}

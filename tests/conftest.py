@@ -17,13 +17,33 @@ if not HAS_CUDA:
     os.environ.setdefault("TRITON_INTERPRET", "1")
 
 
+# make test runs two workers (pytest -n 2), each taking whole files: the longest file first,
+# so that the other worker takes the rest beside it, and the files that read the quick asv run
+# (the session fixture quick_run, ~90 s on 2 cores) on one worker, so that it is built once.
+# (xdist's own --dist loadgroup loses its groups under pytest 9.2.)
+FIRST = "tests/test_rehearsal.py"
+SHARED = {"tests/test_benchmarks.py": "quick_run", "tests/test_store.py": "quick_run"}
+
+
 def pytest_collection_modifyitems(config, items):
+    items.sort(key=lambda item: item.nodeid.split("::")[0] != FIRST)  # stable: the rest in order
     if HAS_CUDA:
         return
     skip = pytest.mark.skip(reason="needs a CUDA device")
     for item in items:
         if "gpu" in item.keywords:
             item.add_marker(skip)
+
+
+def pytest_xdist_make_scheduler(config, log):
+    from xdist.scheduler import LoadScopeScheduling
+
+    class ByFile(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            path = nodeid.split("::")[0]
+            return SHARED.get(path, path)
+
+    return ByFile(config, log)
 
 
 @pytest.fixture

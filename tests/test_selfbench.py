@@ -14,7 +14,9 @@ REPO = Path(__file__).resolve().parent.parent
 
 def test_selfbench_runs_and_is_ingested(tmp_path):
     out_json = tmp_path / "selfbench.json"
-    env = {**os.environ, "RAGBENCH_SELFBENCH_COMMITS": "30"}
+    # not as an xdist worker (make test's): pytest-benchmark would switch itself off
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PYTEST_XDIST")}
+    env["RAGBENCH_SELFBENCH_COMMITS"] = "30"
     run = subprocess.run(
         [sys.executable, "-m", "pytest", "selfbench", "-q", "-p", "no:cacheprovider",
          "--benchmark-json", str(out_json), "--benchmark-max-time=0.05"],

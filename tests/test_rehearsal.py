@@ -1,0 +1,108 @@
+"""The workflows' fault cases, read from one rehearsal (scripts/rehearse.py, from a fresh copy
+of this working tree): a NaN kernel on a pull request through asv, acceptance by label, a later
+push, a fork, a push GitHub cancelled while it waited, and what the pull request's code could
+reach. Its own file: make test's workers take whole files, and this one's ~6 minutes run
+beside the rest."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from conftest import fresh_copy
+from test_faults import KERNEL_ERROR
+
+from ragbench.store import Store
+
+
+class Rehearsal:
+    def __init__(self, work: Path, stdout: str):
+        self.work, self.stdout = work, stdout
+        self.store = work / "runner" / "perf.duckdb"
+        self.github = json.loads((work / "github.json").read_text())
+        self.shas = json.loads((work / "shas.json").read_text())
+
+    def sha(self, key: str) -> str:
+        return self.shas[key]
+
+    def row(self, event: str, job: str) -> str:
+        rows = [ln for ln in self.stdout.splitlines() if ln.startswith(f"| {event} |")]
+        return "\n".join(r for r in rows if job in r)
+
+    def gate_json(self, key: str) -> dict:
+        for path in self.work.glob("artifacts/*/ragbench-gate/gate.json"):
+            doc = json.loads(path.read_text())
+            if doc["head"] == self.sha(key):
+                return doc
+        raise AssertionError(f"no gate artifact for the {key} head")
+
+
+@pytest.fixture(scope="module")
+def rehearsal(tmp_path_factory) -> Rehearsal:
+    """scripts/rehearse.py on a fresh copy of this working tree: about 7 minutes on 2 cores,
+    most of it the copy's set-up, three gates and three main commits through asv."""
+    tmp = tmp_path_factory.mktemp("rehearsal")
+    repo = fresh_copy(tmp / "repo")
+    work = tmp / "work"
+    out = subprocess.run(
+        [sys.executable, "-m", "scripts.rehearse", "--bench", KERNEL_ERROR, "--workdir",
+         str(work)], capture_output=True, text=True, cwd=repo, timeout=2400,
+    )  # fmt: skip
+    assert out.returncode == 0, out.stdout + out.stderr[-5000:]
+    assert "All as expected" in out.stdout
+    return Rehearsal(work, out.stdout)
+
+
+def test_the_rehearsal_ended_as_expected(rehearsal):
+    """Every event's jobs ended as expected and the rehearsal's own checks held (the store,
+    the one comment, the statuses, the artifacts, the summary)."""
+    assert "make bench-main: success" in rehearsal.row("push", "bench-main / bench")
+    assert "| skipped |" in rehearsal.row("pr-fork", "bench-pr / gate")
+    assert "bench-pr-verdict / verdict | skipped" in rehearsal.row("pr-fork", "verdict")
+
+
+def test_a_push_github_dropped_is_measured_by_the_next(rehearsal):
+    s = Store(rehearsal.store, read_only=True)
+    main = {r["commit_hash"] for r in s.runs()}
+    assert rehearsal.sha("dropped") in main and len(main) == 3
+
+
+def test_the_nan_kernel_fails_the_gate_through_asv_and_the_workflows(rehearsal):
+    """PR 1's NaN commit, measured by bench-pr's gate through asv: its kernel-error cells are
+    NaN on head (missing), the gate fails, the trusted verdict fails the status."""
+    gate = rehearsal.gate_json("nan")
+    assert gate["verdict"] == "fail"
+    missing = {(f["metric"], f["param_key"]) for f in gate["failures"] if f["status"] == "missing"}
+    assert missing == {(metric, f"backend=triton,dtype={dtype}")
+                       for metric in ("error_ratio", "max_abs_error")
+                       for dtype in ("float32", "float16")}  # fmt: skip
+    assert rehearsal.row("pr-nan", "bench-pr / gate").count("make gate-pr: success")
+    assert "| failure |" in rehearsal.row("pr-nan", "bench-pr-verdict / verdict")
+    assert rehearsal.github["statuses"][rehearsal.sha("nan")][0]["state"] == "failure"
+
+
+def test_pull_request_code_never_reaches_the_store_or_the_token(rehearsal):
+    """The gate job ran the PR's code with neither the token nor the store path in any step's
+    environment (the rehearsal checks every step), and the persistent store holds main's runs
+    only: every gate measured into its scratch store."""
+    assert "the PR's gate job saw" not in rehearsal.stdout
+    s = Store(rehearsal.store, read_only=True)
+    runs = s.runs(any_branch=True, gate_runs=True)
+    assert runs and {r["branch"] for r in runs} == {"main"} and not any(r["label"] for r in runs)
+    assert {g["head"] for g in (s.gate(1, rehearsal.sha(k)) for k in ("clean", "nan", "later"))}
+
+
+def test_acceptance_needs_write_access_and_holds_for_its_commit_only(rehearsal):
+    s = Store(rehearsal.store, read_only=True)
+    nan, later = rehearsal.sha("nan"), rehearsal.sha("later")
+    assert {a["accepted_by"] for a in s.acceptances(nan)} == {"maintainer"}
+    assert not s.acceptances(later)  # the later push needs a new acceptance
+    assert "| failure |" in rehearsal.row("pr-label-outsider", "bench-accept / accept")
+    assert "| skipped |" in rehearsal.row("pr-label-other", "bench-accept / accept")
+    assert "bench-pr /" not in rehearsal.row("pr-label-other", "")  # no gate on a label
+    states = [st["state"] for st in rehearsal.github["statuses"][nan]]
+    assert states == ["failure", "failure", "success", "failure", "success"]
+    assert "perf-regression-accepted" not in rehearsal.github["labels"]["1"]  # stale: taken off
