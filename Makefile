@@ -55,8 +55,8 @@ tour: setup
 	$(BIN)/python -m scripts.tour
 
 # The asv suite on HEAD in the current environment, into .asv/results (GPU benchmarks are
-# skipped without a GPU; the CPU subset runs instead). Quick: pull requests (~3 min on the
-# H100, ~1.5 min on a 2-core CPU machine). Full: main (~9 min on the H100). COMMITS picks others.
+# skipped without a GPU; the CPU subset runs instead). Quick: pull requests (~1.5 min on the
+# H100 or on a 2-core CPU machine). Full: main (~9 min on the H100). COMMITS picks others.
 COMMITS ?= HEAD
 bench: setup
 	$(BIN)/python -m ragbench run --mode quick $(COMMITS)

@@ -1,12 +1,11 @@
 """asv glue shared by the suite: grid mode, versions, cached grids, sample results.
 
-How the suite runs under asv (``asv run --launch-method spawn``: CUDA does not survive a fork).
-Each class measures its whole grid once, in ``setup_cache``: one process and one CUDA context,
-the backends of one workload measured in alternating rounds so that their ratios are honest.
-Its ``track_`` methods then return one cell of that cache (``_measure`` holds the three
-caches). asv starts one process per method and parameter set. Those processes import neither
-torch nor ragged (the benchmark modules import them inside ``setup_cache`` only), so a cell
-costs a Python start-up instead of a torch import and a CUDA initialisation.
+How the suite runs under asv (``asv run --launch-method forkserver``): each process is a fork
+of a server that imported the suite, and CUDA is initialised only in the forks (it does not
+survive a fork). Each class measures its whole grid once, in ``setup_cache``: one process and
+one CUDA context, the backends of one workload measured in alternating rounds so that their
+ratios are honest. Its ``track_`` methods then return one cell of that cache (``_measure``
+holds the three caches), in a fork each: a cell costs a fork, not a start-up.
 
 A ``track_`` method returns ``{"samples": [...], "number": 1}``. asv's runner reads that dict as
 a timing result: it stores the median with quartiles and a 99% interval, and keeps the raw

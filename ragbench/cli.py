@@ -21,7 +21,7 @@ from . import detect, fingerprint, suite
 from .paired import PROCESSES as PAIRED_PROCESSES
 from .store import BRANCH_VAR, ENV_VAR, FAILED, Store, StoreError, default_path, history_branch
 
-MODE_HELP = "grid size: quick (pull requests, make demo; ~1 min on an H100 GPU) or full (main)"
+MODE_HELP = "grid size: quick (pull requests, make demo; ~1.5 min on an H100 GPU) or full (main)"
 
 
 def _log(msg: str) -> None:

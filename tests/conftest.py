@@ -92,7 +92,7 @@ def commit(repo: Path, path: str, text: str, message: str, append: bool = True) 
 
 @pytest.fixture(scope="session")
 def quick_run(tmp_path_factory):
-    """``ragbench run`` (asv, spawn, quick grid) on HEAD into a temporary results dir."""
+    """``ragbench run`` (asv, forkserver, quick grid) on HEAD into a temporary results dir."""
     tmp = tmp_path_factory.mktemp("asv")
     env = {**os.environ, "HOME": str(tmp)}  # asv's machine file goes to $HOME
     env.pop("RAGBENCH_MODE", None)

@@ -160,7 +160,7 @@ def test_run_rejects_a_bad_revision(tmp_path):
 
 def test_asv_configs():
     conf = json.loads((REPO / "asv.conf.json").read_text())
-    assert conf["environment_type"] == "existing" and conf["launch_method"] == "spawn"
+    assert conf["environment_type"] == "existing" and conf["launch_method"] == "forkserver"
     assert conf["branches"] == ["main"] and conf["benchmark_dir"] == "benchmarks"
     venv = json.loads((REPO / "asv.virtualenv.conf.json").read_text())
     assert venv["environment_type"] == "virtualenv" and "torch" in venv["matrix"]["req"]
