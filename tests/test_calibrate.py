@@ -63,3 +63,32 @@ def test_analysis_counts_false_alarms_and_detections(tmp_path, capsys):
     assert calibrate.main(["analyze", str(tmp_path), "--write", str(tmp_path / "c.md")]) == 0
     text = (tmp_path / "c.md").read_text()
     assert "A/A (blocks)" in text and "triton kernel +5%" in text and "Threshold sweep" in text
+
+
+def _paired_doc(design: str, rng, slow: dict) -> dict:
+    """One calibration process of ``design``: a triton and an fa2 host_us cell, 40 rounds of
+    1% noise, each arm's triton values slowed by ``slow[arm]``."""
+    arms = calibrate.DESIGNS[design]
+    cells = []
+    for backend in ("triton", "fa2"):
+        values = {}
+        for arm in arms:
+            f = 1 + (slow.get(arm, 0.0) if backend == "triton" else 0.0)
+            values[arm] = list(10.0 * f * (1 + 0.01 * rng.standard_normal(40)))
+        cells.append({"benchmark": "kernel.KernelLatency", "metric": "host_us", "unit": "us",
+                      "params": {"backend": backend}, "values": values, "errors": {}})  # fmt: skip
+    return {"arms": dict.fromkeys(arms, "src"), "errors": {}, "cells": cells}
+
+
+def test_paired_analysis_counts_both_designs():
+    """A detect collection gives one A/A and one comparison a planted slowdown a process
+    group, an aa collection two A/A; planted +10% caught, no A/A alarm."""
+    rng = np.random.default_rng(0)
+    detect = [_paired_doc("detect", rng, {"h05": 0.05, "h10": 0.10}) for _ in range(3)]
+    aa = [_paired_doc("aa", rng, {}) for _ in range(6)]
+    r = calibrate.paired_rates([detect, aa], calibrate.detect_policies())
+    assert r["groups"] == 3
+    assert r["A/A"]["runs"] == 1 + 2 * 2 and r["A/A"]["alarm_runs"] == 0
+    assert r["+10%"]["runs"] == 1 and r["+10%"]["per"][("kernel.KernelLatency.host_us", True)][
+        "regression"] == 1  # fmt: skip
+    assert r["A/A"]["per"][("kernel.KernelLatency.host_us", False)]["n"] == 2 * 5

@@ -140,11 +140,12 @@ def test_a_slower_head_is_caught_in_one_process(tmp_path, monkeypatch):
     }
 
 
-def test_anchored_ratios_are_tracked_on_main_only():
+def test_the_anchored_host_ratio_is_tracked_on_main_only():
     pol = detect.load_policies()
-    policy = pol.for_metric("kernel.AnchoredFloor", "floor_ratio")
+    policy = pol.for_metric("kernel.AnchoredFloor", "host_ratio")
     assert policy.history_only and not policy.paired
-    key = ("kernel.AnchoredFloor", "floor_ratio", "geometry=deit_b")
+    assert pol.for_metric("kernel.AnchoredFloor", "floor_ratio").kind == "info"  # spreads 4%
+    key = ("kernel.AnchoredFloor", "host_ratio", "geometry=deit_b")
     base = {key: Cell(*key, {"geometry": "deit_b"}, "ratio", [1.0] * 40)}
     head = {key: Cell(*key, {"geometry": "deit_b"}, "ratio", [1.5] * 40)}
     c = detect.compare(base, head, pol)
@@ -196,6 +197,6 @@ def test_main_does_not_judge_host_time_of_separate_runs():
     key = ("kernel.DispatchFloor", "floor_us", "backend=triton")
     rep = detect.history(points, key, {}, "us", detect.load_policies())
     assert rep.status == "info" and rep.change_points == []
-    rep = detect.history(points, ("kernel.AnchoredFloor", "floor_ratio", "g"), {}, "ratio",
+    rep = detect.history(points, ("kernel.AnchoredFloor", "host_ratio", "g"), {}, "ratio",
                          detect.load_policies())  # fmt: skip
     assert rep.status != "info" and rep.change_points == [6]
