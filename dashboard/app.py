@@ -23,8 +23,9 @@ import streamlit as st
 # `streamlit run dashboard/app.py` puts dashboard/ on the path, not the repository
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from dashboard import PAGES, paper
+from dashboard import PAGES, SEVERITY, paper
 from ragbench import detect, gate, stats
+from ragbench.report import sensitivity_line
 from ragbench.store import FAILED, Store, default_path, history_branch
 
 POLICIES = detect.load_policies()
@@ -118,23 +119,32 @@ def chart(
     change_points=None,
     key: str,
     y_title: str | None = None,
+    log: bool = False,
 ):
-    """A line over commits with hover (commit, date, value, spread) and a CSV download."""
+    """A line over the commits in their order (the hover has the commit and its time, the
+    value and its spread) and a CSV download. ``log``: a log axis (values <= 0 left out)."""
+    if log:
+        df = df[df[y] > 0]
     if df.empty:
         st.info(f"{title}: no data for these filters.")
         return
     df = commit_link(df)
+    order = {t: i for i, t in enumerate(sorted(df["commit_time"].unique()), 1)}
+    df["commit #"] = df["commit_time"].map(order)
     tooltip = [
         "commit",
-        alt.Tooltip("commit_time:T", title="date"),
+        alt.Tooltip("commit_time:T", title="commit time", format="%Y-%m-%d %H:%M"),
         alt.Tooltip(f"{y}:Q", format=".4g"),
     ]
     tooltip += [c for c in ("q25", "q75", "torch", "triton") if c in df]
     if color:
         tooltip.append(color)
+    scale = alt.Scale(type="log") if log else alt.Scale(zero=False)
     enc = {
-        "x": alt.X("commit_time:T", title="commit time"),
-        "y": alt.Y(f"{y}:Q", title=y_title or y, scale=alt.Scale(zero=False)),
+        "x": alt.X(
+            "commit #:Q", title="commit (oldest first)", axis=alt.Axis(format="d", tickMinStep=1)
+        ),
+        "y": alt.Y(f"{y}:Q", title=y_title or y, scale=scale, axis=alt.Axis(format=".3g")),
         "tooltip": tooltip,
     }
     if color:
@@ -142,7 +152,7 @@ def chart(
     if "url" in df:
         enc["href"] = "url:N"
     layers = [alt.Chart(df).mark_line(point=True).encode(**enc)]
-    if {"q25", "q75"} <= set(df) and df["q25"].notna().any():
+    if {"q25", "q75"} <= set(df) and df["q25"].notna().any() and not log:
         band = {k: v for k, v in enc.items() if k in ("x", "color")}
         layers.insert(0, alt.Chart(df).mark_area(opacity=0.2).encode(y="q25:Q", y2="q75:Q", **band))
     for label, value, colour in rules or []:
@@ -155,10 +165,12 @@ def chart(
     if change_points is None and st.session_state.get("mark_change_points"):
         change_points = line_change_points(df, y, color)
     if change_points is not None and not change_points.empty:
+        change_points = change_points.assign(
+            **{"commit #": change_points["commit_time"].map(order)})  # fmt: skip
         layers.append(
             alt.Chart(change_points)
             .mark_rule(color="red")
-            .encode(x="commit_time:T", tooltip=["commit", "cause"])
+            .encode(x="commit #:Q", tooltip=["commit", "cause"])
         )
     st.altair_chart(alt.layer(*layers).properties(title=title, height=280), width="stretch")
     download(df, title, key)
@@ -183,20 +195,68 @@ def filtered(df: pd.DataFrame, f: dict) -> pd.DataFrame:
     return df[keep]
 
 
+# What a page opens on, most telling first: the timed and throughput metrics (a GPU machine's,
+# then the CPU subset's), never a hash or a drift series.
+PREFERRED = {
+    "benchmark": (
+        "pipeline.Throughput",
+        "kernel.DispatchFloor",
+        "kernel.KernelLatency",
+        "cpu.Pipeline",
+    ),
+    "metric": ("img_per_s", "floor_us", "call_us", "gpu_us"),
+}
+
+
 def pick(label: str, options: list, key: str):
-    """A select box over ``options``, preselected from the URL parameter ``key``."""
+    """A select box over ``options``, preselected from the URL parameter ``key``, else on the
+    first of ``PREFERRED[key]`` there is."""
     options = sorted({o for o in options if o is not None}, key=str)
     if not options:
         return None
     wanted = st.query_params.get(key)
-    index = options.index(wanted) if wanted in options else 0
-    return st.selectbox(label, options, index=index, key=key)
+    if wanted not in options:
+        wanted = next((o for o in PREFERRED.get(key, ()) if o in options), options[0])
+    return st.selectbox(label, options, index=options.index(wanted), key=key)
 
 
 def narrow(df: pd.DataFrame, column: str, label: str, key: str) -> tuple[pd.DataFrame, object]:
     """Pick one value of ``column`` (``pick``); -> the rows that have it, and the value."""
     value = pick(label, list(df[column]), key)
     return df[df[column] == value], value
+
+
+# Every status word the pages show, explained where it shows.
+STATUS_WORDS = {
+    "regression": "worse beyond the metric's threshold, and significant",
+    "improvement": "better beyond the threshold, and significant",
+    "unchanged": "no significant change beyond the threshold, with the power to see one",
+    "inconclusive": "the samples could not have shown a change of the threshold",
+    "violation": "a deterministic bound (drift, kernel error) broken on head",
+    "pre-existing": "the bound was broken on base too",
+    "failed": "the benchmark raised on head",
+    "missing": "base has a value, head none (NaN, skipped or gone)",
+    "new": "head has a value, base none: not counted",
+    "hash-changed": "the output hash changed: reported, never a failure",
+    "accepted": "a maintainer accepted this change: the new baseline",
+    "short": "too few earlier runs in this environment to judge",
+    "env-change": "the environment (torch, triton, driver ...) changed: judged from the new one",
+    "info": "recorded and shown, never judged (not calibrated)",
+}
+
+
+def legend(statuses) -> None:
+    """A caption explaining each status word in ``statuses``."""
+    words = [s for s in STATUS_WORDS if s in set(statuses)]
+    if words:
+        st.caption("; ".join(f"**{s}**: {STATUS_WORDS[s]}" for s in words))
+
+
+def worse_by(change: float | None) -> str:
+    """A verdict's change in the bad direction, saying which way is worse."""
+    if change is None:
+        return ""
+    return f"{change * 100:+.1f}% ({'worse' if change > 0 else 'better'})"
 
 
 def cell_params(cell: str) -> dict[str, str]:
@@ -226,15 +286,18 @@ def overview(ctx):
             head = tuple(mine[mine["commit_hash"] == commits[0]]["run_id"])
             base = tuple(mine[mine["commit_hash"] == commits[1]]["run_id"])
             c = comparison(ctx["path"], ctx["mtime"], base, head, False)
-            status = "FAIL" if c.failed else "PASS"
+            status = {"fail": "FAIL", "inconclusive": "INCONCLUSIVE"}.get(c.headline, "PASS")
             st.markdown(
                 f"**Gate, latest commit against {commits[1][:12]}: {status}** - "
                 f"{len(c.by_status('regression'))} regression(s), "
                 f"{len(c.by_status('violation'))} bound violation(s), "
                 f"{len(c.by_status('failed'))} failed, {len(c.by_status('missing'))} missing, "
                 f"{len(c.by_status('improvement'))} improvement(s), "
-                f"{len(c.by_status('unchanged'))} unchanged"
+                f"{len(c.by_status('unchanged'))} unchanged, "
+                f"{len(c.by_status('inconclusive'))} inconclusive"
             )
+            st.caption(" ".join(sensitivity_line(c)) + " (separate runs from the store; "
+                       "a pull request's gate measures both sides in one job)")  # fmt: skip
             found = [(v.key, v.status, v.change) for v in c.verdicts if v.status in FOUND]
             links(m, found)
         failed = query(ctx["path"], ctx["mtime"], ctx["branch"], "series", machine=m,
@@ -255,20 +318,21 @@ def overview(ctx):
         links(m, flagged)
 
 
-FOUND = ("regression", "accepted", "improvement", "violation", "failed", "missing")
+FOUND = ("regression", "accepted", "improvement", "violation", "failed", "missing", "inconclusive")
 
 
 def links(machine: str, found: list[tuple]) -> None:
     """A table of flagged cells, each linking to its series page."""
     if not found:
         return
-    lines = ["| series | status | change |", "|---|---|---|"]
+    lines = ["| series | status | change (+: worse) |", "|---|---|---|"]
     for (bench, metric, cell), status, change in found:
         query = {"page": "Series", "machine": machine, "benchmark": bench, "metric": metric,
                  "cell": cell}  # fmt: skip
-        pct = f"{change * 100:+.1f}%" if change is not None else ""
-        lines.append(f"| [{bench}.{metric} {cell}](?{urlencode(query)}) | {status} | {pct} |")
+        lines.append(f"| [{bench}.{metric} {cell}](?{urlencode(query)}) | {status} | "
+                     f"{worse_by(change)} |")  # fmt: skip
     st.markdown("\n".join(lines))
+    legend([status for _, status, _ in found])
 
 
 def dispatch_floors(ctx):
@@ -363,8 +427,13 @@ def numeric_drift(ctx):
     rules = [(f"bound {bound.max}", bound.max, "red")] if bound.max is not None else []
     if ctx["paper"]:
         rules.append(("paper's largest (BS 4)", paper.MAX_ABS_LOGIT_DIFF, "grey"))
-    chart(df, "max_abs_diff", "backend", "max |logit difference|", rules=rules, key="drift-max")
-    chart(df, "mean_abs_diff", "backend", "mean |logit difference|", key="drift-mean")
+    st.caption(
+        "log axes: drift of 1e-7 and a bound of 1e-4 on one chart; the reference "
+        "itself (0) is not drawn"
+    )
+    chart(df, "max_abs_diff", "backend", "max |logit difference|", rules=rules, key="drift-max",
+          log=True)  # fmt: skip
+    chart(df, "mean_abs_diff", "backend", "mean |logit difference|", key="drift-mean", log=True)
     chart(
         df,
         "top1_agreement",
@@ -392,28 +461,43 @@ def compare(ctx):
     c = comparison(ctx["path"], ctx["mtime"], ids[base], ids[head], True)
     rows = [
         {
-            "benchmark": v.key[0],
-            "metric": v.key[1],
-            "cell": v.key[2],
             "status": v.status,
-            "base": v.base,
-            "head": v.head,
-            "ratio": v.ratio,
-            "interval": f"{v.interval[0]:.3f}-{v.interval[1]:.3f}" if v.interval else "",
+            "metric": f"{v.key[0]}.{v.key[1]}",
+            "cell": v.key[2],
+            "change (+: worse)": worse_by(v.change),
+            "interval of head/base": f"{v.interval[0]:.3f}-{v.interval[1]:.3f}"
+            if v.interval
+            else "",
             "p (Holm)": v.p_adj,
-            "threshold": v.policy.threshold if v.p is not None else None,
+            "base": _shown(v.base, v.unit),
+            "head": _shown(v.head, v.unit),
             "note": v.note,
+            "_rank": (
+                SEVERITY.index(v.status) if v.status in SEVERITY else len(SEVERITY),
+                -abs(v.change or 0.0),
+            ),
         }
         for v in c.verdicts
         if v.status != "info"
     ]
-    df = pd.DataFrame(rows)
+    df = pd.DataFrame(rows).sort_values("_rank", kind="stable").drop(columns="_rank")
+    headline = {"fail": "FAIL", "inconclusive": "INCONCLUSIVE"}.get(c.headline, "PASS")
     st.markdown(
-        f"**{'FAIL' if c.failed else 'PASS'}**: "
-        + ", ".join(f"{n} {s}" for s, n in df["status"].value_counts().items())
+        f"**{headline}**: " + ", ".join(f"{n} {s}" for s, n in df["status"].value_counts().items())
     )
-    st.dataframe(df, width="stretch", hide_index=True)
+    st.dataframe(df, width="stretch", hide_index=True,
+                 column_config={"cell": st.column_config.TextColumn(width="medium")})  # fmt: skip
+    legend(df["status"])
     download(df, "compare", "compare")
+
+
+def _shown(value, unit: str | None) -> str:
+    """A table value: hashes in hex, numbers to 4 significant digits."""
+    if value is None:
+        return ""
+    if unit == "hash":
+        return f"{int(value):012x}"
+    return f"{value:.4g}"
 
 
 def pick_series(ctx):
@@ -528,7 +612,7 @@ def main() -> None:
         st.title("ragged performance")
         st.info(
             f"No results store at `{path}`. Fill it: `make demo` (benchmarks the last "
-            "commits here), or `python -m ragbench ingest <asv results dir>`; point the "
+            "commits here), or `.venv/bin/ragbench ingest <asv results dir>`; point the "
             "dashboard at another file with `-- --store PATH` or `$RAGBENCH_STORE`."
         )
         return
@@ -546,7 +630,7 @@ def main() -> None:
         unnamed = branches.get(None, 0)
         st.info(
             f"The store `{path}` holds no runs of branch `{branch}` yet. Fill it: `make demo`, "
-            "or `python -m ragbench ingest --branch main <asv results dir>`."
+            "or `.venv/bin/ragbench ingest --branch main <asv results dir>`."
             + (f" ({unnamed} run(s) were ingested without a branch.)" if unnamed else "")
         )
         return

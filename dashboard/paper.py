@@ -1,6 +1,6 @@
 """The paper's published figures (RTX 4000 Ada, SM89): an optional reference overlay.
 
-From ../shared/reference/paper-dispatch-aware-ragged-attention.txt: Table I (kernel latency,
+From "Dispatch-Aware Ragged Attention for Pruned Vision Transformers": Table I (kernel latency,
 DeiT-B geometry, ms converted to us; CUDA events around one call: our ``call_us``) and
 Table III (end-to-end img/s at 224, Threshold-L2 at 50%). Their machine, their stack: for
 orientation, never for a ratio against our runs.

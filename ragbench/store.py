@@ -49,6 +49,9 @@ ENV_FIELDS = ("gpu", "driver", "cuda", "torch", "triton", "python")
 VARIANT_PARAMS = ("backend", "pipeline")
 # Units where a larger value is better; every other timed unit is a latency.
 HIGHER_IS_BETTER = ("img/s", "rows/s", "ops/s")
+# Units a speedup is taken of: times and throughputs (a ratio of hashes, drift or clocks is
+# no speedup).
+SPEED_UNITS = ("us", "ms", "s", "seconds", *HIGHER_IS_BETTER)
 # A measurement's status: a value, or a benchmark that raised (asv records it as null).
 OK, FAILED = "ok", "failed"
 # How long a writer may keep the file between transactions before it lets readers in: opening
@@ -141,7 +144,7 @@ SELECT c.run_id, c.commit_hash, c.commit_time, c.branch, c.machine, c.env_key, c
 FROM series c JOIN measurements b
   ON b.run_id = c.run_id AND b.benchmark = c.benchmark AND b.metric = c.metric
  AND b.group_key = c.group_key AND b.variant <> c.variant
-WHERE c.variant IS NOT NULL AND c.median > 0 AND b.median > 0;
+WHERE c.variant IS NOT NULL AND c.median > 0 AND b.median > 0 AND c.unit IN {SPEED_UNITS!r};
 
 CREATE OR REPLACE VIEW dispatch_floors AS
 SELECT run_id, commit_hash, commit_time, branch, machine, env_key, gpu, torch, triton, label,

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from dashboard import PAGES
+from dashboard import PAGES, SEVERITY
 from ragbench import synth
 from ragbench.ingest import ingest
 from ragbench.store import Store
@@ -73,10 +73,17 @@ def test_every_page_renders_with_data(store, page):
     at = app(store, page=page, machine="synthetic")
     assert not at.exception, at.exception
     assert at.sidebar.radio[0].value == page
-    if page == "Compare":
-        assert (at.dataframe and "PASS" in texts(at)) or "FAIL" in texts(at)
+    if page == "Compare":  # the headline; the table by severity, hashes in hex
+        assert any(w in texts(at) for w in ("PASS", "FAIL", "INCONCLUSIVE"))
+        df = at.dataframe[0].value
+        ranks = [SEVERITY.index(s) for s in df["status"]]
+        assert ranks == sorted(ranks) and "change (+: worse)" in df
+        hashes = df[df["metric"].str.endswith("output_hash")]
+        assert not hashes.empty and hashes["base"].str.fullmatch(r"[0-9a-f]{12}").all()
     else:
         assert charts(at) >= 1, page
+    if page in ("Speedups", "Series"):  # opens on a timed metric, never a hash or drift
+        assert at.selectbox(key="metric").value in ("img_per_s", "floor_us", "call_us")
     assert at.get("download_button"), page
 
 
