@@ -54,7 +54,7 @@ screenshots: setup
 tour: setup
 	$(BIN)/python -m scripts.tour
 
-# The asv suite on HEAD in the current environment, into .asv/results (GPU benchmarks are
+# The asv suite on HEAD in the current environment, into results/asv (GPU benchmarks are
 # skipped without a GPU; the CPU subset runs instead). Quick: pull requests (~1.5 min on the
 # H100 or on a 2-core CPU machine). Full: main (~9 min on the H100). COMMITS picks others.
 COMMITS ?= HEAD
@@ -91,7 +91,7 @@ AFTER ?= HEAD
 bench-main: setup
 	mkdir -p results
 	$(BIN)/python -m ragbench record --store $(STORE) --after $(AFTER) \
-	  $(if $(BEFORE),--before $(BEFORE)) --results results/asv-main $(BENCH_ARGS); \
+	  $(if $(BEFORE),--before $(BEFORE)) --results results/asv $(BENCH_ARGS); \
 	rc=$$?; if [ -f $(STORE) ]; then cp $(STORE) results/store-snapshot.duckdb; fi; exit $$rc
 
 # main's history into the summary; a regression on main (exit 1) is reported, not a failure
@@ -137,7 +137,7 @@ gate-accept: setup
 rehearse: setup
 	$(BIN)/python -m scripts.rehearse $(BENCH_ARGS)
 
-# The kernel timing table of ../shared/design.md's metrics (needs a CUDA GPU).
+# The kernel timing table (docs/metrics.md defines its metrics; needs a CUDA GPU).
 bench-kernel: setup
 	$(BIN)/python -m scripts.kernel_bench --out results/kernel
 

@@ -1,4 +1,4 @@
-"""Timing primitives for microsecond GPU work (definitions in ../shared/design.md).
+"""Timing primitives for microsecond GPU work (definitions in docs/metrics.md).
 
 Kept out of ``ragged``: asv runs today's suite against older builds of the library, and the
 ruler must not move with them. Bump ``HARNESS_VERSION`` whenever a definition changes: it is

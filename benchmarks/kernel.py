@@ -1,6 +1,6 @@
 """Kernel latency of every attention backend on packed ragged batches (DeiT geometry, fp16).
 
-``call_us``, ``gpu_us`` and ``host_us`` as ../shared/design.md defines them, measured by
+``call_us``, ``gpu_us`` and ``host_us`` as docs/metrics.md defines them, measured by
 ``_harness.measure_interleaved``: the backends of one workload in alternating rounds. asv's
 wall-clock timer cannot time microsecond GPU work (it never synchronises the device), hence
 ``track_`` benchmarks carrying the harness's raw samples. GPU only. Axes: ``_grids``.

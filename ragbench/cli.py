@@ -1,4 +1,4 @@
-"""``ragbench``: the command line of the benchmark suite (``python -m ragbench --help``).
+"""``ragbench``: the command line of the benchmark suite (``.venv/bin/ragbench --help``).
 
 Exit codes, for every command: 0 ok; 1 a regression or failure found (``run``: a benchmark
 failed; ``ingest``: a file refused; ``gate``, ``verdict``: the gate fails; ``detect``: the
@@ -238,7 +238,7 @@ def parser() -> argparse.ArgumentParser:
     )
     r.add_argument("--mode", choices=["quick", "full"], default="quick", help=MODE_HELP)
     r.add_argument("--results", type=Path, default=suite.RESULTS,
-                   help="asv results directory (default .asv/results)")  # fmt: skip
+                   help="asv results directory (default results/asv)")  # fmt: skip
     _machine_arg(r)
     _bench_arg(r)
     r.set_defaults(func=_run)
@@ -286,8 +286,8 @@ def parser() -> argparse.ArgumentParser:
     rec.add_argument("--before", default=None, help="the push's old tip (GitHub's before)")
     rec.add_argument("--after", default="HEAD", help="the push's new tip (default HEAD)")
     rec.add_argument("--mode", choices=["quick", "full"], default="full", help=MODE_HELP)
-    rec.add_argument("--results", type=Path, default=Path("results/asv-main"),
-                     help="asv results directory (default results/asv-main)")  # fmt: skip
+    rec.add_argument("--results", type=Path, default=suite.RESULTS,
+                     help="asv results directory (default results/asv)")  # fmt: skip
     rec.add_argument("--max-commits", type=int, default=30,
                      help="measure at most this many commits (default 30)")  # fmt: skip
     _store_arg(rec, history=True)

@@ -35,7 +35,8 @@ def _env(runs: list[dict]) -> str:
         return "no runs"
     r = runs[0]
     gpu = r.get("gpu") or "CPU"
-    return f"{gpu}, torch {r.get('torch')}, triton {r.get('triton')}, driver {r.get('driver')}"
+    driver = f", driver {r['driver']}" if r.get("driver") else ""  # none on a CPU machine
+    return f"{gpu}, torch {r.get('torch')}, triton {r.get('triton')}{driver}"
 
 
 def _stat_table(verdicts: list[Verdict]) -> list[str]:

@@ -28,7 +28,7 @@ from . import fingerprint
 
 REPO = Path(__file__).resolve().parent.parent
 CONFIG = REPO / "asv.conf.json"
-RESULTS = REPO / ".asv" / "results"  # the default results directory
+RESULTS = REPO / "results" / "asv"  # the default results directory (asv.conf.json's)
 
 
 class SuiteError(RuntimeError):
@@ -94,13 +94,33 @@ def checkout(sha: str, work: Path, prefix: str = "src") -> Iterator[Path]:
         git("worktree", "remove", "--force", str(path))
 
 
-def _asv(*args: str, env: dict, check: bool = True, quiet: bool = False) -> int:
+PERCENT = re.compile(r"^\[\s*(\d+(?:\.\d+)?)%\]")  # asv's progress prefix: "[ 33.33%] ..."
+
+
+def _asv(*args: str, env: dict, check: bool = True, quiet: bool = False,
+         log_file: Path | None = None, progress=None) -> int:  # fmt: skip
+    """asv, its output to stderr (stdout carries ragbench's own JSON output alone), or with
+    ``log_file`` appended there and every quarter of its progress reported to ``progress``."""
     cmd = [sys.executable, "-m", "asv", *args]
-    # asv's progress goes to stderr: stdout carries ragbench's own (JSON) output alone.
-    out = subprocess.DEVNULL if quiet else sys.stderr
-    rc = subprocess.run(cmd, env=env, stdout=out).returncode
+    if log_file is None:
+        out = subprocess.DEVNULL if quiet else sys.stderr
+        rc = subprocess.run(cmd, env=env, stdout=out).returncode
+    else:
+        with open(log_file, "a") as fh, subprocess.Popen(
+            cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+            errors="replace",
+        ) as proc:  # fmt: skip
+            shown = 0
+            for line in proc.stdout:
+                fh.write(line)
+                m = PERCENT.match(line)
+                if m and progress and float(m.group(1)) >= shown + 25:
+                    shown = int(float(m.group(1)) // 25 * 25)
+                    progress(shown)
+            rc = proc.wait()
     if check and rc != 0:
-        raise SuiteError(f"{' '.join(cmd[2:])} exited with {rc}")
+        where = f" (its log: {log_file})" if log_file else ""
+        raise SuiteError(f"{' '.join(cmd[2:])} exited with {rc}{where}")
     return rc
 
 
@@ -112,11 +132,13 @@ def run(
     machine: str | None = None,
     bench: list[str] = (),
     log=print,
+    asv_log: Path | None = None,
 ) -> list[dict]:
     """Benchmark each of ``revs`` (oldest first); -> one summary per commit.
 
     The summary holds the commit, the result file, its fingerprint file, the run's seconds and
     asv's exit status (non-zero when a benchmark failed; the others are still recorded).
+    ``asv_log``: asv's output goes to that file and ``log`` gets its progress by quarters.
     """
     try:
         import asv  # noqa: F401
@@ -136,7 +158,8 @@ def run(
             env[ANCHOR_ENV] = str(anchor)
         _asv("machine", "--yes", "--machine", machine, "--config", str(conf), env=env, quiet=True)
         for i, sha in enumerate(shas, 1):
-            log(f"[{i}/{len(shas)}] {sha[:12]} {git('log', '-1', '--format=%s', sha)[:60]}")
+            tag = f"[{i}/{len(shas)}] {sha[:12]}"
+            log(f"{tag} {git('log', '-1', '--format=%s', sha)[:60]}")
             with checkout(sha, work) as src:
                 path = os.pathsep.join(p for p in (str(src), env.get("PYTHONPATH")) if p)
                 commit_env = {**env, "ASV_PYTHONPATH": path, "PYTHONPATH": path}
@@ -151,7 +174,12 @@ def run(
                         "--record-samples", "--show-stderr"]  # fmt: skip
                 for b in bench:
                     args += ["--bench", b]
-                rc = _asv(*args, env=commit_env, check=False)
+                if asv_log is not None:
+                    with open(asv_log, "a") as fh:
+                        fh.write(f"\n=== ragbench: asv run of {sha} (asv's header may name "
+                                 "the checkout's branch tip instead)\n")  # fmt: skip
+                rc = _asv(*args, env=commit_env, check=False, log_file=asv_log,
+                          progress=lambda pct, tag=tag: log(f"{tag}: {pct}%"))  # fmt: skip
                 seconds = time.perf_counter() - t0
             result = _result_file(results_dir / machine, sha)
             if result is None:
@@ -159,7 +187,7 @@ def run(
             fp = fingerprint.collect(commit=sha, machine=machine, mode=mode)
             fp["run_seconds"] = round(seconds, 1)
             fp_path = fingerprint.write(result, fp)
-            log(f"[{i}/{len(shas)}] {sha[:12]}: {seconds:.0f} s, asv exit {rc}, {result}")
+            log(f"{tag}: {seconds:.0f} s, asv exit {rc}, {result}")
             summaries.append({"commit": sha, "result": str(result), "fingerprint": str(fp_path),
                               "seconds": seconds, "asv_exit": rc})  # fmt: skip
     return summaries

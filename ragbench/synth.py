@@ -68,13 +68,18 @@ def _benchmarks() -> dict:
 
 
 def _row(values, samples, t0: float) -> list:
-    q25 = [float(np.percentile(s, 25)) if s is not None else None for s in samples]
-    q75 = [float(np.percentile(s, 75)) if s is not None else None for s in samples]
-    keep = [list(map(float, s)) if s is not None else None for s in samples]
-    has = any(s is not None for s in samples)
-    return [values, None, "synthetic-1", int(t0 * 1e3), 0.5, None, None,
-            q25 if has else None, q75 if has else None, None, None, keep if has else None,
-            None]  # fmt: skip
+    """asv's columns (COLUMNS) of one benchmark; the 99% interval stood in for by the samples'
+    range (asv compare reads it)."""
+
+    def stat(f):
+        return [float(f(s)) if s is not None else None for s in samples]
+
+    if not any(s is not None for s in samples):
+        return [values, None, "synthetic-1", int(t0 * 1e3), 0.5] + [None] * 8
+    return [values, None, "synthetic-1", int(t0 * 1e3), 0.5, stat(np.min), stat(np.max),
+            stat(lambda s: np.percentile(s, 25)), stat(lambda s: np.percentile(s, 75)),
+            stat(lambda s: 1), stat(len), [list(map(float, s)) if s is not None else None
+                                           for s in samples], None]  # fmt: skip
 
 
 def write_history(out: Path, commits: int = 1000, samples: int = 10, seed: int = 0) -> Path:

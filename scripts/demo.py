@@ -7,7 +7,9 @@
 2. the result files ingested into the DuckDB store;
 3. the gate report of HEAD against its parent from the stored runs (``ragbench gate --stored``:
    in CI the gate measures base and head alternating in one job instead);
-4. where the results are and how to look at them.
+4. where the results are and how to look at them: commands that work as printed.
+asv's own output goes to results/asv.log; the terminal gets a line per step and per quarter of
+each commit's suite.
 A regression in the report does not fail the demo; unusable input does (exit 2).
 """
 
@@ -24,7 +26,8 @@ from ragbench.ingest import ingest
 from ragbench.report import gate_markdown
 from ragbench.store import Store, StoreError, history_branch
 
-RESULTS = Path("results/asv")
+RESULTS = suite.RESULTS  # asv.conf.json's: asv compare / publish / show read it
+ASV_LOG = RESULTS.parent / "asv.log"  # asv's own output (the terminal gets one line a quarter)
 
 
 def _log(msg: str) -> None:
@@ -49,8 +52,12 @@ def demo(args) -> int:
     machine = args.machine or fingerprint.default_machine()
     count = int(suite.git("rev-list", "--count", "HEAD"))
     commits = [f"HEAD~{i}" for i in reversed(range(min(args.commits, count)))]
-    _log(f"== 1/3 the quick suite on {len(commits)} commit(s), machine {machine!r}")
-    summaries = suite.run(commits, mode="quick", results_dir=RESULTS, machine=machine, log=_log)
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    ASV_LOG.write_text("")
+    _log(f"== 1/3 the quick suite on {len(commits)} commit(s), machine {machine!r} (asv's log: "
+         f"{ASV_LOG})")  # fmt: skip
+    summaries = suite.run(commits, mode="quick", results_dir=RESULTS, machine=machine, log=_log,
+                          asv_log=ASV_LOG)  # fmt: skip
     branch = suite.git("rev-parse", "--abbrev-ref", "HEAD")
     branch = history_branch() if branch == "HEAD" else branch  # detached: call it main's
     _log(f"== 2/3 ingest into {args.store} (branch {branch})")
@@ -66,12 +73,27 @@ def demo(args) -> int:
     print(gate_markdown(res))
     print(f"Done in {time.perf_counter() - t0:.0f} s. The store {args.store} holds "
           f"{store.counts()['runs']} run(s).")  # fmt: skip
-    print(f"Open the dashboard: make dashboard STORE={args.store}  (http://localhost:8501)")
-    on = "" if branch == history_branch() else f" --branch {branch}"
-    print(f"History on the command line: python -m ragbench detect --store {args.store}{on}")
-    print(f"As Parquet: python -m ragbench export --store {args.store} --out results/parquet")
-    print("and in CI the gate measures: python -m ragbench gate --base <merge-base> --head HEAD")
+    print("Next (as printed, from this directory; `source .venv/bin/activate` drops .venv/bin/):")
+    for what, command in next_steps(args.store, branch, machine):
+        print(f"  {what + ':':<34} {command}")
     return 0
+
+
+def next_steps(store: Path, branch: str, machine: str) -> list[tuple[str, str]]:
+    """(what, command) for the demo's last lines, each a command that works as printed."""
+    on = "" if branch == history_branch() else f" --branch {branch}"
+    return [
+        ("the dashboard (localhost:8501)", f"make dashboard STORE={store}"),
+        (
+            "main's history: change points",
+            f".venv/bin/ragbench detect --store {store} --machine {machine}{on}",
+        ),
+        (
+            "every table as Parquet",
+            f".venv/bin/ragbench export --store {store} --out results/parquet",
+        ),
+        ("asv's own view of the results", f".venv/bin/asv compare --machine {machine} HEAD~1 HEAD"),
+    ]
 
 
 if __name__ == "__main__":

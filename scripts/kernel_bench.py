@@ -6,7 +6,7 @@
                                                       # ragged/kernels/attention.py
     ... --out DIR                                     # also write JSON (raw samples) there
 
-Metrics are defined in ../shared/design.md and measured by benchmarks/_harness.py. Ratios are
+Metrics are defined in docs/metrics.md and measured by benchmarks/_harness.py. Ratios are
 only ever taken between figures of the same run.
 """
 

@@ -723,7 +723,7 @@ def check(results: dict[str, list[JobResult]], runner: Runner, gh: FakeGitHub,
             bad.append("an acceptance by someone other than the maintainer")
         if not all(store.gate(1, sh[k]) for k in ("clean", "nan", "later")):
             bad.append("the trusted verdict did not record every gate of PR 1")
-    if not list(runner.artifacts.glob("*/bench-main-*/asv-main")) or not list(
+    if not list(runner.artifacts.glob("*/bench-main-*/asv")) or not list(
         runner.artifacts.glob("*/bench-main-*/store-snapshot.duckdb")
     ):
         bad.append("push: the asv results or the store snapshot were not uploaded")

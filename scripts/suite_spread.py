@@ -3,7 +3,7 @@
     python -m scripts.suite_spread RESULTS_DIR [RESULTS_DIR ...] [--bench REGEX]
 
 Each RESULTS_DIR is an asv results directory of one run of the same commit on the same
-machine (``python -m ragbench run --results DIR``). Per benchmark: the number of cells and the
+machine (``.venv/bin/ragbench run --results DIR``). Per benchmark: the number of cells and the
 median, 90th percentile and largest max/min ratio of the cell medians across the runs, with
 the worst cell. This is the noise the regression gate has to live with.
 """
