@@ -310,12 +310,34 @@ def overview(ctx):
         # the lookback only: change points are drawn on each series' own page (0.6 s saved)
         reports = histories(ctx["path"], ctx["mtime"], ctx["branch"], m, LOOKBACK_COMMITS,
                             False)  # fmt: skip
-        flagged = [(r.key, r.status, r.latest_change) for r in reports if r.status in FOUND]
+        flagged = [r for r in reports if r.status in FOUND]
         st.markdown(
             f"Newest run against its lookback (median and MAD of the previous runs in the same "
             f"environment): {len(flagged)} flagged series of {len(reports)}."
         )
-        links(m, flagged)
+        links(m, [(r.key, r.status, r.latest_change) for r in flagged])
+        sparklines(flagged[:SPARKLINES])
+
+
+SPARKLINES = 6  # small charts of flagged series on the overview, at most
+
+
+def sparklines(reports) -> None:
+    """A small chart of each flagged series' recent runs (the newest is the one judged)."""
+    if not reports:
+        return
+    for col, r in zip(st.columns(min(3, len(reports))) * 2, reports, strict=False):
+        df = pd.DataFrame({"commit #": range(1, len(r.points) + 1),
+                           "value": [p.value for p in r.points],
+                           "commit": [p.commit_hash[:12] for p in r.points]})  # fmt: skip
+        col.altair_chart(
+            alt.Chart(df).mark_line(point=True).encode(
+                x=alt.X("commit #:Q", title=None, axis=alt.Axis(format="d")),
+                y=alt.Y("value:Q", title=r.unit, scale=alt.Scale(zero=False)),
+                tooltip=["commit", alt.Tooltip("value:Q", format=".4g")],
+            ).properties(title=f"{r.key[1]} {r.key[2]}"[:60], height=120),
+            width="stretch",
+        )  # fmt: skip
 
 
 FOUND = ("regression", "accepted", "improvement", "violation", "failed", "missing", "inconclusive")

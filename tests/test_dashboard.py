@@ -66,6 +66,25 @@ def test_overview(store):
     text = texts(at)
     assert "synthetic: Synthetic GPU" in text and "ci: CPU" in text
     assert "Gate, latest commit against" in text and "Newest run against its lookback" in text
+    assert "Sensitivity" in text  # the run's power beside its verdict
+
+
+def test_the_overview_draws_each_flagged_series(tmp_path):
+    """The newest commit's triton gpu_us 50% up: flagged against its lookback, linked, and
+    drawn small on the overview."""
+    history = synth.write_history(tmp_path / "h", 40)  # 10 runs in the newest environment
+    files = sorted((history / synth.MACHINE).glob("*.json"), key=lambda p: json.loads(
+        p.read_text())["date"])  # fmt: skip
+    newest = json.loads(files[-1].read_text())
+    row = newest["results"]["kernel.KernelLatency.track_gpu_us"]
+    row[0] = [v * 1.5 for v in row[0]]
+    row[11] = [[x * 1.5 for x in s] if s else s for s in row[11]]
+    files[-1].write_text(json.dumps(newest))
+    ingest(Store(tmp_path / "perf.duckdb"), [history], branch="main")
+    at = app(tmp_path / "perf.duckdb")
+    assert not at.exception
+    assert "regression" in texts(at) and "(worse)" in texts(at)
+    assert sum(len(at.get(t)) for t in ("vega_lite_chart", "arrow_vega_lite_chart")) >= 1
 
 
 @pytest.mark.parametrize("page", [p for p in PAGES if p != "Overview"])
