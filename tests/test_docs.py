@@ -23,8 +23,11 @@ VENV = Path(sys.executable).parent.parent
 
 
 def tracked_text() -> dict[str, str]:
+    """Every tracked text file but this one (which spells out what it looks for)."""
     out = {}
     for rel in git("ls-files").splitlines():
+        if rel == "tests/test_docs.py":
+            continue
         try:
             out[rel] = (REPO / rel).read_text()
         except (UnicodeDecodeError, FileNotFoundError):
