@@ -16,7 +16,6 @@ import sys
 from pathlib import Path
 from urllib.parse import urlencode
 
-import altair as alt
 import pandas as pd
 import streamlit as st
 
@@ -123,6 +122,8 @@ def chart(
 ):
     """A line over the commits in their order (the hover has the commit and its time, the
     value and its spread) and a CSV download. ``log``: a log axis (values <= 0 left out)."""
+    import altair as alt  # 0.4 s of imports, paid only once a page draws a chart
+
     if log:
         df = df[df[y] > 0]
     if df.empty:
@@ -331,6 +332,8 @@ def sparklines(reports) -> None:
     """A small chart of each flagged series' recent runs (the newest is the one judged)."""
     if not reports:
         return
+    import altair as alt  # 0.4 s of imports, paid only once a page draws a chart
+
     for col, r in zip(st.columns(min(3, len(reports))) * 2, reports, strict=False):
         df = pd.DataFrame({"commit #": range(1, len(r.points) + 1),
                            "value": [p.value for p in r.points],
@@ -541,6 +544,8 @@ def pick_series(ctx):
 
 
 def versions(ctx):
+    import altair as alt  # 0.4 s of imports, paid only once a page draws a chart
+
     st.header("Versions")
     st.caption("one metric across torch x triton versions on this machine (median over runs)")
     picked = pick_series(ctx)
