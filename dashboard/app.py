@@ -46,9 +46,16 @@ def store_path() -> Path:
 # transaction at a time, so a page waits at most that long), cached until the file changes ---
 
 
+@st.cache_resource(max_entries=8)
+def reader(path: str, mtime: float, branch: str | None) -> Store:
+    """One reader per version of the file and branch: its schema is checked once (a check a
+    query cost 0.18 s of a cold first page). It holds no connection between queries."""
+    return Store(path, read_only=True, branch=branch)
+
+
 @st.cache_data(show_spinner=False, max_entries=256)
 def query(path: str, mtime: float, branch: str, name: str, **kwargs):
-    s = Store(path, read_only=True, branch=branch)
+    s = reader(path, mtime, branch)
     method = getattr(s, name)
     if name in ("machines", "measurements", "branches"):
         return method(**kwargs)
@@ -63,7 +70,7 @@ def histories(path: str, mtime: float, branch: str, machine: str, last: int,
     runs = query(path, mtime, branch, "runs", machine=machine)
     times = runs.drop_duplicates("commit_hash")["commit_time"]
     since = times.iloc[min(last, len(times)) - 1].to_pydatetime() if len(times) else None
-    s = Store(path, read_only=True, branch=branch)
+    s = reader(path, mtime, branch)
     rows = s.series(machine=machine, since=since, **series_filter)
     return detect.histories(rows, POLICIES, last=last, change_points=change_points,
                             acceptances=s.acceptances())  # fmt: skip
@@ -71,7 +78,7 @@ def histories(path: str, mtime: float, branch: str, machine: str, last: int,
 
 @st.cache_data(show_spinner=False, max_entries=64)
 def comparison(path: str, mtime: float, base_ids: tuple, head_ids: tuple, detail: bool):
-    s = Store(path, read_only=True)
+    s = reader(path, mtime, None)
     base, head = gate.cells(s, list(base_ids)), gate.cells(s, list(head_ids))
     return detect.compare(base, head, POLICIES, detail=detail)
 
