@@ -296,9 +296,10 @@ def overview(ctx):
             c = comparison(ctx["path"], ctx["mtime"], base, head, False)
             # host-time cells of separate runs are inconclusive by design (they move 1.6-2.1x
             # between processes): judged only by a pull request's paired gate, not here
-            host = [v for v in c.verdicts if v.policy.paired and v.status == "inconclusive"]
-            c = detect.Comparison([v for v in c.verdicts if v not in host], c.alpha)
-            status = {"fail": "FAIL", "inconclusive": "INCONCLUSIVE"}.get(c.headline, "PASS")
+            judged = [v for v in c.verdicts if not (v.policy.paired and v.status == "inconclusive")]
+            host = len(c.verdicts) - len(judged)
+            c = detect.Comparison(judged, c.alpha)
+            status = c.headline.upper()
             st.markdown(
                 f"**Gate, latest commit against {commits[1][:12]}: {status}** - "
                 f"{len(c.by_status('regression'))} regression(s), "
@@ -309,7 +310,7 @@ def overview(ctx):
                 f"{len(c.by_status('inconclusive'))} inconclusive"
             )
             st.caption(" ".join(sensitivity_line(c)) + f" Separate runs from the store: "
-                       f"{len(host)} host-time cell(s) not judged here (a pull request's gate "
+                       f"{host} host-time cell(s) not judged here (a pull request's gate "
                        "times both sides in one process).")  # fmt: skip
             found = [(v.key, v.status, v.change) for v in c.verdicts if v.status in FOUND]
             links(m, found)
@@ -518,7 +519,7 @@ def compare(ctx):
         if v.status != "info"
     ]
     df = pd.DataFrame(rows).sort_values("_rank", kind="stable").drop(columns="_rank")
-    headline = {"fail": "FAIL", "inconclusive": "INCONCLUSIVE"}.get(c.headline, "PASS")
+    headline = c.headline.upper()
     st.markdown(
         f"**{headline}**: " + ", ".join(f"{n} {s}" for s, n in df["status"].value_counts().items())
     )
