@@ -446,7 +446,7 @@ def planted(sets: list[list[dict]]) -> dict[str, dict[str, float]]:
                 if not _slowed(key):
                     continue
                 b = c["values"]["base"]
-                for arm in ("h05", "h10")[: 2 * ("h05" in c["values"])]:
+                for arm in [a for a in ("h05", "h10") if a in c["values"]]:  # design detect
                     r = [(x / y) if c["unit"] != "img/s" else (y / x)
                          for x, y in zip(c["values"][arm], b, strict=True)]  # fmt: skip
                     out.setdefault(_label(key), {}).setdefault(arm, []).extend(r)
