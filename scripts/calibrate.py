@@ -421,13 +421,10 @@ def paired_rates(sets: list[list[dict]], policies, overlapping: bool = False) ->
             alarm = False
             for v in verdicts:
                 target = cond != "A/A" and _slowed(v.key)
-                row = per.setdefault((_label(v.key), target), {
-                    "n": 0, "regression": 0, "inconclusive": 0, "triton_bs1": [0, 0]})  # fmt: skip
+                row = per.setdefault((_label(v.key), target),
+                                     {"n": 0, "regression": 0, "inconclusive": 0})  # fmt: skip
                 row["n"] += 1
                 row[v.status] = row.get(v.status, 0) + 1
-                if "backend=triton,batch=1," in v.key[2] or "batch=1,model" in v.key[2]:
-                    row["triton_bs1"][0] += 1
-                    row["triton_bs1"][1] += v.status == "regression"
                 alarm |= not target and v.status == "regression"
             alarm_runs, runs = alarm_runs + alarm, runs + 1
         out[cond] = {"per": per, "alarm_runs": alarm_runs, "runs": runs}
