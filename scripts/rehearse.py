@@ -322,9 +322,17 @@ def triggers(flow: dict, event: Event) -> bool:
 class Runner:
     """A self-hosted runner's directories, and one job at a time."""
 
-    def __init__(self, root: Path, origin: Path, api_url: str, bench: list[str], verbose: bool):
+    def __init__(
+        self,
+        root: Path,
+        origin: Path,
+        api_url: str,
+        bench: list[str],
+        verbose: bool,
+        warm_venv: Path | None = None,
+    ):
         self.root, self.origin, self.api_url = root, origin, api_url
-        self.bench, self.verbose = bench, verbose
+        self.bench, self.verbose, self.warm_venv = bench, verbose, warm_venv
         self.workspace = root / "runner" / "work" / "ragged"
         self.cache = root / "runner" / "cache"
         self.store = root / "runner" / "perf.duckdb"
@@ -510,6 +518,8 @@ class Runner:
         elif action == "actions/cache":
             key_dir = self.cache / re.sub(r"[^\w.-]", "_", args["key"])
             paths = args["path"].split()
+            if not key_dir.exists() and self.warm_venv and paths == [".venv"]:
+                seed_venv(self.warm_venv, key_dir / ".venv", self.workspace / ".venv")
             if key_dir.exists():
                 for p in paths:
                     if (key_dir / p).exists():
@@ -550,6 +560,45 @@ class Runner:
         if self.verbose:
             log(f"      | {note}")
         return True
+
+
+def seed_venv(venv: Path, dest: Path, final: Path) -> None:
+    """Put ``venv`` (a built .venv of this project) into a cache entry as hard links, moved to
+    ``final`` (the workspace's .venv): the few files that name its path (bin/'s scripts, the
+    editable install of the project) rewritten, never written through a link. The runner's
+    cache then starts warm, as a runner's does after its first job: a second CUDA torch set-up
+    is 6 GB of disk (CI once ran out of it)."""
+    direct_url = next(
+        (venv / "lib").glob("python*/site-packages/ragged-*.dist-info/direct_url.json")
+    )
+    project = json.loads(direct_url.read_text())["url"].removeprefix("file://")
+    moves = [(str(v), str(final)) for v in {venv.absolute(), venv.resolve()}]
+    moves.append((project, str(final.parent)))
+    try:
+        _link_copy(venv, dest)
+    except subprocess.CalledProcessError:  # another file system: the job builds it
+        shutil.rmtree(dest, ignore_errors=True)
+        log(f"      | --warm-venv: cannot hard-link {venv} into the cache; built cold")
+        return
+    site = direct_url.parent.parent.relative_to(venv)
+    texts = [
+        *(dest / "bin").iterdir(),
+        *(dest / site).glob("*.pth"),
+        *(dest / site).glob("__editable__*"),
+        *(dest / site).glob("*.dist-info/direct_url.json"),
+    ]
+    for f in texts:
+        if f.is_symlink() or not f.is_file():
+            continue
+        data = f.read_bytes()
+        new = data
+        for old, to in moves:
+            new = new.replace(old.encode(), to.encode())
+        if new != data:
+            mode = f.stat().st_mode
+            f.unlink()  # a new file: the link to the source venv stays as it was
+            f.write_bytes(new)
+            f.chmod(mode)
 
 
 def _link_copy(src: Path, dest: Path) -> None:
@@ -780,8 +829,14 @@ def main(argv=None) -> int:
                     help="narrow the suite in bench-main and the gate (make's BENCH), and "
                          "gate in one round (ROUNDS=1); default: the workflows' full and quick "
                          "suites, the policies' rounds")  # fmt: skip
+    ap.add_argument("--warm-venv", type=Path, default=None, metavar="VENV",
+                    help="start the runner's .venv cache from this built .venv of the project "
+                         "(hard links, no second set-up: the tests' run); default: the first "
+                         "job builds it, as on a new runner")  # fmt: skip
     ap.add_argument("-v", "--verbose", action="store_true", help="stream every step's output")
     args = ap.parse_args(argv)
+    if args.warm_venv and not (args.warm_venv / "bin" / "python").exists():
+        ap.error(f"--warm-venv {args.warm_venv}: not a virtualenv (no bin/python)")
     flows = {p.stem: load_workflow(p) for p in sorted(WORKFLOWS.glob("*.yml"))}
     flows.pop("cpu-tests", None)  # `make browser test`: .ci/run's job
     if int(git("rev-list", "--count", "HEAD")) < 4:
@@ -799,7 +854,7 @@ def main(argv=None) -> int:
         origin, author, main_shas = make_origin(root)
         with FakeGitHub(TOKEN) as gh:
             gh.add(1, FORGED, user="someone")
-            runner = Runner(root, origin, gh.url, args.bench, args.verbose)
+            runner = Runner(root, origin, gh.url, args.bench, args.verbose, args.warm_venv)
             scene = Scenario(author, main_shas, gh)
             for make_event in scene.events():
                 event = make_event()

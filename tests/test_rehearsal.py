@@ -43,13 +43,15 @@ class Rehearsal:
 @pytest.fixture(scope="module")
 def rehearsal(tmp_path_factory) -> Rehearsal:
     """scripts/rehearse.py on a fresh copy of this working tree: about 7 minutes on 2 cores,
-    most of it the copy's set-up, three gates and three main commits through asv."""
+    most of it three gates and three main commits through asv. The runner's .venv cache starts
+    from this .venv (hard links): a second CUDA torch set-up is 6 GB of disk."""
     tmp = tmp_path_factory.mktemp("rehearsal")
     repo = fresh_copy(tmp / "repo")
     work = tmp / "work"
     out = subprocess.run(
         [sys.executable, "-m", "scripts.rehearse", "--bench", KERNEL_ERROR, "--workdir",
-         str(work)], capture_output=True, text=True, cwd=repo, timeout=2400,
+         str(work), "--warm-venv", sys.prefix],
+        capture_output=True, text=True, cwd=repo, timeout=2400,
     )  # fmt: skip
     assert out.returncode == 0, out.stdout + out.stderr[-5000:]
     assert "All as expected" in out.stdout
@@ -106,3 +108,18 @@ def test_acceptance_needs_write_access_and_holds_for_its_commit_only(rehearsal):
     states = [st["state"] for st in rehearsal.github["statuses"][nan]]
     assert states == ["failure", "failure", "success", "failure", "success"]
     assert "perf-regression-accepted" not in rehearsal.github["labels"]["1"]  # stale: taken off
+
+
+def test_the_warm_venv_runs_the_workspace_code_and_leaves_ours_alone(rehearsal):
+    """--warm-venv: the runner's .venv imports ragged from the runner's checkout, and this
+    .venv's files (hard-linked into it) still name this repository."""
+    venv = rehearsal.work / "runner" / "work" / "ragged" / ".venv"
+    workspace = str(venv.parent)
+    finder = next(venv.glob("lib/python*/site-packages/__editable___ragged_*_finder.py"))
+    ours = Path(sys.prefix) / finder.relative_to(venv)
+    assert workspace in finder.read_text() and workspace not in ours.read_text()
+    where = "import ragged; print(ragged.__file__)"  # from outside both checkouts
+    out = subprocess.run([venv / "bin" / "python", "-c", where], capture_output=True, text=True,
+                         check=True, cwd=rehearsal.work)  # fmt: skip
+    assert out.stdout.startswith(workspace + "/")
+    assert (venv / "bin" / "ragbench").read_text().startswith(f"#!{venv}/bin/python")
