@@ -42,7 +42,7 @@ demo: setup
 # The dashboard over the store (make demo fills it): http://localhost:8501
 STORE := $(or $(STORE),results/perf.duckdb)  # also when the workflow passes an empty variable
 dashboard: setup
-	$(BIN)/python -m streamlit run dashboard/app.py --browser.gatherUsageStats false -- --store $(STORE)
+	$(BIN)/python -m dashboard --store $(STORE)
 
 # docs/dashboard/*.png from a store of 1,000 synthetic commits, and the first page's time in
 # chromium (needs /usr/bin/chromium: apt-get install chromium)

@@ -1,6 +1,7 @@
 """The performance dashboard over the results store.
 
-    streamlit run dashboard/app.py [-- --store results/perf.duckdb]     (or: make dashboard)
+    python -m dashboard [--store results/perf.duckdb]     (or: make dashboard)
+    streamlit run dashboard/app.py [-- --store ...]       (the same, its first page not warmed)
 
 Pages: Overview, Dispatch floors, Speedups, Numeric drift, Compare, Versions, and Series (where
 the overview's links lead). Everything is read through ``ragbench``'s store API and judged by
@@ -25,7 +26,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from dashboard import PAGES, SEVERITY, paper
 from ragbench import detect, gate, stats
 from ragbench.report import sensitivity_line
-from ragbench.store import FAILED, Store, default_path, history_branch
+from ragbench.store import FAILED, Store, StoreError, default_path, history_branch
 
 POLICIES = detect.load_policies()
 # Change points over a series' newest commits only: E-Divisive's permutation test costs
@@ -657,6 +658,14 @@ def main() -> None:
             "dashboard at another file with `-- --store PATH` or `$RAGBENCH_STORE`."
         )
         return
+    try:
+        show(path)
+    except StoreError as exc:  # not a ragbench store, another schema, locked for a minute
+        st.error(f"The results store cannot be read: {exc}")
+
+
+def show(path: Path) -> None:
+    """The sidebar and the chosen page over the store at ``path``."""
     mtime = path.stat().st_mtime
     branches = query(str(path), mtime, "", "branches")
     named = [b for b in branches if b is not None]

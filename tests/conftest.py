@@ -46,6 +46,16 @@ def pytest_xdist_make_scheduler(config, log):
     return ByFile(config, log)
 
 
+def pytest_terminal_summary(terminalreporter):
+    """Figures tests measured (``record_property("measured", ...)``), one line each."""
+    lines = [f"{r.nodeid}: {v}" for r in terminalreporter.stats.get("passed", [])
+             for k, v in r.user_properties if k == "measured"]  # fmt: skip
+    if lines:
+        terminalreporter.write_sep("-", "measured")
+        for line in lines:
+            terminalreporter.write_line(line)
+
+
 @pytest.fixture
 def device() -> str:
     """Where the tests put their tensors: the GPU when there is one, else the CPU."""
