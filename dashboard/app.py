@@ -505,9 +505,7 @@ def compare(ctx):
             "change (+: worse)": worse_by(v.change),
             "metric": f"{v.key[0]}.{v.key[1]}",
             "cell": v.key[2],
-            "interval of head/base": f"{v.interval[0]:.3f}-{v.interval[1]:.3f}"
-            if v.interval
-            else "",
+            "head/base 95%": f"{v.interval[0]:.3f}-{v.interval[1]:.3f}" if v.interval else "",
             "p (Holm)": v.p_adj,
             "base": _shown(v.base, v.unit),
             "head": _shown(v.head, v.unit),
@@ -521,12 +519,20 @@ def compare(ctx):
         if v.status != "info"
     ]
     df = pd.DataFrame(rows).sort_values("_rank", kind="stable").drop(columns="_rank")
+    # the notes are sentences, the same for many rows: numbered in the table, written below it
+    # (a note column cut the table's right edge at a 1400 px window)
+    notes = list(dict.fromkeys(n for n in df["note"] if n))
     headline = c.headline.upper()
     st.markdown(
         f"**{headline}**: " + ", ".join(f"{n} {s}" for s, n in df["status"].value_counts().items())
     )
-    st.dataframe(df, width="stretch", hide_index=True,
-                 column_config={"cell": st.column_config.TextColumn(width="medium")})  # fmt: skip
+    widths = {"status": 95, "change (+: worse)": 115, "metric": 205, "cell": 185,
+              "head/base 95%": 105, "p (Holm)": 65, "base": 60, "head": 60, "note": 45}  # fmt: skip
+    columns = {k: st.column_config.Column(width=w) for k, w in widths.items()}
+    numbered = df.assign(note=[f"[{notes.index(n) + 1}]" if n else "" for n in df["note"]])
+    st.dataframe(numbered, width="stretch", hide_index=True, column_config=columns)
+    if notes:
+        st.caption("  \n".join(f"[{i}] {n}" for i, n in enumerate(notes, 1)))
     legend(df["status"])
     download(df, "compare", "compare")
 

@@ -99,6 +99,10 @@ def test_every_page_renders_with_data(store, page):
         assert ranks == sorted(ranks) and "change (+: worse)" in df
         hashes = df[df["metric"].str.endswith("output_hash")]
         assert not hashes.empty and hashes["base"].str.fullmatch(r"[0-9a-f]{12}").all()
+        # each note's number is explained under the table, numbered in the table's order
+        numbers = list(dict.fromkeys(n for n in df["note"] if n))
+        assert numbers and numbers == [f"[{i}]" for i in range(1, len(numbers) + 1)]
+        assert all(f"{n} " in texts(at) for n in numbers)
     else:
         assert charts(at) >= 1, page
     if page in ("Speedups", "Series"):  # opens on a timed metric, never a hash or drift
