@@ -17,7 +17,7 @@ import time
 import traceback
 from pathlib import Path
 
-from . import detect, fingerprint, suite
+from . import detect, envs, fingerprint, suite
 from .paired import PROCESSES as PAIRED_PROCESSES
 from .store import BRANCH_VAR, ENV_VAR, FAILED, Store, StoreError, default_path, history_branch
 
@@ -39,12 +39,25 @@ def _machine(args) -> str:
 
 def _run(args) -> int:
     t0 = time.perf_counter()
-    summaries = suite.run(
-        args.commits, mode=args.mode, results_dir=args.results, machine=_machine(args),
-        bench=args.bench, log=_log,
-    )  # fmt: skip
-    print(json.dumps(summaries, indent=2))
-    _log(f"{len(summaries)} commit(s) in {time.perf_counter() - t0:.0f} s")
+    for spec in args.env:
+        envs.requirements(spec)  # a spec pip could not read stops the run before any work
+    summaries, unusable = [], []
+    for spec in args.env or [None]:
+        try:
+            environment = envs.ensure(spec, log=_log) if spec else None
+        except envs.EnvError as exc:  # reported; the other specs still run
+            _log(str(exc))
+            unusable.append({"env_spec": spec, "error": str(exc)})
+            continue
+        summaries += [{**s, "env_spec": spec} if spec else s for s in suite.run(
+            args.commits, mode=args.mode, results_dir=args.results, machine=_machine(args),
+            bench=args.bench, log=_log, environment=environment,
+        )]  # fmt: skip
+    print(json.dumps(summaries + unusable, indent=2))
+    _log(f"{len(summaries)} run(s) in {time.perf_counter() - t0:.0f} s"
+         + (f"; {len(unusable)} --env spec(s) unusable" if unusable else ""))  # fmt: skip
+    if unusable:
+        return 2
     return 0 if all(s["asv_exit"] == 0 for s in summaries) else 1
 
 
@@ -239,6 +252,13 @@ def parser() -> argparse.ArgumentParser:
     r.add_argument("--mode", choices=["quick", "full"], default="quick", help=MODE_HELP)
     r.add_argument("--results", type=Path, default=suite.RESULTS,
                    help="asv results directory (default results/asv)")  # fmt: skip
+    r.add_argument("--env", action="append", default=[], metavar="SPEC",
+                   help="run under another stack: comma-separated pip requirements, e.g. "
+                        "torch==2.12.1,triton==3.7.1 (repeatable: one run per spec). Built once "
+                        "in $RAGBENCH_ENVS (default .envs/) on top of this environment, only "
+                        "what the spec changes installed; a spec that cannot be installed or "
+                        "cannot run the kernel is reported and the others still run "
+                        "(exit 2)")  # fmt: skip
     _machine_arg(r)
     _bench_arg(r)
     r.set_defaults(func=_run)
@@ -424,7 +444,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return args.func(args)
     except (suite.SuiteError, GateError, PairedError, StoreError, GitHubError, OSError,
-            ValueError, PermissionError) as exc:  # fmt: skip
+            envs.EnvError, ValueError, PermissionError) as exc:  # fmt: skip
         return _fail(args.command, str(exc))
     except KeyboardInterrupt:
         return _fail(args.command, "interrupted")

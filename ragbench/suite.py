@@ -98,10 +98,12 @@ PERCENT = re.compile(r"^\[\s*(\d+(?:\.\d+)?)%\]")  # asv's progress prefix: "[ 3
 
 
 def _asv(*args: str, env: dict, check: bool = True, quiet: bool = False,
-         log_file: Path | None = None, progress=None) -> int:  # fmt: skip
-    """asv, its output to stderr (stdout carries ragbench's own JSON output alone), or with
-    ``log_file`` appended there and every quarter of its progress reported to ``progress``."""
-    cmd = [sys.executable, "-m", "asv", *args]
+         log_file: Path | None = None, progress=None,
+         python: Path | None = None) -> int:  # fmt: skip
+    """asv (under ``python``, default this one), its output to stderr (stdout carries
+    ragbench's own JSON output alone), or with ``log_file`` appended there and every quarter of
+    its progress reported to ``progress``."""
+    cmd = [str(python or sys.executable), "-m", "asv", *args]
     if log_file is None:
         out = subprocess.DEVNULL if quiet else sys.stderr
         rc = subprocess.run(cmd, env=env, stdout=out).returncode
@@ -133,8 +135,12 @@ def run(
     bench: list[str] = (),
     log=print,
     asv_log: Path | None = None,
+    environment=None,
 ) -> list[dict]:
     """Benchmark each of ``revs`` (oldest first); -> one summary per commit.
+
+    ``environment``: an ``envs.Env`` (``--env SPEC``) whose Python runs asv, the benchmarks and
+    the fingerprint, instead of this one; its result files are asv's environment of that Python.
 
     The summary holds the commit, the result file, its fingerprint file, the run's seconds and
     asv's exit status (non-zero when a benchmark failed; the others are still recorded).
@@ -156,14 +162,16 @@ def run(
         anchor = _anchor(stack, work, log)
         if anchor is not None:
             env[ANCHOR_ENV] = str(anchor)
-        _asv("machine", "--yes", "--machine", machine, "--config", str(conf), env=env, quiet=True)
+        python = environment.python if environment else None
+        _asv("machine", "--yes", "--machine", machine, "--config", str(conf), env=env, quiet=True,
+             python=python)  # fmt: skip
         for i, sha in enumerate(shas, 1):
             tag = f"[{i}/{len(shas)}] {sha[:12]}"
             log(f"{tag} {git('log', '-1', '--format=%s', sha)[:60]}")
             with checkout(sha, work) as src:
                 path = os.pathsep.join(p for p in (str(src), env.get("PYTHONPATH")) if p)
                 commit_env = {**env, "ASV_PYTHONPATH": path, "PYTHONPATH": path}
-                _check_import(src, commit_env)
+                _check_import(src, commit_env, python)
                 t0 = time.perf_counter()
                 # forkserver: each cell's process is a fork of one that imported the suite
                 # (never CUDA: setup_cache runs in a fork too); 72 s a quick H100 run
@@ -178,13 +186,13 @@ def run(
                     with open(asv_log, "a") as fh:
                         fh.write(f"\n=== ragbench: asv run of {sha} (asv's header may name "
                                  "the checkout's branch tip instead)\n")  # fmt: skip
-                rc = _asv(*args, env=commit_env, check=False, log_file=asv_log,
+                rc = _asv(*args, env=commit_env, check=False, log_file=asv_log, python=python,
                           progress=lambda pct, tag=tag: log(f"{tag}: {pct}%"))  # fmt: skip
                 seconds = time.perf_counter() - t0
             result = _result_file(results_dir / machine, sha)
             if result is None:
                 raise SuiteError(f"asv wrote no result file for {sha[:12]} (exit {rc})")
-            fp = fingerprint.collect(commit=sha, machine=machine, mode=mode)
+            fp = _fingerprint(sha, machine, mode, environment)
             fp["run_seconds"] = round(seconds, 1)
             fp_path = fingerprint.write(result, fp)
             log(f"{tag}: {seconds:.0f} s, asv exit {rc}, {result}")
@@ -205,10 +213,24 @@ def _anchor(stack: contextlib.ExitStack, work: Path, log) -> Path | None:
     return stack.enter_context(checkout(ANCHOR, work, prefix="anchor"))
 
 
-def _check_import(src: Path, env: dict) -> None:
+def _fingerprint(sha: str, machine: str, mode: str, environment) -> dict:
+    """The fingerprint of the Python that ran the suite (an ``--env`` one: asked of it)."""
+    if environment is None:
+        return fingerprint.collect(commit=sha, machine=machine, mode=mode)
+    out = subprocess.run(
+        [str(environment.python), "-m", "ragbench", "fingerprint", "--commit", sha, "--machine",
+         machine, "--mode", mode], capture_output=True, text=True, cwd=REPO,
+    )  # fmt: skip
+    if out.returncode != 0:
+        raise SuiteError(f"the fingerprint of --env {environment.spec}: {out.stderr[-500:]}")
+    return {**json.loads(out.stdout), "env_spec": environment.spec}
+
+
+def _check_import(src: Path, env: dict, python: Path | None = None) -> None:
     """The benchmark processes must import the checked-out ragged, not an installed one."""
     out = subprocess.run(
-        [sys.executable, "-c", "import ragged, os; print(os.path.dirname(ragged.__file__))"],
+        [str(python or sys.executable), "-c",
+         "import ragged, os; print(os.path.dirname(ragged.__file__))"],
         env=env, capture_output=True, text=True, cwd=tempfile.gettempdir(),
     )  # fmt: skip
     found = out.stdout.strip()

@@ -1,0 +1,145 @@
+"""Environments for ``ragbench run --env SPEC``: this environment with a spec's packages on top.
+
+A spec is comma-separated pip requirements, e.g. ``torch==2.12.1,triton==3.7.1``. Its
+environment is a virtualenv under ``$RAGBENCH_ENVS`` (default ``.envs/`` in the checkout) whose
+``site-packages`` adds this environment's as a lower layer (a ``.pth`` calling
+``site.addsitedir``): pip, run inside it, sees everything here as installed and installs only what
+the spec changes, into the upper layer, where it shadows the lower one. A torch spec without
+torchvision also gets the torchvision that pins that torch (timm imports it). Why not asv's own
+virtualenv matrix: it builds every environment from scratch (6 GB a CUDA torch), per commit
+hash and matrix entry; a layer that changes triton alone is 0.9 GB, numpy alone 60 MB.
+
+An environment is kept once pip installed the spec and the kernel ran in it (a tiny triton
+call: on the GPU, or in Triton's interpreter without one); its ``ragbench-env.json`` says so,
+and a second run installs nothing. A spec that pip cannot install, or whose stack cannot run the
+kernel, raises ``EnvError`` with pip's or Triton's own last lines, and leaves nothing behind.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import sysconfig
+from dataclasses import dataclass
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+STAMP = "ragbench-env.json"
+# the kernel check: one small triton call against the reference, in the environment
+CHECK = """
+import json, os, torch
+from ragged import varlen_attention
+dev = "cuda" if torch.cuda.is_available() else "cpu"
+g = torch.Generator().manual_seed(0)
+q, k, v = (torch.randn(24, 2, 32, generator=g).to(dev, torch.float16) for _ in range(3))
+cu = torch.tensor([0, 10, 24], dtype=torch.int32, device=dev)
+out = varlen_attention(q, k, v, cu, 14, backend="triton")
+ref = varlen_attention(q, k, v, cu, 14, backend="reference")
+err = (out.float() - ref.float()).abs().max().item()
+assert err < 1e-2, f"the triton kernel is off by {err:.3g} here"
+from importlib.metadata import version
+print(json.dumps({p: version(p) for p in ("torch", "triton", "numpy")} | {"max_abs_err": err}))
+"""
+
+
+class EnvError(RuntimeError):
+    """A spec that cannot be parsed, installed, or run."""
+
+
+@dataclass
+class Env:
+    spec: str
+    path: Path
+    versions: dict
+
+    @property
+    def python(self) -> Path:
+        return self.path / "bin" / "python"
+
+
+def root() -> Path:
+    return Path(os.environ.get("RAGBENCH_ENVS") or REPO / ".envs")
+
+
+def requirements(spec: str) -> list[str]:
+    """The spec's requirements, normalised; EnvError for one pip could not read."""
+    from packaging.requirements import InvalidRequirement, Requirement
+
+    reqs = []
+    for part in filter(None, (p.strip() for p in spec.split(","))):
+        try:
+            req = Requirement(part)
+        except InvalidRequirement as exc:
+            raise EnvError(f"--env {spec!r}: {part!r} is not a pip requirement ({exc})") from None
+        reqs.append(str(req))
+    if not reqs:
+        raise EnvError(f"--env {spec!r}: no requirement (e.g. torch==2.12.1,triton==3.7.1)")
+    return sorted(reqs)
+
+
+def location(spec: str) -> Path:
+    """Where the spec's environment lives: named by the spec and this lower layer."""
+    reqs = requirements(spec)
+    digest = hashlib.sha256("\n".join([sys.prefix, *reqs]).encode()).hexdigest()[:10]
+    slug = re.sub(r"[^\w.]+", "-", "-".join(reqs)).strip("-")[:60]
+    return root() / f"{slug}-{digest}"
+
+
+def ensure(spec: str, log=print) -> Env:
+    """The spec's environment, built on first use (pip's progress to ``log``)."""
+    reqs = requirements(spec)
+    path = location(spec)
+    stamp = path / STAMP
+    if stamp.exists():
+        return Env(spec, path, json.loads(stamp.read_text())["versions"])
+    shutil.rmtree(path, ignore_errors=True)  # a build that did not finish
+    log(f"--env {spec}: building {path} (pip installs only what differs from this environment)")
+    try:
+        _run([sys._base_executable, "-m", "venv", "--without-pip", str(path)], "venv")
+        purelib = sysconfig.get_paths(vars={"base": str(path), "platbase": str(path)})["purelib"]
+        lower = dict.fromkeys([sysconfig.get_paths()["purelib"], sysconfig.get_paths()["platlib"]])
+        Path(purelib, "_ragbench_lower_layer.pth").write_text(
+            "".join(f"import site; site.addsitedir({p!r})\n" for p in lower)
+        )
+        extra = ["torchvision"] if _names(reqs) & {"torch"} and not _names(reqs) & {
+            "torchvision"} else []  # fmt: skip
+        python = str(path / "bin" / "python")
+        _run([python, "-m", "pip", "install", "--quiet", "--disable-pip-version-check",
+              *reqs, *extra], "pip could not install it")  # fmt: skip
+        env = {**os.environ, "PYTHONPATH": str(REPO)}
+        if not _has_cuda(python, env):
+            env["TRITON_INTERPRET"] = "1"
+        out = _run([python, "-c", CHECK], "the kernel did not run in it", env=env)
+        versions = json.loads(out.strip().splitlines()[-1])
+    except EnvError as exc:
+        shutil.rmtree(path, ignore_errors=True)
+        raise EnvError(f"--env {spec}: {exc}") from None
+    stamp.write_text(json.dumps({"spec": spec, "requirements": reqs, "lower": sys.prefix,
+                                 "versions": versions}, indent=1))  # fmt: skip
+    log(f"--env {spec}: torch {versions['torch']}, triton {versions['triton']}, numpy "
+        f"{versions['numpy']}; kernel max |err| {versions['max_abs_err']:.2g}")  # fmt: skip
+    return Env(spec, path, versions)
+
+
+def _names(reqs: list[str]) -> set[str]:
+    return {re.split(r"[<>=!~;\[ ]", r, maxsplit=1)[0].lower() for r in reqs}
+
+
+def _has_cuda(python: str, env: dict) -> bool:
+    out = subprocess.run([python, "-c", "import torch; print(torch.cuda.is_available())"],
+                         capture_output=True, text=True, env=env)  # fmt: skip
+    return out.stdout.strip() == "True"
+
+
+def _run(cmd: list[str], what: str, env: dict | None = None) -> str:
+    out = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=REPO)
+    if out.returncode != 0:
+        lines = [ln for ln in (out.stderr or out.stdout).splitlines() if ln.strip()
+                 and not ln.startswith("WARNING: Location")]  # fmt: skip
+        raise EnvError(f"{what}: " + " | ".join(lines[-4:]))
+    return out.stdout

@@ -1,0 +1,55 @@
+"""``ragbench run --env SPEC``: the suite under a second, real environment (this one with
+another numpy on top, kept in .envs/ between runs of the tests: 60 MB, ~12 s to build once),
+next to a spec pip cannot install and one it cannot read."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from ragbench import envs
+from ragbench.ingest import ingest
+from ragbench.store import Store
+
+REPO = Path(__file__).resolve().parent.parent
+SPEC = "numpy==2.3.5"
+
+
+def ragbench(*args: str, home: Path) -> subprocess.CompletedProcess:
+    env = {**os.environ, "HOME": str(home)}  # asv's machine file goes to $HOME
+    env.pop("RAGBENCH_MODE", None)
+    return subprocess.run([sys.executable, "-m", "ragbench", *args], capture_output=True,
+                          text=True, cwd=REPO, env=env, timeout=900)  # fmt: skip
+
+
+def test_a_run_under_a_second_environment_and_a_spec_pip_cannot_install(tmp_path):
+    results = tmp_path / "results"
+    out = ragbench("run", "--machine", "envs", "--results", str(results), "--bench",
+                   r"^cpu\.KernelError", "--env", SPEC, "--env", "torch==0.0.1",
+                   home=tmp_path)  # fmt: skip
+    assert out.returncode == 2, out.stderr[-3000:]  # one spec unusable: the run says so
+    done, failed = json.loads(out.stdout)
+    assert done["env_spec"] == SPEC and done["asv_exit"] == 0
+    assert failed["env_spec"] == "torch==0.0.1"
+    assert "No matching distribution found for torch==0.0.1" in failed["error"]
+    assert "Traceback" not in out.stderr
+    # the run's Python was the environment's, and its fingerprint says which
+    built: list[str] = []
+    env = envs.ensure(SPEC, log=built.append)
+    assert not built  # kept: a second use installs nothing
+    assert env.versions["numpy"] == "2.3.5" and env.path.name in done["result"]
+    fp = json.loads(Path(done["fingerprint"]).read_text())
+    assert fp["env_spec"] == SPEC and fp["torch"] and fp["triton"]
+    assert not envs.location("torch==0.0.1").exists()  # nothing left of the failed build
+    with Store(tmp_path / "perf.duckdb") as s:
+        report = ingest(s, [results], branch="main")
+        assert len(report.stored) == 1 and not report.failed
+
+
+def test_a_spec_pip_cannot_read_stops_before_any_work(tmp_path):
+    out = ragbench("run", "--env", "torch==,triton", "--results", str(tmp_path), home=tmp_path)
+    assert out.returncode == 2 and "is not a pip requirement" in out.stderr
+    assert "Traceback" not in out.stderr and not any(tmp_path.iterdir())
