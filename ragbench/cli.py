@@ -130,6 +130,43 @@ def _gate(args) -> int:
     return result.exit_code
 
 
+def _versions(args) -> int:
+    import tempfile
+
+    from .gate import run_gate
+    from .report import gate_markdown
+
+    policies = detect.load_policies(args.policies)
+    for spec in (args.from_spec, args.to_spec):
+        envs.requirements(spec)  # unreadable: exit 2 before any install
+    sides = {"base": envs.ensure(args.from_spec, log=_log),
+             "head": envs.ensure(args.to_spec, log=_log)}  # fmt: skip
+    with tempfile.TemporaryDirectory(prefix="ragbench-versions-") as tmp:
+        store = args.store or Path(tmp) / "versions.duckdb"
+        result = run_gate(
+            Store(store), args.commit, args.commit, policies=policies, machine=_machine(args),
+            rounds=args.rounds, mode=args.mode, bench=args.bench, paired_processes=0,
+            log=_log, environments=sides,
+        )  # fmt: skip
+    c = result.comparison
+    title = (f"ragbench versions: {args.to_spec} against {args.from_spec}, "
+             f"{result.head[:12]}")  # fmt: skip
+    text = gate_markdown(result, title=title)
+    changed = [v for v in c.verdicts if v.status in detect.FAILING]
+    if c.headline == "pass":
+        last = f"Safe to upgrade from {args.from_spec} to {args.to_spec} on this machine."
+    else:
+        worst = ", ".join(f"{v.key[0]}.{v.key[1]} {v.key[2]} {v.status}"
+                          + (f" {v.change:+.1%}" if v.change is not None else "")
+                          for v in changed[:5])  # fmt: skip
+        last = (f"Not shown safe ({c.headline}): {len(changed)} cell(s) changed"
+                + (f": {worst}" if worst else "") + ".")  # fmt: skip
+    print(text + "\n" + last)
+    if args.report:
+        args.report.write_text(text + "\n" + last + "\n")
+    return result.exit_code
+
+
 def _client(args):
     from .github import Client
 
@@ -367,6 +404,34 @@ def parser() -> argparse.ArgumentParser:
     g.add_argument("--json", type=Path, default=None,
                    help="write the verdict and failing cells here (ragbench verdict)")  # fmt: skip
     g.set_defaults(func=_gate)
+
+    u = sub.add_parser(
+        "versions",
+        help="the upgrade report: one commit under two stacks, judged like a gate",
+        description=(
+            "Build (or reuse) the two stacks' environments (as run --env), run the suite on the "
+            "commit in each, alternating (--rounds each), and judge the second against the "
+            "first with the gate's rules: device time, numerics (kernel error, logit drift, "
+            "top-1, output hashes) and, where the stacks differ in torch or triton, host time "
+            "across processes (two stacks cannot share one, so those cells are inconclusive "
+            "unless they moved beyond 100%%). Ends with one line: safe to upgrade, or which "
+            "cells changed and by how much. Exit 0 safe, 1 not shown safe, 2 unusable input."
+        ),
+    )
+    u.add_argument("--from", dest="from_spec", required=True, metavar="SPEC",
+                   help="the stack now, e.g. torch==2.14.1,triton==3.8.0")  # fmt: skip
+    u.add_argument("--to", dest="to_spec", required=True, metavar="SPEC",
+                   help="the stack to move to, e.g. torch==2.15.0")  # fmt: skip
+    u.add_argument("--commit", default="HEAD", help="the commit measured (default HEAD)")
+    u.add_argument("--store", type=Path, default=None,
+                   help="keep the runs in this store (default: a temporary one)")  # fmt: skip
+    _machine_arg(u)
+    u.add_argument("--rounds", type=int, default=None, help="alternating rounds (policies: 2)")
+    u.add_argument("--mode", choices=["quick", "full"], default="quick", help=MODE_HELP)
+    _bench_arg(u)
+    u.add_argument("--policies", type=Path, default=None, help="policies file (TOML)")
+    u.add_argument("--report", type=Path, default=None, help="also write the report here")
+    u.set_defaults(func=_versions)
 
     v = sub.add_parser(
         "verdict",

@@ -129,10 +129,11 @@ def _bench_regex(keys: list[detect.Key]) -> list[str]:
     return [rf"^{re.escape(n)}(\(|$)" for n in names]
 
 
-def _measure(store, sha, side, label, work, *, mode, machine, bench, log) -> list[str]:
+def _measure(store, sha, side, label, work, *, mode, machine, bench, log,
+             environment=None) -> list[str]:  # fmt: skip
     results = work / label.replace(":", "-")
     summaries = suite.run([sha], mode=mode, results_dir=results, machine=machine, bench=bench,
-                          log=log)  # fmt: skip
+                          log=log, environment=environment)  # fmt: skip
     report = ingest(store, [results], label=label, log=lambda m: None)
     if report.failed:
         raise GateError(f"could not ingest the {side} run: {report.failed[0][1]}")
@@ -182,9 +183,12 @@ def run_gate(
     paired_processes: int = paired.PROCESSES,
     work_dir: Path | None = None,
     log: Callable[[str], None] = print,
+    environments: dict | None = None,
 ) -> GateResult:
     """Base against head (see the module). ``paired_processes=0``: no paired comparison (the
-    host-time cells are then inconclusive)."""
+    host-time cells are then inconclusive). ``environments``: the ``envs.Env`` each side
+    (``"base"``, ``"head"``) is measured in (``ragbench versions``: one commit, two stacks)."""
+    environments = environments or {}
     t0 = time.perf_counter()
     base, head = (_resolve(r, None if measure else store, machine) for r in (base_ref, head_ref))
     rounds = int(rounds if rounds is not None else policies.gate.get("rounds", 2))
@@ -221,7 +225,8 @@ def run_gate(
             for side, sha in (("base", base), ("head", head)):
                 log(f"gate: round {r + 1}/{rounds}, {side} {sha[:12]}")
                 ids[side] += _measure(store, sha, side, f"{gate_id}:{side}:{r}", work,
-                                      mode=mode, machine=machine, bench=bench, log=log)  # fmt: skip
+                                      mode=mode, machine=machine, bench=bench, log=log,
+                                      environment=environments.get(side))  # fmt: skip
         comparison = _judgeable(detect.compare(cells(store, ids["base"]),
                                                cells(store, ids["head"]), policies))  # fmt: skip
         flagged = [v for v in comparison.verdicts if v.status == "regression"]
@@ -232,7 +237,7 @@ def run_gate(
             for side, sha in (("base", base), ("head", head)):
                 runs[side] = _measure(store, sha, side, f"{gate_id}:recheck-{side}", work,
                                       mode=mode, machine=machine, bench=_bench_regex(keys),
-                                      log=log)  # fmt: skip
+                                      log=log, environment=environments.get(side))  # fmt: skip
             recheck = detect.compare(
                 {k: c for k, c in cells(store, runs["base"]).items() if k in keys},
                 {k: c for k, c in cells(store, runs["head"]).items() if k in keys},

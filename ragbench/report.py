@@ -55,7 +55,7 @@ def _stat_table(verdicts: list[Verdict]) -> list[str]:
     return lines
 
 
-def gate_markdown(res: GateResult) -> str:
+def gate_markdown(res: GateResult, title: str | None = None) -> str:
     c = res.comparison
     regressions = c.by_status("regression")
     violations = c.by_status("violation")
@@ -65,7 +65,7 @@ def gate_markdown(res: GateResult) -> str:
     inconclusive = c.by_status("inconclusive")
     verdict = f"**{c.headline.upper()}**"
     lines = [
-        f"## ragbench gate: {res.head[:12]} against {res.base[:12]} - {verdict}",
+        f"## {title or f'ragbench gate: {res.head[:12]} against {res.base[:12]}'} - {verdict}",
         "",
         f"Machine `{res.machine}`: {_env(res.head_runs)}.",
     ]

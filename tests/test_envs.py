@@ -1,6 +1,7 @@
 """``ragbench run --env SPEC``: the suite under a second, real environment (this one with
 another numpy on top, kept in .envs/ between runs of the tests: 60 MB, ~12 s to build once),
-next to a spec pip cannot install and one it cannot read."""
+next to a spec pip cannot install and one it cannot read; the upgrade report between two
+stacks."""
 
 from __future__ import annotations
 
@@ -53,3 +54,24 @@ def test_a_spec_pip_cannot_read_stops_before_any_work(tmp_path):
     out = ragbench("run", "--env", "torch==,triton", "--results", str(tmp_path), home=tmp_path)
     assert out.returncode == 2 and "is not a pip requirement" in out.stderr
     assert "Traceback" not in out.stderr and not any(tmp_path.iterdir())
+
+
+def test_the_upgrade_report_judges_one_commit_under_two_stacks(tmp_path):
+    """``ragbench versions``: the same commit under two numpy releases, alternating, judged
+    with the gate's rules (the kernel's error and output hashes must not move): safe."""
+    report = tmp_path / "upgrade.md"
+    out = ragbench("versions", "--from", SPEC, "--to", "numpy==2.2.6", "--bench",
+                   r"^cpu\.KernelError", "--rounds", "1", "--machine", "envs", "--report",
+                   str(report), home=tmp_path)  # fmt: skip
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+    text = report.read_text()
+    assert "ragbench versions: numpy==2.2.6 against numpy==2.3.5" in text and "PASS" in text
+    assert text.rstrip().endswith("Safe to upgrade from numpy==2.3.5 to numpy==2.2.6 on this "
+                                  "machine.")  # fmt: skip
+    assert "| unchanged | 0 |" not in text  # the kernel's cells were compared
+
+
+def test_an_upgrade_to_a_stack_pip_cannot_install_is_unusable_input(tmp_path):
+    out = ragbench("versions", "--from", SPEC, "--to", "triton==0.0.1", home=tmp_path)
+    assert out.returncode == 2 and "No matching distribution found for triton==0.0.1" in out.stderr
+    assert "Traceback" not in out.stderr
