@@ -45,14 +45,16 @@ def _run(args) -> int:
     for spec in args.env or [None]:
         try:
             environment = envs.ensure(spec, log=_log) if spec else None
-        except envs.EnvError as exc:  # reported; the other specs still run
-            _log(str(exc))
-            unusable.append({"env_spec": spec, "error": str(exc)})
-            continue
-        summaries += [{**s, "env_spec": spec} if spec else s for s in suite.run(
-            args.commits, mode=args.mode, results_dir=args.results, machine=_machine(args),
-            bench=args.bench, log=_log, environment=environment,
-        )]  # fmt: skip
+            summaries += [{**s, "env_spec": spec} if spec else s for s in suite.run(
+                args.commits, mode=args.mode, results_dir=args.results, machine=_machine(args),
+                bench=args.bench, log=_log, environment=environment,
+            )]  # fmt: skip
+        except (envs.EnvError, suite.SuiteError) as exc:
+            if not spec:
+                raise
+            why = str(exc) if isinstance(exc, envs.EnvError) else f"--env {spec}: {exc}"
+            _log(why)  # reported; the other specs still run
+            unusable.append({"env_spec": spec, "error": why})
     print(json.dumps(summaries + unusable, indent=2))
     _log(f"{len(summaries)} run(s) in {time.perf_counter() - t0:.0f} s"
          + (f"; {len(unusable)} --env spec(s) unusable" if unusable else ""))  # fmt: skip

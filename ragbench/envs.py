@@ -30,9 +30,10 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
 STAMP = "ragbench-env.json"
-# the kernel check: one small triton call against the reference, in the environment
+# the check: the suite's imports (timm imports torchvision, whose ops must match torch's build)
+# and one small triton call against the reference, in the environment
 CHECK = """
-import json, os, torch
+import json, os, torch, timm
 from ragged import varlen_attention
 dev = "cuda" if torch.cuda.is_available() else "cpu"
 g = torch.Generator().manual_seed(0)
@@ -114,7 +115,8 @@ def ensure(spec: str, log=print) -> Env:
         env = {**os.environ, "PYTHONPATH": str(REPO)}
         if not _has_cuda(python, env):
             env["TRITON_INTERPRET"] = "1"
-        out = _run([python, "-c", CHECK], "the kernel did not run in it", env=env)
+        out = _run([python, "-c", CHECK], "the suite's imports or the kernel failed in it",
+                   env=env)  # fmt: skip
         versions = json.loads(out.strip().splitlines()[-1])
     except EnvError as exc:
         shutil.rmtree(path, ignore_errors=True)
@@ -141,5 +143,5 @@ def _run(cmd: list[str], what: str, env: dict | None = None) -> str:
     if out.returncode != 0:
         lines = [ln for ln in (out.stderr or out.stdout).splitlines() if ln.strip()
                  and not ln.startswith("WARNING: Location")]  # fmt: skip
-        raise EnvError(f"{what}: " + " | ".join(lines[-4:]))
+        raise EnvError(f"{what}: " + " | ".join(lines[-2:]))
     return out.stdout

@@ -186,10 +186,11 @@ def run(
                     with open(asv_log, "a") as fh:
                         fh.write(f"\n=== ragbench: asv run of {sha} (asv's header may name "
                                  "the checkout's branch tip instead)\n")  # fmt: skip
+                before = _result_files(results_dir / machine, sha)
                 rc = _asv(*args, env=commit_env, check=False, log_file=asv_log, python=python,
                           progress=lambda pct, tag=tag: log(f"{tag}: {pct}%"))  # fmt: skip
                 seconds = time.perf_counter() - t0
-            result = _result_file(results_dir / machine, sha)
+            result = _result_file(results_dir / machine, sha, before)
             if result is None:
                 raise SuiteError(f"asv wrote no result file for {sha[:12]} (exit {rc})")
             fp = _fingerprint(sha, machine, mode, environment)
@@ -238,6 +239,12 @@ def _check_import(src: Path, env: dict, python: Path | None = None) -> None:
         raise SuiteError(f"ragged imports from {found or out.stderr.strip()!r}, not {src}")
 
 
-def _result_file(machine_dir: Path, sha: str) -> Path | None:
-    files = sorted(machine_dir.glob(f"{sha[:8]}-*.json"), key=lambda p: p.stat().st_mtime)
-    return files[-1] if files else None
+def _result_files(machine_dir: Path, sha: str) -> dict[Path, int]:
+    return {p: p.stat().st_mtime_ns for p in machine_dir.glob(f"{sha[:8]}-*.json")}
+
+
+def _result_file(machine_dir: Path, sha: str, before: dict[Path, int]) -> Path | None:
+    """The result file this run of asv wrote: new or changed since ``before`` (a file of the
+    same commit from another environment, left as it was, is never taken for it)."""
+    written = [p for p, t in _result_files(machine_dir, sha).items() if before.get(p) != t]
+    return max(written, key=lambda p: p.stat().st_mtime_ns) if written else None

@@ -75,3 +75,18 @@ def test_an_upgrade_to_a_stack_pip_cannot_install_is_unusable_input(tmp_path):
     out = ragbench("versions", "--from", SPEC, "--to", "triton==0.0.1", home=tmp_path)
     assert out.returncode == 2 and "No matching distribution found for triton==0.0.1" in out.stderr
     assert "Traceback" not in out.stderr
+
+
+def test_the_result_file_is_the_one_this_run_wrote(tmp_path):
+    """Two environments' results of one commit share a directory: a run whose asv wrote
+    nothing (its imports failed) must not take the other environment's file for its own."""
+    from ragbench.suite import _result_file, _result_files
+
+    sha = "ab" * 20
+    other = tmp_path / f"{sha[:8]}-existing-py_other_bin_python.json"
+    other.write_text("{}")
+    before = _result_files(tmp_path, sha)
+    assert _result_file(tmp_path, sha, before) is None  # asv wrote nothing this time
+    mine = tmp_path / f"{sha[:8]}-existing-py_mine_bin_python.json"
+    mine.write_text("{}")
+    assert _result_file(tmp_path, sha, before) == mine
