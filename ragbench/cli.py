@@ -41,12 +41,13 @@ def _run(args) -> int:
     t0 = time.perf_counter()
     for spec in args.env:
         envs.requirements(spec)  # a spec pip could not read stops the run before any work
+    commits = suite.resolve(args.commits)  # once: every stack measures the same commits
     summaries, unusable = [], []
     for spec in args.env or [None]:
         try:
             environment = envs.ensure(spec, log=_log) if spec else None
             summaries += [{**s, "env_spec": spec} if spec else s for s in suite.run(
-                args.commits, mode=args.mode, results_dir=args.results, machine=_machine(args),
+                commits, mode=args.mode, results_dir=args.results, machine=_machine(args),
                 bench=args.bench, log=_log, environment=environment,
             )]  # fmt: skip
         except (envs.EnvError, suite.SuiteError) as exc:
