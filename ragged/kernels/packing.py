@@ -98,13 +98,15 @@ def _unpack_kernel(
 def _gather_first_kernel(P, cu_seqlens, OUT, C, stride_pt, stride_ob, BLOCK_C: tl.constexpr):
     b = tl.program_id(0)
     start = tl.load(cu_seqlens + b)
-    nonempty = tl.load(cu_seqlens + b + 1) > start
+    # an empty sequence reads nothing: its row is zeros. A block mask, not ``c_ok & nonempty``:
+    # Triton 3.9's interpreter refuses a block-and-scalar mask ("mask has unsupported dtype")
+    c_read = tl.where(tl.load(cu_seqlens + b + 1) > start, C, 0)
     src = P + start.to(tl.int64) * stride_pt
     dst = OUT + b.to(tl.int64) * stride_ob
     for c0 in range(0, C, BLOCK_C):
         offs_c = c0 + tl.arange(0, BLOCK_C)
         c_ok = offs_c < C
-        tl.store(dst + offs_c, tl.load(src + offs_c, mask=c_ok & nonempty, other=0.0), mask=c_ok)
+        tl.store(dst + offs_c, tl.load(src + offs_c, mask=offs_c < c_read, other=0.0), mask=c_ok)
 
 
 _pack = Launcher(_pack_kernel)
