@@ -141,7 +141,7 @@ def _has_cuda(python: str, env: dict) -> bool:
 def _run(cmd: list[str], what: str, env: dict | None = None) -> str:
     out = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=REPO)
     if out.returncode != 0:
-        lines = [ln for ln in (out.stderr or out.stdout).splitlines() if ln.strip()
-                 and not ln.startswith("WARNING: Location")]  # fmt: skip
+        lines = [ln.strip() for ln in (out.stderr or out.stdout).splitlines()
+                 if ln.strip().strip("^~") and not ln.startswith("WARNING: Location")]  # fmt: skip
         raise EnvError(f"{what}: " + " | ".join(lines[-2:]))
     return out.stdout
