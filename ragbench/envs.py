@@ -92,7 +92,8 @@ def location(spec: str) -> Path:
 
 
 def ensure(spec: str, log=print) -> Env:
-    """The spec's environment, built on first use (pip's progress to ``log``)."""
+    """The spec's environment, built on first use (a line to ``log`` when it builds, and one
+    with the stack it got)."""
     reqs = requirements(spec)
     path = location(spec)
     stamp = path / STAMP
@@ -107,8 +108,8 @@ def ensure(spec: str, log=print) -> Env:
         Path(purelib, "_ragbench_lower_layer.pth").write_text(
             "".join(f"import site; site.addsitedir({p!r})\n" for p in lower)
         )
-        extra = ["torchvision"] if _names(reqs) & {"torch"} and not _names(reqs) & {
-            "torchvision"} else []  # fmt: skip
+        names = _names(reqs)
+        extra = ["torchvision"] if "torch" in names and "torchvision" not in names else []
         python = str(path / "bin" / "python")
         _run([python, "-m", "pip", "install", "--quiet", "--disable-pip-version-check",
               *reqs, *extra], "pip could not install it")  # fmt: skip
