@@ -105,7 +105,7 @@ def test_flagged_cells_are_measured_again(tmp_path, monkeypatch, reproduces):
     """Round runs say head is 10% slower; the re-measurement decides."""
     calls = []
 
-    def fake_measure(store, sha, side, label, work, *, mode, machine, bench, log):
+    def fake_measure(store, sha, side, label, work, *, mode, machine, bench, log, environment):
         calls.append((side, label, list(bench)))
         slow = side == "head" and ("recheck" not in label or reproduces)
         return [add_run(store, sha, gpu_cells(1.1 if slow else 1.0, seed=len(calls)), label)]
@@ -152,7 +152,7 @@ def test_a_flagged_cell_that_breaks_when_measured_again_still_fails(tmp_path, mo
     """Flagged 10% slower, then on the re-measurement head raises, or has no value: never
     'not reproduced'."""
 
-    def fake_measure(store, sha, side, label, work, *, mode, machine, bench, log):
+    def fake_measure(store, sha, side, label, work, *, mode, machine, bench, log, environment):
         if side == "head" and "recheck" in label:  # the flagged cell raised, or is gone
             run = Run("asv", sha, "m1", started_at=float(next(_clock)), label=label)
             store.add_run(run, [
