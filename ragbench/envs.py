@@ -7,7 +7,7 @@ environment is a virtualenv under ``$RAGBENCH_ENVS`` (default ``.envs/`` in the 
 the spec changes, into the upper layer, where it shadows the lower one. A torch spec without
 torchvision also gets the torchvision that pins that torch (timm imports it). Why not asv's own
 virtualenv matrix: it builds every environment from scratch (6 GB a CUDA torch), per commit
-hash and matrix entry; a layer that changes triton alone is 0.9 GB, numpy alone 60 MB.
+hash and matrix entry; a layer that changes triton alone is 1.0 GB, numpy alone 74 MB.
 
 An environment is kept once pip installed the spec and the kernel ran in it (a tiny triton
 call: on the GPU, or in Triton's interpreter without one); its ``ragbench-env.json`` says so,
@@ -34,8 +34,10 @@ STAMP = "ragbench-env.json"
 # and one small triton call against the reference, in the environment
 CHECK = """
 import json, os, torch, timm
-from ragged import varlen_attention
 dev = "cuda" if torch.cuda.is_available() else "cpu"
+if dev == "cpu":  # before ragged imports triton
+    os.environ["TRITON_INTERPRET"] = "1"
+from ragged import varlen_attention
 g = torch.Generator().manual_seed(0)
 q, k, v = (torch.randn(24, 2, 32, generator=g).to(dev, torch.float16) for _ in range(3))
 cu = torch.tensor([0, 10, 24], dtype=torch.int32, device=dev)
@@ -113,11 +115,8 @@ def ensure(spec: str, log=print) -> Env:
         python = str(path / "bin" / "python")
         _run([python, "-m", "pip", "install", "--quiet", "--disable-pip-version-check",
               *reqs, *extra], "pip could not install it")  # fmt: skip
-        env = {**os.environ, "PYTHONPATH": str(REPO)}
-        if not _has_cuda(python, env):
-            env["TRITON_INTERPRET"] = "1"
         out = _run([python, "-c", CHECK], "the suite's imports or the kernel failed in it",
-                   env=env)  # fmt: skip
+                   env={**os.environ, "PYTHONPATH": str(REPO)})  # fmt: skip
         versions = json.loads(out.strip().splitlines()[-1])
     except EnvError as exc:
         shutil.rmtree(path, ignore_errors=True)
@@ -131,12 +130,6 @@ def ensure(spec: str, log=print) -> Env:
 
 def _names(reqs: list[str]) -> set[str]:
     return {re.split(r"[<>=!~;\[ ]", r, maxsplit=1)[0].lower() for r in reqs}
-
-
-def _has_cuda(python: str, env: dict) -> bool:
-    out = subprocess.run([python, "-c", "import torch; print(torch.cuda.is_available())"],
-                         capture_output=True, text=True, env=env)  # fmt: skip
-    return out.stdout.strip() == "True"
 
 
 def _run(cmd: list[str], what: str, env: dict | None = None) -> str:

@@ -197,12 +197,10 @@ def test_failed_cells_accepted_changes_and_other_branches(tmp_path):
 
 @pytest.fixture(scope="module")
 def store_1000(tmp_path_factory) -> Path:
-    """1,000 synthetic commits through the real ingest path (59,000 measurements, ~35 s)."""
-    tmp = tmp_path_factory.mktemp("dash1000")
-    path = tmp / "perf.duckdb"
-    with Store(path) as s:
-        ingest(s, [synth.write_history(tmp / "history", 1000)], branch="main")
-    return path
+    """The screenshots' store: 1,000 synthetic commits through the real ingest path."""
+    from scripts import screenshots
+
+    return screenshots.synthetic_store(tmp_path_factory.mktemp("dash1000"))
 
 
 def test_real_browser(store_1000, tmp_path, record_property):
