@@ -90,7 +90,9 @@ def gate_markdown(res: GateResult, title: str | None = None) -> str:
     elif res.paired_method == paired.ALONE:
         lines.append(
             "Host-time metrics: base and head could not share a process (one loads only "
-            f"alone): {2 * res.paired_processes} alternating processes, one median each."
+            f"alone): {2 * res.paired_processes} alternating processes, one median each. "
+            "Host time moves up to 2.5x between processes (docs/calibration.md), so these "
+            "cells are inconclusive: check their change by hand."
         )
     lines += [
         *sensitivity_line(c),

@@ -2,6 +2,10 @@
 
     python -m scripts.calibrate collect --out DIR [--seconds 540]   # on a CUDA GPU
     python -m scripts.calibrate analyze DIR [DIR ...] [--write docs/calibration.md]
+    python -m scripts.calibrate paired-collect --out DIR [--design aa] [--only REGEX]  # GPU
+    python -m scripts.calibrate paired-analyze DIR [DIR ...]
+    python -m scripts.calibrate paired-alone --out DIR [--processes 6]   # on a CUDA GPU
+    python -m scripts.calibrate alone-analyze DIR
 
 ``collect`` runs the quick grid's kernel benchmarks (the PR gate's latency cells) in separate
 processes, one per run as the gate's asv runs are, in blocks that mimic a gate job: base and
@@ -12,6 +16,11 @@ Each run is one JSON file of the values asv would record, read through the suite
 
 ``analyze`` feeds the blocks to ``ragbench.detect`` with the policies in force and reports the
 false-alarm rate per gate run (A/A blocks) and the detection rate of each injected slowdown.
+
+The ``paired-*`` commands do the same for the metrics that include host time, judged by the
+paired comparison (``ragbench.paired``): processes of the paired runner with extra arms (A/A
+pairs, heads with planted slowdowns), then the gate's own judgement of each group of processes.
+``paired-alone`` measures the gate's fallback for a head that loads only alone.
 """
 
 from __future__ import annotations
@@ -26,6 +35,7 @@ import statistics
 import subprocess
 import sys
 import time
+from collections import Counter
 from pathlib import Path
 
 CONDITIONS = (0.0, 0.02, 0.05, 0.10)  # head's injected slowdown: 0 is A/A
@@ -506,6 +516,80 @@ def paired_analyze(dirs: list[Path], write: Path | None) -> int:
     return 0
 
 
+LONELY_INIT = (
+    "import sys as _sys\n"
+    "if any(k.startswith('ragged_') and not k.startswith(__name__) for k in _sys.modules):\n"
+    "    raise ImportError('another ragged is loaded in this process (calibration)')\n"
+)
+
+
+def paired_alone(out: Path, processes: int) -> int:
+    """The gate's fallback where head loads only alone: a copy of this tree whose ``ragged``
+    refuses to share a process, measured by ``ragbench.paired.measure`` as the gate does, with
+    ``processes`` a side; the documents land in ``out`` for ``alone-analyze``."""
+    import shutil
+    import tempfile
+
+    from ragbench import paired
+
+    repo = Path(__file__).resolve().parent.parent
+    out.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory() as tmp:
+        lonely = Path(tmp) / "lonely"
+        shutil.copytree(repo / "ragged", lonely / "ragged")
+        init = lonely / "ragged" / "__init__.py"
+        init.write_text(LONELY_INIT + init.read_text())
+        t0 = time.time()
+
+        def log(m: str) -> None:
+            print(m, file=sys.stderr, flush=True)
+
+        method, docs = paired.measure(repo, lonely, Path(tmp), processes=processes, log=log)
+    if method != paired.ALONE:
+        print(f"expected the alternating-process fallback, got {method}", file=sys.stderr)
+        return 1
+    for i, d in enumerate(docs):
+        (out / f"alone-{i:04d}.json").write_text(json.dumps(d))
+    print(f"{len(docs)} processes in {time.time() - t0:.0f} s", file=sys.stderr)
+    return alone_analyze([out], None)
+
+
+def alone_analyze(dirs: list[Path], write: Path | None) -> int:
+    """What the fallback decided, per metric, with the first 3 processes a side (the gate's
+    default) and with all of them: statuses and the smallest change each cell could detect."""
+    from ragbench import paired
+
+    policies = detect_policies()
+    lines = []
+    for d in dirs:
+        docs = [json.loads(p.read_text()) for p in sorted(Path(d).glob("alone-*.json"))]
+        if len(docs) < 2:
+            print(f"no alone-*.json documents under {d}", file=sys.stderr)
+            return 2
+        for side in sorted({min(paired.PROCESSES, len(docs) // 2), len(docs) // 2}):
+            verdicts = paired.judge(paired.collect(docs[: 2 * side]), policies, paired.ALONE, side)
+            lines += [
+                f"**{d.name}: {side} processes a side** (head alone, base alone, alternating)",
+                "",
+                "| metric | cells | statuses | smallest detectable change (median, best) |",
+                "|---|---|---|---|",
+            ]
+            for label in sorted({_label(v.key) for v in verdicts}):
+                vs = [v for v in verdicts if _label(v.key) == label]
+                statuses = sorted(Counter(v.status for v in vs).items())
+                counts = ", ".join(f"{s} {n}" for s, n in statuses)
+                det = sorted(v.detectable for v in vs if v.detectable is not None)
+                fmt = lambda x: "none" if math.isinf(x) else f"{x:.0%}"  # noqa: E731
+                reach = f"{fmt(statistics.median(det))}, {fmt(det[0])}" if det else "-"
+                lines.append(f"| `{label}` | {len(vs)} | {counts} | {reach} |")
+            lines.append("")
+    text = "\n".join(lines)
+    print(text)
+    if write:
+        write.write_text(text)
+    return 0
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     sub = ap.add_subparsers(dest="command", required=True)
@@ -531,7 +615,17 @@ def main(argv=None) -> int:
     pa = sub.add_parser("paired-analyze", help="rates of the paired comparison")
     pa.add_argument("dirs", nargs="+", type=Path, help="directories of paired-*.json files")
     pa.add_argument("--write", type=Path, default=None, help="also write the tables here")
+    al = sub.add_parser("paired-alone", help="the fallback of a head that loads only alone")
+    al.add_argument("--out", type=Path, required=True)
+    al.add_argument("--processes", type=int, default=6, help="processes a side (default 6)")
+    aa = sub.add_parser("alone-analyze", help="what the fallback decided, per metric")
+    aa.add_argument("dirs", nargs="+", type=Path, help="directories of alone-*.json files")
+    aa.add_argument("--write", type=Path, default=None, help="also write the tables here")
     args = ap.parse_args(argv)
+    if args.command == "paired-alone":
+        return paired_alone(args.out, args.processes)
+    if args.command == "alone-analyze":
+        return alone_analyze(args.dirs, args.write)
     if args.command == "paired-analyze":
         return paired_analyze(args.dirs, args.write)
     if args.command == "paired-collect":

@@ -92,3 +92,21 @@ def test_paired_analysis_counts_both_designs():
     assert r["+10%"]["runs"] == 1 and r["+10%"]["per"][("kernel.KernelLatency.host_us", True)][
         "regression"] == 1  # fmt: skip
     assert r["A/A"]["per"][("kernel.KernelLatency.host_us", False)]["n"] == 2 * 5
+
+
+def test_the_alone_analysis_reports_what_the_fallback_could_not_judge(tmp_path, capsys):
+    """Alternating single-revision processes, 3 a side: even a head twice as slow is
+    inconclusive, and the table says no change was detectable."""
+    rng = np.random.default_rng(1)
+    for i in range(6):
+        side = ("head", "base")[i % 2]
+        doc = _paired_doc("aa", rng, {})
+        for c in doc["cells"]:
+            values = c["values"]["base"]
+            c["values"] = {side: [v * (2 if side == "head" else 1) for v in values]}
+        doc["arms"] = {side: "src"}
+        (tmp_path / f"alone-{i:04d}.json").write_text(json.dumps(doc))
+    assert calibrate.alone_analyze([tmp_path], None) == 0
+    out = capsys.readouterr().out
+    assert "3 processes a side" in out
+    assert "| `kernel.KernelLatency.host_us` | 2 | inconclusive 2 | none, none |" in out
