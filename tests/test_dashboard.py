@@ -213,15 +213,20 @@ def test_real_browser(store_1000, tmp_path, record_property):
         pytest.skip("no /usr/bin/chromium (apt-get install chromium; .ci/run installs it)")
     from PIL import Image, ImageStat
 
-    with screenshots.serve(store_1000) as url, screenshots.browser() as page:
-        first = screenshots.open_page(page, url, "Overview")
-        again = screenshots.open_page(page, url, "Overview")
-        screenshots.open_page(page, url, "Dispatch floors", machine="synthetic")
-        page.screenshot(path=str(tmp_path / "shot.png"))
-    record_property("measured", f"first page, 1,000 commits: {first:.2f} s (again {again:.2f} s)")
+    with screenshots.serve(store_1000) as url:
+        firsts = []  # three visitors, each a new browser: one load is too noisy to report
+        for _ in range(3):
+            with screenshots.browser() as page:
+                firsts.append(screenshots.open_page(page, url, "Overview"))
+        with screenshots.browser() as page:
+            screenshots.open_page(page, url, "Dispatch floors", machine="synthetic")
+            page.screenshot(path=str(tmp_path / "shot.png"))
+    shown = ", ".join(f"{t:.2f}" for t in firsts)
+    record_property("measured", f"first page, 1,000 commits, new browser: median "
+                                f"{sorted(firsts)[1]:.2f} s ({shown} s)")  # fmt: skip
     image = Image.open(tmp_path / "shot.png").convert("L")
     assert max(ImageStat.Stat(image).stddev) > 10  # text and lines, not one colour
-    assert first < 60
+    assert max(firsts) < 60
 
 
 def test_change_points_on_every_chart(store):
