@@ -132,6 +132,15 @@ gate-accept: setup
 	$(BIN)/python -m ragbench accept --store $(STORE) --pr $(PR) --head $(HEAD_SHA) \
 	  --user $(LABEL_USER) $(if $(filter unlabeled,$(LABEL_ACTION)),--withdraw)
 
+# bench-versions' job (weekly): the upgrade report of HEAD from the pinned stack (this .venv's
+# torch and triton) to the newest torch release with the triton it pins, into the summary and
+# results/versions.md. Not shown safe (exit 1) is the report's finding, not a failure of the
+# step; a report that could not be made (2) is both.
+bench-versions: setup
+	mkdir -p results
+	$(BIN)/python -m ragbench versions --from pinned --to newest --report results/versions.md \
+	  $(BENCH_ARGS) >> $(SUMMARY) || test $$? = 1
+
 # The push and pull-request workflows' steps run here, in order, from a fresh clone, through
 # a push and four pull-request events, with no GitHub (scripts/rehearse.py --help).
 rehearse: setup

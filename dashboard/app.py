@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 import sys
 from pathlib import Path
 from urllib.parse import urlencode
@@ -172,6 +173,13 @@ def chart(
             .mark_rule(strokeDash=[6, 3], color=colour)
             .encode(y="value:Q", tooltip=["label", "value"])
         )
+    moves = stack_changes(df)
+    if not moves.empty:
+        layers.append(
+            alt.Chart(moves)
+            .mark_rule(color="gray", strokeDash=[2, 2])
+            .encode(x="commit #:Q", tooltip=["stack change"])
+        )
     if change_points is None and st.session_state.get("mark_change_points"):
         change_points = line_change_points(df, y, color)
     if change_points is not None and not change_points.empty:
@@ -184,6 +192,19 @@ def chart(
         )
     st.altair_chart(alt.layer(*layers).properties(title=title, height=280), width="stretch")
     download(df, title, key)
+
+
+def stack_changes(df: pd.DataFrame) -> pd.DataFrame:
+    """The commits (``commit #``) whose runs' stacks differ from the previous commit's, and
+    what changed; drawn on every chart over commits as grey dotted lines."""
+    if not {"torch", "triton"} <= set(df) or df.empty:
+        return pd.DataFrame(columns=["commit #", "stack change"])
+    per = df.assign(stack=stacks(df)).groupby("commit #")["stack"].agg(
+        lambda x: " + ".join(sorted(set(x))))  # fmt: skip
+    before = per.shift()
+    moved = per[(per != before) & before.notna()]
+    changes = [f"{before[i]} -> {moved[i]}" for i in moved.index]
+    return pd.DataFrame({"commit #": moved.index, "stack change": changes})
 
 
 def download(df: pd.DataFrame, title: str, key: str) -> None:
@@ -559,11 +580,80 @@ def pick_series(ctx):
     return df, bench, metric, cell
 
 
+def stacks(runs: pd.DataFrame) -> pd.Series:
+    """Each run's stack, as the Versions page names it: ``torch 2.15.0, triton 3.9.0``."""
+    return "torch " + runs["torch"].fillna("?") + ", triton " + runs["triton"].fillna("?")
+
+
+def _version_key(stack: str) -> tuple:
+    """Order stacks by their torch, then triton version (2.9 before 2.10)."""
+    return tuple(int(n) if n.isdigit() else 0 for n in re.findall(r"\d+|\?", stack))
+
+
 def versions(ctx):
+    st.header("Versions")
+    runs = ctx["runs"][ctx["runs"]["machine"] == ctx["machine"]]
+    runs = runs.assign(stack=stacks(runs))
+    per_commit = runs.groupby("commit_hash", sort=False)["stack"].nunique()
+    commits = [c for c in dict.fromkeys(runs["commit_hash"]) if per_commit[c] >= 2]
+    if commits:
+        upgrade_reports(ctx, runs, commits)
+    else:
+        st.info("No commit on this machine was measured under more than one stack yet: "
+                "`ragbench run --env SPEC` runs the suite under another torch/triton "
+                "(docs/versions.md).")  # fmt: skip
+    stack_heatmap(ctx)
+
+
+def upgrade_reports(ctx, runs: pd.DataFrame, commits: list[str]) -> None:
+    """For one commit: every judged cell under each stack measured on it, and the gate's
+    verdict of each stack against a reference stack (what ``ragbench versions`` reports)."""
+    label = {c: f"{c[:12]} ({runs[runs['commit_hash'] == c]['commit_time'].iloc[0]})"
+             for c in commits}  # fmt: skip
+    wanted = st.query_params.get("commit", "")
+    index = next((i for i, c in enumerate(commits) if wanted and c.startswith(wanted)), 0)
+    col1, col2 = st.columns(2)
+    commit = col1.selectbox("commit (measured under several stacks)", commits, index=index,
+                            format_func=label.get, key="versions-commit")  # fmt: skip
+    here = runs[runs["commit_hash"] == commit]
+    names = sorted(here["stack"].unique(), key=_version_key)
+    ref = col2.selectbox("against", names, index=0, key="versions-ref")
+    ids = {n: tuple(here[here["stack"] == n]["run_id"]) for n in names}
+    table: dict[tuple, dict] = {}
+    verdicts = []
+    for name in names:
+        if name == ref:
+            continue
+        c = comparison(ctx["path"], ctx["mtime"], ids[ref], ids[name], False)
+        changed = [v for v in c.verdicts if v.status in detect.FAILING]
+        verdict = ("safe to upgrade" if c.headline == "pass" else
+                   f"not shown safe ({c.headline}): {len(changed)} cell(s) changed")  # fmt: skip
+        verdicts.append(f"- **{name}** against {ref}: **{c.headline.upper()}**, {verdict}")
+        for v in c.verdicts:
+            row = table.setdefault(v.key, {"metric": f"{v.key[0]}.{v.key[1]}", "cell": v.key[2],
+                                           ref: _shown(v.base, v.unit)})  # fmt: skip
+            row[name] = _shown(v.head, v.unit)
+            row[f"{name}: verdict"] = f"{v.status} {worse_by(v.change)}".strip()
+    st.markdown("\n".join(verdicts))
+    if table:
+        df = pd.DataFrame(list(table.values()))
+        st.dataframe(df, width="stretch", hide_index=True)
+        statuses = [str(x).split(" ")[0] for c in df.columns if c.endswith(": verdict")
+                    for x in df[c].dropna()]  # fmt: skip
+        legend(statuses)
+        download(df, "versions of one commit", "versions-commit")
+    st.caption(f"{len(ids[ref])} run(s) of {ref}; "
+               + ", ".join(f"{len(ids[n])} of {n}" for n in names if n != ref)
+               + ". Host-time cells of separate processes are inconclusive unless they moved "
+                 "beyond 100% (two stacks cannot share a process).")  # fmt: skip
+
+
+def stack_heatmap(ctx) -> None:
+    """One metric across torch x triton over every commit of the machine."""
     import altair as alt  # 0.4 s of imports, paid only once a page draws a chart
 
-    st.header("Versions")
-    st.caption("one metric across torch x triton versions on this machine (median over runs)")
+    st.subheader("One metric across all commits")
+    st.caption("torch x triton on this machine (median over runs)")
     picked = pick_series(ctx)
     if picked is None:
         return
@@ -635,6 +725,8 @@ def series(ctx):
         key="series",
         y_title=str(df["unit"].iloc[0]) if not df.empty else None,
     )
+    st.caption("Grey dotted lines: the stack (torch, triton) changed at that commit; the "
+               "hover says from what to what.")  # fmt: skip
     if report:
         st.caption(
             f"status of the newest run: {report.status}; change points (red, over the newest "

@@ -140,6 +140,16 @@ def _versions(args) -> int:
     from .report import gate_markdown
 
     policies = detect.load_policies(args.policies)
+    if args.bisect:
+        return _bisect(args, policies)
+    if not (args.from_spec and args.to_spec):
+        raise ValueError("versions needs --from SPEC --to SPEC (or --bisect CELL --between A B)")
+    if args.from_spec == "pinned":
+        args.from_spec = envs.pinned()
+    if args.to_spec == "newest":  # the newest torch, with the triton it pins
+        from .bisect import newest
+
+        args.to_spec = newest("torch")
     for spec in (args.from_spec, args.to_spec):
         envs.requirements(spec)  # unreadable: exit 2 before any install
     sides = {"base": envs.ensure(args.from_spec, log=_log),
@@ -168,6 +178,50 @@ def _versions(args) -> int:
     if args.report:
         args.report.write_text(text + "\n" + last + "\n")
     return result.exit_code
+
+
+def _bisect(args, policies) -> int:
+    import re
+    import tempfile
+
+    from . import bisect
+    from .gate import run_gate
+
+    if not args.between:
+        raise ValueError("--bisect needs --between SPEC SPEC (the stack without the change first)")
+    key = bisect.parse_cell(args.bisect)
+    if policies.for_metric(key[0], key[1]).kind == "info":
+        raise bisect.BisectError(f"{args.bisect!r} is shown, not judged (policy info): no "
+                                 "release can change its verdict")  # fmt: skip
+    first, last = args.between
+    bisect.differing(first, last)  # unreadable or not one package apart: exit 2 before work
+    base = envs.ensure(first, log=_log)
+
+    def shows(spec: str) -> tuple[bool, str]:
+        env = envs.ensure(spec, log=_log)
+        with tempfile.TemporaryDirectory(prefix="ragbench-bisect-") as tmp:
+            result = run_gate(
+                Store(args.store or Path(tmp) / "bisect.duckdb"), args.commit, args.commit,
+                policies=policies, machine=_machine(args), rounds=args.rounds, mode=args.mode,
+                bench=[f"^{re.escape(key[0])}\\."], paired_processes=0, log=_log,
+                environments={"base": base, "head": env},
+            )  # fmt: skip
+        v = next((v for v in result.comparison.verdicts if v.key == key), None)
+        if v is None:
+            raise bisect.BisectError(
+                f"no cell {args.bisect!r} in {key[0]}'s results (name it as "
+                "the gate's report does: 'benchmark.metric params')"
+            )
+        change = f" {v.change:+.1%}" if v.change is not None else ""
+        note = f"{v.status}{change}: {v.note}" if v.note else f"{v.status}{change}"
+        return v.status in detect.FAILING, note
+
+    b = bisect.bisect(first, last, shows, log=_log)
+    text = bisect.markdown(b, args.bisect, first, last)
+    print(text)
+    if args.report:
+        args.report.write_text(text + "\n")
+    return 0 if b.first else 1
 
 
 def _client(args):
@@ -418,13 +472,30 @@ def parser() -> argparse.ArgumentParser:
             "top-1, output hashes) and, where the stacks differ in torch or triton, host time "
             "across processes (two stacks cannot share one, so those cells are inconclusive "
             "unless they moved beyond 100%%). Ends with one line: safe to upgrade, or which "
-            "cells changed and by how much. Exit 0 safe, 1 not shown safe, 2 unusable input."
+            "cells changed and by how much. Exit 0 safe, 1 not shown safe, 2 unusable input. "
+            "With --bisect CELL --between A B: the releases of the one package A and B pin "
+            "differently, between the two, are measured against A (binary search) and the "
+            "first that changes CELL is named; exit 0 found, 1 B does not change CELL, 2 "
+            "unusable input."
         ),
     )
-    u.add_argument("--from", dest="from_spec", required=True, metavar="SPEC",
-                   help="the stack now, e.g. torch==2.14.1,triton==3.8.0")  # fmt: skip
-    u.add_argument("--to", dest="to_spec", required=True, metavar="SPEC",
-                   help="the stack to move to, e.g. torch==2.15.0")  # fmt: skip
+    u.add_argument("--from", dest="from_spec", metavar="SPEC",
+                   help="the stack now, e.g. torch==2.14.1,triton==3.8.0; 'pinned': this "
+                        "environment's torch and triton")  # fmt: skip
+    u.add_argument("--to", dest="to_spec", metavar="SPEC",
+                   help="the stack to move to, e.g. torch==2.15.0; 'newest': the newest torch "
+                        "release on the registry, with the triton it pins")  # fmt: skip
+    u.add_argument("--bisect", metavar="CELL", default=None,
+                   help="version bisect: the cell that changed, named as the report names it "
+                        "('benchmark.metric params'); needs --between")  # fmt: skip
+    u.add_argument(
+        "--between",
+        nargs=2,
+        metavar=("SPEC", "SPEC"),
+        default=None,
+        help="--bisect: the stack without the change, then the one with it; they "
+        "differ in one package's == pin, whose releases in between are tried",
+    )
     u.add_argument("--commit", default="HEAD", help="the commit measured (default HEAD)")
     u.add_argument("--store", type=Path, default=None,
                    help="keep the runs in this store (default: a temporary one)")  # fmt: skip
@@ -504,6 +575,7 @@ def _fail(command: str, message: str) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
+    from .bisect import BisectError
     from .gate import GateError
     from .github import GitHubError
     from .paired import PairedError
@@ -512,7 +584,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return args.func(args)
     except (suite.SuiteError, GateError, PairedError, StoreError, GitHubError, OSError,
-            envs.EnvError, ValueError, PermissionError) as exc:  # fmt: skip
+            envs.EnvError, BisectError, ValueError, PermissionError) as exc:  # fmt: skip
         return _fail(args.command, str(exc))
     except KeyboardInterrupt:
         return _fail(args.command, "interrupted")

@@ -33,9 +33,12 @@ STAMP = "ragbench-env.json"
 # the check: the suite's imports (timm imports torchvision, whose ops must match torch's build)
 # and one small triton call against the reference, in the environment
 CHECK = """
-import json, os, torch, timm
+import json, os
+if not os.path.exists("/dev/nvidiactl"):  # no NVIDIA driver: before torch imports triton
+    os.environ["TRITON_INTERPRET"] = "1"
+import torch, timm
 dev = "cuda" if torch.cuda.is_available() else "cpu"
-if dev == "cpu":  # before ragged imports triton
+if dev == "cpu":  # a driver but no usable GPU: before ragged's kernels are defined
     os.environ["TRITON_INTERPRET"] = "1"
 from ragged import varlen_attention
 g = torch.Generator().manual_seed(0)
@@ -67,6 +70,14 @@ class Env:
 
 def root() -> Path:
     return Path(os.environ.get("RAGBENCH_ENVS") or REPO / ".envs")
+
+
+def pinned() -> str:
+    """This environment's own stack as a spec: ``torch==2.14.1,triton==3.8.0`` (local build
+    labels such as ``+cu130`` dropped: the pin then matches the installed build)."""
+    from importlib.metadata import version
+
+    return ",".join(f"{p}=={version(p).split('+')[0]}" for p in ("torch", "triton"))
 
 
 def requirements(spec: str) -> list[str]:

@@ -9,6 +9,7 @@ import os
 import shutil
 from pathlib import Path
 
+import pyarrow as pa
 import pytest
 
 from dashboard import PAGES, SEVERITY
@@ -130,6 +131,15 @@ def test_series_link_and_change_points(store):
     ]  # fmt: skip
     # synth makes triton 10% faster at commit 20 of 40: one change point there
     assert "change points (red, over the newest 400 commits): 1" in texts(at)
+    # and moves torch 2.10 -> 2.11 at commit 30: marked as a stack change, where it happened
+    (spec,) = [json.loads(e.proto.spec) for e in at.main if e.type.endswith("vega_lite_chart")]
+    (moves,) = [layer for layer in spec["layer"]
+                if "stack change" in json.dumps(layer.get("encoding", {}))]  # fmt: skip
+    (chart,) = [e for e in at.main if e.type.endswith("vega_lite_chart")]
+    (data,) = [d.data.data for d in chart.proto.datasets if d.name == moves["data"]["name"]]
+    (row,) = pa.ipc.open_stream(data).read_all().to_pylist()
+    assert row["commit #"] == 31 and "torch 2.10" in row["stack change"]
+    assert "-> torch 2.11" in row["stack change"]
 
 
 def test_paper_overlay(store):
@@ -138,7 +148,8 @@ def test_paper_overlay(store):
 
     def rules():
         specs = [json.loads(e.proto.spec) for e in at.main if e.type.endswith("vega_lite_chart")]
-        return sum(layer["mark"].get("type") == "rule" for sp in specs for layer in sp["layer"])
+        return sum(layer["mark"].get("type") == "rule" and "stack change" not in json.dumps(layer)
+                   for sp in specs for layer in sp["layer"])  # fmt: skip
 
     assert rules() == 0
     at.sidebar.checkbox[0].check().run()
@@ -237,3 +248,33 @@ def test_change_points_on_every_chart(store):
     marked = [any(layer["mark"].get("type") == "rule" for layer in sp["layer"]) for sp in specs]
     # synth: triton's kernel 10% faster at commit 20 of 40 (gpu_us); host time +8% at 30
     assert marked == [True, True, True]
+
+
+def test_the_versions_page_judges_the_stacks_of_one_commit(quick_run, tmp_path):
+    """One commit's real quick-suite run under two stacks (the second's fingerprint names
+    another torch): the page shows each cell under both, and the gate's verdict of the newer
+    stack against the older."""
+    results, _ = quick_run
+    real = tmp_path / "real"
+    shutil.copytree(results, real)
+    src = next(p for p in real.glob("*/*.json") if p.name != "machine.json")
+    data = json.loads(src.read_text())
+    data["env_name"] = "existing-py_upgraded"  # a run is one commit in one environment
+    upgraded = src.with_name(f"{src.name[:8]}-existing-py_upgraded.json")
+    upgraded.write_text(json.dumps(data))
+    fp = json.loads(src.with_suffix(".fingerprint").read_text())
+    old = fp["torch"]
+    upgraded.with_suffix(".fingerprint").write_text(json.dumps({**fp, "torch": "9.9.9"}))
+    path = tmp_path / "perf.duckdb"
+    with Store(path) as s:
+        report = ingest(s, [real], branch="main")
+        assert len(report.stored) == 2 and not report.failed
+    at = app(path, page="Versions", machine=data["params"]["machine"])
+    assert not at.exception
+    text = texts(at)
+    assert f"**torch 9.9.9, triton {fp['triton']}** against torch {old}" in text
+    assert "safe to upgrade" in text  # the same samples: nothing changed
+    table = at.dataframe[0].value
+    assert {f"torch {old}, triton {fp['triton']}", f"torch 9.9.9, triton {fp['triton']}",
+            f"torch 9.9.9, triton {fp['triton']}: verdict"} <= set(table.columns)  # fmt: skip
+    assert "unchanged" in set(table[f"torch 9.9.9, triton {fp['triton']}: verdict"])

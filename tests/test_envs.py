@@ -90,3 +90,22 @@ def test_the_result_file_is_the_one_this_run_wrote(tmp_path):
     mine = tmp_path / f"{sha[:8]}-existing-py_mine_bin_python.json"
     mine.write_text("{}")
     assert _result_file(tmp_path, sha, before) == mine
+
+
+def test_a_bisect_with_nothing_to_find_measures_the_last_stack_and_says_so(tmp_path):
+    """``ragbench versions --bisect``: the real path (pip's listing of the releases between,
+    both stacks measured, the cell found in the results); numpy does not move the kernel's
+    error, so there is nothing to bisect: exit 1, said in the report."""
+    report = tmp_path / "bisect.md"
+    cell = "cpu.KernelError.output_hash backend=triton,dtype=float16"
+    out = ragbench("versions", "--bisect", cell, "--between", "numpy==2.2.6", SPEC, "--rounds",
+                   "1", "--machine", "envs", "--report", str(report), home=tmp_path)  # fmt: skip
+    assert out.returncode == 1, out.stdout[-3000:] + out.stderr[-3000:]
+    text = report.read_text()
+    assert "numpy release(s) between `numpy==2.2.6` and `numpy==2.3.5`: 2.3.0" in text
+    assert f"| `{SPEC}` | does not show it | unchanged" in text
+    assert "nothing to bisect" in text
+    shown = "cpu.KernelError.max_abs_error backend=triton,dtype=float16"  # info: never judged
+    out = ragbench("versions", "--bisect", shown, "--between", "numpy==2.2.6", SPEC,
+                   "--rounds", "1", "--machine", "envs", home=tmp_path)  # fmt: skip
+    assert out.returncode == 2 and "is shown, not judged" in out.stderr

@@ -56,7 +56,7 @@ def test_every_step_is_a_make_target_that_exists():
 def test_the_rules_the_workflows_keep():
     flows = {p.stem: rehearse.load_workflow(p) for p in WORKFLOWS}
     assert set(flows) == {"cpu-tests", "bench-main", "bench-pr", "bench-pr-verdict",
-                          "bench-accept"}  # fmt: skip
+                          "bench-accept", "bench-versions"}  # fmt: skip
     for name, flow in flows.items():
         assert "secrets" not in json.dumps(flow["on"])
         assert all(job.get("timeout-minutes") for job in flow["jobs"].values())
@@ -98,6 +98,14 @@ def test_the_rules_the_workflows_keep():
         assert "head.repo.full_name == github.repository" in job["if"].replace(
             "head_repository", "head.repo"
         )
+    # the weekly upgrade report: main's code on a schedule, no store, no token
+    versions = flows["bench-versions"]
+    assert set(versions["on"]) == {"schedule", "workflow_dispatch"}
+    text = (REPO / ".github" / "workflows" / "bench-versions.yml").read_text()
+    assert "secrets." not in text and "RAGBENCH_STORE" not in text
+    assert versions["permissions"] == {"contents": "read"}
+    assert [s.get("run") for s in versions["jobs"]["upgrade"]["steps"] if "run" in s] == [
+        "make setup", "make bench-versions"]  # fmt: skip
     (test,) = flows["cpu-tests"]["jobs"].values()
     assert test["runs-on"] == "ubuntu-latest" and test["steps"][-1]["run"] == "make browser test"
 
@@ -112,7 +120,7 @@ def test_the_rehearsal_reads_every_expression_in_the_workflows(tmp_path):
     done = rehearse.workflow_run_event("bench-pr", 7, pr, failed, "m")
     push = scene.push("push", "b" * 40, "c" * 40, "success")
     events = {"bench-pr": pr, "bench-accept": label, "bench-pr-verdict": done,
-              "bench-main": push, "cpu-tests": push}  # fmt: skip
+              "bench-main": push, "cpu-tests": push, "bench-versions": push}  # fmt: skip
     for path in WORKFLOWS:
         ctx, fns = runner.contexts(events[path.stem]), runner.functions({"failed": False})
         for expr in re.findall(r"\$\{\{(.*?)\}\}", path.read_text()):
