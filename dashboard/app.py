@@ -620,7 +620,7 @@ def upgrade_reports(ctx, runs: pd.DataFrame, commits: list[str]) -> None:
     ref = col2.selectbox("against", names, index=0, key="versions-ref")
     ids = {n: tuple(here[here["stack"] == n]["run_id"]) for n in names}
     table: dict[tuple, dict] = {}
-    verdicts = []
+    verdicts, statuses = [], []
     for name in names:
         if name == ref:
             continue
@@ -632,14 +632,17 @@ def upgrade_reports(ctx, runs: pd.DataFrame, commits: list[str]) -> None:
         for v in c.verdicts:
             row = table.setdefault(v.key, {"metric": f"{v.key[0]}.{v.key[1]}", "cell": v.key[2],
                                            ref: _shown(v.base, v.unit)})  # fmt: skip
-            row[name] = _shown(v.head, v.unit)
-            row[f"{name}: verdict"] = f"{v.status} {worse_by(v.change)}".strip()
+            verdict = "" if v.status == "unchanged" else f" · {v.status} {worse_by(v.change)}"
+            row[name] = (_shown(v.head, v.unit) + verdict).strip()
+            statuses.append(v.status)
     st.markdown("\n".join(verdicts))
     if table:
         df = pd.DataFrame(list(table.values()))
-        st.dataframe(df, width="stretch", hide_index=True)
-        statuses = [str(x).split(" ")[0] for c in df.columns if c.endswith(": verdict")
-                    for x in df[c].dropna()]  # fmt: skip
+        st.caption(f"Each stack's value; where it is not unchanged against {ref}, the verdict "
+                   "after a dot.")  # fmt: skip
+        widths = {"metric": 170, "cell": 220}
+        columns = {k: st.column_config.Column(width=w) for k, w in widths.items()}
+        st.dataframe(df, width="stretch", hide_index=True, column_config=columns)
         legend(statuses)
         download(df, "versions of one commit", "versions-commit")
     st.caption(f"{len(ids[ref])} run(s) of {ref}; "

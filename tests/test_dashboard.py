@@ -275,6 +275,8 @@ def test_the_versions_page_judges_the_stacks_of_one_commit(quick_run, tmp_path):
     assert f"**torch 9.9.9, triton {fp['triton']}** against torch {old}" in text
     assert "safe to upgrade" in text  # the same samples: nothing changed
     table = at.dataframe[0].value
-    assert {f"torch {old}, triton {fp['triton']}", f"torch 9.9.9, triton {fp['triton']}",
-            f"torch 9.9.9, triton {fp['triton']}: verdict"} <= set(table.columns)  # fmt: skip
-    assert "unchanged" in set(table[f"torch 9.9.9, triton {fp['triton']}: verdict"])
+    new = f"torch 9.9.9, triton {fp['triton']}"
+    assert {f"torch {old}, triton {fp['triton']}", new} <= set(table.columns)
+    hashes = table[table["metric"] == "cpu.KernelError.output_hash"]
+    assert len(hashes) == 4 and all(" · " not in x for x in hashes[new])  # unchanged: no word
+    assert any(x.endswith(" · info") for x in table[new])  # img/s: shown, never judged
