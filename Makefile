@@ -136,9 +136,12 @@ gate-accept: setup
 # torch and triton) to the newest torch release with the triton it pins, into the summary and
 # results/versions.md. Not shown safe (exit 1) is the report's finding, not a failure of the
 # step; a report that could not be made (2) is both.
+FROM ?= pinned
+TO ?= newest
+VERSIONS_REPORT ?= results/versions.md
 bench-versions: setup
-	mkdir -p results
-	$(BIN)/python -m ragbench versions --from pinned --to newest --report results/versions.md \
+	mkdir -p $(dir $(VERSIONS_REPORT))
+	$(BIN)/python -m ragbench versions --from $(FROM) --to $(TO) --report $(VERSIONS_REPORT) \
 	  $(BENCH_ARGS) >> $(SUMMARY) || test $$? = 1
 
 # The push and pull-request workflows' steps run here, in order, from a fresh clone, through

@@ -57,13 +57,19 @@ def test_a_spec_pip_cannot_read_stops_before_any_work(tmp_path):
 
 
 def test_the_upgrade_report_judges_one_commit_under_two_stacks(tmp_path):
-    """``ragbench versions``: the same commit under two numpy releases, alternating, judged
-    with the gate's rules (the kernel's error and output hashes must not move): safe."""
-    report = tmp_path / "upgrade.md"
-    out = ragbench("versions", "--from", SPEC, "--to", "numpy==2.2.6", "--bench",
-                   r"^cpu\.KernelError", "--rounds", "1", "--machine", "envs", "--report",
-                   str(report), home=tmp_path)  # fmt: skip
+    """``make bench-versions`` (the weekly job's step, ``ragbench versions``): the same commit
+    under two numpy releases, alternating, judged with the gate's rules (the kernel's error
+    and output hashes must not move): safe, in the report and the job's summary."""
+    report, summary = tmp_path / "upgrade.md", tmp_path / "summary.md"
+    env = {**os.environ, "HOME": str(tmp_path), "RAGBENCH_MACHINE": "envs"}
+    env.pop("RAGBENCH_MODE", None)
+    out = subprocess.run(
+        ["make", "bench-versions", f"FROM={SPEC}", "TO=numpy==2.2.6", f"SUMMARY={summary}",
+         f"VERSIONS_REPORT={report}", "BENCH_ARGS=--bench ^cpu\\.KernelError --rounds 1"],
+        capture_output=True, text=True, cwd=REPO, env=env, timeout=900,
+    )  # fmt: skip
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+    assert "Safe to upgrade" in summary.read_text()
     text = report.read_text()
     assert "ragbench versions: numpy==2.2.6 against numpy==2.3.5" in text and "PASS" in text
     assert text.rstrip().endswith("Safe to upgrade from numpy==2.3.5 to numpy==2.2.6 on this "
