@@ -154,10 +154,10 @@ def _versions(args) -> int:
         envs.requirements(spec)  # unreadable: exit 2 before any install
     sides = {"base": envs.ensure(args.from_spec, log=_log),
              "head": envs.ensure(args.to_spec, log=_log)}  # fmt: skip
-    with tempfile.TemporaryDirectory(prefix="ragbench-versions-") as tmp:
-        store = args.store or Path(tmp) / "versions.duckdb"
+    with (tempfile.TemporaryDirectory(prefix="ragbench-versions-") as tmp,
+          Store(args.store or Path(tmp) / "versions.duckdb") as store):  # fmt: skip
         result = run_gate(
-            Store(store), args.commit, args.commit, policies=policies, machine=_machine(args),
+            store, args.commit, args.commit, policies=policies, machine=_machine(args),
             rounds=args.rounds, mode=args.mode, bench=args.bench, paired_processes=0,
             log=_log, environments=sides,
         )  # fmt: skip
@@ -199,12 +199,12 @@ def _bisect(args, policies) -> int:
 
     def shows(spec: str) -> tuple[bool, str]:
         env = envs.ensure(spec, log=_log)
-        with tempfile.TemporaryDirectory(prefix="ragbench-bisect-") as tmp:
+        with (tempfile.TemporaryDirectory(prefix="ragbench-bisect-") as tmp,
+              Store(args.store or Path(tmp) / "bisect.duckdb") as store):  # fmt: skip
             result = run_gate(
-                Store(args.store or Path(tmp) / "bisect.duckdb"), args.commit, args.commit,
-                policies=policies, machine=_machine(args), rounds=args.rounds, mode=args.mode,
-                bench=[f"^{re.escape(key[0])}\\."], paired_processes=0, log=_log,
-                environments={"base": base, "head": env},
+                store, args.commit, args.commit, policies=policies, machine=_machine(args),
+                rounds=args.rounds, mode=args.mode, bench=[f"^{re.escape(key[0])}\\."],
+                paired_processes=0, log=_log, environments={"base": base, "head": env},
             )  # fmt: skip
         v = next((v for v in result.comparison.verdicts if v.key == key), None)
         if v is None:
