@@ -54,9 +54,10 @@ def triton_fn(q, k, v, cu_seqlens, max_seqlen: int, slowdown: float):
     time; ``info`` has the delay in cycles and the slowdown measured when sizing it."""
     import torch
 
-    from ragged.kernels.attention import _capability, attention_config, varlen_attention_triton
+    from ragged.kernels.attention import varlen_attention_triton
+    from ragged.kernels.tuning import config_for
 
-    cfg = attention_config(q.shape[2], max_seqlen, q.dtype, _capability(q.get_device()))
+    cfg = config_for(q.shape[2], max_seqlen, q.dtype, q.get_device())
     out = torch.empty_like(q)
     scale = 1.0 / math.sqrt(q.shape[2])
 

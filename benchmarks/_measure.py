@@ -36,6 +36,7 @@ def kernels(self) -> dict:
     available = set(W.ragged.available_backends())
     inject = _inject.fraction()  # set by the detector's calibration only
     latency, clocks, error = {}, {}, {}
+    H.tune(W.ragged)
     H.spin_up()
     for workload in itertools.product(G.KERNEL_BATCHES, G.PRUNE, G.GEOMETRIES, G.LENGTHS):
         batch, prune, geometry, lengths = workload
@@ -141,6 +142,7 @@ def pipelines(self) -> dict:
     cells: dict[str, dict] = {
         t: {} for t in ("throughput", "methods", "memory", "ideal", "stages", "drift")
     }
+    H.tune(W.ragged)
     H.spin_up()
     for model_name in G.MODELS:
         model = W.build(model_name)

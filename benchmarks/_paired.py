@@ -234,6 +234,8 @@ def measure(arms: dict[str, Path], *, rounds: int, pipeline_rounds: int, seed: i
     rng = random.Random(seed)
     only = re.compile(only) if only else None
     if W and not cpu:
+        for w in W.values():
+            H.tune(w.ragged)
         H.spin_up()
         _kernels(W, slow, rounds, rng, doc["cells"], doc["slowed"], only)
     if W:

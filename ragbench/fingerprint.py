@@ -76,8 +76,18 @@ def collect(*, commit: str, machine: str, mode: str) -> dict:
         "asv": _version("asv"),
         "python": platform.python_version(),
         "cpu": platform.processor() or platform.machine(),
+        "launch_configs": _launch_configs() if gpu else None,
         "recorded_at": datetime.now(UTC).isoformat(timespec="seconds"),
     }
+
+
+def _launch_configs() -> str | None:
+    """Which launch configurations the triton kernel uses on GPU 0 (ragged.kernels.tuning)."""
+    try:
+        from ragged.kernels import tuning
+    except ImportError:
+        return None
+    return tuning.source(0)
 
 
 def path_for(result_file: Path) -> Path:

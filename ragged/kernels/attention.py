@@ -135,8 +135,9 @@ def attention_config(
 
     ``capability`` is ``torch.cuda.get_device_capability()``, or ``(0, 0)`` on the CPU (the
     Triton interpreter, where only correctness matters). The table was measured on sm_90
-    (``python -m scripts.kernel_bench --sweep``, gpu_us, 12 heads) and is used everywhere
-    until another GPU is swept. Best tile vs the runner-up, H100:
+    (``python -m scripts.kernel_bench --sweep``, gpu_us, 12 heads); on other GPUs
+    ``tuning.tune()`` sweeps once and ``tuning.config_for`` uses what it found. Best tile vs
+    the runner-up, H100:
       d<=64 fp16/bf16: 64x64 (BS=64/L=197: 56.2 us vs 58.2 for 64x32, 62.5 for 128x64;
                        BS=32/L=40: 4.47 vs 4.67); L<=16: 16x16 (BS=4: 2.59 vs 2.65).
       64<d<=128, d>128: 64x32 (d=128 BS=32/L=197: 53.6 vs 57.9 for 64x64; d=256: 30.1 vs 37.8).
@@ -153,11 +154,6 @@ def attention_config(
     else:
         block_m, block_n = 64, 32
     return AttentionConfig(block_m, block_n, num_warps=4, num_stages=2)
-
-
-@functools.lru_cache(maxsize=64)
-def _capability(device_index: int) -> tuple[int, int]:
-    return torch.cuda.get_device_capability(device_index) if device_index >= 0 else (0, 0)
 
 
 _launcher = Launcher(_varlen_fwd_kernel)
@@ -177,7 +173,9 @@ _plans: dict[tuple, Plan] = {}
 
 
 def _make_plan(device_index, dtype, head_dim, max_seqlen, config) -> Plan:
-    cfg = config or attention_config(head_dim, max_seqlen, dtype, _capability(device_index))
+    from . import tuning  # the table, or this device's cached sweep (tuning.py)
+
+    cfg = config or tuning.config_for(head_dim, max_seqlen, dtype, device_index)
     constexprs = {
         "HEAD_DIM": head_dim,
         "BLOCK_D": max(16, triton.next_power_of_2(head_dim)),
