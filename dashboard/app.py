@@ -606,7 +606,7 @@ def versions(ctx):
 
 
 def upgrade_reports(ctx, runs: pd.DataFrame, commits: list[str]) -> None:
-    """For one commit: every judged cell under each stack measured on it, and the gate's
+    """For one commit: every cell under each stack measured on it, and the gate's
     verdict of each stack against a reference stack (what ``ragbench versions`` reports)."""
     label = {c: f"{c[:12]} ({runs[runs['commit_hash'] == c]['commit_time'].iloc[0]})"
              for c in commits}  # fmt: skip
@@ -632,8 +632,8 @@ def upgrade_reports(ctx, runs: pd.DataFrame, commits: list[str]) -> None:
         for v in c.verdicts:
             row = table.setdefault(v.key, {"metric": f"{v.key[0]}.{v.key[1]}", "cell": v.key[2],
                                            ref: _shown(v.base, v.unit)})  # fmt: skip
-            verdict = "" if v.status == "unchanged" else f" · {v.status} {worse_by(v.change)}"
-            row[name] = (_shown(v.head, v.unit) + verdict).strip()
+            word = "" if v.status == "unchanged" else f" · {v.status} {worse_by(v.change)}"
+            row[name] = (_shown(v.head, v.unit) + word).strip()
             statuses.append(v.status)
     st.markdown("\n".join(verdicts))
     if table:
