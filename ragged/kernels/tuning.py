@@ -171,7 +171,7 @@ def tune(device_index: int = 0, *, force: bool = False,
         log(f"tune: {cls}: {best.block_m}x{best.block_n}, {best.num_warps} warps "
             f"({results[best]:.2f} us)")  # fmt: skip
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(".tmp")
+    tmp = path.with_suffix(f".{os.getpid()}.tmp")  # two processes sweeping: each its own
     tmp.write_text(json.dumps({"device": name, "triton": triton.__version__, "classes": classes,
                                "gpu_us": timings}, indent=1))  # fmt: skip
     tmp.replace(path)  # atomic: a reader sees the old file or the whole new one
