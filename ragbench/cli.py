@@ -191,8 +191,8 @@ def _bisect(args, policies) -> int:
         raise ValueError("--bisect needs --between SPEC SPEC (the stack without the change first)")
     key = bisect.parse_cell(args.bisect)
     if policies.for_metric(key[0], key[1]).kind == "info":
-        raise bisect.BisectError(f"{args.bisect!r} is shown, not judged (policy info): no "
-                                 "release can change its verdict")  # fmt: skip
+        raise bisect.BisectError(f"{args.bisect!r} is shown, not judged (policy info, or no "
+                                 "such metric): no release can change its verdict")  # fmt: skip
     first, last = args.between
     bisect.differing(first, last)  # unreadable or not one package apart: exit 2 before work
     base = envs.ensure(first, log=_log)
@@ -471,7 +471,7 @@ def parser() -> argparse.ArgumentParser:
             "first with the gate's rules: device time, numerics (kernel error, logit drift, "
             "top-1, output hashes) and, where the stacks differ in torch or triton, host time "
             "across processes (two stacks cannot share one, so those cells are inconclusive "
-            "unless they moved beyond 100%%). Ends with one line: safe to upgrade, or which "
+            "unless they moved beyond 100%). Ends with one line: safe to upgrade, or which "
             "cells changed and by how much. Exit 0 safe, 1 not shown safe, 2 unusable input. "
             "With --bisect CELL --between A B: the releases of the one package A and B pin "
             "differently, between the two, are measured against A (binary search) and the "
