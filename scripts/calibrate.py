@@ -590,6 +590,13 @@ def alone_analyze(dirs: list[Path], write: Path | None) -> int:
     return 0
 
 
+def _analyzer(sub, name: str, help: str, prefix: str) -> None:
+    """An analysis subcommand: directories of ``prefix-*.json`` files, ``--write`` the tables."""
+    p = sub.add_parser(name, help=help)
+    p.add_argument("dirs", nargs="+", type=Path, help=f"directories of {prefix}-*.json files")
+    p.add_argument("--write", type=Path, default=None, help="also write the tables here")
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     sub = ap.add_subparsers(dest="command", required=True)
@@ -598,9 +605,7 @@ def main(argv=None) -> int:
     c = sub.add_parser("collect", help="blocks of runs into DIR (CUDA GPU)")
     c.add_argument("--out", type=Path, required=True)
     c.add_argument("--seconds", type=float, default=540, help="stop starting blocks after this")
-    a = sub.add_parser("analyze", help="false-alarm and detection rates of collected runs")
-    a.add_argument("dirs", nargs="+", type=Path, help="directories of run-*.json files")
-    a.add_argument("--write", type=Path, default=None, help="also write the tables here")
+    _analyzer(sub, "analyze", "false-alarm and detection rates of collected runs", "run")
     pc = sub.add_parser("paired-collect", help="paired-runner processes into DIR (CUDA GPU)")
     pc.add_argument("--out", type=Path, required=True)
     pc.add_argument("--seconds", type=float, default=540, help="stop starting processes then")
@@ -612,15 +617,11 @@ def main(argv=None) -> int:
         default="detect",
         help="detect: A/A and planted +5%%/+10%% heads; aa: two A/A triples a process",
     )
-    pa = sub.add_parser("paired-analyze", help="rates of the paired comparison")
-    pa.add_argument("dirs", nargs="+", type=Path, help="directories of paired-*.json files")
-    pa.add_argument("--write", type=Path, default=None, help="also write the tables here")
+    _analyzer(sub, "paired-analyze", "rates of the paired comparison", "paired")
     al = sub.add_parser("paired-alone", help="the fallback of a head that loads only alone")
     al.add_argument("--out", type=Path, required=True)
     al.add_argument("--processes", type=int, default=6, help="processes a side (default 6)")
-    aa = sub.add_parser("alone-analyze", help="what the fallback decided, per metric")
-    aa.add_argument("dirs", nargs="+", type=Path, help="directories of alone-*.json files")
-    aa.add_argument("--write", type=Path, default=None, help="also write the tables here")
+    _analyzer(sub, "alone-analyze", "what the fallback decided, per metric", "alone")
     args = ap.parse_args(argv)
     if args.command == "paired-alone":
         return paired_alone(args.out, args.processes)
