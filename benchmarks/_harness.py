@@ -59,19 +59,18 @@ def warmup(fn: Callable[[], object], calls: int = 20) -> None:
     torch.cuda.synchronize()
 
 
-def tune(ragged) -> str:
+def tune(ragged) -> None:
     """A revision's launch configurations tuned for this GPU before anything is timed: its
     ``kernels.tuning.tune()``, a no-op where the table was measured or the sweep is cached
-    (a one-time sweep elsewhere, never inside a timed region or a graph capture). -> which
-    configurations run, in words; "" for a revision without per-device tuning."""
+    (a one-time sweep elsewhere, never inside a timed region or a graph capture); nothing for
+    a revision without per-device tuning."""
     import importlib
 
     try:
         tuning = importlib.import_module(f"{ragged.__name__}.kernels.tuning")
     except ImportError:
-        return ""
+        return
     tuning.tune()
-    return tuning.source()
 
 
 def spin_up(seconds: float = 0.3) -> None:

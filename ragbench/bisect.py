@@ -89,9 +89,10 @@ def _pin(req: Requirement) -> Version | None:
         return None
 
 
-def releases(name: str, low: Version, high: Version, listing: str | None = None) -> list[str]:
-    """Final releases of ``name`` strictly between ``low`` and ``high``, oldest first
-    (``listing``: ``pip index versions``' output, for tests)."""
+def releases(name: str, low: Version | None = None, high: Version | None = None,
+             listing: str | None = None) -> list[str]:  # fmt: skip
+    """Final releases of ``name`` strictly between ``low`` and ``high`` (None: unbounded),
+    oldest first (``listing``: ``pip index versions``' output, for tests)."""
     if listing is None:
         out = subprocess.run(
             [sys.executable, "-m", "pip", "index", "versions", name, "--disable-pip-version-check"],
@@ -111,13 +112,15 @@ def releases(name: str, low: Version, high: Version, listing: str | None = None)
     return [
         str(v)
         for v in sorted(found)
-        if low < v < high and not (v.is_prerelease or v.is_devrelease or v.local)
+        if (low is None or v > low)
+        and (high is None or v < high)
+        and not (v.is_prerelease or v.is_devrelease or v.local)
     ]
 
 
 def newest(name: str, listing: str | None = None) -> str:
     """``name==X``: the newest final release on the registry."""
-    found = releases(name, Version("0"), Version(str(2**63)), listing)
+    found = releases(name, listing=listing)
     if not found:
         raise BisectError(f"pip index versions {name}: no final release listed")
     return f"{name}=={found[-1]}"

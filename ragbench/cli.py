@@ -194,10 +194,9 @@ def _bisect(args, policies) -> int:
         raise bisect.BisectError(f"{args.bisect!r} is shown, not judged (policy info, or no "
                                  "such metric): no release can change its verdict")  # fmt: skip
     first, last = args.between
-    bisect.differing(first, last)  # unreadable or not one package apart: exit 2 before work
-    base = envs.ensure(first, log=_log)
 
     def shows(spec: str) -> tuple[bool, str]:
+        base = envs.ensure(first, log=_log)  # built at the first step, then read from its stamp
         env = envs.ensure(spec, log=_log)
         with (tempfile.TemporaryDirectory(prefix="ragbench-bisect-") as tmp,
               Store(args.store or Path(tmp) / "bisect.duckdb") as store):  # fmt: skip

@@ -140,7 +140,9 @@ def ensure(spec: str, log=print) -> Env:
 
 
 def _names(reqs: list[str]) -> set[str]:
-    return {re.split(r"[<>=!~;\[ ]", r, maxsplit=1)[0].lower() for r in reqs}
+    from packaging.requirements import Requirement
+
+    return {Requirement(r).name.lower() for r in reqs}
 
 
 def _run(cmd: list[str], what: str, env: dict | None = None) -> str:

@@ -24,6 +24,7 @@ from pathlib import Path
 import torch
 import triton
 
+from . import attention
 from .attention import AttentionConfig, attention_config
 
 SWEPT = {"NVIDIA H100 80GB HBM3"}  # where attention_config's table was measured
@@ -176,8 +177,6 @@ def tune(device_index: int = 0, *, force: bool = False,
                                "gpu_us": timings}, indent=1))  # fmt: skip
     tmp.replace(path)  # atomic: a reader sees the old file or the whole new one
     _loaded.pop(name, None)
-    from . import attention
-
     attention._plans.clear()  # launches planned with the table re-plan with the sweep
     return path
 
