@@ -19,7 +19,16 @@ from pathlib import Path
 
 from . import detect, envs, fingerprint, suite
 from .paired import PROCESSES as PAIRED_PROCESSES
-from .store import BRANCH_VAR, ENV_VAR, FAILED, Store, StoreError, default_path, history_branch
+from .store import (
+    BRANCH_VAR,
+    ENV_VAR,
+    FAILED,
+    Store,
+    StoreError,
+    default_path,
+    history_branch,
+    store_spec,
+)
 
 MODE_HELP = "grid size: quick (pull requests, make demo; ~1.5 min on an H100 GPU) or full (main)"
 
@@ -80,7 +89,7 @@ def _ingest(args) -> int:
         raise suite.SuiteError(f"no such file or directory: {', '.join(map(str, missing))}")
     store = _store(args)
     report = ingest(store, args.paths, label=args.label, branch=args.branch, log=_log)
-    _log(f"ragbench ingest: {report.summary()} into {store.path}")
+    _log(f"ragbench ingest: {report.summary()} into {store.name}")
     return 1 if report.failed else 0
 
 
@@ -106,6 +115,39 @@ def _record(args) -> int:
 def _export(args) -> int:
     for path in _store(args, read_only=True).export_parquet(args.out):
         print(path)
+    return 0
+
+
+def _store_copy(args) -> int:
+    source = Store(args.source, read_only=True, on_wait=_log)
+    target = Store(args.target, on_wait=_log)
+    t0 = time.perf_counter()
+    added = target.copy_from(source)
+    _log(f"ragbench store copy: {source.name} -> {target.name} in "
+         f"{time.perf_counter() - t0:.1f} s: " + ", ".join(f"{n} {t}" for t, n in added.items())
+         + " added")  # fmt: skip
+    print(json.dumps(added))
+    return 0
+
+
+def _store_maintain(args) -> int:
+    store = _store(args)
+    t0 = time.perf_counter()
+    sizes = store.maintain(args.keep_days)
+    _log(f"ragbench store maintain: {store.name} in {time.perf_counter() - t0:.1f} s: "
+         f"{sizes['files_before']} -> {sizes['files_after']} file(s), "
+         f"{sizes['bytes_before'] / 1e6:.1f} -> {sizes['bytes_after'] / 1e6:.1f} MB")  # fmt: skip
+    print(json.dumps(sizes))
+    return 0
+
+
+def _store_info(args) -> int:
+    store = _store(args, read_only=True)
+    files, size = store.size()
+    info = {"store": store.name, "backend": "ducklake" if store.lake else "duckdb",
+            **store.counts(), "machines": store.machines(), "files": files,
+            "bytes": size}  # fmt: skip
+    print(json.dumps(info, indent=2))
     return 0
 
 
@@ -277,9 +319,10 @@ def _detect(args) -> int:
 def _store_arg(p: argparse.ArgumentParser, history: bool = False) -> None:
     p.add_argument(
         "--store",
-        type=Path,
+        type=store_spec,
         default=None,
-        help=f"DuckDB results file (default ${ENV_VAR}, else {default_path()})",
+        help=f"DuckDB results file, or a DuckLake 'ducklake:postgres:dbname=... "
+        f"data_path=...' (docs/store.md; default ${ENV_VAR}, else {default_path()})",
     )
     if history:
         p.add_argument(
@@ -418,6 +461,41 @@ def parser() -> argparse.ArgumentParser:
     _store_arg(e)
     e.set_defaults(func=_export)
 
+    st = sub.add_parser(
+        "store",
+        help="the store itself: copy between a file and a lake, maintenance, what it holds",
+        description="A store is a DuckDB file or a DuckLake string "
+        "('ducklake:postgres:dbname=perf host=db user=ragbench data_path=DIR_OR_S3_PREFIX'; "
+        "the password from $PGPASSWORD or ~/.pgpass).",
+    )
+    ssub = st.add_subparsers(dest="store_command", required=True, metavar="ACTION")
+    c = ssub.add_parser(
+        "copy",
+        help="copy every run, acceptance and gate verdict that TO lacks from FROM",
+        description="Copy FROM's runs (measurements, raw samples, labels), acceptances and "
+        "gate verdicts that TO lacks into TO, in one transaction, run ids kept: a runner's "
+        "file into the lake, or the lake into a file for a local look. Run again, it adds "
+        "nothing. Prints the rows added per table (JSON).",
+    )
+    c.add_argument("source", metavar="FROM", type=store_spec, help="a store (file or lake)")
+    c.add_argument("target", metavar="TO", type=store_spec,
+                   help="a store (file or lake), created if needed")  # fmt: skip
+    c.set_defaults(func=_store_copy)
+    mt = ssub.add_parser(
+        "maintain",
+        help="keep the store small (the runner's weekly job)",
+        description="A lake: small adjacent Parquet files merged, snapshots older than "
+        "--keep-days expired, files no snapshot reads deleted (DuckLake's own calls). A file: "
+        "a checkpoint. Raw samples stay. Prints files and bytes before and after (JSON).",
+    )
+    mt.add_argument("--keep-days", type=float, default=30,
+                    help="snapshots kept for time travel (default 30, at least 1)")  # fmt: skip
+    _store_arg(mt)
+    mt.set_defaults(func=_store_maintain)
+    inf = ssub.add_parser("info", help="backend, row counts, machines, files and bytes (JSON)")
+    _store_arg(inf)
+    inf.set_defaults(func=_store_info)
+
     g = sub.add_parser(
         "gate",
         help="judge head against base: markdown report, exit 1 on a regression or failure",
@@ -496,7 +574,7 @@ def parser() -> argparse.ArgumentParser:
         "differ in one package's == pin, whose releases in between are tried",
     )
     u.add_argument("--commit", default="HEAD", help="the commit measured (default HEAD)")
-    u.add_argument("--store", type=Path, default=None,
+    u.add_argument("--store", type=store_spec, default=None,
                    help="keep the runs in this store (default: a temporary one)")  # fmt: skip
     _machine_arg(u)
     u.add_argument("--rounds", type=int, default=None, help="alternating rounds (policies: 2)")

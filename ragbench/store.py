@@ -1,4 +1,5 @@
-"""The results store: one DuckDB file, its schema, and the queries everything else uses.
+"""The results store: one DuckDB file or a DuckLake (``ragbench/lake.py``), its schema, and
+the queries everything else uses.
 
 No SQL lives outside this module: ingest, the gate, detection and the dashboard call the
 functions below. Schema (``SCHEMA_VERSION``; docs/store.md describes every column):
@@ -21,10 +22,15 @@ History is main's: the history queries (``series``, ``runs``, the views' readers
 of one branch, ``main`` unless ``$RAGBENCH_BRANCH`` or ``branch=`` says otherwise, and never a
 gate job's runs. ``any_branch=True`` lifts the branch filter (the gate's stored comparison).
 
-Connections are short: a reader opens the file read-only for one query, a writer read-write for
-one transaction (ingest keeps its connection for a slice of files, at most ``WRITE_SLICE``
-seconds). DuckDB lets one process write a file, or many read it, at a time; whoever finds it
-locked waits (``lock_timeout``), so a reader waits at most one writer's slice.
+File connections are short: a reader opens the file read-only for one query, a writer
+read-write for one transaction (ingest keeps its connection for a slice of files, at most
+``WRITE_SLICE`` seconds). DuckDB lets one process write a file, or many read it, at a time;
+whoever finds it locked waits (``lock_timeout``), so a reader waits at most one writer's slice.
+
+A lake has no lock: readers read a snapshot, and writers of many processes and machines commit
+optimistically. DuckLake has no primary keys, so every write transaction also rewrites one row
+of ``meta`` (``_guard``): two writers that overlap conflict there, and the loser retries its
+transaction from the start, where it sees what the winner stored (a run is never stored twice).
 """
 
 from __future__ import annotations
@@ -33,10 +39,18 @@ import contextlib
 import hashlib
 import json
 import os
+import random
+import re
+import threading
 import time
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+
+from .lake import ALIAS, CONFLICT, Lake, is_lake, redact
+from .lake import files as lake_files
+from .lake import maintain as lake_maintain
+from .lake import snapshot as lake_snapshot
 
 DEFAULT_PATH = Path("results/perf.duckdb")
 ENV_VAR = "RAGBENCH_STORE"
@@ -58,6 +72,7 @@ OK, FAILED = "ok", "failed"
 # the file costs ~15 ms, so one connection per file would make a 1,000-file ingest 3x slower.
 WRITE_SLICE = 0.25
 LOCK_POLL = 0.02  # seconds between tries for a locked file
+GUARD_KEY = "writer"  # the row of ``meta`` that every write transaction rewrites
 
 _TABLES = """
 CREATE TABLE IF NOT EXISTS meta (key VARCHAR PRIMARY KEY, value VARCHAR);
@@ -171,6 +186,14 @@ FROM series WHERE benchmark LIKE '%.Drift'
 GROUP BY ALL;
 """
 
+
+def _lake_ddl(sql: str) -> str:
+    """The tables as DuckLake takes them: no keys (``_guard`` keeps runs unique) and no
+    computed defaults (every insert gives its time)."""
+    sql = re.sub(r",\s*PRIMARY KEY \([^)]*\)", "", sql)
+    return sql.replace(" PRIMARY KEY", "").replace(" DEFAULT current_timestamp", "")
+
+
 # Every table and view of a ragbench store: a file holding anything else is not one.
 _OURS = {"meta", "runs", "measurements", "acceptances", "gates", "series", "speedups",
          "dispatch_floors", "drift"}  # fmt: skip
@@ -181,15 +204,21 @@ _MEASUREMENT_COLUMNS = (
 )  # fmt: skip
 _COLUMN_TYPES = (*["VARCHAR"] * 3, "JSON", *["VARCHAR"] * 5, *["DOUBLE"] * 3, "INTEGER",
                  "DOUBLE[]", "VARCHAR")  # fmt: skip
+_ACCEPTANCE_KEY = "commit_hash = ? AND benchmark = ? AND metric = ? AND param_key = ?"
 _INSERT_COLUMNS = (
     f"INSERT INTO measurements ({', '.join(_MEASUREMENT_COLUMNS)}) SELECT "
     + ", ".join(f"unnest(?::{t}[])" for t in _COLUMN_TYPES)
 )
 
 
-def default_path() -> Path:
-    """``$RAGBENCH_STORE`` or ``results/perf.duckdb``."""
-    return Path(os.environ.get(ENV_VAR) or DEFAULT_PATH)
+def store_spec(text: str | Path) -> str | Path:
+    """A store as given on a command line: a lake string as it is, anything else a path."""
+    return text if is_lake(text) else Path(text)
+
+
+def default_path() -> str | Path:
+    """``$RAGBENCH_STORE`` (a file or a lake) or ``results/perf.duckdb``."""
+    return store_spec(os.environ.get(ENV_VAR) or DEFAULT_PATH)
 
 
 def history_branch() -> str:
@@ -277,25 +306,48 @@ class StoreLocked(StoreError):
     """Another process held the store for longer than the timeout."""
 
 
+def _sql_text(text) -> str:
+    """``text`` as the inside of a SQL string literal."""
+    return str(text).replace("'", "''")
+
+
 def _ts(seconds: float | None):
     from datetime import UTC, datetime
 
     return None if seconds is None else datetime.fromtimestamp(seconds, UTC).replace(tzinfo=None)
 
 
-class Store:
-    """A DuckDB results file. ``Store(path)`` creates it (and its schema) if needed, or brings
-    an older schema up to date; it holds no connection between calls.
+# Lake connections, one per lake and process: attaching costs a Postgres round trip and the
+# extensions' load (~0.1 s), a cursor of it nothing. Each query or transaction takes a cursor.
+_LAKES: dict[Lake, object] = {}
+_LAKES_LOCK = threading.Lock()
 
-    ``read_only=True`` opens an existing file for queries; it raises FileNotFoundError when
-    there is none (the dashboard says how to fill it). ``branch`` names the history's branch
-    (default ``history_branch()``).
+
+class _Rollback(Exception):
+    """Raised by a write's work to end its transaction with nothing written: -> ``value``."""
+
+    def __init__(self, value):
+        self.value = value
+
+
+class Store:
+    """A results store: a DuckDB file, or a DuckLake given as ``ducklake:...`` (lake.py).
+    ``Store(spec)`` creates it (and its schema) if needed, or brings an older schema up to
+    date; a file store holds no connection between calls.
+
+    ``read_only=True`` opens an existing store for queries; it raises FileNotFoundError when
+    there is no file (the dashboard says how to fill it). ``branch`` names the history's branch
+    (default ``history_branch()``). ``name`` is what messages call it (a lake's password
+    hidden).
     """
 
     def __init__(self, path: Path | str | None = None, *, read_only: bool = False,
                  lock_timeout: float | None = None, on_wait=None,
                  branch: str | None = None):  # fmt: skip
-        self.path = Path(path) if path is not None else default_path()
+        spec = store_spec(path) if path is not None else default_path()
+        self.lake = Lake.parse(spec) if is_lake(spec) else None
+        self.path = None if self.lake else Path(spec)
+        self.name = self.lake.name if self.lake else str(self.path)
         self.read_only = read_only
         self.lock_timeout = (60.0 if read_only else 600.0) if lock_timeout is None else lock_timeout
         self.on_wait = on_wait
@@ -303,17 +355,19 @@ class Store:
         self._writer = None  # the connection of an open write slice (``writing``)
         self._checked = False  # the schema, checked on the first connection
         if read_only:
-            if not self.path.exists():
+            if self.path is not None and not self.path.exists():
                 raise FileNotFoundError(f"no results store at {self.path}")
         else:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
-            with self._connect(write=True) as con:
-                self._create(con)
+            if self.path is not None:
+                self.path.parent.mkdir(parents=True, exist_ok=True)
+            self._create()
             self._checked = True
 
     # --- connections ----------------------------------------------------------------------
 
     def _open(self, write: bool):
+        if self.lake is not None:
+            return self._lake_cursor()
         import duckdb
 
         if self.path.exists() and not self.path.is_file():  # a FIFO would hang DuckDB
@@ -340,6 +394,22 @@ class Store:
                 waited = True
                 time.sleep(LOCK_POLL)
 
+    def _lake_cursor(self):
+        """A cursor of this process's connection to the lake (made on first use)."""
+        import duckdb
+
+        with _LAKES_LOCK:
+            con = _LAKES.get(self.lake)
+            if con is None:
+                try:
+                    con = _LAKES[self.lake] = self.lake.connect()
+                except (duckdb.Error, RuntimeError) as exc:
+                    raise StoreError(f"cannot attach the lake {self.name}: {redact(str(exc))}"
+                                     ) from None  # fmt: skip
+            cur = con.cursor()
+        cur.execute(f"USE {ALIAS}")
+        return cur
+
     @contextlib.contextmanager
     def _connect(self, write: bool = False) -> Iterator:
         """A connection for one query (read-only) or one transaction (read-write); inside
@@ -348,7 +418,7 @@ class Store:
 
         own = self._writer is None
         if own and write and self.read_only:
-            raise StoreError(f"{self.path} was opened read-only")
+            raise StoreError(f"{self.name} was opened read-only")
         con = self._open(write) if own else self._writer
         try:
             if not self._checked and not write:
@@ -357,12 +427,42 @@ class Store:
             yield con
         except duckdb.Error as exc:
             raise StoreError(
-                f"{self.path} cannot be used as a ragbench store (DuckDB {type(exc).__name__}: "
-                f"{exc})"
+                f"{self.name} cannot be used as a ragbench store (DuckDB {type(exc).__name__}: "
+                f"{redact(str(exc))})"
             ) from None
         finally:
             if own:
                 con.close()
+
+    def _write(self, work):
+        """``work(con)`` in one write transaction -> its value; ``_Rollback(value)`` from it
+        ends the transaction with nothing written. The transaction first rewrites the guard
+        row, so that on a lake two overlapping writers conflict: the one whose commit fails
+        runs ``work`` again (after a random pause), up to ``lock_timeout`` seconds."""
+        import duckdb
+
+        deadline = time.monotonic() + self.lock_timeout
+        with self._connect(write=True) as con:
+            while True:
+                con.execute("BEGIN TRANSACTION")
+                try:
+                    con.execute("UPDATE meta SET value = ? WHERE key = ?",
+                                [f"{os.getpid()}@{time.time()}", GUARD_KEY])  # fmt: skip
+                    value = work(con)
+                    con.execute("COMMIT")
+                    return value
+                except _Rollback as done:
+                    con.execute("ROLLBACK")
+                    return done.value
+                except duckdb.Error as exc:
+                    with contextlib.suppress(duckdb.Error):
+                        con.execute("ROLLBACK")
+                    if CONFLICT not in str(exc).lower() or time.monotonic() > deadline:
+                        raise
+                    time.sleep(random.uniform(0.005, 0.05))
+                except BaseException:
+                    con.execute("ROLLBACK")
+                    raise
 
     @contextlib.contextmanager
     def writing(self) -> Iterator[Store]:
@@ -377,16 +477,17 @@ class Store:
             self._writer = None
 
     def yield_slice(self) -> None:
-        """Between two transactions of ``writing()``: close and reopen the connection once the
-        slice is used up, so that readers get the file in between."""
-        if self._writer is not None and time.monotonic() - self._slice_started > WRITE_SLICE:
+        """Between two transactions of ``writing()``: close and reopen a file's connection once
+        the slice is used up, so that readers get the file in between (a lake has no lock)."""
+        if (self._writer is not None and self.lake is None
+                and time.monotonic() - self._slice_started > WRITE_SLICE):  # fmt: skip
             self._writer.close()
             time.sleep(LOCK_POLL * 2)  # long enough for a waiting reader's next try
             self._writer = self._open(write=True)
             self._slice_started = time.monotonic()
 
     def _schema(self, con) -> int | None:
-        """The file's schema version, None when it has no ``meta`` table; StoreError when it
+        """The store's schema version, None when it has no ``meta`` table; StoreError when it
         is newer than this ragbench's."""
         import duckdb
 
@@ -397,7 +498,7 @@ class Store:
         version = int(rows[0][0]) if rows else None
         if version is not None and version > SCHEMA_VERSION:
             raise StoreError(
-                f"{self.path} has store schema {version}, newer than this ragbench's "
+                f"{self.name} has store schema {version}, newer than this ragbench's "
                 f"({SCHEMA_VERSION}): update ragbench"
             )
         return version
@@ -406,41 +507,59 @@ class Store:
         """For readers: a ragbench store of this schema, or StoreError saying what it is."""
         version = self._schema(con)
         if version is None or self._foreign(con):
-            raise StoreError(f"{self.path} is a DuckDB file but not a ragbench store")
+            kind = "DuckLake" if self.lake else "DuckDB file"
+            raise StoreError(f"{self.name} is a {kind} but not a ragbench store")
         if version < SCHEMA_VERSION:
             raise StoreError(
-                f"{self.path} has store schema {version}: open it once for writing (any "
+                f"{self.name} has store schema {version}: open it once for writing (any "
                 f"ragbench ingest) to bring it to schema {SCHEMA_VERSION}"
             )
 
     @staticmethod
     def _foreign(con) -> bool:
-        """Whether the file holds anything that is not ragbench's (or lacks its runs)."""
+        """Whether the store holds anything that is not ragbench's (or lacks its runs)."""
+        mine = "database_name = current_database()"
         names = {r[0] for r in con.execute(
-            "SELECT table_name FROM duckdb_tables() UNION ALL "
-            "SELECT view_name FROM duckdb_views() WHERE NOT internal UNION ALL "
-            "SELECT sequence_name FROM duckdb_sequences() UNION ALL "
-            "SELECT function_name FROM duckdb_functions() WHERE NOT internal UNION ALL "
-            "SELECT schema_name FROM duckdb_schemas() WHERE NOT internal AND schema_name <> "
-            "'main'"
+            f"SELECT table_name FROM duckdb_tables() WHERE {mine} UNION ALL "
+            f"SELECT view_name FROM duckdb_views() WHERE NOT internal AND {mine} UNION ALL "
+            f"SELECT sequence_name FROM duckdb_sequences() WHERE {mine} UNION ALL "
+            f"SELECT function_name FROM duckdb_functions() WHERE NOT internal AND {mine} "
+            "UNION ALL SELECT schema_name FROM duckdb_schemas() WHERE NOT internal AND "
+            f"schema_name <> 'main' AND {mine}"
         ).fetchall()}  # fmt: skip
         return bool(names) and (not names <= _OURS or "runs" not in names)
 
-    def _create(self, con) -> None:
-        """The schema, created in an empty file or migrated from an older one; a store
-        already at this version is not written, and a file of anything else is refused."""
-        if self._foreign(con):
-            raise StoreError(f"{self.path} is a DuckDB file of other things, not a ragbench store")
-        if self._schema(con) == SCHEMA_VERSION:
-            return
-        con.execute("BEGIN TRANSACTION")
-        con.execute(_TABLES)
-        con.execute(_MIGRATIONS)
-        con.execute(_VIEWS)
-        con.execute(
-            "INSERT OR REPLACE INTO meta VALUES ('schema_version', ?)", [str(SCHEMA_VERSION)]
-        )
-        con.execute("COMMIT")
+    def _create(self) -> None:
+        """The schema, created in an empty store or migrated from an older one; a store
+        already at this version is not written, and a store of anything else is refused. On a
+        lake, writers that create it at once conflict, and the losers find it made."""
+        import duckdb
+
+        deadline = time.monotonic() + self.lock_timeout
+        with self._connect(write=True) as con:
+            while True:
+                if self._foreign(con):
+                    kind = "DuckLake" if self.lake else "DuckDB file"
+                    raise StoreError(f"{self.name} is a {kind} of other things, not a ragbench "
+                                     "store")  # fmt: skip
+                if self._schema(con) == SCHEMA_VERSION:
+                    return
+                con.execute("BEGIN TRANSACTION")
+                try:
+                    con.execute(_lake_ddl(_TABLES) if self.lake else _TABLES)
+                    con.execute(_MIGRATIONS)
+                    con.execute(_VIEWS)
+                    con.execute("DELETE FROM meta WHERE key IN ('schema_version', ?)", [GUARD_KEY])
+                    con.execute("INSERT INTO meta VALUES ('schema_version', ?), (?, '')",
+                                [str(SCHEMA_VERSION), GUARD_KEY])  # fmt: skip
+                    con.execute("COMMIT")
+                    return
+                except duckdb.Error:
+                    with contextlib.suppress(duckdb.Error):
+                        con.execute("ROLLBACK")
+                    if self.lake is None or time.monotonic() > deadline:
+                        raise
+                    time.sleep(random.uniform(0.005, 0.05))  # another writer made it: look
 
     def close(self) -> None:
         """Nothing to close between calls; kept so that ``with Store(...)`` reads as before."""
@@ -461,37 +580,35 @@ class Store:
         run_id = run.run_id
         rows = [m.row(run_id) for m in measurements]
         fp = run.fingerprint or {}
-        with self._connect(write=True) as con:
-            con.execute("BEGIN TRANSACTION")
+
+        def work(con):
+            if con.execute("SELECT 1 FROM runs WHERE run_id = ?", [run_id]).fetchall():
+                raise _Rollback(None)
             try:
-                if con.execute("SELECT 1 FROM runs WHERE run_id = ?", [run_id]).fetchall():
-                    con.execute("ROLLBACK")
-                    return None
                 con.execute(
                     "INSERT INTO runs (run_id, source, commit_hash, commit_time, branch, "
                     "machine, env_name, env_key, gpu, driver, cuda, torch, triton, timm, python, "
-                    "harness_version, mode, fingerprint, started_at, ended_at, label, "
-                    "source_file) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, "
-                    "?, ?, ?, ?)",
+                    "harness_version, mode, fingerprint, started_at, ended_at, ingested_at, "
+                    "label, source_file) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, "
+                    "?, ?, ?, ?, ?, ?, ?)",
                     [run_id, run.source, run.commit_hash, _ts(run.commit_time), run.branch,
                      run.machine, run.env_name, env_key(fp), *(fp.get(k) for k in
                      ("gpu", "driver", "cuda", "torch", "triton", "timm", "python")),
                      run.harness_version, run.mode, json.dumps(fp, sort_keys=True),
-                     _ts(run.started_at), _ts(run.ended_at), run.label, run.source_file],
+                     _ts(run.started_at), _ts(run.ended_at), _ts(time.time()), run.label,
+                     run.source_file],
                 )  # fmt: skip
                 if rows:  # one statement of column lists: 40x faster than executemany
                     con.execute(_INSERT_COLUMNS, [list(col) for col in zip(*rows, strict=True)])
-                con.execute("COMMIT")
             except (duckdb.ConstraintException, duckdb.ConversionException,
                     duckdb.InvalidInputException) as exc:  # fmt: skip
-                con.execute("ROLLBACK")  # the file's data: it is refused, the store goes on
+                # the file's data: it is refused, the store goes on
                 raise ValueError(
                     f"the store refused its data ({type(exc).__name__}: {exc})"
                 ) from None
-            except BaseException:
-                con.execute("ROLLBACK")
-                raise
-        return len(rows)
+            return len(rows)
+
+        return self._write(work)
 
     def accept(self, commit_hash: str, benchmark: str, metric: str, param_key: str,
                reason: str, accepted_by: str, pr: int | None = None,
@@ -503,61 +620,83 @@ class Store:
     def accept_cells(self, commit_hash: str, cells: list[tuple[str, str, str]], reason: str,
                      accepted_by: str, *, pr: int | None = None,
                      given_on: str | None = None) -> None:  # fmt: skip
-        """``accept`` for many cells (benchmark, metric, param_key) in one transaction."""
-        with self._connect(write=True) as con:
-            con.execute("BEGIN TRANSACTION")
+        """``accept`` for many cells (benchmark, metric, param_key) in one transaction; a
+        cell accepted before at this commit is replaced."""
+
+        def work(con):
             for bench, metric, key in cells:
                 con.execute(
-                    "INSERT OR REPLACE INTO acceptances (commit_hash, benchmark, metric, "
-                    "param_key, reason, accepted_by, pr, given_on) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
-                    [commit_hash, bench, metric, key, reason, accepted_by, pr,
+                    f"DELETE FROM acceptances WHERE {_ACCEPTANCE_KEY}", [commit_hash, bench,
+                    metric, key]
+                )  # fmt: skip
+                con.execute(
+                    "INSERT INTO acceptances (commit_hash, benchmark, metric, param_key, reason, "
+                    "accepted_by, accepted_at, pr, given_on) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                    [commit_hash, bench, metric, key, reason, accepted_by, _ts(time.time()), pr,
                      given_on or commit_hash],
                 )  # fmt: skip
-            con.execute("COMMIT")
+
+        self._write(work)
 
     def withdraw(self, commit_hash: str, pr: int) -> int:
         """Delete the acceptances given on pull request ``pr`` at ``commit_hash`` (the label
         was removed); -> how many."""
         where = "WHERE commit_hash = ? AND pr = ?"
-        with self._connect(write=True) as con:
+
+        def work(con):
             ((n,),) = con.execute(
                 f"SELECT count(*) FROM acceptances {where}", [commit_hash, pr]
             ).fetchall()
             con.execute(f"DELETE FROM acceptances {where}", [commit_hash, pr])
-        return n
+            return n
+
+        return self._write(work)
 
     def carry_acceptances(self, main_commit: str, merged: list[str], prs: list[int]) -> int:
         """Copy to ``main_commit`` the acceptances given on the commits it merged, or on the
         pull requests it names (a squash merge's ``(#12)``): the lookback then sees the change
-        as accepted there. -> how many cells."""
-        with self._connect(write=True) as con:
-            con.execute("BEGIN TRANSACTION")
-            ((n,),) = con.execute(
-                "SELECT count(*) FROM acceptances WHERE commit_hash <> ? AND "
-                "(list_contains(?::VARCHAR[], commit_hash) OR list_contains(?::INTEGER[], pr))",
-                [main_commit, merged, prs],
-            ).fetchall()
+        as accepted there (a cell accepted twice: the newer). -> how many cells."""
+        given = (
+            "FROM acceptances WHERE commit_hash <> ? AND "
+            "(list_contains(?::VARCHAR[], commit_hash) OR list_contains(?::INTEGER[], pr))"
+        )
+        args = [main_commit, merged, prs]
+
+        def work(con):
+            ((n,),) = con.execute(f"SELECT count(*) {given}", args).fetchall()
             con.execute(
-                "INSERT OR REPLACE INTO acceptances (commit_hash, benchmark, metric, param_key, "
-                "reason, accepted_by, accepted_at, pr, given_on) "
-                "SELECT ?, benchmark, metric, param_key, reason, accepted_by, accepted_at, pr, "
-                "given_on FROM acceptances WHERE commit_hash <> ? AND "
-                "(list_contains(?::VARCHAR[], commit_hash) OR list_contains(?::INTEGER[], pr))",
-                [main_commit, main_commit, merged, prs],
+                "DELETE FROM acceptances a WHERE commit_hash = ? AND EXISTS (SELECT 1 "
+                f"{given} AND benchmark = a.benchmark AND metric = a.metric AND "
+                "param_key = a.param_key)",
+                [main_commit, *args],
             )
-            con.execute("COMMIT")
-        return n
+            con.execute(
+                "INSERT INTO acceptances (commit_hash, benchmark, metric, param_key, reason, "
+                "accepted_by, accepted_at, pr, given_on) SELECT ?, benchmark, metric, "
+                f"param_key, reason, accepted_by, accepted_at, pr, given_on {given} QUALIFY "
+                "row_number() OVER (PARTITION BY benchmark, metric, param_key ORDER BY "
+                "accepted_at DESC) = 1",
+                [main_commit, *args],
+            )
+            return n
+
+        return self._write(work)
 
     def record_gate(self, pr: int, head: str, base: str | None, machine: str | None,
                     failures: list[dict], report: str = "") -> None:  # fmt: skip
         """The verdict of a pull request's gate (its failing cells and its markdown report),
-        as the trusted workflow read it."""
-        with self._connect(write=True) as con:
+        as the trusted workflow read it; a verdict recorded before for this head is replaced."""
+
+        def work(con):
+            con.execute("DELETE FROM gates WHERE pr = ? AND head = ?", [pr, head])
             con.execute(
-                "INSERT OR REPLACE INTO gates (pr, head, base, machine, failures, report) "
-                "VALUES (?, ?, ?, ?, ?, ?)",
-                [pr, head, base, machine, json.dumps(failures, sort_keys=True), report],
-            )
+                "INSERT INTO gates (pr, head, base, machine, failures, report, recorded_at) "
+                "VALUES (?, ?, ?, ?, ?, ?, ?)",
+                [pr, head, base, machine, json.dumps(failures, sort_keys=True), report,
+                 _ts(time.time())],
+            )  # fmt: skip
+
+        self._write(work)
 
     def export_parquet(self, out_dir: Path) -> list[Path]:
         """Every table and view as ``<name>.parquet`` under ``out_dir``."""
@@ -571,6 +710,64 @@ class Store:
                 con.table(name).write_parquet(str(path))  # the path never enters SQL
                 paths.append(path)
         return paths
+
+    def copy_from(self, source: Store) -> dict[str, int]:
+        """Every run (its measurements, raw samples and label with it), acceptance and gate
+        verdict of ``source`` that this store lacks, in one transaction, run ids kept; ->
+        rows added per table (a second copy adds none)."""
+        import duckdb
+
+        source.counts()  # a readable ragbench store of this schema, or StoreError
+        alias = f"source_{os.getpid()}_{threading.get_ident()}"
+        new_runs = f"SELECT * FROM {alias}.{{t}} WHERE run_id NOT IN (SELECT run_id FROM runs)"
+        missing = ("SELECT * FROM {a}.{t} s WHERE NOT EXISTS (SELECT 1 FROM {t} d WHERE "
+                   "{on})")  # fmt: skip
+
+        def key(cols):
+            return " AND ".join(f"d.{c} = s.{c}" for c in cols)
+
+        def work(con):
+            added = {}
+            for table, select in (
+                ("measurements", new_runs.format(t="measurements")),  # before their runs
+                ("runs", new_runs.format(t="runs")),
+                ("acceptances", missing.format(a=alias, t="acceptances", on=key(
+                    ("commit_hash", "benchmark", "metric", "param_key")))),
+                ("gates", missing.format(a=alias, t="gates", on=key(("pr", "head")))),
+            ):  # fmt: skip
+                ((added[table],),) = con.execute(f"INSERT INTO {table} BY NAME {select}").fetchall()
+            return added
+
+        with self.writing():
+            con = self._writer
+            try:
+                if source.lake is not None:
+                    source.lake.attach(con, alias, read_only=True)
+                else:
+                    con.execute(f"ATTACH '{_sql_text(source.path)}' AS {alias} (READ_ONLY)")
+                return self._write(work)
+            except duckdb.Error as exc:
+                raise StoreError(f"copying {source.name} into {self.name}: {redact(str(exc))}"
+                                 ) from None  # fmt: skip
+            finally:
+                with contextlib.suppress(duckdb.Error):
+                    con.execute(f"DETACH {alias}")
+
+    def maintain(self, keep_days: float = 30) -> dict:
+        """Keep the store small: on a lake, DuckLake's maintenance (small files merged,
+        snapshots older than ``keep_days`` expired, unread files deleted); on a file, a
+        checkpoint. Raw samples stay. -> files and bytes before and after."""
+        if keep_days < 1:
+            raise ValueError("keep at least a day of snapshots: a reader may be on one")
+        before = self.size()
+        with self._connect(write=True) as con:
+            if self.lake is not None:
+                lake_maintain(con, keep_days)
+            else:
+                con.execute("CHECKPOINT")
+        after = self.size()
+        return {"files_before": before[0], "bytes_before": before[1],
+                "files_after": after[0], "bytes_after": after[1]}  # fmt: skip
 
     # --- queries ---------------------------------------------------------------------------
 
@@ -599,16 +796,30 @@ class Store:
         return where, args
 
     def counts(self) -> dict[str, int]:
+        """Rows per table, in one statement: one snapshot of a lake that writers change."""
+        tables = ("runs", "measurements", "acceptances", "gates")
         with self._connect() as con:
-            return {
-                t: con.execute(f"SELECT count(*) FROM {t}").fetchall()[0][0]
-                for t in ("runs", "measurements", "acceptances", "gates")
-            }
+            (row,) = con.execute(
+                "SELECT " + ", ".join(f"(SELECT count(*) FROM {t})" for t in tables)
+            ).fetchall()
+        return dict(zip(tables, row, strict=True))
 
     @property
     def mtime(self) -> float:
-        """When the file last changed: a cache key for readers (the dashboard)."""
-        return self.path.stat().st_mtime
+        """A cache key for readers (the dashboard) that changes with every write: when the
+        file last changed, or the lake's newest snapshot."""
+        if self.lake is None:
+            return self.path.stat().st_mtime
+        with self._connect() as con:
+            return float(lake_snapshot(con))
+
+    def size(self) -> tuple[int, int]:
+        """(files, bytes) the store's data takes: the DuckDB file, or the Parquet data and
+        delete files that the lake's newest snapshot reads."""
+        if self.lake is None:
+            return 1, self.path.stat().st_size
+        with self._connect() as con:
+            return lake_files(con)
 
     def machines(self) -> list[str]:
         return [r["machine"] for r in self._rows("SELECT DISTINCT machine FROM runs ORDER BY 1")]

@@ -115,3 +115,27 @@ def quick_run(tmp_path_factory):
     summary = json.loads(out.stdout)
     assert len(summary) == 1
     return results, summary[0]
+
+
+@pytest.fixture(scope="session")
+def postgres():
+    """A PostgreSQL server of this session (scripts/pgserver.py): ``postgres.lake(tmp_path)``
+    gives a new lake on it. Outside pytest's temporary tree, which only root may enter."""
+    import shutil
+    import tempfile
+
+    from scripts.pgserver import Postgres
+
+    root = Path(tempfile.mkdtemp(prefix="ragbench-pg-"))
+    server = Postgres(root).start()
+    yield server
+    server.stop()
+    shutil.rmtree(root, ignore_errors=True)
+
+
+@pytest.fixture(params=["file", "lake"])
+def store_spec(request, tmp_path):
+    """A new store of each backend: a DuckDB file, or a DuckLake on Postgres (a string)."""
+    if request.param == "file":
+        return tmp_path / "perf.duckdb"
+    return request.getfixturevalue("postgres").lake(tmp_path)

@@ -1,5 +1,6 @@
-"""The DuckDB store and ingest: real suite results, pytest-benchmark JSON, bad files,
-idempotence, concurrent ingests, views and Parquet export."""
+"""The store and ingest, on both backends (a DuckDB file, a DuckLake on a Postgres the tests
+start): real suite results, pytest-benchmark JSON, bad files, idempotence, concurrent ingests,
+a reader during a write, views, Parquet export, copies between the two, maintenance."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ import json
 import shutil
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -28,10 +30,10 @@ def result_file(results: Path) -> Path:
     return next(p for p in results.glob("*/*.json") if p.name != "machine.json")
 
 
-def test_ingest_real_suite_results(quick_run, tmp_path):
+def test_ingest_real_suite_results(quick_run, tmp_path, store_spec):
     results = copy_results(quick_run, tmp_path / "results")
     data = json.loads(result_file(results).read_text())
-    with Store(tmp_path / "perf.duckdb") as store:
+    with Store(store_spec) as store:
         report = ingest(store, [results], branch="main")
         assert len(report.stored) == 1 and not report.failed and report.rows > 0
         (run,) = store.runs()
@@ -57,9 +59,9 @@ def test_ingest_real_suite_results(quick_run, tmp_path):
         assert {r["unit"] for r in speedups} <= {"us", "ms", "img/s"}  # no hash or drift ratio
 
 
-def test_ingest_twice_changes_nothing(quick_run, tmp_path):
+def test_ingest_twice_changes_nothing(quick_run, tmp_path, store_spec):
     results = copy_results(quick_run, tmp_path / "results")
-    with Store(tmp_path / "perf.duckdb") as store:
+    with Store(store_spec) as store:
         first = ingest(store, [results])
         counts = store.counts()
         second = ingest(store, [results, result_file(results)])
@@ -67,11 +69,12 @@ def test_ingest_twice_changes_nothing(quick_run, tmp_path):
         assert second.rows == 0 and len(second.duplicate) == 1 and first.rows > 0
 
 
-def test_corrupt_and_truncated_files_are_skipped_and_nothing_is_lost(quick_run, tmp_path):
+def test_corrupt_and_truncated_files_are_skipped_and_nothing_is_lost(quick_run, tmp_path,
+                                                                     store_spec):  # fmt: skip
     results = copy_results(quick_run, tmp_path / "results")
     good = result_file(results)
     text = good.read_text()
-    with Store(tmp_path / "perf.duckdb") as store:
+    with Store(store_spec) as store:
         ingest(store, [results], branch="main")
         before = store.counts()
         bad = tmp_path / "bad"
@@ -90,12 +93,12 @@ def test_corrupt_and_truncated_files_are_skipped_and_nothing_is_lost(quick_run, 
         assert store.counts() == before
 
 
-def test_cli_reports_bad_files_and_exits_1(quick_run, tmp_path):
+def test_cli_reports_bad_files_and_exits_1(quick_run, tmp_path, store_spec):
     results = copy_results(quick_run, tmp_path / "results")
     (tmp_path / "truncated.json").write_text(result_file(results).read_text()[:100])
     out = subprocess.run(
         [sys.executable, "-m", "ragbench", "ingest", str(results), str(tmp_path / "truncated.json"),
-         "--store", str(tmp_path / "s.duckdb")],
+         "--store", str(store_spec)],
         capture_output=True, text=True, cwd=REPO,
     )  # fmt: skip
     assert out.returncode == 1, out.stderr
@@ -120,26 +123,63 @@ def fake_asv_results(src: Path, dest: Path, n: int) -> Path:
     return results
 
 
-def test_two_concurrent_ingests_lose_no_rows(quick_run, tmp_path):
+def runs_of(results: Path, n: int, tag: str, dest: Path) -> Path:
+    """``n`` runs of the quick run's result, as other environments (``tag-<i>``)."""
+    out = fake_asv_results(results, dest, n)
+    for i, p in enumerate(sorted(out.glob("*/*.json"))):
+        if p.name != "machine.json":
+            data = json.loads(p.read_text())
+            data["env_name"] = f"{tag}-{i}"
+            p.write_text(json.dumps(data))
+    return out
+
+
+def test_four_concurrent_ingests_lose_and_duplicate_nothing(quick_run, tmp_path, store_spec,
+                                                           record_property):  # fmt: skip
+    """Four processes ingest at once, each 6 runs of its own and the same 3 shared runs: the
+    store ends with every run once (4 x 6 + 3) and every row of each. On a lake nothing
+    serialises them but the guard row's conflicts (and the store is created at once by all
+    four)."""
     results, _ = quick_run
-    a = fake_asv_results(results, tmp_path / "a", 6)
-    b = fake_asv_results(results, tmp_path / "b", 6)
-    for i, p in enumerate(sorted(b.glob("*/*.json"))):  # other runs than a's
-        data = json.loads(p.read_text())
-        data["env_name"] = f"other-{i}"
-        p.write_text(json.dumps(data))
-    store = tmp_path / "perf.duckdb"
-    Store(store).close()
-    cmd = [sys.executable, "-m", "ragbench", "ingest", "--store", str(store), "--branch", "main"]
-    procs = [subprocess.Popen([*cmd, str(d)], cwd=REPO, stderr=subprocess.PIPE, text=True)
-             for d in (a, b)]  # fmt: skip
+    shared = runs_of(results, 3, "shared", tmp_path / "shared")
+    dirs = [runs_of(results, 6, f"p{k}", tmp_path / f"p{k}") for k in range(4)]
+    cmd = [sys.executable, "-m", "ragbench", "ingest", "--store", str(store_spec), "--branch",
+           "main"]  # fmt: skip
+    t0 = time.perf_counter()
+    procs = [subprocess.Popen([*cmd, str(d), str(shared)], cwd=REPO, stderr=subprocess.PIPE,
+                              text=True) for d in dirs]  # fmt: skip
     errors = [p.communicate(timeout=300)[1] for p in procs]
-    assert [p.returncode for p in procs] == [0, 0], errors
-    with Store(store, read_only=True) as s:
+    took = time.perf_counter() - t0
+    assert [p.returncode for p in procs] == [0] * 4, errors
+    per_run = len(parse(next(p for p in shared.glob("*/*.json") if p.name != "machine.json"))[1])
+    with Store(store_spec, read_only=True) as s:
         runs = s.runs()
-        per_run = len(parse(next(p for p in a.glob("*/*.json") if p.name != "machine.json"))[1])
-        assert len(runs) == 12
-        assert s.counts()["measurements"] == 12 * per_run
+        assert len(runs) == len({r["run_id"] for r in runs}) == 4 * 6 + 3
+        assert s.counts()["measurements"] == (4 * 6 + 3) * per_run
+    stored = sum(int(e.split(" file(s) stored")[0].rsplit(" ", 1)[-1]) for e in errors)
+    assert stored == 4 * 6 + 3, errors  # each shared run stored by one process, skipped by 3
+    kind = "lake" if isinstance(store_spec, str) else "file"
+    record_property("measured", f"4 processes x 9 files ({per_run} rows each) into a {kind}: "
+                                f"{took:.1f} s")  # fmt: skip
+
+
+def test_a_reader_during_a_write_sees_whole_runs(quick_run, tmp_path, store_spec):
+    """While a process ingests 20 runs, readers keep reading: every read succeeds and sees
+    whole runs only (rows = runs x rows per run), never fewer than the read before."""
+    results, _ = quick_run
+    many = runs_of(results, 20, "w", tmp_path / "many")
+    per_run = len(parse(next(p for p in many.glob("*/*.json") if p.name != "machine.json"))[1])
+    Store(store_spec).close()
+    writer = subprocess.Popen([sys.executable, "-m", "ragbench", "ingest", "--store",
+                               str(store_spec), "--branch", "main", str(many)], cwd=REPO,
+                              stderr=subprocess.PIPE, text=True)  # fmt: skip
+    seen = []
+    while writer.poll() is None or len(seen) < 2:
+        counts = Store(store_spec, read_only=True).counts()
+        assert counts["measurements"] == counts["runs"] * per_run, counts
+        seen.append(counts["runs"])
+    assert writer.wait() == 0, writer.stderr.read()
+    assert seen == sorted(seen) and seen[-1] == 20, seen
 
 
 def pytest_benchmark_json(path: Path, commit: str, data: bool = True) -> Path:
@@ -164,9 +204,9 @@ def pytest_benchmark_json(path: Path, commit: str, data: bool = True) -> Path:
     return path
 
 
-def test_pytest_benchmark_json(tmp_path):
+def test_pytest_benchmark_json(tmp_path, store_spec):
     path = pytest_benchmark_json(tmp_path / "pb.json", "a" * 40)
-    with Store(tmp_path / "perf.duckdb") as store:
+    with Store(store_spec) as store:
         report = ingest(store, [path])
         assert report.rows == 2
         (run,) = store.runs()
@@ -185,9 +225,9 @@ def test_pytest_benchmark_json(tmp_path):
         parse(tmp_path / "nc.json")
 
 
-def test_export_parquet_and_read_only(quick_run, tmp_path):
+def test_export_parquet_and_read_only(quick_run, tmp_path, store_spec):
     results = copy_results(quick_run, tmp_path / "results")
-    path = tmp_path / "perf.duckdb"
+    path = store_spec
     with Store(path) as store:
         ingest(store, [results], branch="main")
         n = store.counts()["measurements"]
@@ -208,15 +248,15 @@ def test_export_parquet_and_read_only(quick_run, tmp_path):
         Store(tmp_path / "missing.duckdb", read_only=True)
 
 
-def test_store_path_from_environment(tmp_path, monkeypatch):
-    monkeypatch.setenv("RAGBENCH_STORE", str(tmp_path / "env.duckdb"))
+def test_store_from_environment(tmp_path, monkeypatch, store_spec):
+    monkeypatch.setenv("RAGBENCH_STORE", str(store_spec))
     with Store() as store:
-        assert store.path == tmp_path / "env.duckdb"
-    assert (tmp_path / "env.duckdb").exists()
+        assert store.name == str(store_spec)
+        assert store.counts()["runs"] == 0
 
 
-def test_acceptances_are_recorded(tmp_path):
-    with Store(tmp_path / "perf.duckdb") as store:
+def test_acceptances_are_recorded(tmp_path, store_spec):
+    with Store(store_spec) as store:
         store.accept("c" * 40, "kernel.KernelLatency", "gpu_us", "backend=triton", "known", "me")
         store.accept("c" * 40, "kernel.KernelLatency", "gpu_us", "backend=triton", "again", "me")
         (row,) = store.acceptances("c" * 8)
@@ -248,3 +288,73 @@ def test_a_schema_1_store_is_migrated_and_keeps_its_rows(tmp_path):
     assert row["status"] == "ok" and row["samples"] == [1.0, 2.0, 3.0]
     assert store.acceptances()[0]["pr"] is None and store.counts()["gates"] == 0
     assert Store(path, read_only=True).runs()[0]["commit_hash"] == "a" * 40
+
+
+def table_rows(store: Store) -> dict[str, list]:
+    """Every row of every table (``ingested_at`` and the like included), sorted."""
+    names = ("runs", "measurements", "acceptances", "gates")
+    with store._connect() as con:
+        return {t: sorted(map(repr, con.execute(f"SELECT * FROM {t}").fetchall())) for t in names}
+
+
+def test_copy_file_to_lake_to_file_round_trips_every_row(quick_run, tmp_path, postgres):
+    """``ragbench store copy``: a runner's file into a lake, the lake back into a new file;
+    every row of every table the same (run ids, raw samples, labels, acceptances, gates), and
+    a second copy adds nothing."""
+    results = copy_results(quick_run, tmp_path / "results")
+    first = tmp_path / "runner.duckdb"
+    with Store(first) as s:
+        ingest(s, [results], branch="main")
+        ingest(s, [runs_of(quick_run[0], 2, "gate", tmp_path / "g")], branch="pr-7",
+               label="gate:x:head:0")  # fmt: skip
+        s.accept("c" * 40, "kernel.KernelLatency", "gpu_us", "backend=triton", "known", "me", pr=7)
+        s.record_gate(7, "c" * 40, "b" * 40, "ci", [{"cell": "x"}], "report")
+    lake, back = postgres.lake(tmp_path), tmp_path / "back.duckdb"
+
+    def copy(a, b):
+        out = subprocess.run([sys.executable, "-m", "ragbench", "store", "copy", str(a), str(b)],
+                             capture_output=True, text=True, cwd=REPO)  # fmt: skip
+        assert out.returncode == 0, out.stderr
+        return json.loads(out.stdout)
+
+    added = copy(first, lake)
+    assert added["runs"] == 3 and added["acceptances"] == added["gates"] == 1
+    assert copy(first, lake) == {"measurements": 0, "runs": 0, "acceptances": 0, "gates": 0}
+    copy(lake, back)
+    expected = table_rows(Store(first, read_only=True))
+    assert table_rows(Store(lake, read_only=True)) == expected
+    assert table_rows(Store(back, read_only=True)) == expected
+    assert all(expected.values())
+
+
+def test_maintain_merges_a_lakes_small_files_and_keeps_every_row(quick_run, tmp_path, postgres):
+    """Ten one-run ingests leave ten small files per table; ``ragbench store maintain``
+    merges them (DuckLake's calls) and every row stays."""
+    lake = postgres.lake(tmp_path)
+    many = runs_of(quick_run[0], 10, "m", tmp_path / "many")
+    store = Store(lake)
+    for path in sorted(many.glob("*/*.json")):
+        if path.name != "machine.json":
+            ingest(store, [path], branch="main")
+    before = table_rows(store)
+    out = subprocess.run([sys.executable, "-m", "ragbench", "store", "maintain", "--store", lake],
+                         capture_output=True, text=True, cwd=REPO)  # fmt: skip
+    assert out.returncode == 0, out.stderr
+    sizes = json.loads(out.stdout)
+    assert sizes["files_after"] < sizes["files_before"], sizes
+    assert table_rows(Store(lake, read_only=True)) == before
+    bad = subprocess.run(
+        [sys.executable, "-m", "ragbench", "store", "maintain", "--store", lake,
+         "--keep-days", "0"],
+        capture_output=True, text=True, cwd=REPO,
+    )  # fmt: skip
+    assert bad.returncode == 2 and "at least a day" in bad.stderr
+
+
+def test_a_lake_string_with_a_password_never_prints_it(postgres, tmp_path):
+    lake = postgres.lake(tmp_path).replace("user=lake", "user=lake password=s3cret")
+    assert "s3cret" not in Store(lake).name
+    out = subprocess.run([sys.executable, "-m", "ragbench", "store", "info", "--store",
+                          lake.replace("dbname=", "dbname=missing_")], capture_output=True,
+                         text=True, cwd=REPO)  # fmt: skip
+    assert out.returncode == 2 and "s3cret" not in out.stderr + out.stdout

@@ -1,0 +1,181 @@
+"""A DuckLake results store: the catalog in Postgres, the data as Parquet files in a directory
+or an object-store prefix, so that many runners write one history (docs/store.md).
+
+A lake is named by one string, given wherever a store path is (``--store``,
+``$RAGBENCH_STORE``)::
+
+    ducklake:postgres:dbname=perf host=db.lan user=ragbench data_path=s3://perf-lake/data/
+
+``ducklake:`` and the catalog as DuckLake reads it (``postgres:`` and a libpq connection
+string; a DuckDB file, ``ducklake:meta.ducklake``, makes a lake of one writer), and
+``data_path=`` where the Parquet files go (needed when the lake is created, read from the
+catalog after). The password comes from ``$PGPASSWORD`` or ``~/.pgpass`` (libpq), never from
+the string, which is printed.
+
+DuckDB loads the ``ducklake`` and ``postgres_scanner`` extensions from the ``duckdb-ext-*``
+wheels where they are installed (the ``lake`` extra; no download), else ``INSTALL``s them
+(a runner with network).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import random
+import re
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+PREFIX = "ducklake:"
+ALIAS = "lake"  # the lake's name in the connection; ``USE lake`` makes it the default
+# Conflicting commits (two writers deleted the same row of ``meta``: ``Store._guard``) fail
+# with this in DuckDB's message; the loser retries its whole transaction.
+CONFLICT = "conflict"
+
+
+def is_lake(spec) -> bool:
+    return isinstance(spec, str) and spec.startswith(PREFIX)
+
+
+@dataclass(frozen=True)
+class Lake:
+    """A parsed lake string: ``catalog`` (what DuckLake attaches, ``postgres:...``) and
+    ``data_path`` (None: the one the catalog recorded when the lake was made)."""
+
+    catalog: str
+    data_path: str | None = None
+
+    @classmethod
+    def parse(cls, spec: str) -> Lake:
+        rest = spec[len(PREFIX) :].strip()
+        data_path = None
+        words = []
+        for word in rest.split():
+            if word.startswith("data_path="):
+                data_path = word.split("=", 1)[1]
+            else:
+                words.append(word)
+        catalog = " ".join(words)
+        if not catalog or catalog in ("postgres:", "postgresql:"):
+            raise ValueError(f"{spec!r} names no catalog: ducklake:postgres:dbname=... or "
+                             "ducklake:FILE.ducklake")  # fmt: skip
+        return cls(catalog, data_path)
+
+    @property
+    def name(self) -> str:
+        """The string, with any password hidden: what messages print."""
+        return redact(PREFIX + self.catalog + (f" data_path={self.data_path}"
+                                               if self.data_path else ""))  # fmt: skip
+
+    @property
+    def postgres(self) -> bool:
+        return self.catalog.startswith(("postgres:", "postgresql:"))
+
+    def attach(self, con, alias: str = ALIAS, read_only: bool = False) -> None:
+        """Load the extensions into ``con`` and attach the lake as ``alias``."""
+        import duckdb
+
+        load_extensions(con, ("postgres_scanner", "ducklake") if self.postgres else ("ducklake",))
+        options = []
+        if self.data_path:
+            options.append(f"DATA_PATH {_quote(self.data_path)}")
+        if read_only:
+            options.append("READ_ONLY")
+        opts = f" ({', '.join(options)})" if options else ""
+        for attempt in range(20):
+            try:
+                con.execute(f"ATTACH {_quote(PREFIX + self.catalog)} AS {alias}{opts}")
+                return
+            except duckdb.Error as exc:
+                # runners that attach a new lake at once race to make its catalog tables:
+                # the losers find them made, and attach again
+                text = str(exc)
+                if attempt == 19 or not ("already exists" in text or "duplicate key" in text):
+                    raise
+                time.sleep(random.uniform(0.05, 0.2))
+
+    def connect(self):
+        """An in-memory DuckDB with the lake attached and in use."""
+        import duckdb
+
+        con = duckdb.connect(config={
+            "autoload_known_extensions": False, "autoinstall_known_extensions": False,
+        })  # fmt: skip
+        self.attach(con)
+        con.execute(f"USE {ALIAS}")
+        return con
+
+
+def redact(text: str) -> str:
+    """``text`` with every ``password=...`` hidden (DuckDB's errors quote the connection)."""
+    return re.sub(r"password=[^\s'\"]+", "password=***", text)
+
+
+def _quote(text: str) -> str:
+    return "'" + text.replace("'", "''") + "'"
+
+
+def bundled_extensions() -> Path | None:
+    """The extension directory the ``duckdb-ext-*`` wheels install (``duckdb_ext/extensions``,
+    laid out as DuckDB's own: ``v1.4.4/linux_amd64/ducklake.duckdb_extension``), or None."""
+    spec = importlib.util.find_spec("duckdb_ext")
+    for root in (spec.submodule_search_locations or []) if spec else []:
+        if (Path(root) / "extensions").is_dir():
+            return Path(root) / "extensions"
+    return None
+
+
+def load_extensions(con, names: tuple[str, ...]) -> None:
+    """``LOAD`` each extension: from the wheels' directory when it holds this DuckDB version's
+    build, else the user's (``INSTALL`` first: a download, where the runner has network)."""
+    import duckdb
+
+    ((platform,),) = con.execute("PRAGMA platform").fetchall()
+    root = bundled_extensions()
+    for name in names:
+        built = root / f"v{duckdb.__version__}" / platform / f"{name}.duckdb_extension" \
+            if root else None  # fmt: skip
+        if built is not None and built.exists():
+            con.execute(f"LOAD {_quote(str(built))}")
+            continue
+        try:
+            con.execute(f"LOAD {name}")
+        except duckdb.Error:
+            try:
+                con.execute(f"INSTALL {name}")
+                con.execute(f"LOAD {name}")
+            except duckdb.Error as exc:
+                raise RuntimeError(
+                    f"DuckDB {duckdb.__version__} cannot load its {name} extension ({exc}); "
+                    "install ragged[lake] (the extension wheels, DuckDB 1.4.4) or give the "
+                    "runner network for INSTALL"
+                ) from None
+
+
+def snapshot(con) -> int:
+    """The lake's newest snapshot id: it changes with every commit (a readers' cache key)."""
+    sql = f"SELECT max(snapshot_id) FROM ducklake_snapshots('{ALIAS}')"
+    ((sid,),) = con.execute(sql).fetchall()
+    return int(sid or 0)
+
+
+def files(con) -> tuple[int, int]:
+    """(data and delete files, their bytes) that the lake's current snapshot reads."""
+    ((n, size),) = con.execute(
+        "SELECT coalesce(sum(file_count + delete_file_count), 0), "
+        "coalesce(sum(file_size_bytes + delete_file_size_bytes), 0) "
+        f"FROM ducklake_table_info('{ALIAS}')"
+    ).fetchall()
+    return int(n), int(size)
+
+
+def maintain(con, keep_days: float) -> None:
+    """DuckLake's own maintenance: small adjacent files merged, snapshots older than
+    ``keep_days`` expired (no time travel before then), and the files no snapshot reads any
+    more deleted."""
+    con.execute(f"CALL ducklake_merge_adjacent_files('{ALIAS}')")
+    con.execute(
+        f"CALL ducklake_expire_snapshots('{ALIAS}', older_than => now() - to_days(?::INTEGER))",
+        [int(keep_days)],
+    )
+    con.execute(f"CALL ducklake_cleanup_old_files('{ALIAS}', cleanup_all => true)")
