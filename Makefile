@@ -6,7 +6,7 @@ BIN := $(VENV)/bin
 # then the project with its dev extras.
 TORCH := torch==2.14.1 torchvision==0.29.1
 
-.PHONY: setup test lint format demo tour dashboard screenshots bench bench-full bench-self bench-kernel bench-pipeline browser bench-main bench-summary gate gate-pr gate-verdict gate-accept rehearse clean
+.PHONY: setup test lint format demo tour dashboard screenshots bench bench-full bench-self bench-kernel bench-pipeline browser postgres store-maintain bench-main bench-summary gate gate-pr gate-verdict gate-accept rehearse clean
 
 # The stamp is named by pyproject.toml's content, not dated by it: a fresh checkout dates
 # every file now, which would rebuild a .venv that CI restored from its cache.
@@ -40,9 +40,10 @@ demo: setup
 	$(BIN)/python -m scripts.demo
 
 # The dashboard over the store (make demo fills it): http://localhost:8501
-STORE := $(or $(STORE),results/perf.duckdb)  # also when the workflow passes an empty variable
+# (also when the workflow passes an empty variable; a lake string is quoted where it is used)
+STORE := $(or $(STORE),results/perf.duckdb)
 dashboard: setup
-	$(BIN)/python -m dashboard --store $(STORE)
+	$(BIN)/python -m dashboard --store "$(STORE)"
 
 # docs/dashboard/*.png from a store of 1,000 synthetic commits, and the first page's time in
 # chromium (needs /usr/bin/chromium: apt-get install chromium)
@@ -77,6 +78,13 @@ browser:
 	command -v chromium >/dev/null || { S=$$([ "$$(id -u)" = 0 ] || echo sudo); \
 	  $$S apt-get update -qq && $$S apt-get install -y -qq chromium >/dev/null; }
 
+# Debian's PostgreSQL for the lake tests (they start their own server in a temporary
+# directory), where it is missing.
+postgres:
+	command -v initdb >/dev/null || ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || { \
+	  S=$$([ "$$(id -u)" = 0 ] || echo sudo); \
+	  $$S apt-get update -qq && $$S apt-get install -y -qq postgresql >/dev/null; }
+
 # BENCH (regexes, as asv run --bench) narrows bench-main and gate, ROUNDS sets the gate's
 # alternating rounds (default: policies.toml); the workflows leave both empty, the test's
 # short rehearsal (scripts/rehearse.py --bench) sets them to stay short.
@@ -90,15 +98,15 @@ ROUNDS ?=
 AFTER ?= HEAD
 bench-main: setup
 	mkdir -p results
-	$(BIN)/python -m ragbench record --store $(STORE) --after $(AFTER) \
+	$(BIN)/python -m ragbench record --store "$(STORE)" --after $(AFTER) \
 	  $(if $(BEFORE),--before $(BEFORE)) --results results/asv $(BENCH_ARGS); \
-	rc=$$?; if [ -f $(STORE) ]; then cp $(STORE) results/store-snapshot.duckdb; fi; exit $$rc
+	rc=$$?; if [ -f "$(STORE)" ]; then cp "$(STORE)" results/store-snapshot.duckdb; fi; exit $$rc
 
 # main's history into the summary; a regression on main (exit 1) is reported, not a failure
 # of the step, a detect that could not run (exit 2) is both (and says so in the summary).
 SUMMARY ?= $(or $(GITHUB_STEP_SUMMARY),/dev/stdout)
 bench-summary: setup
-	$(BIN)/python -m ragbench detect --store $(STORE) >> $(SUMMARY) || test $$? = 1
+	$(BIN)/python -m ragbench detect --store "$(STORE)" >> $(SUMMARY) || test $$? = 1
 
 # pull requests: the gate on the merge base of BASE_SHA and HEAD_SHA against HEAD_SHA, into a
 # scratch store (never STORE); the report into the summary and results/gate.md, the verdict and
@@ -125,12 +133,17 @@ gate-pr: setup
 # and the perf-regression-accepted label, added (or removed: LABEL_ACTION=unlabeled) by
 # LABEL_USER, recorded if GitHub says LABEL_USER may write to the repository.
 gate-verdict: setup
-	$(BIN)/python -m ragbench verdict --github --store $(STORE) --gate-json results/gate.json \
+	$(BIN)/python -m ragbench verdict --github --store "$(STORE)" --gate-json results/gate.json \
 	  --report results/gate.md --pr $(PR) --head $(HEAD_SHA)
 
 gate-accept: setup
-	$(BIN)/python -m ragbench accept --store $(STORE) --pr $(PR) --head $(HEAD_SHA) \
+	$(BIN)/python -m ragbench accept --store "$(STORE)" --pr $(PR) --head $(HEAD_SHA) \
 	  --user $(LABEL_USER) $(if $(filter unlabeled,$(LABEL_ACTION)),--withdraw)
+
+# store-maintain's job (weekly): a lake's small files merged, old snapshots expired, unread
+# files deleted; a file store checkpointed (docs/store.md).
+store-maintain: setup
+	$(BIN)/python -m ragbench store maintain --store "$(STORE)"
 
 # bench-versions' job (weekly): the upgrade report of HEAD from the pinned stack (this .venv's
 # torch and triton) to the newest torch release with the triton it pins, into the summary and

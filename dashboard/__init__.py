@@ -2,7 +2,7 @@
 
 # The pages, in the sidebar's order; Series is where the overview's links lead.
 PAGES = ["Overview", "Dispatch floors", "Speedups", "Numeric drift", "Compare", "Versions",
-         "Series"]  # fmt: skip
+         "Machines", "Series"]  # fmt: skip
 
 # The Compare table's order: what fails a gate first, then what it could not judge.
 SEVERITY = ("failed", "missing", "violation", "regression", "inconclusive", "hash-changed",

@@ -22,6 +22,8 @@ import sys
 import time
 from pathlib import Path
 
+from ragbench.store import store_spec
+
 APP = Path(__file__).resolve().parent / "app.py"
 
 
@@ -47,9 +49,9 @@ def main(argv: list[str] | None = None) -> int:
         prog="python -m dashboard", description=__doc__.split("\n\n")[0],
         epilog="Other options go to `streamlit run` (see `streamlit run --help`).",
     )  # fmt: skip
-    ap.add_argument("--store", type=Path, default=None,
-                    help="the results store (default: $RAGBENCH_STORE, else "
-                         "results/perf.duckdb)")  # fmt: skip
+    ap.add_argument("--store", type=store_spec, default=None,
+                    help="the results store, a file or a DuckLake string (default: "
+                         "$RAGBENCH_STORE, else results/perf.duckdb)")  # fmt: skip
     ap.add_argument("--no-warm", action="store_true",
                     help="start the server without computing the first page first")  # fmt: skip
     args, streamlit_args = ap.parse_known_args(argv)

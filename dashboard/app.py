@@ -27,7 +27,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from dashboard import PAGES, SEVERITY, paper
 from ragbench import detect, gate, stats
 from ragbench.report import sensitivity_line
-from ragbench.store import FAILED, Store, StoreError, default_path, history_branch
+from ragbench.store import FAILED, Store, StoreError, default_path, history_branch, store_spec
 
 POLICIES = detect.load_policies()
 # Change points over a series' newest commits only: E-Divisive's permutation test costs
@@ -37,9 +37,10 @@ CHANGE_POINT_COMMITS = 400
 LOOKBACK_COMMITS = 50
 
 
-def store_path() -> Path:
+def store_path() -> str | Path:
+    """The store to show: a file's path, or a lake's string."""
     ap = argparse.ArgumentParser(add_help=False)
-    ap.add_argument("--store", type=Path, default=None)
+    ap.add_argument("--store", type=store_spec, default=None)
     args, _ = ap.parse_known_args(sys.argv[1:])
     return args.store or default_path()
 
@@ -685,6 +686,78 @@ def stack_heatmap(ctx) -> None:
     download(grid, "versions", "versions")
 
 
+def machines(ctx):
+    """The sidebar's machine against another on the commits both measured under the same
+    stack: each cell's value on both, and their ratio over the commits."""
+    import altair as alt
+
+    st.header("Machines")
+    names = sorted(ctx["runs"]["machine"].unique())
+    others = [n for n in names if n != ctx["machine"]]
+    if not others:
+        st.info("One machine in this store. Runners that write one store (a DuckLake: "
+                "docs/store.md) show here side by side.")  # fmt: skip
+        return
+    # the machine sharing most commits with this one first
+    runs = ctx["runs"]
+    mine = set(runs[runs["machine"] == ctx["machine"]]["commit_hash"])
+    shared = {n: len(mine & set(runs[runs["machine"] == n]["commit_hash"])) for n in others}
+    others.sort(key=lambda n: (-shared[n], n))
+    wanted = st.query_params.get("other")
+    other = st.selectbox("against", others, key="other",
+                         index=others.index(wanted) if wanted in others else 0)  # fmt: skip
+    df = query(ctx["path"], ctx["mtime"], ctx["branch"], "series", machine=ctx["machine"])
+    if df.empty:
+        st.info("No runs on this machine.")
+        return
+    df, bench = narrow(df, "benchmark", "benchmark", "benchmark")
+    _, metric = narrow(df, "metric", "metric", "metric")
+    both = query(ctx["path"], ctx["mtime"], ctx["branch"], "series", benchmark=bench,
+                 metric=metric)  # fmt: skip
+    both = both[both["machine"].isin([ctx["machine"], other])]
+    same = ["commit_hash", "torch", "triton", "param_key"]
+    per = (
+        both.groupby([*same, "machine"], dropna=False)
+        .agg(value=("median", "median"), commit_time=("commit_time", "max"), unit=("unit", "first"))
+        .reset_index()
+    )
+    wide = per.pivot_table(index=[*same, "unit"], columns="machine", values="value",
+                           dropna=True).dropna()  # fmt: skip
+    if wide.empty or {ctx["machine"], other} - set(wide.columns):
+        st.info(f"No commit of {bench}.{metric} was measured on {ctx['machine']} and {other} "
+                "under the same torch and triton.")  # fmt: skip
+        return
+    wide = wide.reset_index()
+    wide["commit_time"] = wide["commit_hash"].map(per.groupby("commit_hash")["commit_time"].max())
+    wide["ratio"] = wide[other] / wide[ctx["machine"]]
+    newest = wide[wide["commit_time"] == wide["commit_time"].max()]
+    st.caption(
+        f"Newest commit measured on both under one stack: "
+        f"{newest['commit_hash'].iloc[0][:12]} (torch {newest['torch'].iloc[0]}, triton "
+        f"{newest['triton'].iloc[0]}). ratio = {other} / {ctx['machine']}: above 1, "
+        f"{other}'s value is larger (slower for a time, faster for a throughput)."
+    )
+    table = newest[["param_key", "unit", ctx["machine"], other, "ratio"]].rename(
+        columns={"param_key": "cell"}
+    )
+    st.dataframe(table, width="stretch", hide_index=True)
+    download(table, "machines, newest commit", "machines-newest")
+    line = (
+        alt.Chart(wide)
+        .mark_line(point=True)
+        .encode(
+            x=alt.X("commit_time:T", title="commit time"),
+            y=alt.Y("ratio:Q", title=f"{other} / {ctx['machine']}", scale=alt.Scale(zero=False)),
+            color=alt.Color("param_key:N", title="cell"),
+            tooltip=["commit_hash", "torch", "triton", "param_key",
+                     alt.Tooltip("ratio:Q", format=".3f")],
+        )
+    )  # fmt: skip
+    st.altair_chart(line.properties(title=f"{bench}.{metric}: {other} / {ctx['machine']}",
+                                    height=320), width="stretch")  # fmt: skip
+    download(wide, "machines over the commits", "machines")
+
+
 def series(ctx):
     st.header("Series")
     picked = pick_series(ctx)
@@ -741,7 +814,7 @@ def series(ctx):
 RENDER = dict(
     zip(
         PAGES,
-        [overview, dispatch_floors, speedups, numeric_drift, compare, versions, series],
+        [overview, dispatch_floors, speedups, numeric_drift, compare, versions, machines, series],
         strict=True,
     )
 )
@@ -751,7 +824,7 @@ def main() -> None:
     st.set_page_config(page_title="ragged performance", layout="wide")
     path = store_path()
     st.sidebar.title("ragged performance")
-    if not path.exists():
+    if isinstance(path, Path) and not path.exists():
         st.title("ragged performance")
         st.info(
             f"No results store at `{path}`. Fill it: `make demo` (benchmarks the last "
@@ -765,9 +838,9 @@ def main() -> None:
         st.error(f"The results store cannot be read: {exc}")
 
 
-def show(path: Path) -> None:
-    """The sidebar and the chosen page over the store at ``path``."""
-    mtime = path.stat().st_mtime
+def show(path: str | Path) -> None:
+    """The sidebar and the chosen page over the store at ``path`` (a file or a lake)."""
+    mtime = Store(path, read_only=True).mtime  # the file's time, or the lake's snapshot
     branches = query(str(path), mtime, "", "branches")
     named = [b for b in branches if b is not None]
     default = history_branch() if history_branch() in named else (named or [history_branch()])[0]
@@ -805,7 +878,7 @@ def show(path: Path) -> None:
             f"mark change points on every chart (E-Divisive, newest {CHANGE_POINT_COMMITS} "
             "commits; seconds on first use)", value=False, key="mark_change_points",
         )  # fmt: skip
-        st.caption(f"store: {path}")
+        st.caption(f"store: {Store(path, read_only=True).name}")
     ctx = {
         "path": str(path),
         "mtime": mtime,

@@ -82,11 +82,13 @@ def _row(values, samples, t0: float) -> list:
                                            for s in samples], None]  # fmt: skip
 
 
-def write_history(out: Path, commits: int = 1000, samples: int = 10, seed: int = 0) -> Path:
-    """Write ``commits`` runs under ``out`` (an asv results directory); -> ``out``."""
+def write_history(out: Path, commits: int = 1000, samples: int = 10, seed: int = 0,
+                  machine: str = MACHINE, gpu_scale: float = 1.0) -> Path:  # fmt: skip
+    """Write ``commits`` runs of ``machine`` under ``out`` (an asv results directory), its
+    device times ``gpu_scale`` times the base's (another GPU); -> ``out``."""
     rng = np.random.default_rng(seed)
     out = Path(out)
-    (out / MACHINE).mkdir(parents=True, exist_ok=True)
+    (out / machine).mkdir(parents=True, exist_ok=True)
     benchmarks = _benchmarks()
     (out / "benchmarks.json").write_text(json.dumps({**benchmarks, "version": 2}))
     t_start = 1.77e9
@@ -104,7 +106,7 @@ def write_history(out: Path, commits: int = 1000, samples: int = 10, seed: int =
         for backend, batch, _, _, lengths in itertools.product(*KERNEL_AXES):
             g1, g64, host = KERNEL_BASE[backend]
             gpu = (g1 if batch == 1 else g64) * (1.3 if lengths == "mixed" else 1.0)
-            gpu *= faster if backend == "triton" else 1.0
+            gpu *= (faster if backend == "triton" else 1.0) * gpu_scale
             host *= 1.08 if new_env else 1.0
             per_metric["gpu_us"].append(noisy(gpu, 0.005))
             per_metric["host_us"].append(noisy(host, 0.05))
@@ -133,13 +135,14 @@ def write_history(out: Path, commits: int = 1000, samples: int = 10, seed: int =
         for name, row in results.items():
             row[1] = benchmarks[name]["params"]
         data = {"commit_hash": sha, "env_name": "synthetic", "date": int(t * 1e3),
-                "params": {"machine": MACHINE}, "python": "3.12", "requirements": {},
+                "params": {"machine": machine}, "python": "3.12", "requirements": {},
                 "env_vars": {}, "result_columns": COLUMNS, "results": results,
                 "durations": {}, "version": 2}  # fmt: skip
-        path = out / MACHINE / f"{sha[:8]}-synthetic.json"
+        path = out / machine / f"{sha[:8]}-synthetic.json"
         path.write_text(json.dumps(data))
-        fp = {"commit": sha, "machine": MACHINE, "mode": "quick", "harness_version": 1,
-              "gpu": "Synthetic GPU", "driver": "580.00", "cuda": "13.0",
+        fp = {"commit": sha, "machine": machine, "mode": "quick", "harness_version": 1,
+              "gpu": "Synthetic GPU" if machine == MACHINE else f"Synthetic GPU ({machine})",
+              "driver": "580.00", "cuda": "13.0",
               "torch": "2.11.0" if new_env else "2.10.0", "triton": "3.6.0", "timm": "1.0.29",
               "python": "3.12.3"}  # fmt: skip
         path.with_suffix(".fingerprint").write_text(json.dumps(fp))

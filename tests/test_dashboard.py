@@ -25,6 +25,7 @@ AppTest = pytest.importorskip("streamlit.testing.v1").AppTest
 def store(quick_run, tmp_path_factory) -> Path:
     tmp = tmp_path_factory.mktemp("dash")
     history = synth.write_history(tmp / "history", 40)
+    other = synth.write_history(tmp / "other", 40, machine="synthetic-b", gpu_scale=2.0)
     # two commits of ours: the overview's gate compares the latest commit with the previous
     results, _ = quick_run
     real = tmp / "real"
@@ -40,8 +41,8 @@ def store(quick_run, tmp_path_factory) -> Path:
     shutil.copy(src.with_suffix(".fingerprint"), copy.with_suffix(".fingerprint"))
     path = tmp / "perf.duckdb"
     with Store(path) as s:
-        report = ingest(s, [history, real], branch="main")
-        assert len(report.stored) == 42 and not report.failed
+        report = ingest(s, [history, other, real], branch="main")
+        assert len(report.stored) == 82 and not report.failed
     return path
 
 
@@ -280,3 +281,22 @@ def test_the_versions_page_judges_the_stacks_of_one_commit(quick_run, tmp_path):
     hashes = table[table["metric"] == "cpu.KernelError.output_hash"]
     assert len(hashes) == 4 and all(" · " not in x for x in hashes[new])  # unchanged: no word
     assert any(x.endswith(" · info") for x in table[new])  # img/s: shown, never judged
+
+
+def test_a_lake_shows_every_machine_and_compares_two(postgres, tmp_path):
+    """A DuckLake store that two runners wrote: the overview lists both machines, and the
+    Machines page puts one against the other on the commits both measured under one stack
+    (the second GPU's device times are twice the first's: ratio 2)."""
+    lake = postgres.lake(tmp_path)
+    for name, scale in (("gpu-a", 1.0), ("gpu-b", 2.0)):
+        history = synth.write_history(tmp_path / name, 12, machine=name, gpu_scale=scale)
+        assert len(ingest(Store(lake), [history], branch="main").stored) == 12
+    at = app(lake)
+    assert not at.exception, at.exception
+    assert "gpu-a: Synthetic GPU (gpu-a)" in texts(at) and "gpu-b" in texts(at)
+    at = app(lake, page="Machines", machine="gpu-a", other="gpu-b",
+             benchmark="kernel.KernelLatency", metric="gpu_us")  # fmt: skip
+    assert not at.exception, at.exception
+    df = at.dataframe[0].value
+    assert len(df) == 12 and df["ratio"].between(1.9, 2.1).all(), df  # 3 backends x 2 x 2
+    assert charts(at) == 1

@@ -56,7 +56,7 @@ def test_every_step_is_a_make_target_that_exists():
 def test_the_rules_the_workflows_keep():
     flows = {p.stem: rehearse.load_workflow(p) for p in WORKFLOWS}
     assert set(flows) == {"cpu-tests", "bench-main", "bench-pr", "bench-pr-verdict",
-                          "bench-accept", "bench-versions"}  # fmt: skip
+                          "bench-accept", "bench-versions", "store-maintain"}  # fmt: skip
     for name, flow in flows.items():
         assert "secrets" not in json.dumps(flow["on"])
         assert all(job.get("timeout-minutes") for job in flow["jobs"].values())
@@ -106,8 +106,17 @@ def test_the_rules_the_workflows_keep():
     assert versions["permissions"] == {"contents": "read"}
     assert [s.get("run") for s in versions["jobs"]["upgrade"]["steps"] if "run" in s] == [
         "make setup", "make bench-versions"]  # fmt: skip
+    # the weekly maintenance of main's store: main's code on a schedule, no token
+    maintain = flows["store-maintain"]
+    assert set(maintain["on"]) == {"schedule", "workflow_dispatch"}
+    assert maintain["permissions"] == {"contents": "read"}
+    assert "secrets." not in (REPO / ".github" / "workflows" / "store-maintain.yml").read_text()
+    (job,) = maintain["jobs"].values()
+    assert [s.get("run") for s in job["steps"] if "run" in s] == ["make setup",
+                                                                 "make store-maintain"]  # fmt: skip
     (test,) = flows["cpu-tests"]["jobs"].values()
-    assert test["runs-on"] == "ubuntu-latest" and test["steps"][-1]["run"] == "make browser test"
+    assert test["runs-on"] == "ubuntu-latest"
+    assert test["steps"][-1]["run"] == "make browser postgres test"
 
 
 def test_the_rehearsal_reads_every_expression_in_the_workflows(tmp_path):
