@@ -9,28 +9,33 @@ A lake is named by one string, given wherever a store path is (``--store``,
 ``ducklake:`` and the catalog as DuckLake reads it (``postgres:`` and a libpq connection
 string; a DuckDB file, ``ducklake:meta.ducklake``, makes a lake of one writer), and
 ``data_path=`` where the Parquet files go (needed when the lake is created, read from the
-catalog after). The password comes from ``$PGPASSWORD`` or ``~/.pgpass`` (libpq), never from
-the string, which is printed.
+catalog after): a directory every runner mounts, or an S3 prefix (``s3://bucket/prefix/``;
+any S3-compatible store). The password comes from ``$PGPASSWORD`` or ``~/.pgpass`` (libpq),
+never from the string, which is printed. An S3 data path, or ``$AWS_ACCESS_KEY_ID`` set, loads
+DuckDB's ``httpfs`` and makes a DuckDB secret of the ``AWS_*`` variables (``_s3_secret``).
 
-DuckDB loads the ``ducklake`` and ``postgres_scanner`` extensions from the ``duckdb-ext-*``
-wheels where they are installed (the ``lake`` extra; no download), else ``INSTALL``s them
-(a runner with network).
+DuckDB loads the ``ducklake``, ``postgres_scanner`` and ``httpfs`` extensions from the
+``duckdb-ext-*`` wheels where they are installed (the ``lake`` extra; no download), else
+``INSTALL``s them (a runner with network).
 """
 
 from __future__ import annotations
 
 import importlib.util
+import os
 import random
 import re
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from urllib.parse import urlparse
 
 PREFIX = "ducklake:"
 ALIAS = "lake"  # the lake's name in the connection; ``USE lake`` makes it the default
 # Conflicting commits (two writers deleted the same row of ``meta``: ``Store._guard``) fail
 # with this in DuckDB's message; the loser retries its whole transaction.
 CONFLICT = "conflict"
+OBJECT_STORES = ("s3://", "s3a://", "r2://", "gcs://", "gs://")  # what httpfs reads
 
 
 def is_lake(spec) -> bool:
@@ -71,11 +76,22 @@ class Lake:
     def postgres(self) -> bool:
         return self.catalog.startswith(("postgres:", "postgresql:"))
 
+    @property
+    def object_store(self) -> bool:
+        return (self.data_path or "").startswith(OBJECT_STORES) or bool(
+            os.environ.get("AWS_ACCESS_KEY_ID")
+        )
+
     def attach(self, con, alias: str = ALIAS, read_only: bool = False) -> None:
         """Load the extensions into ``con`` and attach the lake as ``alias``."""
         import duckdb
 
         load_extensions(con, ("postgres_scanner", "ducklake") if self.postgres else ("ducklake",))
+        if self.object_store:
+            load_extensions(con, ("httpfs",))
+            secret = _s3_secret()
+            if secret:
+                con.execute(secret)
         options = []
         if self.data_path:
             options.append(f"DATA_PATH {_quote(self.data_path)}")
@@ -104,6 +120,25 @@ class Lake:
         self.attach(con)
         con.execute(f"USE {ALIAS}")
         return con
+
+
+def _s3_secret() -> str | None:
+    """``CREATE SECRET`` of the AWS variables, as the AWS tools read them (key, secret, session
+    token, region; ``$AWS_ENDPOINT_URL`` for an S3-compatible server, path-style then), or None
+    without ``$AWS_ACCESS_KEY_ID`` (DuckDB's own defaults apply)."""
+    env = os.environ
+    if not env.get("AWS_ACCESS_KEY_ID"):
+        return None
+    options = {"KEY_ID": env["AWS_ACCESS_KEY_ID"], "SECRET": env.get("AWS_SECRET_ACCESS_KEY"),
+               "SESSION_TOKEN": env.get("AWS_SESSION_TOKEN"),
+               "REGION": env.get("AWS_REGION") or env.get("AWS_DEFAULT_REGION")}  # fmt: skip
+    endpoint = env.get("AWS_ENDPOINT_URL_S3") or env.get("AWS_ENDPOINT_URL")
+    text = [f"{k} {_quote(v)}" for k, v in options.items() if v]
+    if endpoint:
+        url = urlparse(endpoint if "://" in endpoint else f"https://{endpoint}")
+        text += [f"ENDPOINT {_quote(url.netloc)}", "URL_STYLE 'path'",
+                 f"USE_SSL {str(url.scheme == 'https').lower()}"]  # fmt: skip
+    return f"CREATE OR REPLACE SECRET ragbench_s3 (TYPE s3, {', '.join(text)})"
 
 
 def redact(text: str) -> str:

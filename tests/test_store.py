@@ -358,3 +358,39 @@ def test_a_lake_string_with_a_password_never_prints_it(postgres, tmp_path):
                           lake.replace("dbname=", "dbname=missing_")], capture_output=True,
                          text=True, cwd=REPO)  # fmt: skip
     assert out.returncode == 2 and "s3cret" not in out.stderr + out.stdout
+
+
+def test_a_lake_with_its_data_in_s3(quick_run, tmp_path, postgres, monkeypatch):
+    """The data path an S3 prefix (moto's S3 server on localhost, reached as any S3-compatible
+    store through $AWS_ENDPOINT_URL): ingest, read, copy out and maintain as on a directory,
+    and the Parquet files are in the bucket."""
+    import boto3
+    from moto.server import ThreadedMotoServer
+
+    from scripts.pgserver import _free_port
+
+    port = _free_port()
+    server = ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
+    server.start()
+    try:
+        for k, v in {"AWS_ACCESS_KEY_ID": "test", "AWS_SECRET_ACCESS_KEY": "test",
+                     "AWS_REGION": "us-east-1",
+                     "AWS_ENDPOINT_URL": f"http://127.0.0.1:{port}"}.items():  # fmt: skip
+            monkeypatch.setenv(k, v)
+        s3 = boto3.client("s3")
+        s3.create_bucket(Bucket="perf")
+        lake = postgres.lake(tmp_path).rsplit("data_path=", 1)[0] + "data_path=s3://perf/lake/"
+        results = copy_results(quick_run, tmp_path / "results")
+        out = subprocess.run([sys.executable, "-m", "ragbench", "ingest", "--store", lake,
+                              "--branch", "main", str(results)], capture_output=True, text=True,
+                             cwd=REPO)  # fmt: skip
+        assert out.returncode == 0, out.stderr
+        assert s3.list_objects_v2(Bucket="perf", Prefix="lake/")["KeyCount"] > 0
+        store = Store(lake, read_only=True)
+        assert len(store.runs()) == 1 and any(r["samples"] for r in store.series(samples=True))
+        back = Store(tmp_path / "back.duckdb")
+        assert back.copy_from(store)["runs"] == 1
+        assert table_rows(back) == table_rows(store)
+        assert Store(lake).maintain()["files_after"] > 0
+    finally:
+        server.stop()
