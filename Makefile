@@ -23,7 +23,7 @@ setup: $(STAMP)
 # Lint, then the tests; Triton kernels run in the interpreter where there is no GPU
 # (tests/conftest.py sets TRITON_INTERPRET=1 then; GPU tests are skipped).
 # Two workers (tests/conftest.py: whole files each): the rehearsal runs beside the rest.
-test: setup lint
+test: setup lint postgres
 	$(BIN)/python -m pytest -q -n 2 --no-loadscope-reorder
 
 lint: setup

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import json
 import os
 import socket
 import subprocess
@@ -38,6 +39,8 @@ SHOW = {
     "Series": {"machine": "synthetic", "benchmark": "kernel.KernelLatency", "metric": "host_us",
                "cell": "backend=triton,batch=64,geometry=deit_b,lengths=uniform,prune=0.8"},
     "Speedups": {"benchmark": "pipeline.Throughput", "cell": "batch=64,model=deit_base_224"},
+    "Machines": {"machine": "synthetic", "other": "synthetic-ada",
+                 "benchmark": "kernel.KernelLatency", "metric": "gpu_us"},
 }  # fmt: skip
 CHART = "[data-testid='stVegaLiteChart'] canvas, [data-testid='stVegaLiteChart'] svg"
 
@@ -100,16 +103,26 @@ def open_page(page, url: str, name: str, timeout_ms: int = 60_000, **query) -> f
     return seconds
 
 
-def synthetic_store(directory: Path, commits: int = 1000) -> Path:
+def synthetic_store(directory: Path, commits: int = 1000, second: int = 0) -> Path:
     """A store of ``commits`` synthetic commits in ``directory``, through the real ingest path
-    (1,000: 59,000 measurements, ~35 s on 2 cores); -> its path."""
+    (1,000: 59,000 measurements, ~35 s on 2 cores), and the newest ``second`` of them measured
+    on a second machine too (``synthetic-ada``, device times 2.4x); -> its path."""
     from ragbench import synth
     from ragbench.ingest import ingest
     from ragbench.store import Store
 
     path = directory / "perf.duckdb"
+    histories = [synth.write_history(directory / "history", commits)]
+    if second:
+        other = synth.write_history(directory / "ada", commits, machine="synthetic-ada",
+                                    gpu_scale=2.4)  # fmt: skip
+        for old in sorted((other / "synthetic-ada").glob("*.json"),
+                          key=lambda p: json.loads(p.read_text())["date"])[:-second]:  # fmt: skip
+            old.unlink()
+            old.with_suffix(".fingerprint").unlink()
+        histories.append(other)
     with Store(path) as s:
-        ingest(s, [synth.write_history(directory / "history", commits)], branch="main")
+        ingest(s, histories, branch="main")
     return path
 
 
@@ -139,6 +152,6 @@ if __name__ == "__main__":
     )
     args = ap.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
-        store = args.store or synthetic_store(Path(tmp))
+        store = args.store or synthetic_store(Path(tmp), second=100)
         for what, seconds in shoot_all(store, args.out, not args.no_warm).items():
             print(f"{what}: {seconds:.2f} s")
