@@ -834,7 +834,8 @@ def main() -> None:
         return
     try:
         show(path)
-    except StoreError as exc:  # not a ragbench store, another schema, locked for a minute
+    except (StoreError, ValueError) as exc:  # not a ragbench store, another schema, locked for
+        # a minute, a lake string that names no catalog
         st.error(f"The results store cannot be read: {exc}")
 
 

@@ -58,12 +58,15 @@ class Lake:
         for word in rest.split():
             if word.startswith("data_path="):
                 data_path = word.split("=", 1)[1]
+                if not data_path:
+                    raise ValueError(f"{redact(spec)!r}: data_path= names no directory or "
+                                     "prefix (a path without spaces)")  # fmt: skip
             else:
                 words.append(word)
         catalog = " ".join(words)
         if not catalog or catalog in ("postgres:", "postgresql:"):
-            raise ValueError(f"{spec!r} names no catalog: ducklake:postgres:dbname=... or "
-                             "ducklake:FILE.ducklake")  # fmt: skip
+            raise ValueError(f"{redact(spec)!r} names no catalog: ducklake:postgres:dbname=... "
+                             "or ducklake:FILE.ducklake")  # fmt: skip
         return cls(catalog, data_path)
 
     @property
@@ -110,14 +113,15 @@ class Lake:
                     raise
                 time.sleep(random.uniform(0.05, 0.2))
 
-    def connect(self):
-        """An in-memory DuckDB with the lake attached and in use."""
+    def connect(self, read_only: bool = False):
+        """An in-memory DuckDB with the lake attached (read-only: a reader never makes a
+        lake, nor writes a catalog) and in use."""
         import duckdb
 
         con = duckdb.connect(config={
             "autoload_known_extensions": False, "autoinstall_known_extensions": False,
         })  # fmt: skip
-        self.attach(con)
+        self.attach(con, read_only=read_only)
         con.execute(f"USE {ALIAS}")
         return con
 
@@ -142,8 +146,10 @@ def _s3_secret() -> str | None:
 
 
 def redact(text: str) -> str:
-    """``text`` with every ``password=...`` hidden (DuckDB's errors quote the connection)."""
-    return re.sub(r"password=[^\s'\"]+", "password=***", text)
+    """``text`` with every password hidden (DuckDB's errors quote the connection string):
+    ``password=x``, ``password = 'x y'`` and a URI's ``user:x@``."""
+    text = re.sub(r"""(password\s*=\s*)('[^']*'?|"[^"]*"?|[^\s'"]+)""", r"\1***", text)
+    return re.sub(r"(://[^/:@\s]*:)[^@/\s]+@", r"\1***@", text)
 
 
 def _quote(text: str) -> str:
@@ -204,13 +210,18 @@ def files(con) -> tuple[int, int]:
     return int(n), int(size)
 
 
+# Files that maintenance replaced are deleted only this long after: a reader or writer that
+# began before may still be reading them (deleting at once broke concurrent ingests).
+CLEANUP_GRACE_S = 3600
+
+
 def maintain(con, keep_days: float) -> None:
     """DuckLake's own maintenance: small adjacent files merged, snapshots older than
-    ``keep_days`` expired (no time travel before then), and the files no snapshot reads any
-    more deleted."""
+    ``keep_days`` expired (no time travel before then), and the files that no snapshot reads
+    any more, and that were dropped over ``CLEANUP_GRACE_S`` ago, deleted."""
     con.execute(f"CALL ducklake_merge_adjacent_files('{ALIAS}')")
-    con.execute(
-        f"CALL ducklake_expire_snapshots('{ALIAS}', older_than => now() - to_days(?::INTEGER))",
-        [int(keep_days)],
-    )
-    con.execute(f"CALL ducklake_cleanup_old_files('{ALIAS}', cleanup_all => true)")
+    for call, seconds in (("ducklake_expire_snapshots", int(keep_days * 86400)),
+                          ("ducklake_cleanup_old_files", CLEANUP_GRACE_S)):  # fmt: skip
+        con.execute(
+            f"CALL {call}('{ALIAS}', older_than => now() - to_seconds(?::BIGINT))", [seconds]
+        )

@@ -319,7 +319,7 @@ def _ts(seconds: float | None):
 
 # Lake connections, one per lake and process: attaching costs a Postgres round trip and the
 # extensions' load (~0.1 s), a cursor of it nothing. Each query or transaction takes a cursor.
-_LAKES: dict[Lake, object] = {}
+_LAKES: dict[tuple[Lake, bool], object] = {}  # (lake, read-only) -> connection
 _LAKES_LOCK = threading.Lock()
 
 
@@ -395,20 +395,23 @@ class Store:
                 time.sleep(LOCK_POLL)
 
     def _lake_cursor(self):
-        """A cursor of this process's connection to the lake (made on first use)."""
+        """A cursor of this process's connection to the lake (made on first use; made again
+        after an error, a dropped catalog connection say)."""
         import duckdb
 
+        key = (self.lake, self.read_only)
         with _LAKES_LOCK:
-            con = _LAKES.get(self.lake)
-            if con is None:
-                try:
-                    con = _LAKES[self.lake] = self.lake.connect()
-                except (duckdb.Error, RuntimeError) as exc:
-                    raise StoreError(f"cannot attach the lake {self.name}: {redact(str(exc))}"
-                                     ) from None  # fmt: skip
-            cur = con.cursor()
-        cur.execute(f"USE {ALIAS}")
-        return cur
+            try:
+                con = _LAKES.get(key)
+                if con is None:
+                    con = _LAKES[key] = self.lake.connect(read_only=self.read_only)
+                cur = con.cursor()
+                cur.execute(f"USE {ALIAS}")
+                return cur
+            except (duckdb.Error, RuntimeError) as exc:
+                _LAKES.pop(key, None)
+                raise StoreError(f"cannot attach the lake {self.name}: {redact(str(exc))}"
+                                 ) from None  # fmt: skip
 
     @contextlib.contextmanager
     def _connect(self, write: bool = False) -> Iterator:
@@ -461,7 +464,8 @@ class Store:
                         raise
                     time.sleep(random.uniform(0.005, 0.05))
                 except BaseException:
-                    con.execute("ROLLBACK")
+                    with contextlib.suppress(duckdb.Error):  # the error that matters is this
+                        con.execute("ROLLBACK")
                     raise
 
     @contextlib.contextmanager
@@ -554,12 +558,17 @@ class Store:
                                 [str(SCHEMA_VERSION), GUARD_KEY])  # fmt: skip
                     con.execute("COMMIT")
                     return
-                except duckdb.Error:
+                except duckdb.Error as exc:
                     with contextlib.suppress(duckdb.Error):
                         con.execute("ROLLBACK")
-                    if self.lake is None or time.monotonic() > deadline:
+                    # another writer made it at once: look again; anything else (a data path
+                    # that cannot be written, say) is no race
+                    text = str(exc).lower()
+                    if (self.lake is None or time.monotonic() > deadline
+                            or not any(w in text for w in (CONFLICT, "already exists",
+                                                           "duplicate"))):  # fmt: skip
                         raise
-                    time.sleep(random.uniform(0.005, 0.05))  # another writer made it: look
+                    time.sleep(random.uniform(0.005, 0.05))
 
     def close(self) -> None:
         """Nothing to close between calls; kept so that ``with Store(...)`` reads as before."""
@@ -757,8 +766,9 @@ class Store:
         """Keep the store small: on a lake, DuckLake's maintenance (small files merged,
         snapshots older than ``keep_days`` expired, unread files deleted); on a file, a
         checkpoint. Raw samples stay. -> files and bytes before and after."""
-        if keep_days < 1:
-            raise ValueError("keep at least a day of snapshots: a reader may be on one")
+        if not 1 <= keep_days <= 36500:
+            raise ValueError("keep between a day and a century of snapshots (a reader may be "
+                             f"on one), not {keep_days}")  # fmt: skip
         before = self.size()
         with self._connect(write=True) as con:
             if self.lake is not None:

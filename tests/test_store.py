@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from ragbench import synth
 from ragbench.ingest import ingest, parse
 from ragbench.store import Store, StoreError
 
@@ -348,16 +349,56 @@ def test_maintain_merges_a_lakes_small_files_and_keeps_every_row(quick_run, tmp_
          "--keep-days", "0"],
         capture_output=True, text=True, cwd=REPO,
     )  # fmt: skip
-    assert bad.returncode == 2 and "at least a day" in bad.stderr
+    assert bad.returncode == 2 and "between a day and a century" in bad.stderr
 
 
-def test_a_lake_string_with_a_password_never_prints_it(postgres, tmp_path):
-    lake = postgres.lake(tmp_path).replace("user=lake", "user=lake password=s3cret")
+def test_maintenance_beside_an_ingest_breaks_neither(quick_run, tmp_path, postgres):
+    """``store maintain`` in a loop while a process ingests 20 runs: the ingest stores every
+    run (files that maintenance replaces stay an hour for whoever still reads them)."""
+    lake = postgres.lake(tmp_path)
+    many = runs_of(quick_run[0], 20, "x", tmp_path / "many")
+    store = Store(lake)
+    writer = subprocess.Popen([sys.executable, "-m", "ragbench", "ingest", "--store", lake,
+                               "--branch", "main", str(many)], cwd=REPO, stderr=subprocess.PIPE,
+                              text=True)  # fmt: skip
+    rounds = 0
+    while writer.poll() is None or rounds < 2:
+        store.maintain()
+        rounds += 1
+    assert writer.wait() == 0, writer.stderr.read()
+    assert store.counts()["runs"] == 20
+
+
+@pytest.mark.parametrize("password", ["password=s3cret", "password='s3cret'",
+                                      "password = s3cret"])  # fmt: skip
+def test_a_lake_string_with_a_password_never_prints_it(postgres, tmp_path, password):
+    lake = postgres.lake(tmp_path).replace("user=lake", f"user=lake {password}")
     assert "s3cret" not in Store(lake).name
-    out = subprocess.run([sys.executable, "-m", "ragbench", "store", "info", "--store",
-                          lake.replace("dbname=", "dbname=missing_")], capture_output=True,
-                         text=True, cwd=REPO)  # fmt: skip
-    assert out.returncode == 2 and "s3cret" not in out.stderr + out.stdout
+    for bad in (lake.replace("dbname=", "dbname=missing_"),
+                "ducklake:postgres:postgresql://lake:s3cret@127.0.0.1:1/nothing"):  # fmt: skip
+        out = subprocess.run([sys.executable, "-m", "ragbench", "store", "info", "--store",
+                              bad], capture_output=True, text=True, cwd=REPO)  # fmt: skip
+        assert out.returncode == 2 and "s3cret" not in out.stderr + out.stdout, out.stderr
+
+
+def test_a_reader_never_makes_a_lake_and_a_writer_that_cannot_says_so(tmp_path):
+    """Read-only, a lake that does not exist is an error and stays absent (its catalog, a
+    DuckDB file here, is not created); a data path that cannot be written fails the ingest at
+    once with exit 2, not after the writers' ten minutes of retries."""
+    catalog = tmp_path / "meta.ducklake"
+    with pytest.raises(StoreError, match="cannot attach the lake"):
+        Store(f"ducklake:{catalog}", read_only=True).counts()
+    assert not catalog.exists()
+    (tmp_path / "afile").write_text("")
+    history = synth.write_history(tmp_path / "h", 1)
+    t0 = time.perf_counter()
+    out = subprocess.run(
+        [sys.executable, "-m", "ragbench", "ingest", "--branch", "main", str(history), "--store",
+         f"ducklake:{catalog} data_path={tmp_path / 'afile' / 'sub'}/"],
+        capture_output=True, text=True, cwd=REPO, timeout=120,
+    )  # fmt: skip
+    assert out.returncode == 2 and "Traceback" not in out.stderr, out.stderr
+    assert time.perf_counter() - t0 < 60
 
 
 def test_a_lake_with_its_data_in_s3(quick_run, tmp_path, postgres, monkeypatch):

@@ -129,7 +129,8 @@ def test_the_rehearsal_reads_every_expression_in_the_workflows(tmp_path):
     done = rehearse.workflow_run_event("bench-pr", 7, pr, failed, "m")
     push = scene.push("push", "b" * 40, "c" * 40, "success")
     events = {"bench-pr": pr, "bench-accept": label, "bench-pr-verdict": done,
-              "bench-main": push, "cpu-tests": push, "bench-versions": push}  # fmt: skip
+              "bench-main": push, "cpu-tests": push, "bench-versions": push,
+              "store-maintain": push}  # fmt: skip
     for path in WORKFLOWS:
         ctx, fns = runner.contexts(events[path.stem]), runner.functions({"failed": False})
         for expr in re.findall(r"\$\{\{(.*?)\}\}", path.read_text()):
