@@ -460,9 +460,8 @@ class Store:
                 except duckdb.Error as exc:
                     with contextlib.suppress(duckdb.Error):
                         con.execute("ROLLBACK")
-                    if CONFLICT not in str(exc).lower() or time.monotonic() > deadline:
+                    if not self._lost_race(exc, deadline):
                         raise
-                    time.sleep(random.uniform(0.005, 0.05))
                 except BaseException:
                     with contextlib.suppress(duckdb.Error):  # the error that matters is this
                         con.execute("ROLLBACK")
@@ -561,14 +560,20 @@ class Store:
                 except duckdb.Error as exc:
                     with contextlib.suppress(duckdb.Error):
                         con.execute("ROLLBACK")
-                    # another writer made it at once: look again; anything else (a data path
-                    # that cannot be written, say) is no race
-                    text = str(exc).lower()
-                    if (self.lake is None or time.monotonic() > deadline
-                            or not any(w in text for w in (CONFLICT, "already exists",
-                                                           "duplicate"))):  # fmt: skip
+                    # another writer made it at once: look again
+                    if not self._lost_race(exc, deadline, ("already exists", "duplicate")):
                         raise
-                    time.sleep(random.uniform(0.005, 0.05))
+
+    def _lost_race(self, exc, deadline: float, also: tuple[str, ...] = ()) -> bool:
+        """After a lake transaction failed: whether another writer's commit beat it (a
+        conflict, or one of ``also`` in the message) with time left to try again, after a
+        random pause. Anything else (a data path that cannot be written, say) is no race."""
+        text = str(exc).lower()
+        if (self.lake is None or time.monotonic() > deadline
+                or not any(w in text for w in (CONFLICT, *also))):  # fmt: skip
+            return False
+        time.sleep(random.uniform(0.005, 0.05))
+        return True
 
     def close(self) -> None:
         """Nothing to close between calls; kept so that ``with Store(...)`` reads as before."""
