@@ -9,6 +9,7 @@ not ``.json``: asv reads every ``*.json`` in its results directory as a result f
 from __future__ import annotations
 
 import json
+import os
 import platform
 import socket
 import subprocess
@@ -62,6 +63,7 @@ def collect(*, commit: str, machine: str, mode: str) -> dict:
         "commit": commit,
         "machine": machine,
         "hostname": socket.gethostname(),
+        "runner": os.environ.get("RUNNER_NAME"),  # the GitHub runner that ran the job
         "mode": mode,
         "harness_version": HARNESS_VERSION,
         "device": "cuda" if gpu else "cpu",
