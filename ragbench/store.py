@@ -1,7 +1,8 @@
 """The results store: one DuckDB file or a DuckLake (``ragbench/lake.py``), its schema, and
 the queries everything else uses.
 
-No SQL lives outside this module: ingest, the gate, detection and the dashboard call the
+No SQL lives outside this module, its schema (``schema.py``) and the lake's calls (``lake.py``):
+ingest, the gate, detection and the dashboard call the
 functions below. Schema (``SCHEMA_VERSION``; docs/store.md describes every column):
 
     runs          one row per result file: commit, commit time, branch, machine, the
@@ -40,7 +41,6 @@ import hashlib
 import json
 import os
 import random
-import re
 import threading
 import time
 from collections.abc import Iterable, Iterator
@@ -51,6 +51,16 @@ from .lake import ALIAS, CONFLICT, Lake, is_lake, redact
 from .lake import files as lake_files
 from .lake import maintain as lake_maintain
 from .lake import snapshot as lake_snapshot
+from .schema import (
+    ACCEPTANCE_KEY,
+    HIGHER_IS_BETTER,
+    INSERT_COLUMNS,
+    MIGRATIONS,
+    OURS,
+    TABLES,
+    VIEWS,
+    lake_ddl,
+)
 
 DEFAULT_PATH = Path("results/perf.duckdb")
 ENV_VAR = "RAGBENCH_STORE"
@@ -61,11 +71,6 @@ SCHEMA_VERSION = 2  # a new table, column or view needs a new version: that is w
 ENV_FIELDS = ("gpu", "driver", "cuda", "torch", "triton", "python")
 # Parameters that name the thing being compared (a backend or a pipeline) in a cell.
 VARIANT_PARAMS = ("backend", "pipeline")
-# Units where a larger value is better; every other timed unit is a latency.
-HIGHER_IS_BETTER = ("img/s", "rows/s", "ops/s")
-# Units a speedup is taken of: times and throughputs (a ratio of hashes, drift or clocks is
-# no speedup).
-SPEED_UNITS = ("us", "ms", "s", "seconds", *HIGHER_IS_BETTER)
 # A measurement's status: a value, or a benchmark that raised (asv records it as null).
 OK, FAILED = "ok", "failed"
 # How long a writer may keep the file between transactions before it lets readers in: opening
@@ -73,142 +78,6 @@ OK, FAILED = "ok", "failed"
 WRITE_SLICE = 0.25
 LOCK_POLL = 0.02  # seconds between tries for a locked file
 GUARD_KEY = "writer"  # the row of ``meta`` that every write transaction rewrites
-
-_TABLES = """
-CREATE TABLE IF NOT EXISTS meta (key VARCHAR PRIMARY KEY, value VARCHAR);
-CREATE TABLE IF NOT EXISTS runs (
-    run_id VARCHAR PRIMARY KEY,
-    source VARCHAR NOT NULL,
-    commit_hash VARCHAR NOT NULL,
-    commit_time TIMESTAMP,
-    branch VARCHAR,
-    machine VARCHAR NOT NULL,
-    env_name VARCHAR,
-    env_key VARCHAR,
-    gpu VARCHAR, driver VARCHAR, cuda VARCHAR, torch VARCHAR, triton VARCHAR,
-    timm VARCHAR, python VARCHAR,
-    harness_version INTEGER,
-    mode VARCHAR,
-    fingerprint JSON,
-    started_at TIMESTAMP,
-    ended_at TIMESTAMP,
-    ingested_at TIMESTAMP DEFAULT current_timestamp,
-    label VARCHAR,
-    source_file VARCHAR
-);
-CREATE TABLE IF NOT EXISTS measurements (
-    run_id VARCHAR NOT NULL,
-    benchmark VARCHAR NOT NULL,
-    metric VARCHAR NOT NULL,
-    params JSON NOT NULL,
-    param_key VARCHAR NOT NULL,
-    variant VARCHAR,
-    group_key VARCHAR NOT NULL,
-    unit VARCHAR,
-    version VARCHAR,
-    median DOUBLE,
-    q25 DOUBLE,
-    q75 DOUBLE,
-    n INTEGER,
-    samples DOUBLE[],
-    PRIMARY KEY (run_id, benchmark, metric, param_key)
-);
-CREATE TABLE IF NOT EXISTS acceptances (
-    commit_hash VARCHAR NOT NULL,
-    benchmark VARCHAR NOT NULL,
-    metric VARCHAR NOT NULL,
-    param_key VARCHAR NOT NULL,
-    reason VARCHAR,
-    accepted_by VARCHAR,
-    accepted_at TIMESTAMP DEFAULT current_timestamp,
-    PRIMARY KEY (commit_hash, benchmark, metric, param_key)
-);
-CREATE TABLE IF NOT EXISTS gates (
-    pr INTEGER NOT NULL,
-    head VARCHAR NOT NULL,
-    base VARCHAR,
-    machine VARCHAR,
-    failures JSON NOT NULL,
-    report VARCHAR,
-    recorded_at TIMESTAMP DEFAULT current_timestamp,
-    PRIMARY KEY (pr, head)
-);
-"""
-# Schema 1 -> 2: a status per measurement; acceptances name their pull request and the commit
-# they were given on (a main commit's carried copy names the PR head).
-_MIGRATIONS = """
-ALTER TABLE measurements ADD COLUMN IF NOT EXISTS status VARCHAR DEFAULT 'ok';
-ALTER TABLE acceptances ADD COLUMN IF NOT EXISTS pr INTEGER;
-ALTER TABLE acceptances ADD COLUMN IF NOT EXISTS given_on VARCHAR;
-"""
-
-_VIEWS = f"""
-CREATE OR REPLACE VIEW series AS
-SELECT m.*, r.commit_hash, r.commit_time, r.branch, r.machine, r.env_key, r.gpu, r.driver,
-       r.cuda, r.torch, r.triton, r.python, r.harness_version, r.mode, r.label, r.started_at,
-       r.source
-FROM measurements m JOIN runs r USING (run_id);
-
-CREATE OR REPLACE VIEW speedups AS
-SELECT c.run_id, c.commit_hash, c.commit_time, c.branch, c.machine, c.env_key, c.gpu, c.torch,
-       c.triton, c.label, c.benchmark, c.metric, c.group_key, c.unit,
-       c.variant AS candidate, b.variant AS baseline,
-       c.median AS candidate_value, b.median AS baseline_value,
-       CASE WHEN c.unit IN {HIGHER_IS_BETTER!r} THEN c.median / b.median
-            ELSE b.median / c.median END AS speedup
-FROM series c JOIN measurements b
-  ON b.run_id = c.run_id AND b.benchmark = c.benchmark AND b.metric = c.metric
- AND b.group_key = c.group_key AND b.variant <> c.variant
-WHERE c.variant IS NOT NULL AND c.median > 0 AND b.median > 0 AND c.unit IN {SPEED_UNITS!r};
-
-CREATE OR REPLACE VIEW dispatch_floors AS
-SELECT run_id, commit_hash, commit_time, branch, machine, env_key, gpu, torch, triton, label,
-       json_extract_string(params, '$.backend') AS backend,
-       json_extract_string(params, '$.geometry') AS geometry,
-       max(median) FILTER (WHERE metric = 'floor_us') AS call_us,
-       -- dispatch_us samples are call_us samples less the median gpu_us: medians subtract
-       max(median) FILTER (WHERE metric = 'floor_us')
-         - max(median) FILTER (WHERE metric = 'dispatch_us') AS gpu_us,
-       max(median) FILTER (WHERE metric = 'dispatch_us') AS dispatch_us
-FROM series WHERE benchmark = 'kernel.DispatchFloor'
-GROUP BY ALL;
-
-CREATE OR REPLACE VIEW drift AS
-SELECT run_id, commit_hash, commit_time, branch, machine, env_key, gpu, torch, triton, label,
-       benchmark, group_key, variant AS backend,
-       json_extract_string(params, '$.model') AS model,
-       json_extract_string(params, '$.method') AS method,
-       max(median) FILTER (WHERE metric = 'max_abs_diff') AS max_abs_diff,
-       max(median) FILTER (WHERE metric = 'mean_abs_diff') AS mean_abs_diff,
-       max(median) FILTER (WHERE metric = 'top1_agreement') AS top1_agreement,
-       max(median) FILTER (WHERE metric = 'output_hash') AS output_hash
-FROM series WHERE benchmark LIKE '%.Drift'
-GROUP BY ALL;
-"""
-
-
-def _lake_ddl(sql: str) -> str:
-    """The tables as DuckLake takes them: no keys (``_guard`` keeps runs unique) and no
-    computed defaults (every insert gives its time)."""
-    sql = re.sub(r",\s*PRIMARY KEY \([^)]*\)", "", sql)
-    return sql.replace(" PRIMARY KEY", "").replace(" DEFAULT current_timestamp", "")
-
-
-# Every table and view of a ragbench store: a file holding anything else is not one.
-_OURS = {"meta", "runs", "measurements", "acceptances", "gates", "series", "speedups",
-         "dispatch_floors", "drift"}  # fmt: skip
-
-_MEASUREMENT_COLUMNS = (
-    "run_id", "benchmark", "metric", "params", "param_key", "variant", "group_key", "unit",
-    "version", "median", "q25", "q75", "n", "samples", "status",
-)  # fmt: skip
-_COLUMN_TYPES = (*["VARCHAR"] * 3, "JSON", *["VARCHAR"] * 5, *["DOUBLE"] * 3, "INTEGER",
-                 "DOUBLE[]", "VARCHAR")  # fmt: skip
-_ACCEPTANCE_KEY = "commit_hash = ? AND benchmark = ? AND metric = ? AND param_key = ?"
-_INSERT_COLUMNS = (
-    f"INSERT INTO measurements ({', '.join(_MEASUREMENT_COLUMNS)}) SELECT "
-    + ", ".join(f"unnest(?::{t}[])" for t in _COLUMN_TYPES)
-)
 
 
 def store_spec(text: str | Path) -> str | Path:
@@ -530,7 +399,7 @@ class Store:
             "UNION ALL SELECT schema_name FROM duckdb_schemas() WHERE NOT internal AND "
             f"schema_name <> 'main' AND {mine}"
         ).fetchall()}  # fmt: skip
-        return bool(names) and (not names <= _OURS or "runs" not in names)
+        return bool(names) and (not names <= OURS or "runs" not in names)
 
     def _create(self) -> None:
         """The schema, created in an empty store or migrated from an older one; a store
@@ -549,9 +418,9 @@ class Store:
                     return
                 con.execute("BEGIN TRANSACTION")
                 try:
-                    con.execute(_lake_ddl(_TABLES) if self.lake else _TABLES)
-                    con.execute(_MIGRATIONS)
-                    con.execute(_VIEWS)
+                    con.execute(lake_ddl(TABLES) if self.lake else TABLES)
+                    con.execute(MIGRATIONS)
+                    con.execute(VIEWS)
                     con.execute("DELETE FROM meta WHERE key IN ('schema_version', ?)", [GUARD_KEY])
                     con.execute("INSERT INTO meta VALUES ('schema_version', ?), (?, '')",
                                 [str(SCHEMA_VERSION), GUARD_KEY])  # fmt: skip
@@ -613,7 +482,7 @@ class Store:
                      run.source_file],
                 )  # fmt: skip
                 if rows:  # one statement of column lists: 40x faster than executemany
-                    con.execute(_INSERT_COLUMNS, [list(col) for col in zip(*rows, strict=True)])
+                    con.execute(INSERT_COLUMNS, [list(col) for col in zip(*rows, strict=True)])
             except (duckdb.ConstraintException, duckdb.ConversionException,
                     duckdb.InvalidInputException) as exc:  # fmt: skip
                 # the file's data: it is refused, the store goes on
@@ -640,7 +509,7 @@ class Store:
         def work(con):
             for bench, metric, key in cells:
                 con.execute(
-                    f"DELETE FROM acceptances WHERE {_ACCEPTANCE_KEY}", [commit_hash, bench,
+                    f"DELETE FROM acceptances WHERE {ACCEPTANCE_KEY}", [commit_hash, bench,
                     metric, key]
                 )  # fmt: skip
                 con.execute(

@@ -1,0 +1,147 @@
+"""The store's schema: its tables, their migration, its views, and the DDL a DuckLake takes
+(``ragbench/store.py`` runs them; docs/store.md describes every column)."""
+
+from __future__ import annotations
+
+import re
+
+# Units where a larger value is better; every other timed unit is a latency.
+HIGHER_IS_BETTER = ("img/s", "rows/s", "ops/s")
+# Units a speedup is taken of: times and throughputs (a ratio of hashes, drift or clocks is
+# no speedup).
+SPEED_UNITS = ("us", "ms", "s", "seconds", *HIGHER_IS_BETTER)
+
+TABLES = """
+CREATE TABLE IF NOT EXISTS meta (key VARCHAR PRIMARY KEY, value VARCHAR);
+CREATE TABLE IF NOT EXISTS runs (
+    run_id VARCHAR PRIMARY KEY,
+    source VARCHAR NOT NULL,
+    commit_hash VARCHAR NOT NULL,
+    commit_time TIMESTAMP,
+    branch VARCHAR,
+    machine VARCHAR NOT NULL,
+    env_name VARCHAR,
+    env_key VARCHAR,
+    gpu VARCHAR, driver VARCHAR, cuda VARCHAR, torch VARCHAR, triton VARCHAR,
+    timm VARCHAR, python VARCHAR,
+    harness_version INTEGER,
+    mode VARCHAR,
+    fingerprint JSON,
+    started_at TIMESTAMP,
+    ended_at TIMESTAMP,
+    ingested_at TIMESTAMP DEFAULT current_timestamp,
+    label VARCHAR,
+    source_file VARCHAR
+);
+CREATE TABLE IF NOT EXISTS measurements (
+    run_id VARCHAR NOT NULL,
+    benchmark VARCHAR NOT NULL,
+    metric VARCHAR NOT NULL,
+    params JSON NOT NULL,
+    param_key VARCHAR NOT NULL,
+    variant VARCHAR,
+    group_key VARCHAR NOT NULL,
+    unit VARCHAR,
+    version VARCHAR,
+    median DOUBLE,
+    q25 DOUBLE,
+    q75 DOUBLE,
+    n INTEGER,
+    samples DOUBLE[],
+    PRIMARY KEY (run_id, benchmark, metric, param_key)
+);
+CREATE TABLE IF NOT EXISTS acceptances (
+    commit_hash VARCHAR NOT NULL,
+    benchmark VARCHAR NOT NULL,
+    metric VARCHAR NOT NULL,
+    param_key VARCHAR NOT NULL,
+    reason VARCHAR,
+    accepted_by VARCHAR,
+    accepted_at TIMESTAMP DEFAULT current_timestamp,
+    PRIMARY KEY (commit_hash, benchmark, metric, param_key)
+);
+CREATE TABLE IF NOT EXISTS gates (
+    pr INTEGER NOT NULL,
+    head VARCHAR NOT NULL,
+    base VARCHAR,
+    machine VARCHAR,
+    failures JSON NOT NULL,
+    report VARCHAR,
+    recorded_at TIMESTAMP DEFAULT current_timestamp,
+    PRIMARY KEY (pr, head)
+);
+"""
+# Schema 1 -> 2: a status per measurement; acceptances name their pull request and the commit
+# they were given on (a main commit's carried copy names the PR head).
+MIGRATIONS = """
+ALTER TABLE measurements ADD COLUMN IF NOT EXISTS status VARCHAR DEFAULT 'ok';
+ALTER TABLE acceptances ADD COLUMN IF NOT EXISTS pr INTEGER;
+ALTER TABLE acceptances ADD COLUMN IF NOT EXISTS given_on VARCHAR;
+"""
+
+VIEWS = f"""
+CREATE OR REPLACE VIEW series AS
+SELECT m.*, r.commit_hash, r.commit_time, r.branch, r.machine, r.env_key, r.gpu, r.driver,
+       r.cuda, r.torch, r.triton, r.python, r.harness_version, r.mode, r.label, r.started_at,
+       r.source
+FROM measurements m JOIN runs r USING (run_id);
+
+CREATE OR REPLACE VIEW speedups AS
+SELECT c.run_id, c.commit_hash, c.commit_time, c.branch, c.machine, c.env_key, c.gpu, c.torch,
+       c.triton, c.label, c.benchmark, c.metric, c.group_key, c.unit,
+       c.variant AS candidate, b.variant AS baseline,
+       c.median AS candidate_value, b.median AS baseline_value,
+       CASE WHEN c.unit IN {HIGHER_IS_BETTER!r} THEN c.median / b.median
+            ELSE b.median / c.median END AS speedup
+FROM series c JOIN measurements b
+  ON b.run_id = c.run_id AND b.benchmark = c.benchmark AND b.metric = c.metric
+ AND b.group_key = c.group_key AND b.variant <> c.variant
+WHERE c.variant IS NOT NULL AND c.median > 0 AND b.median > 0 AND c.unit IN {SPEED_UNITS!r};
+
+CREATE OR REPLACE VIEW dispatch_floors AS
+SELECT run_id, commit_hash, commit_time, branch, machine, env_key, gpu, torch, triton, label,
+       json_extract_string(params, '$.backend') AS backend,
+       json_extract_string(params, '$.geometry') AS geometry,
+       max(median) FILTER (WHERE metric = 'floor_us') AS call_us,
+       -- dispatch_us samples are call_us samples less the median gpu_us: medians subtract
+       max(median) FILTER (WHERE metric = 'floor_us')
+         - max(median) FILTER (WHERE metric = 'dispatch_us') AS gpu_us,
+       max(median) FILTER (WHERE metric = 'dispatch_us') AS dispatch_us
+FROM series WHERE benchmark = 'kernel.DispatchFloor'
+GROUP BY ALL;
+
+CREATE OR REPLACE VIEW drift AS
+SELECT run_id, commit_hash, commit_time, branch, machine, env_key, gpu, torch, triton, label,
+       benchmark, group_key, variant AS backend,
+       json_extract_string(params, '$.model') AS model,
+       json_extract_string(params, '$.method') AS method,
+       max(median) FILTER (WHERE metric = 'max_abs_diff') AS max_abs_diff,
+       max(median) FILTER (WHERE metric = 'mean_abs_diff') AS mean_abs_diff,
+       max(median) FILTER (WHERE metric = 'top1_agreement') AS top1_agreement,
+       max(median) FILTER (WHERE metric = 'output_hash') AS output_hash
+FROM series WHERE benchmark LIKE '%.Drift'
+GROUP BY ALL;
+"""
+
+
+def lake_ddl(sql: str) -> str:
+    """The tables as DuckLake takes them: no keys (``_guard`` keeps runs unique) and no
+    computed defaults (every insert gives its time)."""
+    sql = re.sub(r",\s*PRIMARY KEY \([^)]*\)", "", sql)
+    return sql.replace(" PRIMARY KEY", "").replace(" DEFAULT current_timestamp", "")
+
+
+# Every table and view of a ragbench store: a file holding anything else is not one.
+OURS = {"meta", "runs", "measurements", "acceptances", "gates", "series", "speedups",
+         "dispatch_floors", "drift"}  # fmt: skip
+
+MEASUREMENT_COLUMNS = (
+    "run_id", "benchmark", "metric", "params", "param_key", "variant", "group_key", "unit",
+    "version", "median", "q25", "q75", "n", "samples", "status",
+)  # fmt: skip
+COLUMN_TYPES = (*["VARCHAR"] * 3, "JSON", *["VARCHAR"] * 5, *["DOUBLE"] * 3, "INTEGER",
+                 "DOUBLE[]", "VARCHAR")  # fmt: skip
+ACCEPTANCE_KEY = "commit_hash = ? AND benchmark = ? AND metric = ? AND param_key = ?"
+INSERT_COLUMNS = f"INSERT INTO measurements ({', '.join(MEASUREMENT_COLUMNS)}) SELECT " + ", ".join(
+    f"unnest(?::{t}[])" for t in COLUMN_TYPES
+)
