@@ -2,8 +2,8 @@
 the queries everything else uses.
 
 No SQL lives outside this module, its schema (``schema.py``) and the lake's calls (``lake.py``):
-ingest, the gate, detection and the dashboard call the
-functions below. Schema (``SCHEMA_VERSION``; docs/store.md describes every column):
+ingest, the gate, detection and the dashboard call the functions below. Schema
+(``SCHEMA_VERSION``; docs/store.md describes every column):
 
     runs          one row per result file: commit, commit time, branch, machine, the
                   environment (fingerprint JSON and its main fields, ``env_key`` = a hash of
