@@ -37,6 +37,20 @@ CHANGE_POINT_COMMITS = 400
 LOOKBACK_COMMITS = 50
 
 
+# page name (dashboard.PAGES, the sidebar's order) -> the function that draws it
+RENDER: dict[str, object] = {}
+
+
+def draws(name: str):
+    """Register the decorated function as the one that draws page ``name``."""
+
+    def register(fn):
+        RENDER[name] = fn
+        return fn
+
+    return register
+
+
 def store_path() -> str | Path:
     """The store to show: a file's path, or a lake's string."""
     ap = argparse.ArgumentParser(add_help=False)
@@ -299,6 +313,7 @@ def cell_params(cell: str) -> dict[str, str]:
 # --- pages -----------------------------------------------------------------------------------
 
 
+@draws("Overview")
 def overview(ctx):
     st.header("Overview")
     runs = ctx["runs"]
@@ -397,6 +412,7 @@ def links(machine: str, found: list[tuple]) -> None:
     legend([status for _, status, _ in found])
 
 
+@draws("Dispatch floors")
 def dispatch_floors(ctx):
     st.header("Dispatch floors")
     st.caption(
@@ -423,6 +439,7 @@ def dispatch_floors(ctx):
         chart(df, metric, "backend", metric, rules=rules, key=f"floor-{metric}", y_title="us")
 
 
+@draws("Speedups")
 def speedups(ctx):
     st.header("Speedups")
     st.caption(
@@ -474,6 +491,7 @@ def speedups(ctx):
     )
 
 
+@draws("Numeric drift")
 def numeric_drift(ctx):
     st.header("Numeric drift")
     st.caption("logits against padded_max over the same keep masks; dashed: the gate's bounds")
@@ -506,6 +524,7 @@ def numeric_drift(ctx):
     )
 
 
+@draws("Compare")
 def compare(ctx):
     st.header("Compare two commits")
     runs = ctx["runs"][ctx["runs"]["machine"] == ctx["machine"]]
@@ -591,6 +610,7 @@ def _version_key(stack: str) -> tuple:
     return tuple(int(n) if n.isdigit() else 0 for n in re.findall(r"\d+|\?", stack))
 
 
+@draws("Versions")
 def versions(ctx):
     st.header("Versions")
     runs = ctx["runs"][ctx["runs"]["machine"] == ctx["machine"]]
@@ -686,6 +706,7 @@ def stack_heatmap(ctx) -> None:
     download(grid, "versions", "versions")
 
 
+@draws("Machines")
 def machines(ctx):
     """The sidebar's machine against another on the commits both measured under the same
     stack: each cell's value on both, and their ratio over the commits."""
@@ -758,6 +779,7 @@ def machines(ctx):
     download(wide, "machines over the commits", "machines")
 
 
+@draws("Series")
 def series(ctx):
     st.header("Series")
     picked = pick_series(ctx)
@@ -811,13 +833,8 @@ def series(ctx):
         )
 
 
-RENDER = dict(
-    zip(
-        PAGES,
-        [overview, dispatch_floors, speedups, numeric_drift, compare, versions, machines, series],
-        strict=True,
-    )
-)
+if set(RENDER) != set(PAGES):  # a page in the sidebar that nothing draws, or the reverse
+    raise RuntimeError(f"pages without a function: {set(PAGES) ^ set(RENDER)}")
 
 
 def main() -> None:
