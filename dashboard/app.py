@@ -25,7 +25,7 @@ import streamlit as st
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from dashboard import PAGES, SEVERITY, paper
-from ragbench import detect, gate, stats
+from ragbench import detect, stats
 from ragbench.report import sensitivity_line
 from ragbench.store import FAILED, Store, StoreError, default_path, history_branch, store_spec
 
@@ -97,7 +97,7 @@ def histories(path: str, mtime: float, branch: str, machine: str, last: int,
 @st.cache_data(show_spinner=False, max_entries=64)
 def comparison(path: str, mtime: float, base_ids: tuple, head_ids: tuple, detail: bool):
     s = reader(path, mtime, None)
-    base, head = gate.cells(s, list(base_ids)), gate.cells(s, list(head_ids))
+    base, head = detect.cells(s, list(base_ids)), detect.cells(s, list(head_ids))
     return detect.compare(base, head, POLICIES, detail=detail)
 
 

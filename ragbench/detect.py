@@ -12,12 +12,13 @@ import json
 import math
 import statistics
 import tomllib
+from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from . import jsonfile, stats
-from .store import param_key
+from .store import FAILED, Store, param_key
 
 POLICIES = Path(__file__).with_name("policies.toml")
 STATISTICAL = ("latency", "throughput")
@@ -462,3 +463,25 @@ def histories(rows: list[dict], policies: Policies, last: int = 200, change_poin
         reports.append(history(points[-last:], key, json.loads(first["params"]), first["unit"],
                                policies, change_points, accepted.get(key, ())))  # fmt: skip
     return reports
+
+
+def cells(store: Store, run_ids: list[str]) -> dict[Key, Cell]:
+    """Each cell's samples pooled over the runs (one value a run where asv kept none), the
+    runs where it failed, and the runs that have no row of it."""
+    rows = store.measurements(run_ids)
+    pooled = pool(
+        Cell(row["benchmark"], row["metric"], row["param_key"], json.loads(row["params"]),
+             row["unit"], _samples(row), failures=int(row["status"] == FAILED))
+        for row in rows
+    )  # fmt: skip
+    seen = Counter((r["benchmark"], r["metric"], r["param_key"]) for r in rows)
+    runs = len(set(run_ids))
+    for key, cell in pooled.items():
+        cell.absent = runs - seen[key]
+    return pooled
+
+
+def _samples(row: dict) -> list[float]:
+    if row["status"] == FAILED:
+        return []
+    return list(row["samples"]) if row["samples"] else [row["median"]]

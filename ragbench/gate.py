@@ -11,18 +11,16 @@ comparison still runs unless ``paired=False``.
 from __future__ import annotations
 
 import contextlib
-import json
 import re
 import tempfile
 import time
-from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from . import detect, paired, suite
 from .ingest import ingest
-from .store import FAILED, Store
+from .store import Store
 
 JSON_SCHEMA = 2  # of to_json's document; ragbench verdict refuses any other
 
@@ -51,28 +49,6 @@ class GateResult:
     def exit_code(self) -> int:
         """0 pass; 1 fail, or inconclusive (most gated cells could not be judged)."""
         return 0 if self.comparison.headline == "pass" else 1
-
-
-def cells(store: Store, run_ids: list[str]) -> dict[detect.Key, detect.Cell]:
-    """Each cell's samples pooled over the runs (one value a run where asv kept none), the
-    runs where it failed, and the runs that have no row of it."""
-    rows = store.measurements(run_ids)
-    pooled = detect.pool(
-        detect.Cell(row["benchmark"], row["metric"], row["param_key"], json.loads(row["params"]),
-                    row["unit"], _samples(row), failures=int(row["status"] == FAILED))
-        for row in rows
-    )  # fmt: skip
-    seen = Counter((r["benchmark"], r["metric"], r["param_key"]) for r in rows)
-    runs = len(set(run_ids))
-    for key, cell in pooled.items():
-        cell.absent = runs - seen[key]
-    return pooled
-
-
-def _samples(row: dict) -> list[float]:
-    if row["status"] == FAILED:
-        return []
-    return list(row["samples"]) if row["samples"] else [row["median"]]
 
 
 def to_json(res: GateResult) -> dict:
@@ -206,8 +182,8 @@ def run_gate(
                 )
         result.base_runs, result.head_runs = base_runs, head_runs
         result.comparison = _judgeable(detect.compare(
-            cells(store, [r["run_id"] for r in base_runs]),
-            cells(store, [r["run_id"] for r in head_runs]),
+            detect.cells(store, [r["run_id"] for r in base_runs]),
+            detect.cells(store, [r["run_id"] for r in head_runs]),
             policies,
         ))  # fmt: skip
         if paired_processes:
@@ -227,8 +203,8 @@ def run_gate(
                 ids[side] += _measure(store, sha, side, f"{gate_id}:{side}:{r}", work,
                                       mode=mode, machine=machine, bench=bench, log=log,
                                       environment=environments.get(side))  # fmt: skip
-        comparison = _judgeable(detect.compare(cells(store, ids["base"]),
-                                               cells(store, ids["head"]), policies))  # fmt: skip
+        pooled = {side: detect.cells(store, ids[side]) for side in ids}
+        comparison = _judgeable(detect.compare(pooled["base"], pooled["head"], policies))
         flagged = [v for v in comparison.verdicts if v.status == "regression"]
         if flagged:
             log(f"gate: {len(flagged)} regression(s) flagged; measuring them once more")
@@ -239,8 +215,8 @@ def run_gate(
                                       mode=mode, machine=machine, bench=_bench_regex(keys),
                                       log=log, environment=environments.get(side))  # fmt: skip
             recheck = detect.compare(
-                {k: c for k, c in cells(store, runs["base"]).items() if k in keys},
-                {k: c for k, c in cells(store, runs["head"]).items() if k in keys},
+                {k: c for k, c in detect.cells(store, runs["base"]).items() if k in keys},
+                {k: c for k, c in detect.cells(store, runs["head"]).items() if k in keys},
                 policies,
             )
             again = {v.key: v for v in recheck.verdicts}

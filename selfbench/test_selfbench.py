@@ -11,7 +11,7 @@ import os
 
 import pytest
 
-from ragbench import detect, gate, synth
+from ragbench import detect, synth
 from ragbench.ingest import ingest
 from ragbench.store import Store
 
@@ -52,8 +52,8 @@ def test_gate_comparison(benchmark, store):
     policies = detect.load_policies()
 
     def run():
-        base = gate.cells(store, [runs[1]["run_id"]])
-        head = gate.cells(store, [runs[0]["run_id"]])
+        base = detect.cells(store, [runs[1]["run_id"]])
+        head = detect.cells(store, [runs[0]["run_id"]])
         return detect.compare(base, head, policies)
 
     assert benchmark(run).verdicts
