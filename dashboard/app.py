@@ -858,7 +858,8 @@ def main() -> None:
 
 def show(path: str | Path) -> None:
     """The sidebar and the chosen page over the store at ``path`` (a file or a lake)."""
-    mtime = Store(path, read_only=True).mtime  # the file's time, or the lake's snapshot
+    store = Store(path, read_only=True)
+    mtime = store.mtime  # the file's time, or the lake's snapshot
     branches = query(str(path), mtime, "", "branches")
     named = [b for b in branches if b is not None]
     default = history_branch() if history_branch() in named else (named or [history_branch()])[0]
@@ -896,7 +897,7 @@ def show(path: str | Path) -> None:
             f"mark change points on every chart (E-Divisive, newest {CHANGE_POINT_COMMITS} "
             "commits; seconds on first use)", value=False, key="mark_change_points",
         )  # fmt: skip
-        st.caption(f"store: {Store(path, read_only=True).name}")
+        st.caption(f"store: {store.name}")
     ctx = {
         "path": str(path),
         "mtime": mtime,

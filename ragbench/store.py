@@ -232,6 +232,10 @@ class Store:
             self._create()
             self._checked = True
 
+    @property
+    def kind(self) -> str:
+        return "DuckLake" if self.lake else "DuckDB file"
+
     # --- connections ----------------------------------------------------------------------
 
     def _open(self, write: bool):
@@ -379,8 +383,7 @@ class Store:
         """For readers: a ragbench store of this schema, or StoreError saying what it is."""
         version = self._schema(con)
         if version is None or self._foreign(con):
-            kind = "DuckLake" if self.lake else "DuckDB file"
-            raise StoreError(f"{self.name} is a {kind} but not a ragbench store")
+            raise StoreError(f"{self.name} is a {self.kind} but not a ragbench store")
         if version < SCHEMA_VERSION:
             raise StoreError(
                 f"{self.name} has store schema {version}: open it once for writing (any "
@@ -411,9 +414,8 @@ class Store:
         with self._connect(write=True) as con:
             while True:
                 if self._foreign(con):
-                    kind = "DuckLake" if self.lake else "DuckDB file"
-                    raise StoreError(f"{self.name} is a {kind} of other things, not a ragbench "
-                                     "store")  # fmt: skip
+                    raise StoreError(f"{self.name} is a {self.kind} of other things, not a "
+                                     "ragbench store")  # fmt: skip
                 if self._schema(con) == SCHEMA_VERSION:
                     return
                 con.execute("BEGIN TRANSACTION")

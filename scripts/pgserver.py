@@ -23,7 +23,8 @@ def _bin(name: str) -> str:
     return found
 
 
-def _free_port() -> int:
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that nothing listens on now."""
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
@@ -36,7 +37,7 @@ class Postgres:
     def __init__(self, root: Path):
         self.root = root
         self.data = root / "data"
-        self.port = _free_port()
+        self.port = free_port()
         self._names = itertools.count()
 
     def _run(self, *cmd: str) -> None:

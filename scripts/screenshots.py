@@ -15,7 +15,6 @@ import argparse
 import contextlib
 import json
 import os
-import socket
 import subprocess
 import sys
 import tempfile
@@ -24,6 +23,8 @@ import urllib.parse
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
+
+from scripts.pgserver import free_port
 
 REPO = Path(__file__).resolve().parent.parent
 CHROMIUM = "/usr/bin/chromium"
@@ -45,17 +46,11 @@ SHOW = {
 CHART = "[data-testid='stVegaLiteChart'] canvas, [data-testid='stVegaLiteChart'] svg"
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @contextlib.contextmanager
 def serve(store: Path, timeout: float = 60, warm: bool = True) -> Iterator[str]:
     """The dashboard's server on ``store`` (``python -m dashboard``, as ``make dashboard``
     starts it); -> its base URL once it answers."""
-    port = _free_port()
+    port = free_port()
     cmd = [sys.executable, "-m", "dashboard", "--store", str(store), "--server.headless", "true",
            "--server.port", str(port), *([] if warm else ["--no-warm"])]  # fmt: skip
     proc = subprocess.Popen(cmd, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,

@@ -408,9 +408,9 @@ def test_a_lake_with_its_data_in_s3(quick_run, tmp_path, postgres, monkeypatch):
     import boto3
     from moto.server import ThreadedMotoServer
 
-    from scripts.pgserver import _free_port
+    from scripts.pgserver import free_port
 
-    port = _free_port()
+    port = free_port()
     server = ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
     server.start()
     try:
