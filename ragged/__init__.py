@@ -7,12 +7,14 @@ from .attention import (
     backend_implementation,
     varlen_attention,
 )
+from .layout_attention import LayoutAttention
 from .packing import FixedPack, gather_cls, pack, pack_fixed, unpack
 
 __all__ = [
     "BACKENDS",
     "BackendUnavailableError",
     "FixedPack",
+    "LayoutAttention",
     "available_backends",
     "backend_implementation",
     "gather_cls",

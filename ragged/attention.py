@@ -21,6 +21,11 @@ class BackendUnavailableError(RuntimeError):
     """The requested backend cannot run here (or cannot run these inputs); the message says why."""
 
 
+# The triton backend's launch function. A call to it may take the merged fast path
+# (``launch_ready``); a Backend whose run was replaced (dataclasses.replace) never does.
+_TRITON_RUN = _triton_attention.varlen_attention_triton
+
+
 def _triton_unavailable(device=None, dtype=None, head_dim=None) -> str | None:
     if _triton_attention._launcher.interpreted:
         if dtype == torch.bfloat16:
@@ -170,23 +175,35 @@ def varlen_attention(
         TypeError / ValueError naming what was expected; ``BackendUnavailableError`` when the
         backend cannot run here or cannot run these inputs (the message says why).
     """
+    if not validate and backend == "triton" and BACKENDS["triton"].run is _TRITON_RUN:
+        o = _triton_attention.launch_ready(q, k, v, cu_seqlens, max_seqlen, softmax_scale, out)
+        if o is not None:
+            return o
     b = _get_backend(backend)
     _check_types(q, k, v, cu_seqlens, max_seqlen, out)
     head_dim = q.shape[2]
     _check_available(b, q, head_dim)
     if validate:
         _check_values(q.shape[0], cu_seqlens, max_seqlen)
-    scale = 1.0 / math.sqrt(head_dim) if softmax_scale is None else float(softmax_scale)
+    scale = default_scale(head_dim, softmax_scale)
     if b.writes_out:
         if out is None:
             # empty_like: contiguous for views of a packed qkv, and the cheapest allocation
             # call (see scripts/kernel_bench.py --launch-paths)
             out = torch.empty_like(q)
-        return b.run(q, k, v, cu_seqlens, max_seqlen, scale, out)
+        result = b.run(q, k, v, cu_seqlens, max_seqlen, scale, out)
+        if b.run is _TRITON_RUN:
+            _triton_attention.remember(q, max_seqlen)
+        return result
     result = b.run(q, k, v, cu_seqlens, max_seqlen, scale)
     if out is None:
         return result
     return out.copy_(result)
+
+
+def default_scale(head_dim: int, softmax_scale: float | None) -> float:
+    """The softmax scale a call uses: ``softmax_scale``, or ``1 / sqrt(head_dim)``."""
+    return 1.0 / math.sqrt(head_dim) if softmax_scale is None else float(softmax_scale)
 
 
 # (backend, device type, dtype, head_dim) -> reason or None. What a backend supports does not

@@ -10,7 +10,8 @@
    proj, layer scales, norm2, mlp), on the tokens laid out by ``mode``:
 
    ``ragged``       packed [T, C] + ``cu_seqlens``; attention by ``backend`` (triton, fa2,
-                    torch_varlen, nested_sdpa) through ``ragged.varlen_attention``;
+                    torch_varlen, nested_sdpa) through ``ragged.LayoutAttention``, one per
+                    packed layout (``varlen_attention`` checked once, then launched);
    ``padded_full``  all N positions stay; pruned keys are masked in SDPA (the paper's
                     baseline, with the mask on the fused SDPA path instead of eager softmax);
    ``padded_max``   kept tokens gathered to the longest kept length, the rest masked (no mask,
@@ -39,7 +40,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from .attention import varlen_attention
+from .layout_attention import LayoutAttention
 from .models import attention_flops, check_supported, mlp_flops
 from .packing import gather_cls, pack, pack_fixed, unpack
 from .pruning import AttentionInfo, Pruned, cls_attention
@@ -83,13 +84,13 @@ class _BlockOps:
         self.ls1, self.ls2 = _unless_identity(blk.ls1), _unless_identity(blk.ls2)
         self.heads, self.head_dim, self.scale = a.num_heads, a.head_dim, a.scale
 
-    def qkv(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """x [..., C] -> q, k, v [..., H, d] (views of one qkv tensor unless qk-normed)."""
+    def qkv(self, x: torch.Tensor) -> torch.Tensor:
+        """x [..., C] -> qkv [..., 3, H, d] (a view of the projection unless qk-normed)."""
         qkv = self.qkv_proj(self.norm1(x)).unflatten(-1, (3, self.heads, self.head_dim))
-        q, k, v = qkv.unbind(-3)
         if self.q_norm is not None:
-            q, k = self.q_norm(q), self.k_norm(k)
-        return q, k, v
+            q, k, v = qkv.unbind(-3)
+            qkv = torch.stack((self.q_norm(q), self.k_norm(k), v), dim=-3)
+        return qkv
 
     def attn_residual(self, x: torch.Tensor, o: torch.Tensor) -> torch.Tensor:
         """x [..., C], attention output o [..., H, d] -> x + ls1(proj(norm(o)))."""
@@ -127,14 +128,16 @@ class _Padded:
         index = self.index.view(*self.index.shape, *([1] * (t.dim() - 2))).expand_as(t)
         return t.new_zeros(t.shape[0], self.n, *t.shape[2:]).scatter_(1, index, t)
 
-    def attention(self, q, k, v, scale):  # q, k, v [B, L, H, d] -> [B, L, H, d]
+    def attention(self, qkv, scale):  # qkv [B, L, 3, H, d] -> [B, L, H, d]
+        q, k, v = qkv.unbind(2)
         mask = None if self.mask is None else self.mask[:, None, None, :]
         o = F.scaled_dot_product_attention(
             q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), attn_mask=mask, scale=scale
         )
         return o.transpose(1, 2)
 
-    def attention_info(self, q, k, v, scale) -> AttentionInfo:
+    def attention_info(self, qkv, scale) -> AttentionInfo:
+        q, k, v = qkv.unbind(2)
         cls_attn, v_norm = cls_attention(q[:, 0], k, v, self.mask, scale)
         return AttentionInfo(self._spread(cls_attn.transpose(1, 2)).transpose(1, 2),
                              self._spread(v_norm))  # fmt: skip
@@ -176,22 +179,28 @@ class _Ragged:
     """Tokens packed [rows, C] (rows = T, or a capacity), ``cu_seqlens`` int32 [B + 1],
     ``keep_mask`` bool [B, N] of the positions they came from."""
 
-    def __init__(self, x, cu_seqlens, max_seqlen, keep_mask, backend, overflow=None):
+    def __init__(self, x, cu_seqlens, max_seqlen, keep_mask, call: LayoutAttention,
+                 overflow=None):  # fmt: skip
         self.x, self.cu_seqlens, self.max_seqlen = x, cu_seqlens, max_seqlen
-        self.keep, self.backend, self.overflow = keep_mask, backend, overflow
+        self.keep, self.overflow = keep_mask, overflow
         self.batch = keep_mask.shape[0]
+        call.rebind(cu_seqlens, max_seqlen)
+        self.call = call
 
-    def attention(self, q, k, v, scale):  # q, k, v [rows, H, d]
-        return varlen_attention(
-            q, k, v, self.cu_seqlens, self.max_seqlen,
-            backend=self.backend, softmax_scale=scale, validate=False,
-        )  # fmt: skip
+    def attention(self, qkv, scale):  # qkv [rows, 3, H, d] -> [rows, H, d]
+        call = self.call
+        if call.softmax_scale != scale:  # not in a timm ViT: one scale for every block
+            call = self.call = LayoutAttention(
+                self.cu_seqlens, self.max_seqlen, backend=call.backend, softmax_scale=scale
+            )
+        return call(qkv)
 
     def _unpack(self, t):  # [rows, ...] -> [B, N, ...]
         u = unpack(t.flatten(1), self.cu_seqlens, self.keep, validate=False)
         return u.unflatten(2, t.shape[1:])
 
-    def attention_info(self, q, k, v, scale) -> AttentionInfo:
+    def attention_info(self, qkv, scale) -> AttentionInfo:
+        q, k, v = qkv.unbind(1)
         q_cls = gather_cls(q.flatten(1), self.cu_seqlens).unflatten(1, q.shape[1:])
         return cls_attention(q_cls, self._unpack(k), self._unpack(v), self.keep, scale)
 
@@ -273,6 +282,13 @@ class PrunedViT:
                 "(fixed ratios): with data-dependent lengths it reads the longest one back"
             )
         self._graphs: dict[tuple, tuple] = {}
+        # The attention of each stage's ragged layout. A LayoutAttention keeps its launch for
+        # the next call on a layout like the last one, and shares one output between its calls
+        # (a block's proj reads it before the next block's attention writes it, on one stream;
+        # forward runs under inference_mode), so eager forwards keep one per stage: every call
+        # after the first forward's first skips the checks and the planning. In graph mode
+        # each forward gets its own, so that a captured output lives in the graph's pool.
+        self._calls: dict[int, LayoutAttention] = {}
 
     # -- public ------------------------------------------------------------------------------
 
@@ -347,10 +363,10 @@ class PrunedViT:
         if not first.method.uses_attention:
             return x, None
         ops = self._ops[first.block]
-        q, k, v = ops.qkv(x)
+        qkv = ops.qkv(x)
         layout = _Padded(x, None, x.shape[1])
-        x = ops.attn_residual(x, layout.attention(q, k, v, ops.scale))
-        return x, layout.attention_info(q, k, v, ops.scale)
+        x = ops.attn_residual(x, layout.attention(qkv, ops.scale))
+        return x, layout.attention_info(qkv, ops.scale)
 
     def prune_pack(self, x, info, capacity: int | None = None):
         """First prune step, then lay the kept tokens out for ``mode``."""
@@ -374,10 +390,10 @@ class PrunedViT:
                 tokens = self._layout(method(x, keep, None), s, batch)
                 if masks is not None:
                     masks.append(tokens.keep_mask())
-            q, k, v = ops.qkv(tokens.x)
-            x = ops.attn_residual(tokens.x, tokens.attention(q, k, v, ops.scale))
+            qkv = ops.qkv(tokens.x)
+            x = ops.attn_residual(tokens.x, tokens.attention(qkv, ops.scale))
             if method is not None and method.uses_attention:
-                info = tokens.attention_info(q, k, v, ops.scale)
+                info = tokens.attention_info(qkv, ops.scale)
                 tokens.x = x
                 x_all, keep = tokens.tokens()
                 tokens = self._layout(method(x_all, keep, info), s, batch)
@@ -415,15 +431,24 @@ class PrunedViT:
         capacity = self.capacity if capacity is None else capacity
         if length is not None:  # exact sizes known on the host: no sync, cannot overflow
             fixed = pack_fixed(x, keep, batch * length)
-            return _Ragged(fixed.packed, fixed.cu_seqlens, length, keep, self.backend)
+            return _Ragged(fixed.packed, fixed.cu_seqlens, length, keep, self._call(stage))
         if capacity is not None:
             fixed = pack_fixed(x, keep, capacity)
             bound = min(x.shape[1], capacity)
             return _Ragged(
-                fixed.packed, fixed.cu_seqlens, bound, keep, self.backend, fixed.overflow
+                fixed.packed, fixed.cu_seqlens, bound, keep, self._call(stage), fixed.overflow
             )
         packed, cu_seqlens, max_seqlen = pack(x, keep)
-        return _Ragged(packed, cu_seqlens, max_seqlen, keep, self.backend)
+        return _Ragged(packed, cu_seqlens, max_seqlen, keep, self._call(stage))
+
+    def _call(self, stage: int) -> LayoutAttention:
+        """Stage ``stage``'s LayoutAttention (see ``__init__``); a new one in graph mode."""
+        call = None if self.cuda_graph else self._calls.get(stage)
+        if call is None:
+            call = LayoutAttention(None, 0, backend=self.backend, softmax_scale=self._ops[0].scale)
+            if not self.cuda_graph:
+                self._calls[stage] = call
+        return call
 
     def _check_images(self, images):
         if not isinstance(images, torch.Tensor) or images.dim() != 4:

@@ -40,6 +40,53 @@ def test_direct_launch_path_is_used_and_correct():
         assert_attention_close(out, q2, k2, v2, cu)
 
 
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16, torch.float32])
+@pytest.mark.parametrize("head_dim", [64, 128])
+def test_the_fast_path_launches_correctly_after_one_checked_call(monkeypatch, dtype, head_dim):
+    lengths = [40, 3, 0, 99]
+    q, k, v, cu, max_seqlen = packed_qkv(lengths, 12, head_dim, dtype=dtype, device="cuda")
+    ragged.varlen_attention(q, k, v, cu, max_seqlen, validate=False)  # checked: plans, compiles
+    assert (0, dtype, head_dim, max_seqlen) in KA._ready
+    plain = []
+    monkeypatch.setattr(KA._launcher, "launch", lambda *a, **kw: plain.append(a))
+    for seed in range(2):  # views of one packed qkv (strided), then contiguous copies
+        q2, k2, v2, _, _ = packed_qkv(lengths, 12, head_dim, dtype=dtype, device="cuda", seed=seed)
+        if seed:
+            q2, k2, v2 = q2.contiguous(), k2.contiguous(), v2.contiguous()
+        assert_attention_close(
+            ragged.varlen_attention(q2, k2, v2, cu, max_seqlen, validate=False), q2, k2, v2, cu
+        )
+        out = torch.full_like(q2, float("nan"))
+        ragged.varlen_attention(q2, k2, v2, cu, max_seqlen, validate=False, out=out)
+        assert_attention_close(out, q2, k2, v2, cu)
+    assert plain == [], "a call the fast path knows went through the Launcher"
+
+
+def test_layout_attention_keeps_its_launch_and_stays_correct(monkeypatch):
+    lengths, heads, head_dim = [40, 3, 0, 99], 12, 64
+    _, _, _, cu, max_seqlen = packed_qkv(lengths, heads, head_dim, device="cuda")
+    total = sum(lengths)
+
+    def qkv(seed):
+        g = torch.Generator(device="cuda").manual_seed(seed)
+        x = torch.randn(total, 3 * heads * head_dim, device="cuda", generator=g)
+        return x.half().unflatten(1, (3, heads, head_dim))
+
+    call = ragged.LayoutAttention(cu, max_seqlen)
+    first = qkv(0)
+    assert_attention_close(call(first), *first.unbind(1), cu)
+    assert call._launch is not None, "the launch was not kept"
+    plain = []
+    monkeypatch.setattr(KA._launcher, "launch", lambda *a, **kw: plain.append(a))
+    monkeypatch.setattr(ragged.attention, "varlen_attention", lambda *a, **kw: plain.append(a))
+    for seed in (1, 2):
+        t = qkv(seed)
+        out = call(t)
+        torch.cuda.synchronize()
+        assert_attention_close(out, *t.unbind(1), cu)
+    assert plain == [], "a kept launch went through the checked path"
+
+
 def test_misaligned_views_take_the_plain_path():
     q, k, v, cu, max_seqlen = packed_qkv([5, 40], 2, 64, device="cuda", seed=4)
     flat = torch.empty(q.numel() + 1, dtype=q.dtype, device="cuda")

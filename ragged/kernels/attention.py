@@ -15,12 +15,14 @@ Performance notes (H100 80GB, torch 2.11 + triton 3.6; figures in docs/kernel.md
 from __future__ import annotations
 
 import functools
+import math
 from dataclasses import dataclass
 
 import torch
 import triton
 import triton.language as tl
 
+from . import launch as _launch
 from .launch import Launcher, specializable
 
 LOG2E = 1.4426950408889634
@@ -229,4 +231,109 @@ def varlen_attention_triton(
         plan, grid, (q, k, v, out, cu_seqlens), scalars, plan.constexprs,
         cfg.num_warps, cfg.num_stages, plan.device_index, fast,
     )  # fmt: skip
+    return out
+
+
+# (device index, dtype, head_dim, max_seqlen) -> (direct launch, block_m, default scale x
+# log2 e): what ``launch_ready`` needs to skip the plan, the Launcher and their checks, for
+# calls of the table's config that passed ``ragged.attention``'s checks once (``remember``).
+_ready: dict[tuple, tuple] = {}
+
+
+# Bumped by forget_plans: launches kept from before it (ragged.LayoutAttention) are dropped.
+epoch = 0
+
+
+def forget_plans() -> None:
+    """Drop every plan and fast-path entry: the next calls re-plan (after a sweep, tuning.py)."""
+    global epoch
+    _plans.clear()
+    _ready.clear()
+    epoch += 1
+
+
+def prepare(q, k, v, out, cu_seqlens, max_seqlen, softmax_scale):
+    """-> (direct launch, grid_x, scalars) that launch this call again, or None, for a call
+    that just passed ``varlen_attention``'s checks (the Launcher holds its kernel; the grid
+    is not empty; Triton's stride specialization and 16-byte alignment of q and out hold)."""
+    entry = _ready.get((q.get_device(), q.dtype, q.shape[2], max_seqlen))
+    if entry is None:
+        return None
+    _, grid, scalars, fast = launch_args(q, k, v, out, cu_seqlens, max_seqlen, softmax_scale)
+    if not fast or not grid[0] or (q.data_ptr() | out.data_ptr()) & 15:
+        return None
+    return entry[0], grid[0], scalars
+
+
+def remember(q: torch.Tensor, max_seqlen: int) -> None:
+    """After a checked ``varlen_attention`` call launched: let ``launch_ready`` take later
+    calls of q's device, dtype and head_dim and this ``max_seqlen`` (once the Launcher holds
+    the compiled kernel for direct launch)."""
+    key = (q.get_device(), q.dtype, q.shape[2], max_seqlen)
+    plan = _plans.get((*key, None))
+    direct = None if plan is None or key[0] < 0 else _launcher.direct(plan)
+    if direct is not None and key not in _ready:
+        _ready[key] = (direct, plan.config.block_m, (1.0 / math.sqrt(key[2])) * LOG2E)
+
+
+def launch_ready(q, k, v, cu_seqlens, max_seqlen, softmax_scale, out):
+    """The whole ``varlen_attention(..., validate=False)`` call in one function, for a call
+    whose (device, dtype, head_dim, max_seqlen) was launched directly before -> ``out`` (or
+    a new output), or None when anything differs from the common case (the caller then takes
+    the checked path, which says what is wrong or launches through the Launcher).
+
+    The same checks as ``ragged.attention._check_types`` and ``Launcher.launch`` hold when it
+    launches; the ones a ``_ready`` entry implies (dtype, head_dim range, a CUDA device,
+    ``max_seqlen >= 0``) are its key, written by ``remember`` after a checked call. One
+    function, each shape and stride read once: see docs/kernel.md for what it saves.
+    """
+    T = torch.Tensor
+    if not (
+        type(q) is T and type(k) is T and type(v) is T and type(cu_seqlens) is T
+        and type(max_seqlen) is int and (softmax_scale is None or type(softmax_scale) is float)
+    ):  # fmt: skip
+        return None
+    shape = q.shape
+    if len(shape) != 3 or k.shape != shape or v.shape != shape:
+        return None
+    dtype, dev = q.dtype, q.get_device()
+    total, heads, head_dim = shape
+    entry = _ready.get((dev, dtype, head_dim, max_seqlen))
+    cu_shape = cu_seqlens.shape
+    if (
+        entry is None
+        or k.dtype is not dtype or v.dtype is not dtype
+        or k.get_device() != dev or v.get_device() != dev or cu_seqlens.get_device() != dev
+        or cu_seqlens.dtype is not torch.int32 or len(cu_shape) != 1 or cu_shape[0] < 1
+        or max_seqlen > total
+        or not (_launch._SINGLE_DEVICE or dev == _launch._current_device())
+        or _launch._hooks_active()
+    ):  # fmt: skip
+        return None
+    sqt, sqh, sqd = q.stride()
+    skt, skh, skd = k.stride()
+    svt, svh, svd = v.stride()
+    if out is None:
+        out = torch.empty_like(q)
+    elif (
+        type(out) is not T or out.shape != shape or out.dtype is not dtype
+        or out.get_device() != dev
+    ):  # fmt: skip
+        return None
+    sot, soh, sod = out.stride()
+    strides = sqt | sqh | skt | skh | svt | svh | sot | soh
+    pq, pk, pv, po = q.data_ptr(), k.data_ptr(), v.data_ptr(), out.data_ptr()
+    if (
+        sqd != 1 or skd != 1 or svd != 1 or sod != 1
+        or strides & 15 or strides >= 2**31  # Triton's "divisible by 16" specialization
+        or (pq | pk | pv | po) & 15  # 16-byte aligned (cu_seqlens is not specialized on it)
+    ):  # fmt: skip
+        return None
+    direct, block_m, default_scale = entry
+    num_m_blocks = -(-max_seqlen // block_m)
+    grid = num_m_blocks * (cu_shape[0] - 1) * heads
+    if grid:
+        qk_scale = default_scale if softmax_scale is None else softmax_scale * LOG2E
+        direct(grid, 1, 1, _launch._raw_stream(dev), pq, pk, pv, po, cu_seqlens.data_ptr(),
+               qk_scale, sqt, sqh, skt, skh, svt, svh, sot, soh, heads, num_m_blocks)  # fmt: skip
     return out

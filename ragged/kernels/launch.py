@@ -42,8 +42,8 @@ _current_device = getattr(torch._C, "_cuda_getDevice", None)
 # With one visible GPU the current device is always the tensors' device: skip asking.
 _SINGLE_DEVICE = torch.cuda.device_count() == 1
 
-# (grid_x, grid_y, grid_z, stream, pointers, scalars) -> None
-DirectLaunch = Callable[[int, int, int, int, Sequence[int], Sequence[Any]], None]
+# (grid_x, grid_y, grid_z, stream, *pointers, *scalars) -> None
+DirectLaunch = Callable[..., None]
 _runtime_knobs = _knobs.runtime if _knobs is not None else None
 
 
@@ -82,14 +82,14 @@ def _direct_launch(compiled: Any, tail: tuple) -> DirectLaunch:
     ):
         coop, pdl = run.launch_cooperative_grid, run.launch_pdl
 
-        def launch_c(gx, gy, gz, stream, ptrs, scalars):
+        def launch_c(gx, gy, gz, stream, *args):
             c_entry(gx, gy, gz, stream, function, coop, pdl, None, None, metadata, None, None,
-                    None, *ptrs, *scalars, *tail)  # fmt: skip
+                    None, *args, *tail)  # fmt: skip
 
         return launch_c
 
-    def launch(gx, gy, gz, stream, ptrs, scalars):
-        run(gx, gy, gz, stream, function, metadata, None, None, None, *ptrs, *scalars, *tail)
+    def launch(gx, gy, gz, stream, *args):
+        run(gx, gy, gz, stream, function, metadata, None, None, None, *args, *tail)
 
     return launch
 
@@ -142,7 +142,7 @@ class Launcher:
                 for p in ptrs:
                     bits |= p
                 if bits & 15 == 0:  # Triton specialized the pointers as 16-byte aligned
-                    direct(grid[0], grid[1], grid[2], _raw_stream(device_index), ptrs, scalars)
+                    direct(grid[0], grid[1], grid[2], _raw_stream(device_index), *ptrs, *scalars)
                     return
                 fast = False
         if self.interpreted or device_index < 0:
@@ -160,6 +160,11 @@ class Launcher:
             and all(t.data_ptr() % 16 == 0 for t in tensors)
         ):
             self._cache[key] = _direct_launch(compiled, tuple(constexprs.values()))
+
+    def direct(self, key: Any) -> DirectLaunch | None:
+        """The compiled kernel's direct launcher for ``key``, once a launch has cached it.
+        Its caller keeps the contract above and checks what ``launch`` checks."""
+        return self._cache.get(key)
 
 
 def specializable(*ints: int) -> bool:

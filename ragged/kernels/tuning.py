@@ -177,7 +177,7 @@ def tune(device_index: int = 0, *, force: bool = False,
                                "gpu_us": timings}, indent=1))  # fmt: skip
     tmp.replace(path)  # atomic: a reader sees the old file or the whole new one
     _loaded.pop(name, None)
-    attention._plans.clear()  # launches planned with the table re-plan with the sweep
+    attention.forget_plans()  # launches planned with the table re-plan with the sweep
     return path
 
 

@@ -1,0 +1,135 @@
+"""``LayoutAttention``: attention over one packed layout, called once per block on packed qkv.
+
+After a prune step every later block of a ViT attends over the same packed layout
+(``cu_seqlens``, ``max_seqlen``) with a ``qkv`` of the same shape, strides, dtype and device:
+only its data changes. ``varlen_attention`` checks and plans every call from scratch;
+``LayoutAttention`` checks the first call of a ``qkv`` layout through it and launches later
+calls of the same layout with the launch arguments it kept: a metadata compare, one data
+pointer and the launch. Inside the pipeline's forward, where every Python step costs 2-3x
+what it costs in a hot loop, that is what matters (docs/pipeline.md).
+"""
+
+from __future__ import annotations
+
+from typing import Any, NamedTuple
+
+import torch
+
+from . import attention as A
+from .kernels import attention as KA
+from .kernels import launch as L
+
+
+class _Launch(NamedTuple):
+    """What a call on the kept qkv layout launches."""
+
+    direct: Any  # the compiled kernel's direct launcher (kernels/launch.py)
+    grid_x: int
+    k_offset: int  # bytes from q's data pointer to k's, and to v's
+    v_offset: int
+    out: torch.Tensor
+    out_ptr: int
+    cu_ptr: int
+    scalars: tuple
+    max_seqlen: int
+    epoch: int  # kernels.attention.epoch when kept
+
+
+class LayoutAttention:
+    """``varlen_attention`` over one packed layout, for many calls on packed qkv.
+
+    Args:
+        cu_seqlens: int32 ``[batch + 1]``, max_seqlen: int, as ``varlen_attention`` takes them
+            with ``validate=False`` (trusted values: see there); ``rebind`` changes them.
+        backend, softmax_scale: as ``varlen_attention``'s.
+
+    ``call(qkv)``: ``qkv`` ``[total_tokens, 3, heads, head_dim]``, e.g. a qkv projection's
+    output unflattened, unit stride in ``head_dim`` -> ``[total_tokens, heads, head_dim]`` in
+    qkv's dtype. Backends that write into an output (triton) return the same tensor from every
+    call, written again by the next one: read it before the next call (on the same stream, as
+    a ViT's next block does).
+
+    What a call checks: when qkv's (shape, strides, dtype, device) differ from those of the
+    call whose launch was kept, everything, through
+    ``varlen_attention(*qkv.unbind(1), ..., validate=False)``; otherwise that no launch hook is
+    installed, the device is current and qkv's data pointer is 16-byte aligned, and else takes
+    that same checked call. Other backends always do. ``rebind`` (once per forward in the
+    pipeline) also drops the kept launch when the triton backend was replaced in
+    ``ragged.BACKENDS`` or the Triton plans were dropped (``kernels.attention.forget_plans``,
+    after a sweep) since it was kept: a launch that is still correct, but no longer what
+    ``varlen_attention`` would run.
+    """
+
+    def __init__(self, cu_seqlens, max_seqlen, *, backend="triton", softmax_scale=None):
+        self.cu_seqlens, self.max_seqlen, self.backend = cu_seqlens, max_seqlen, backend
+        self.softmax_scale = softmax_scale
+        self._key = None  # (shape, strides, dtype, device) of the qkv the launch was kept for
+        self._launch: _Launch | None = None
+        self._out = None
+
+    def rebind(self, cu_seqlens: torch.Tensor, max_seqlen: int) -> None:
+        """Point later calls at a new layout. One like the last (the same ``max_seqlen``, and
+        ``cu_seqlens`` of the same shape, dtype and device: the same grid) keeps the launch,
+        with the new ``cu_seqlens``; any other drops it (the next call is checked)."""
+        old, launch = self.cu_seqlens, self._launch
+        self.cu_seqlens, self.max_seqlen = cu_seqlens, max_seqlen
+        if launch is None:
+            return
+        if (
+            type(cu_seqlens) is torch.Tensor and type(max_seqlen) is int
+            and max_seqlen == launch.max_seqlen
+            and launch.epoch == KA.epoch and A.BACKENDS["triton"].run is A._TRITON_RUN
+            and (cu_seqlens.shape, cu_seqlens.dtype, cu_seqlens.device)
+            == (old.shape, old.dtype, old.device)
+        ):  # fmt: skip
+            self._launch = launch._replace(cu_ptr=cu_seqlens.data_ptr())
+        else:
+            self._key = self._launch = None
+
+    def __call__(self, qkv: torch.Tensor) -> torch.Tensor:
+        launch = self._launch
+        if launch is None or type(qkv) is not torch.Tensor:
+            return self._checked(qkv)
+        dev = qkv.get_device()
+        if (
+            (qkv.shape, qkv.stride(), qkv.dtype, dev) != self._key
+            or not (L._SINGLE_DEVICE or dev == L._current_device())
+            or L._hooks_active()
+        ):  # fmt: skip
+            return self._checked(qkv)
+        p = qkv.data_ptr()
+        if p & 15:
+            return self._checked(qkv)
+        k, v = p + launch.k_offset, p + launch.v_offset
+        launch.direct(launch.grid_x, 1, 1, L._raw_stream(dev), p, k, v, launch.out_ptr,
+                      launch.cu_ptr, *launch.scalars)  # fmt: skip
+        return launch.out
+
+    def _checked(self, qkv: torch.Tensor) -> torch.Tensor:
+        """The call through ``varlen_attention``; keeps its launch for the next calls."""
+        if not isinstance(qkv, torch.Tensor) or qkv.dim() != 4 or qkv.shape[1] != 3:
+            got = tuple(qkv.shape) if isinstance(qkv, torch.Tensor) else type(qkv).__name__
+            raise ValueError(f"qkv must be [total_tokens, 3, heads, head_dim], got {got}")
+        q, k, v = qkv.unbind(1)
+        out = self._out
+        if out is not None and (out.shape, out.dtype, out.device) != (q.shape, q.dtype, q.device):
+            out = None
+        o = A.varlen_attention(
+            q, k, v, self.cu_seqlens, self.max_seqlen,
+            backend=self.backend, softmax_scale=self.softmax_scale, out=out, validate=False,
+        )  # fmt: skip
+        self._key = self._launch = None
+        if not A.BACKENDS[self.backend].writes_out:
+            return o
+        self._out = o
+        if self.backend == "triton" and A.BACKENDS["triton"].run is A._TRITON_RUN:
+            scale = A.default_scale(q.shape[2], self.softmax_scale)
+            prepared = KA.prepare(q, k, v, o, self.cu_seqlens, self.max_seqlen, scale)
+            k_offset, v_offset = k.data_ptr() - q.data_ptr(), v.data_ptr() - q.data_ptr()
+            if prepared is not None and not (k_offset | v_offset) & 15:
+                direct, grid_x, scalars = prepared
+                self._key = (qkv.shape, qkv.stride(), qkv.dtype, qkv.get_device())
+                self._launch = _Launch(direct, grid_x, k_offset, v_offset, o, o.data_ptr(),
+                                       self.cu_seqlens.data_ptr(), scalars, self.max_seqlen,
+                                       KA.epoch)  # fmt: skip
+        return o

@@ -1,0 +1,261 @@
+"""``launch_ready``, the merged fast path of ``varlen_attention(..., validate=False)``.
+
+On this CPU machine the Triton kernel runs under the interpreter and nothing is launched
+directly, so a recording launcher stands in for the compiled kernel's: every call the fast
+path takes must launch exactly what the checked path would, and every call the checked path
+rejects must be left to it. tests/test_gpu.py runs the real one.
+"""
+
+import dataclasses
+
+import pytest
+import torch
+
+import ragged
+from ragged import attention as A
+from ragged.kernels import attention as KA
+from ragged.kernels import launch as L
+from ragged.testing import packed_qkv
+
+LENGTHS = [40, 3, 0, 99]
+pytestmark = pytest.mark.skipif(
+    torch.cuda.is_available(), reason="a CPU stand-in for the launch; test_gpu.py runs the real one"
+)
+
+
+@pytest.fixture
+def recorder(monkeypatch):
+    """-> (calls, ready(q, max_seqlen)): a fake direct launcher registered for q's key."""
+    calls = []
+    monkeypatch.setattr(KA, "_ready", {})
+    monkeypatch.setattr(L, "_raw_stream", lambda device: 1234)
+    monkeypatch.setattr(L, "_hooks_active", lambda: False)
+    monkeypatch.setattr(L, "_SINGLE_DEVICE", True)
+
+    def ready(q, max_seqlen):
+        key = (q.get_device(), q.dtype, q.shape[2], max_seqlen)
+        plan = KA._make_plan(*key, None)
+        scale = (1.0 / (q.shape[2] ** 0.5)) * KA.LOG2E
+        KA._ready[key] = (lambda *args: calls.append(args), plan.config.block_m, scale)
+
+    return calls, ready
+
+
+def _expected(q, k, v, out, cu, max_seqlen, scale):
+    """What the checked path launches: (grid_x, 1, 1, stream, *pointers, *scalars)."""
+    _, grid, scalars, fast = KA.launch_args(q, k, v, out, cu, max_seqlen, scale)
+    assert fast
+    ptrs = tuple(t.data_ptr() for t in (q, k, v, out, cu))
+    return (grid[0], 1, 1, 1234, *ptrs, *scalars)
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.float32])
+@pytest.mark.parametrize("head_dim", [32, 64, 128])
+def test_it_launches_what_the_checked_path_launches(recorder, dtype, head_dim):
+    calls, ready = recorder
+    q, k, v, cu, max_seqlen = packed_qkv(LENGTHS, 12, head_dim, dtype=dtype)
+    ready(q, max_seqlen)
+    out = KA.launch_ready(q, k, v, cu, max_seqlen, None, None)
+    assert out is not None and out.shape == q.shape and out.dtype == dtype
+    assert calls == [_expected(q, k, v, out, cu, max_seqlen, 1.0 / head_dim**0.5)]
+    given = torch.empty_like(q)
+    assert KA.launch_ready(q, k, v, cu, max_seqlen, 0.3, given) is given
+    assert calls[1] == _expected(q, k, v, given, cu, max_seqlen, 0.3)
+
+
+def test_it_is_what_varlen_attention_takes_and_only_with_validate_false(recorder):
+    calls, ready = recorder
+    q, k, v, cu, max_seqlen = packed_qkv(LENGTHS, 12, 64)
+    ready(q, max_seqlen)
+    ragged.varlen_attention(q, k, v, cu, max_seqlen, validate=False)
+    assert len(calls) == 1
+    ragged.varlen_attention(q, k, v, cu, max_seqlen)  # validate=True: the checked path
+    assert len(calls) == 1
+
+
+def test_a_replaced_triton_backend_is_never_bypassed(recorder, monkeypatch):
+    calls, ready = recorder
+    q, k, v, cu, max_seqlen = packed_qkv(LENGTHS, 12, 64)
+    ready(q, max_seqlen)
+    ran = []
+    monkeypatch.setitem(
+        A.BACKENDS, "triton",
+        dataclasses.replace(A.BACKENDS["triton"], run=lambda *a: ran.append(a) or a[-1]),
+    )  # fmt: skip
+    ragged.varlen_attention(q, k, v, cu, max_seqlen, validate=False)
+    assert len(ran) == 1 and calls == []
+
+
+def _variants(q, k, v, cu, max_seqlen):
+    """(what is off, call args) for calls the fast path must leave to the checked path."""
+    big = torch.empty(q.shape[0], q.shape[1], 2 * q.shape[2], dtype=q.dtype)[:, :, ::2]
+    odd = torch.empty(q.numel() + 1, dtype=q.dtype)[1:].view(q.shape)
+    param = torch.nn.Parameter(q, requires_grad=False)
+    transposed = torch.empty(q.shape[0], q.shape[2], q.shape[1], dtype=q.dtype).transpose(1, 2)
+    return [
+        ("k dtype", (q, k.float(), v, cu, max_seqlen, None, None)),
+        ("v shape", (q, k, v[1:], cu, max_seqlen, None, None)),
+        ("q 2-D", (q.flatten(1), k, v, cu, max_seqlen, None, None)),
+        ("q a Parameter", (param, k, v, cu, max_seqlen, None, None)),
+        ("k a list", (q, [k], v, cu, max_seqlen, None, None)),
+        ("cu_seqlens int64", (q, k, v, cu.long(), max_seqlen, None, None)),
+        ("cu_seqlens 2-D", (q, k, v, cu[None], max_seqlen, None, None)),
+        ("cu_seqlens empty", (q, k, v, cu[:0], max_seqlen, None, None)),
+        ("max_seqlen a bool", (q, k, v, cu, True, None, None)),
+        ("max_seqlen a float", (q, k, v, cu, float(max_seqlen), None, None)),
+        ("max_seqlen > total", (q, k, v, cu, q.shape[0] + 1, None, None)),
+        ("max_seqlen not launched before", (q, k, v, cu, max_seqlen - 1, None, None)),
+        ("scale a tensor", (q, k, v, cu, max_seqlen, torch.tensor(0.1), None)),
+        ("head_dim not unit stride", (big, k, v, cu, max_seqlen, None, None)),
+        ("q misaligned", (odd, k, v, cu, max_seqlen, None, None)),
+        ("out dtype", (q, k, v, cu, max_seqlen, None, torch.empty_like(q, dtype=torch.float32))),
+        ("out shape", (q, k, v, cu, max_seqlen, None, q[1:].clone())),
+        ("out a tuple", (q, k, v, cu, max_seqlen, None, (q,))),
+        ("out not unit stride", (q, k, v, cu, max_seqlen, None, transposed)),
+    ]
+
+
+def test_every_call_off_the_common_case_is_left_to_the_checked_path(recorder):
+    calls, ready = recorder
+    q, k, v, cu, max_seqlen = packed_qkv(LENGTHS, 12, 64)
+    ready(q, max_seqlen)
+    ready(q, q.shape[0] + 1)  # an entry exists: only the bound on total_tokens rejects it
+    for what, args in _variants(q, k, v, cu, max_seqlen):
+        assert KA.launch_ready(*args) is None, what
+    assert calls == []
+
+
+def test_strides_triton_would_specialize_otherwise_take_the_plain_path(recorder):
+    calls, ready = recorder
+    q, k, v, cu, max_seqlen = packed_qkv(LENGTHS, 3, 24)  # strides 72 and 24: not 16-divisible
+    ready(q, max_seqlen)
+    assert KA.launch_ready(q, k, v, cu, max_seqlen, None, None) is None and calls == []
+
+
+def test_hooks_and_another_current_device_take_the_plain_path(recorder, monkeypatch):
+    calls, ready = recorder
+    q, k, v, cu, max_seqlen = packed_qkv(LENGTHS, 12, 64)
+    ready(q, max_seqlen)
+    monkeypatch.setattr(L, "_hooks_active", lambda: True)  # a profiler must see every launch
+    assert KA.launch_ready(q, k, v, cu, max_seqlen, None, None) is None
+    monkeypatch.setattr(L, "_hooks_active", lambda: False)
+    monkeypatch.setattr(L, "_SINGLE_DEVICE", False)
+    monkeypatch.setattr(L, "_current_device", lambda: 5)
+    assert KA.launch_ready(q, k, v, cu, max_seqlen, None, None) is None
+    assert calls == []
+
+
+def test_rejected_calls_still_get_the_checked_path_s_errors(recorder):
+    _, ready = recorder
+    q, k, v, cu, max_seqlen = packed_qkv(LENGTHS, 12, 64)
+    ready(q, max_seqlen)
+    with pytest.raises(TypeError, match="one dtype"):
+        ragged.varlen_attention(q, k.float(), v, cu, max_seqlen, validate=False)
+    with pytest.raises(ValueError, match="more than total_tokens"):
+        ragged.varlen_attention(q, k, v, cu, q.shape[0] + 1, validate=False)
+    with pytest.raises(TypeError, match="max_seqlen must be a Python int"):
+        ragged.varlen_attention(q, k, v, cu, True, validate=False)
+
+
+def test_only_a_directly_launched_plan_is_remembered(monkeypatch):
+    monkeypatch.setattr(KA, "_ready", {})
+    q, k, v, cu, max_seqlen = packed_qkv(LENGTHS, 2, 16)
+    ragged.varlen_attention(q, k, v, cu, max_seqlen, validate=False)
+    assert KA._ready == {}  # the interpreter launches nothing directly
+    KA.forget_plans()
+    assert KA._plans == {}
+
+
+# --- LayoutAttention: the launch kept for later calls of one qkv layout -------------------------
+
+
+def _qkv(heads=12, head_dim=64, seed=0):
+    """Packed qkv [T, 3, H, d] as a qkv projection makes it, and its cu_seqlens, max_seqlen."""
+    q, _, _, cu, max_seqlen = packed_qkv(LENGTHS, heads, head_dim)
+    g = torch.Generator().manual_seed(seed)
+    qkv = torch.randn(q.shape[0], 3 * heads * head_dim, generator=g).half()
+    return qkv.unflatten(1, (3, heads, head_dim)), cu, max_seqlen
+
+
+def test_layout_attention_matches_varlen_attention_on_every_backend():
+    qkv, cu, max_seqlen = _qkv(heads=2, head_dim=16)
+    for backend in ("triton", "padded_sdpa", "reference"):
+        call = ragged.LayoutAttention(cu, max_seqlen, backend=backend, softmax_scale=0.2)
+        want = ragged.varlen_attention(*qkv.unbind(1), cu, max_seqlen, backend=backend,
+                                       softmax_scale=0.2)  # fmt: skip
+        for _ in range(2):
+            torch.testing.assert_close(call(qkv), want)
+
+
+def test_layout_attention_launches_what_the_checked_path_launches(recorder):
+    calls, ready = recorder
+    qkv, cu, max_seqlen = _qkv()
+    q, k, v = qkv.unbind(1)
+    ready(q, max_seqlen)
+    call = ragged.LayoutAttention(cu, max_seqlen)
+    out = call(qkv)  # checked: through varlen_attention (whose own fast path records it)
+    assert len(calls) == 1
+    for _ in range(2):
+        assert call(qkv) is out  # one output, written again by every call
+    assert calls[1:] == [_expected(q, k, v, out, cu, max_seqlen, 0.125)] * 2
+    other, _, _ = _qkv(seed=1)  # new data, same layout: new pointers, same launch
+    call(other)
+    assert calls[-1] == _expected(*other.unbind(1), out, cu, max_seqlen, 0.125)
+
+
+def test_layout_attention_checks_again_whatever_changed(recorder, monkeypatch):
+    _, ready = recorder
+    qkv, cu, max_seqlen = _qkv()
+    ready(qkv[:, 0], max_seqlen)
+    call = ragged.LayoutAttention(cu, max_seqlen)
+    call(qkv)
+    checked = []
+    real = ragged.LayoutAttention._checked
+    monkeypatch.setattr(ragged.LayoutAttention, "_checked",
+                        lambda self, t: checked.append(1) or real(self, t))  # fmt: skip
+
+    def taken(t) -> bool:
+        """Whether ``call(t)`` went through the checked call."""
+        before = len(checked)
+        call(t)
+        return len(checked) > before
+
+    assert not taken(qkv)
+    assert taken(qkv.float())  # dtype
+    assert taken(qkv) and not taken(qkv)  # the fp16 layout is checked and kept again
+    assert taken(torch.cat([qkv, qkv], 2)[:, :, :12])  # strides
+    assert taken(qkv) and not taken(qkv)
+    KA.forget_plans()  # a sweep re-plans: kept launches go at the next rebind
+    ready(qkv[:, 0], max_seqlen)
+    call.rebind(cu, max_seqlen)
+    assert taken(qkv) and not taken(qkv)
+    monkeypatch.setattr(L, "_hooks_active", lambda: True)  # a profiler must see every launch
+    assert taken(qkv) and taken(qkv)
+    monkeypatch.setattr(L, "_hooks_active", lambda: False)
+    assert not taken(qkv)
+    replaced = dataclasses.replace(A.BACKENDS["triton"], run=lambda *a: a[-1])
+    monkeypatch.setitem(A.BACKENDS, "triton", replaced)
+    call.rebind(cu, max_seqlen)
+    assert taken(qkv) and taken(qkv)  # a replaced backend: every call after the rebind
+    with pytest.raises(ValueError, match=r"qkv must be \[total_tokens, 3"):
+        call(qkv[:, :2])
+
+
+def test_rebind_to_a_like_layout_keeps_the_launch_with_the_new_cu_seqlens(recorder):
+    calls, ready = recorder
+    qkv, cu, max_seqlen = _qkv()
+    q, k, v = qkv.unbind(1)
+    ready(q, max_seqlen)
+    call = ragged.LayoutAttention(cu, max_seqlen)
+    out = call(qkv)
+    new_cu = cu.clone()
+    call.rebind(new_cu, max_seqlen)
+    call(qkv)
+    assert calls[-1] == _expected(q, k, v, out, new_cu, max_seqlen, 0.125)
+    call.rebind(new_cu, max_seqlen + 1)  # another grid: the launch is dropped
+    assert call._launch is None
+    call.rebind(cu, max_seqlen)
+    call(qkv)  # checked, and kept again
+    assert call._launch is not None
+    call.rebind(cu[:-1], max_seqlen)  # another batch: dropped too
+    assert call._launch is None
