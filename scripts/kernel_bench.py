@@ -17,6 +17,7 @@ import functools
 import itertools
 import json
 import platform
+import statistics
 import sys
 import time
 from pathlib import Path
@@ -207,6 +208,18 @@ def launch_paths(args) -> list[dict]:
     def api_novalidate():
         ragged.varlen_attention(q, k, v, cu, max_seqlen, validate=False)
 
+    def api_checked():  # what varlen_attention(validate=False) ran before launch_ready
+        A._check_types(q, k, v, cu, max_seqlen, None)
+        A._check_available(A.BACKENDS["triton"], q, q.shape[2])
+        KA.varlen_attention_triton(q, k, v, cu, max_seqlen, 0.125, torch.empty_like(q))
+
+    qkv = torch.stack((q, k, v), dim=1)  # [T, 3, H, d], as the qkv projection lays it out
+    layout_call = ragged.LayoutAttention(cu, max_seqlen)
+    layout_call(qkv)  # checked once: the launch is kept
+
+    def api_layout():
+        layout_call(qkv)
+
     def api_validate():
         ragged.varlen_attention(q, k, v, cu, max_seqlen)
 
@@ -227,6 +240,7 @@ def launch_paths(args) -> list[dict]:
     def empty_run():
         erun(1, 1, 1, stream, efn, emeta, None, None, None, q)
 
+    scratch = torch.zeros(16, device="cuda")
     graph = torch.cuda.CUDAGraph()
     api_novalidate()
     torch.cuda.synchronize()
@@ -262,15 +276,18 @@ def launch_paths(args) -> list[dict]:
         "ragged Launcher.launch": launcher,
         "ragged.varlen_attention(validate=False)": api_novalidate,
         "ragged.varlen_attention(validate=False, out=)": api_out,
+        "  its checked path (the call before launch_ready)": api_checked,
+        "ragged.LayoutAttention call, packed qkv (launch kept)": api_layout,
         "ragged.varlen_attention(validate=True)": api_validate,
         "CUDA graph replay of one call": graph.replay,
         "fa2 aten op direct": fa2_direct,
         "ragged.varlen_attention(backend=fa2)": fa2_api,
+        "one aten op: x.add_(1)": lambda: scratch.add_(1),
         "empty triton kernel[grid]": empty_plain,
         "empty triton compiled.run direct": empty_run,
         **pieces,
     }
-    measured = H.measure_interleaved(paths, rounds=5, gpu=False)
+    measured = H.measure_interleaved(paths, rounds=args.rounds, gpu=False)
     rows = [{"path": name, **m} for name, m in measured.items()]
     ref = ragged.varlen_attention(q, k, v, cu, max_seqlen, backend="reference")
     plain()
@@ -279,6 +296,18 @@ def launch_paths(args) -> list[dict]:
     for r in rows:
         print(f"| {r['path']} | {_med(r, 'call_us'):.1f} | {_med(r, 'host_us'):.1f} |")
     print(f"(max abs diff of the launched kernel vs reference: {ok:.2e})")
+    print("\n| host_us / the bare fa2 op's, same round | median | min-max over rounds |")
+    print("|---|---|---|")
+    fa2 = measured["fa2 aten op direct"]["host_us"]["samples"]
+    for name in (
+        "ragged.varlen_attention(validate=False)",
+        "ragged.varlen_attention(validate=False, out=)",
+        "ragged.LayoutAttention call, packed qkv (launch kept)",
+        "  its checked path (the call before launch_ready)",
+        "one aten op: x.add_(1)",
+    ):
+        r = [a / b for a, b in zip(measured[name]["host_us"]["samples"], fa2, strict=True)]
+        print(f"| {name.strip()} | {statistics.median(r):.2f} | {min(r):.2f}-{max(r):.2f} |")
     return rows
 
 
@@ -388,6 +417,8 @@ def sweep(args) -> list[dict]:
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     p.add_argument("--launch-paths", action="store_true", help="compare Triton launch paths")
+    p.add_argument("--rounds", type=int, default=15,
+                   help="interleaved rounds of --launch-paths (its ratios pair them)")  # fmt: skip
     p.add_argument("--sweep", action="store_true", help="sweep kernel launch configs")
     p.add_argument("--sweep-seconds", type=float, default=240, help="time cap of the sweep")
     p.add_argument("--no-table", action="store_true", help="skip the backend table")
