@@ -3,6 +3,7 @@ the runner end to end on the CPU with a head that is really slower."""
 
 from __future__ import annotations
 
+import json
 import random
 import shutil
 import sys
@@ -200,3 +201,15 @@ def test_main_does_not_judge_host_time_of_separate_runs():
     rep = detect.history(points, ("kernel.AnchoredFloor", "host_ratio", "g"), {}, "ratio",
                          detect.load_policies())  # fmt: skip
     assert rep.status != "info" and rep.change_points == [6]
+
+
+def test_paired_report_tabulates_head_over_base(tmp_path, capsys):
+    from scripts import paired_report
+
+    doc = tmp_path / "ab.json"
+    doc.write_text(json.dumps(_doc([10.0] * 12, [8.0] * 12, aa=[10.0] * 12)))
+    assert paired_report.main([str(doc)]) == 0
+    row = capsys.readouterr().out.splitlines()[2]
+    assert "| 10.0 | 8.0 | 0.800 [0.800, 0.800] | 1.000 [1.000, 1.000] |" in row
+    assert paired_report.main([str(tmp_path / "missing.json")]) == 2
+    assert "cannot read" in capsys.readouterr().err
