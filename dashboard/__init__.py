@@ -1,9 +1,11 @@
 """The Streamlit dashboard over the results store (app.py)."""
 
+from ragbench.verdicts import Status as S
+
 # The pages, in the sidebar's order; Series is where the overview's links lead.
 PAGES = ["Overview", "Dispatch floors", "Speedups", "Numeric drift", "Compare", "Versions",
          "Machines", "Series"]  # fmt: skip
 
 # The Compare table's order: what fails a gate first, then what it could not judge.
-SEVERITY = ("failed", "missing", "violation", "regression", "inconclusive", "hash-changed",
-            "improvement", "new", "pre-existing", "unchanged")  # fmt: skip
+SEVERITY = (S.FAILED, S.MISSING, S.VIOLATION, S.REGRESSION, S.INCONCLUSIVE, S.HASH_CHANGED,
+            S.IMPROVEMENT, S.NEW, S.PRE_EXISTING, S.UNCHANGED)  # fmt: skip

@@ -28,6 +28,7 @@ from dashboard import PAGES, SEVERITY, paper
 from ragbench import detect, stats
 from ragbench.report import sensitivity_line
 from ragbench.store import FAILED, Store, StoreError, default_path, history_branch, store_spec
+from ragbench.verdicts import FAILING, MEANING, Headline, Status
 
 POLICIES = detect.load_policies()
 # Change points over a series' newest commits only: E-Divisive's permutation test costs
@@ -272,30 +273,11 @@ def narrow(df: pd.DataFrame, column: str, label: str, key: str) -> tuple[pd.Data
     return df[df[column] == value], value
 
 
-# Every status word the pages show, explained where it shows.
-STATUS_WORDS = {
-    "regression": "worse beyond the metric's threshold, and significant",
-    "improvement": "better beyond the threshold, and significant",
-    "unchanged": "no significant change beyond the threshold, with the power to see one",
-    "inconclusive": "the samples could not have shown a change of the threshold",
-    "violation": "a deterministic bound (drift, kernel error) broken on head",
-    "pre-existing": "the bound was broken on base too",
-    "failed": "the benchmark raised on head",
-    "missing": "base has a value, head none (NaN, skipped or gone)",
-    "new": "head has a value, base none: not counted",
-    "hash-changed": "the output hash changed: reported, never a failure",
-    "accepted": "a maintainer accepted this change: the new baseline",
-    "short": "too few earlier runs in this environment to judge",
-    "env-change": "the environment (torch, triton, driver ...) changed: judged from the new one",
-    "info": "recorded and shown, never judged (not calibrated)",
-}
-
-
 def legend(statuses) -> None:
     """A caption explaining each status word in ``statuses``."""
-    words = [s for s in STATUS_WORDS if s in set(statuses)]
+    words = [s for s in MEANING if s in set(statuses)]
     if words:
-        st.caption("; ".join(f"**{s}**: {STATUS_WORDS[s]}" for s in words))
+        st.caption("; ".join(f"**{s}**: {MEANING[s]}" for s in words))
 
 
 def worse_by(change: float | None) -> str:
@@ -335,7 +317,9 @@ def overview(ctx):
             c = comparison(ctx["path"], ctx["mtime"], base, head, False)
             # host-time cells of separate runs are inconclusive by design (they move 1.6-2.1x
             # between processes): judged only by a pull request's paired gate, not here
-            judged = [v for v in c.verdicts if not (v.policy.paired and v.status == "inconclusive")]
+            judged = [
+                v for v in c.verdicts if not (v.policy.paired and v.status == Status.INCONCLUSIVE)
+            ]
             host = len(c.verdicts) - len(judged)
             c = detect.Comparison(judged, c.alpha)
             status = c.headline.upper()
@@ -358,7 +342,7 @@ def overview(ctx):
         failed = failed[failed["commit_hash"] == run["commit_hash"]]
         if not failed.empty:
             st.error(f"{len(failed)} cell(s) failed on the latest commit (the benchmark raised):")
-            links(m, [((r.benchmark, r.metric, r.param_key), "failed", None)
+            links(m, [((r.benchmark, r.metric, r.param_key), Status.FAILED, None)
                       for r in failed.itertuples()])  # fmt: skip
         # the lookback only: change points are drawn on each series' own page (0.6 s saved)
         reports = histories(ctx["path"], ctx["mtime"], ctx["branch"], m, LOOKBACK_COMMITS,
@@ -395,7 +379,15 @@ def sparklines(reports) -> None:
         )  # fmt: skip
 
 
-FOUND = ("regression", "accepted", "improvement", "violation", "failed", "missing", "inconclusive")
+FOUND = (
+    Status.REGRESSION,
+    Status.ACCEPTED,
+    Status.IMPROVEMENT,
+    Status.VIOLATION,
+    Status.FAILED,
+    Status.MISSING,
+    Status.INCONCLUSIVE,
+)
 
 
 def links(machine: str, found: list[tuple]) -> None:
@@ -557,7 +549,7 @@ def compare(ctx):
             ),
         }
         for v in c.verdicts
-        if v.status != "info"
+        if v.status != Status.INFO
     ]
     df = pd.DataFrame(rows).sort_values("_rank", kind="stable").drop(columns="_rank")
     # the notes are sentences, the same for many rows: numbered in the table, written below it
@@ -646,14 +638,14 @@ def upgrade_reports(ctx, runs: pd.DataFrame, commits: list[str]) -> None:
         if name == ref:
             continue
         c = comparison(ctx["path"], ctx["mtime"], ids[ref], ids[name], False)
-        changed = [v for v in c.verdicts if v.status in detect.FAILING]
-        verdict = ("safe to upgrade" if c.headline == "pass" else
+        changed = [v for v in c.verdicts if v.status in FAILING]
+        verdict = ("safe to upgrade" if c.headline == Headline.PASS else
                    f"not shown safe ({c.headline}): {len(changed)} cell(s) changed")  # fmt: skip
         verdicts.append(f"- **{name}** against {ref}: **{c.headline.upper()}**, {verdict}")
         for v in c.verdicts:
             row = table.setdefault(v.key, {"metric": f"{v.key[0]}.{v.key[1]}", "cell": v.key[2],
                                            ref: _shown(v.base, v.unit)})  # fmt: skip
-            word = "" if v.status == "unchanged" else f" · {v.status} {worse_by(v.change)}"
+            word = "" if v.status == Status.UNCHANGED else f" · {v.status} {worse_by(v.change)}"
             row[name] = (_shown(v.head, v.unit) + word).strip()
             statuses.append(v.status)
     st.markdown("\n".join(verdicts))

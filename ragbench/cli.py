@@ -29,6 +29,7 @@ from .store import (
     history_branch,
     store_spec,
 )
+from .verdicts import FAILING, Headline, Status
 
 MODE_HELP = "grid size: quick (pull requests, make demo; ~1.5 min on an H100 GPU) or full (main)"
 
@@ -207,8 +208,8 @@ def _versions(args) -> int:
     title = (f"ragbench versions: {args.to_spec} against {args.from_spec}, "
              f"{result.head[:12]}")  # fmt: skip
     text = gate_markdown(result, title=title)
-    changed = [v for v in c.verdicts if v.status in detect.FAILING]
-    if c.headline == "pass":
+    changed = [v for v in c.verdicts if v.status in FAILING]
+    if c.headline == Headline.PASS:
         last = f"Safe to upgrade from {args.from_spec} to {args.to_spec} on this machine."
     else:
         worst = ", ".join(f"{v.key[0]}.{v.key[1]} {v.key[2]} {v.status}"
@@ -255,7 +256,7 @@ def _bisect(args, policies) -> int:
             )
         change = f" {v.change:+.1%}" if v.change is not None else ""
         note = f"{v.status}{change}: {v.note}" if v.note else f"{v.status}{change}"
-        return v.status in detect.FAILING, note
+        return v.status in FAILING, note
 
     b = bisect.bisect(first, last, shows, log=_log)
     text = bisect.markdown(b, args.bisect, first, last)
@@ -310,7 +311,7 @@ def _detect(args) -> int:
     failed = [r for r in everything if r["status"] == FAILED and r["commit_hash"] == newest]
     reports = detect.histories(rows, policies, last=args.last, acceptances=store.acceptances())
     print(history_markdown(reports, machine, failed))
-    return 1 if failed or any(r.status == "regression" for r in reports) else 0
+    return 1 if failed or any(r.status == Status.REGRESSION for r in reports) else 0
 
 
 # --- arguments ------------------------------------------------------------------------------

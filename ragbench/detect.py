@@ -19,6 +19,7 @@ from pathlib import Path
 
 from . import jsonfile, stats
 from .store import FAILED, Store, param_key
+from .verdicts import FAILING, Headline, Status
 
 POLICIES = Path(__file__).with_name("policies.toml")
 STATISTICAL = ("latency", "throughput")
@@ -103,11 +104,6 @@ def pool(cells: Iterable[Cell]) -> dict[Key, Cell]:
     return out
 
 
-# Verdicts that fail a gate: slower or worse beyond the threshold, a bound broken, a cell that
-# failed on head, or one that base has and head does not (NaN, skipped, or gone).
-FAILING = ("regression", "violation", "failed", "missing")
-
-
 @dataclass
 class Verdict:
     """The judgement of one cell. ``change`` is the relative change in the bad direction
@@ -121,7 +117,7 @@ class Verdict:
     params: dict
     unit: str | None
     policy: Policy
-    status: str
+    status: Status
     base: float | None = None
     head: float | None = None
     ratio: float | None = None  # head / base
@@ -159,11 +155,17 @@ class Comparison:
     def inconclusive(self) -> bool:
         """Most gated cells could not have shown a change of their threshold: no verdict."""
         gated = self.gated()
-        return 2 * len([v for v in gated if v.status == "inconclusive"]) > len(gated)
+        return 2 * len([v for v in gated if v.status == Status.INCONCLUSIVE]) > len(gated)
 
     @property
-    def headline(self) -> str:
-        return "fail" if self.failed else "inconclusive" if self.inconclusive else "pass"
+    def headline(self) -> Headline:
+        return (
+            Headline.FAIL
+            if self.failed
+            else Headline.INCONCLUSIVE
+            if self.inconclusive
+            else Headline.PASS
+        )
 
 
 def _ratio(head: float, base: float) -> float:
@@ -197,22 +199,22 @@ def compare(
         b, h = base.get(key), head.get(key)
         cell = h or b
         policy = policies.for_metric(cell.benchmark, cell.metric)
-        v = Verdict(key, cell.params, cell.unit, policy, "info")
+        v = Verdict(key, cell.params, cell.unit, policy, Status.INFO)
         v.base = b.median if b else None
         v.head = h.median if h else None
         if h is not None and h.failures:  # the benchmark raised on head: never a pass
-            v.status = "failed"
+            v.status = Status.FAILED
             v.note = f"raised in {h.failures} head run(s)" + (
                 f", and in {b.failures} base run(s)" if b is not None and b.failures else ""
             )
         elif h is not None and h.absent and v.base is not None:  # a NaN in some head run
-            v.status = "missing"
+            v.status = Status.MISSING
             v.note = f"no value in {h.absent} of the head runs (NaN or skipped there)"
         elif v.head is None and v.base is None:  # failed on base, no value on head either
-            v.status = "unchanged"
+            v.status = Status.UNCHANGED
             v.note = "no value on either side (failed on base)"
         elif v.head is None:  # whatever the kind: a NaN is no measurement
-            v.status = "missing"
+            v.status = Status.MISSING
             v.note = "no value on head: NaN, skipped, or no longer measured"
         elif policy.kind == "info":
             pass
@@ -221,12 +223,12 @@ def compare(
         elif policy.kind == "bound":
             _bound(v, policy, h, head, base)
         elif v.base is None:
-            v.status = "new"
+            v.status = Status.NEW
             v.note = "failed on base" if b is not None else ""
         elif policy.kind == "hash":
-            v.status = "hash-changed" if v.base != v.head else "unchanged"
+            v.status = Status.HASH_CHANGED if v.base != v.head else Status.UNCHANGED
         elif policy.kind == "latency" and v.head == 0 < v.base:
-            v.status = "missing"
+            v.status = Status.MISSING
             v.note = "a latency of 0 on head: nothing was measured"
         else:
             lower = policy.kind == "latency"
@@ -247,15 +249,15 @@ def compare(
     for v, p_adj in zip(tested, adjusted, strict=True):
         v.p_adj = p_adj
         v.status = _by_threshold(v.change, _threshold(v.policy), significant=p_adj < alpha)
-        if _across_processes(v) or (v.status != "unchanged" and not detail):
+        if _across_processes(v) or (v.status != Status.UNCHANGED and not detail):
             continue
         b, h = base[v.key], head[v.key]
         lower = v.policy.kind == "latency"
         v.detectable = stats.min_detectable(
             b.samples, h.samples, alpha / len(tested), v.policy.threshold, lower
         )
-        if v.status == "unchanged" and v.detectable > v.policy.threshold:
-            v.status = "inconclusive"
+        if v.status == Status.UNCHANGED and v.detectable > v.policy.threshold:
+            v.status = Status.INCONCLUSIVE
             v.note = (
                 "too few samples to detect any change" if math.isinf(v.detectable)
                 else f"could detect only {v.detectable * 100:.0f}%"
@@ -278,8 +280,8 @@ def _across_processes(v: Verdict) -> bool:
     stands (fail closed), anything else is inconclusive. -> whether ``v`` is such a metric."""
     if not v.policy.paired:
         return False
-    if v.status != "regression":
-        v.status = "inconclusive"
+    if v.status != Status.REGRESSION:
+        v.status = Status.INCONCLUSIVE
         v.note = "includes host time: judged only with base and head in one process"
     else:
         v.note = f"beyond the {CROSS_PROCESS:.0%} that separate processes can show"
@@ -290,12 +292,12 @@ def _by_threshold(change: float | None, threshold: float, significant: bool) -> 
     """regression / improvement / unchanged for a change in the bad direction (+0.05: 5%
     worse) that ``significant`` says is real."""
     if not significant or change is None:
-        return "unchanged"
+        return Status.UNCHANGED
     if change > threshold:
-        return "regression"
+        return Status.REGRESSION
     if change <= -1 or -change / (1 + change) > threshold:  # -1: all of the cost gone
-        return "improvement"
-    return "unchanged"
+        return Status.IMPROVEMENT
+    return Status.UNCHANGED
 
 
 def _limit(policy: Policy, cell: Cell, side: dict[Key, Cell],
@@ -333,10 +335,10 @@ def _bound(v: Verdict, policy: Policy, h: Cell, head: dict, base: dict) -> None:
     its own run's references, and head is no worse than base."""
     why = _violates(policy, h, head, base)
     if why is None:
-        v.status = "unchanged"
+        v.status = Status.UNCHANGED
         return
     v.note = why
-    v.status = "violation"
+    v.status = Status.VIOLATION
     b = base.get(v.key)
     if b is None or b.median is None or _violates(policy, b, base) is None:
         return
@@ -344,7 +346,7 @@ def _bound(v: Verdict, policy: Policy, h: Cell, head: dict, base: dict) -> None:
         policy.min is not None and h.median < b.median
     )
     if not worse:
-        v.status = "pre-existing"
+        v.status = Status.PRE_EXISTING
 
 
 # --- main: lookback and change points ------------------------------------------------------
@@ -372,7 +374,7 @@ class SeriesReport:
     latest_z: float | None = None
     latest_change: float | None = None
     # regression | accepted | improvement | unchanged | short | env-change | info
-    status: str = "unchanged"
+    status: Status = Status.UNCHANGED
     accepted: list[int] = field(default_factory=list)  # points whose change was accepted
 
     def describe_change(self, i: int) -> str:
@@ -407,10 +409,10 @@ def history(points: list[Point], key: Key, params: dict, unit: str | None,
     rep = SeriesReport(key, params, unit, points, cps, env_changes)
     rep.accepted = [i for i, p in enumerate(points) if p.commit_hash in accepted]
     if policy.paired:
-        rep.status = "info"
+        rep.status = Status.INFO
         return rep
     if policy.kind not in STATISTICAL or len(points) < 2:
-        rep.status = "short" if policy.kind in STATISTICAL else "info"
+        rep.status = Status.SHORT if policy.kind in STATISTICAL else Status.INFO
         return rep
     latest = points[-1]
     start = max((i for i in rep.accepted if i < len(points) - 1), default=0)
@@ -418,15 +420,15 @@ def history(points: list[Point], key: Key, params: dict, unit: str | None,
     same_env = [p.value for p in since if p.env_key == latest.env_key]
     lookback = same_env[-int(conf.get("lookback", 10)) :]
     if len(lookback) < int(conf.get("min_size", 3)):
-        rep.status = "env-change" if len(same_env) < len(since) else "short"
+        rep.status = Status.ENV_CHANGE if len(same_env) < len(since) else Status.SHORT
         return rep
     lower = policy.kind == "latency"
     rep.latest_z = stats.robust_z(lookback, latest.value)
     rep.latest_change = _bad_change(_ratio(latest.value, statistics.median(lookback)), lower)
     beyond = abs(rep.latest_z) > float(conf.get("mad_k", 5.0))
     rep.status = _by_threshold(rep.latest_change, policy.threshold, significant=beyond)
-    if rep.status == "regression" and len(points) - 1 in rep.accepted:
-        rep.status = "accepted"
+    if rep.status == Status.REGRESSION and len(points) - 1 in rep.accepted:
+        rep.status = Status.ACCEPTED
     return rep
 
 

@@ -21,8 +21,7 @@ from pathlib import Path
 from . import detect, paired, suite
 from .ingest import ingest
 from .store import Store
-
-JSON_SCHEMA = 2  # of to_json's document; ragbench verdict refuses any other
+from .verdicts import FAILING, Headline, Status, gate_document
 
 
 class GateError(RuntimeError):
@@ -48,30 +47,12 @@ class GateResult:
     @property
     def exit_code(self) -> int:
         """0 pass; 1 fail, or inconclusive (most gated cells could not be judged)."""
-        return 0 if self.comparison.headline == "pass" else 1
+        return 0 if self.comparison.headline == Headline.PASS else 1
 
 
 def to_json(res: GateResult) -> dict:
-    """The gate's verdict for ``ragbench verdict`` (``--json``): pass, fail or inconclusive,
-    and every cell that keeps it from passing."""
-    return {
-        "schema": JSON_SCHEMA,
-        "base": res.base,
-        "head": res.head,
-        "machine": res.machine,
-        "verdict": res.comparison.headline,
-        "failures": [
-            {"benchmark": v.key[0], "metric": v.key[1], "param_key": v.key[2],
-             "status": v.status, "change": v.change, "note": v.note}
-            for v in res.comparison.by_status(*_failures(res.comparison.headline))
-        ],
-    }  # fmt: skip
-
-
-def _failures(headline: str) -> tuple[str, ...]:
-    """The statuses that keep a verdict from passing: an inconclusive run's inconclusive
-    cells (a maintainer may accept them like a regression, or re-run the gate)."""
-    return ("inconclusive",) if headline == "inconclusive" else detect.FAILING
+    """The gate's verdict for ``ragbench verdict`` (``--json``): ``verdicts.gate_document``."""
+    return gate_document(res.base, res.head, res.machine, res.comparison)
 
 
 def _resolve(ref: str, store: Store | None, machine: str) -> str:
@@ -138,7 +119,7 @@ def _paired(result: GateResult, policies, *, processes, mode, work, log) -> None
     verdicts = {v.key: v for v in paired.judge(paired.collect(docs), policies, method, processes)}
     for i, v in enumerate(c.verdicts):
         paired_v = verdicts.pop(v.key, None)
-        if paired_v is not None and v.status not in ("failed", "missing"):
+        if paired_v is not None and v.status not in (Status.FAILED, Status.MISSING):
             c.verdicts[i] = paired_v
     c.verdicts += verdicts.values()  # cells the asv runs did not have
     result.paired_method, result.paired_processes = method, processes
@@ -205,7 +186,7 @@ def run_gate(
                                       environment=environments.get(side))  # fmt: skip
         pooled = {side: detect.cells(store, ids[side]) for side in ids}
         comparison = _judgeable(detect.compare(pooled["base"], pooled["head"], policies))
-        flagged = [v for v in comparison.verdicts if v.status == "regression"]
+        flagged = [v for v in comparison.verdicts if v.status == Status.REGRESSION]
         if flagged:
             log(f"gate: {len(flagged)} regression(s) flagged; measuring them once more")
             keys = [v.key for v in flagged]
@@ -223,10 +204,10 @@ def run_gate(
             for v in flagged:
                 v.rechecked = True
                 w = again.get(v.key)
-                if w is not None and w.status not in detect.FAILING:
-                    v.status = "unchanged"
+                if w is not None and w.status not in FAILING:
+                    v.status = Status.UNCHANGED
                     v.note = "flagged, then not reproduced when re-measured"
-                elif w is not None and w.status != "regression":  # it broke: never a pass
+                elif w is not None and w.status != Status.REGRESSION:  # it broke: never a pass
                     v.status, v.note = w.status, f"flagged, then {w.status} when re-measured"
             result.rechecked = len(flagged)
         result.comparison = comparison

@@ -30,6 +30,7 @@ from pathlib import Path
 
 from . import detect, stats
 from .store import param_key
+from .verdicts import Status
 
 REPO = Path(__file__).resolve().parent.parent
 PROCESSES = 3  # fresh processes a comparison pools (calibrated: docs/calibration.md)
@@ -148,16 +149,16 @@ def judge(cells: dict[detect.Key, PairedCell], policies: detect.Policies, method
         policy = policies.for_metric(cell.benchmark, cell.metric)
         if not policy.paired:
             continue
-        v = detect.Verdict(key, cell.params, cell.unit, policy, "info", method=method)
+        v = detect.Verdict(key, cell.params, cell.unit, policy, Status.INFO, method=method)
         base, head = cell.rounds.get("base"), cell.rounds.get("head")
         v.base = statistics.median(base) if base else None
         v.head = statistics.median(head) if head else None
         if "head" in cell.errors:
-            v.status, v.note = "failed", f"head raised: {cell.errors['head']}"
+            v.status, v.note = Status.FAILED, f"head raised: {cell.errors['head']}"
         elif v.head is None:
-            v.status, v.note = "missing", "no value on head"
+            v.status, v.note = Status.MISSING, "no value on head"
         elif v.base is None:
-            v.status = "new"
+            v.status = Status.NEW
             v.note = f"base raised: {cell.errors['base']}" if "base" in cell.errors else ""
         elif policy.kind in detect.STATISTICAL:
             tested.append(v)
@@ -207,15 +208,15 @@ def _decide(v, cell: PairedCell, significant: bool, p_adj: float, level: float, 
     if aa:
         moved = abs(detect._bad_change(statistics.median(aa), lower))
         v.note += f"; A/A {moved * 100:.1f}%"
-        if v.status != "regression" and moved > t / 2:
-            v.status = "inconclusive"
+        if v.status != Status.REGRESSION and moved > t / 2:
+            v.status = Status.INCONCLUSIVE
             v.note += f": the A/A arm moved more than half the {t * 100:.0f}% threshold"
             return
-    if v.status != "unchanged":
+    if v.status != Status.UNCHANGED:
         return
     if _p(cell, method, best=True) >= 1 - level:  # not even every sign alike would be flagged
-        v.status, v.detectable = "inconclusive", math.inf
+        v.status, v.detectable = Status.INCONCLUSIVE, math.inf
         v.note += "; too few rounds to detect any change"
     elif reach > t:
-        v.status = "inconclusive"
+        v.status = Status.INCONCLUSIVE
         v.note += f"; could detect only {reach * 100:.0f}%, threshold {t * 100:.0f}%"

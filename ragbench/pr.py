@@ -13,49 +13,16 @@ for the failures of the head commit it was given on, or withdraws it (the label 
 from __future__ import annotations
 
 import os
-import re
 from dataclasses import dataclass
 from pathlib import Path
 
 from . import jsonfile
-from .detect import FAILING
-from .gate import JSON_SCHEMA
 from .github import MARKER, Client
 from .store import Store
+from .verdicts import Status, VerdictError, read_gate_document
 
-VERDICTS = ("pass", "fail", "inconclusive")  # of the gate's JSON
 LABEL = "perf-regression-accepted"
 WRITERS = ("admin", "maintain", "write")
-_SHA = re.compile(r"[0-9a-f]{40}(?:[0-9a-f]{24})?")
-
-
-class VerdictError(ValueError):
-    """The gate's output cannot be judged: missing, malformed, or of another commit."""
-
-
-def read_gate_json(path: Path, head: str) -> dict:
-    """The gate's JSON for ``head``, every field checked; VerdictError saying what is off."""
-    try:
-        doc = jsonfile.read(path, limit=8 * 2**20)
-    except ValueError as exc:
-        raise VerdictError(f"{path}: {exc}") from None
-    if not isinstance(doc, dict) or doc.get("schema") != JSON_SCHEMA:
-        raise VerdictError(f"{path}: not the gate's JSON (schema {JSON_SCHEMA})")
-    if doc.get("head") != head:
-        raise VerdictError(f"{path} is for head {str(doc.get('head'))[:40]!r}, not {head}")
-    if not isinstance(doc.get("base"), str) or not _SHA.fullmatch(doc["base"]):
-        raise VerdictError(f"{path}: base {str(doc.get('base'))[:40]!r} is not a commit hash")
-    failures = doc.get("failures")
-    if doc.get("verdict") not in VERDICTS or not isinstance(failures, list):
-        raise VerdictError(f"{path}: no verdict and list of failures")
-    for f in failures:
-        if not (isinstance(f, dict) and f.get("status") in (*FAILING, "inconclusive")
-                and all(isinstance(f.get(k), str) and f[k] for k in ("benchmark", "metric"))
-                and isinstance(f.get("param_key"), str)):  # fmt: skip
-            raise VerdictError(f"{path}: malformed failure {str(f)[:120]}")
-    if (doc["verdict"] != "pass") != bool(failures):
-        raise VerdictError(f"{path}: verdict {doc['verdict']!r} with {len(failures)} failure(s)")
-    return doc
 
 
 @dataclass
@@ -84,7 +51,7 @@ def judge(failures: list[dict], acceptances: list[dict]) -> Judgement:
     if not left:
         who = ", ".join(sorted({a["accepted_by"] for a in acceptances}))
         return Judgement("success", f"{len(failures)} failing cell(s) accepted by {who}", [])
-    if all(f["status"] == "inconclusive" for f in left):
+    if all(f["status"] == Status.INCONCLUSIVE for f in left):
         return Judgement("failure", f"inconclusive: {len(left)} cell(s) could not be judged "
                          "(too noisy or too few samples); re-run the gate", left)  # fmt: skip
     return Judgement("failure", f"{len(left)} failing cell(s), not accepted", left)
@@ -128,7 +95,7 @@ def verdict(store: Store, client: Client | None, *, gate_json: Path, report: Pat
     """Judge the gate's output for ``pr`` at ``head``; with a ``client``, post the comment and
     the status (and take a stale acceptance label off a failing head)."""
     try:
-        doc = read_gate_json(gate_json, head)
+        doc = read_gate_document(gate_json, head)
     except VerdictError as exc:
         j = Judgement("error", f"the gate produced no verdict: {exc}"[:140], [])
         if client is not None:  # the whole reason in the comment, the status has 140 chars

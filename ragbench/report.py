@@ -9,6 +9,7 @@ from collections import defaultdict
 from . import paired
 from .detect import Comparison, SeriesReport, Verdict
 from .gate import GateResult
+from .verdicts import Status
 
 
 def _num(x: float | None, digits: int = 4) -> str:
@@ -57,12 +58,12 @@ def _stat_table(verdicts: list[Verdict]) -> list[str]:
 
 def gate_markdown(res: GateResult, title: str | None = None) -> str:
     c = res.comparison
-    regressions = c.by_status("regression")
-    violations = c.by_status("violation")
-    failed = c.by_status("failed")
-    missing = c.by_status("missing")
-    improvements = c.by_status("improvement")
-    inconclusive = c.by_status("inconclusive")
+    regressions = c.by_status(Status.REGRESSION)
+    violations = c.by_status(Status.VIOLATION)
+    failed = c.by_status(Status.FAILED)
+    missing = c.by_status(Status.MISSING)
+    improvements = c.by_status(Status.IMPROVEMENT)
+    inconclusive = c.by_status(Status.INCONCLUSIVE)
     verdict = f"**{c.headline.upper()}**"
     lines = [
         f"## {title or f'ragbench gate: {res.head[:12]} against {res.base[:12]}'} - {verdict}",
@@ -133,22 +134,22 @@ def gate_markdown(res: GateResult, title: str | None = None) -> str:
         lines += [f"- {_name(v)}: {v.note}" for v in inconclusive[:50]]
         if len(inconclusive) > 50:
             lines.append(f"- ... and {len(inconclusive) - 50} more")
-    pre = c.by_status("pre-existing")
+    pre = c.by_status(Status.PRE_EXISTING)
     if pre:
         lines += ["", "### Bounds broken on base as well", ""]
         lines += [f"- {_name(v)}: {v.note}" for v in pre]
-    hashes = c.by_status("hash-changed")
+    hashes = c.by_status(Status.HASH_CHANGED)
     if hashes:
         lines += ["", "### Output hashes changed (numbers moved; within bounds)", ""]
         lines += [f"- {_name(v)}" for v in hashes]
-    new = c.by_status("new")
+    new = c.by_status(Status.NEW)
     if new:
         lines += ["", "### New on head (no baseline data)", ""]
         lines += [f"- {_name(v)}" + (f" ({v.note})" if v.note else "") for v in new[:50]]
         if len(new) > 50:
             lines.append(f"- ... and {len(new) - 50} more")
     lines += ["", *sensitivity(c.verdicts)]
-    unchanged = [v for v in c.by_status("unchanged") if v.p is not None]
+    unchanged = [v for v in c.by_status(Status.UNCHANGED) if v.p is not None]
     if unchanged:
         lines += ["", "<details><summary>Unchanged cells</summary>", "",
                   *_stat_table(unchanged), "", "</details>"]  # fmt: skip
@@ -196,7 +197,9 @@ def sensitivity(verdicts: list[Verdict]) -> list[str]:
 
 def history_markdown(reports: list[SeriesReport], machine: str, failed: list[dict] = ()) -> str:
     """Main's history; ``failed``: the newest commit's cells that failed (store rows)."""
-    flagged = [r for r in reports if r.status in ("regression", "accepted", "improvement")]
+    flagged = [
+        r for r in reports if r.status in (Status.REGRESSION, Status.ACCEPTED, Status.IMPROVEMENT)
+    ]
     moved = [r for r in reports if r.change_points]
     lines = [
         f"## ragbench detect: machine `{machine}`",

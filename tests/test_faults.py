@@ -22,10 +22,10 @@ from conftest import REPO, commit, fresh_copy, git
 from test_store import pytest_benchmark_json
 
 from ragbench import cli, record, suite, synth
-from ragbench.gate import JSON_SCHEMA as SCHEMA
 from ragbench.github import MARKER
 from ragbench.ingest import ingest
 from ragbench.store import Store
+from ragbench.verdicts import JSON_SCHEMA as SCHEMA
 from scripts.fail_closed import FAULTS
 from scripts.fake_github import FakeGitHub
 

@@ -11,7 +11,7 @@ import sys
 import pytest
 from conftest import REPO
 
-from ragbench import detect, gate, paired, pr, stats
+from ragbench import detect, gate, paired, pr, stats, verdicts
 from ragbench.detect import Cell, Policies, Policy
 
 POLICIES = Policies(
@@ -213,3 +213,26 @@ def test_paired_report_tabulates_head_over_base(tmp_path, capsys):
     assert "| 10.0 | 8.0 | 0.800 [0.800, 0.800] | 1.000 [1.000, 1.000] |" in row
     assert paired_report.main([str(tmp_path / "missing.json")]) == 2
     assert "cannot read" in capsys.readouterr().err
+
+
+def test_the_gate_s_document_reads_back_and_nothing_else_does(tmp_path):
+    """One contract (ragbench.verdicts): what gate_document writes, read_gate_document reads;
+    a document of another schema, head or shape is refused."""
+    pol = Policies((Policy("*", "throughput", threshold=0.10),), {"alpha": 0.01}, {})
+    base = {("b", "img_per_s", ""): Cell("b", "img_per_s", "", {}, "img/s", [100.0] * 12)}
+    head = {("b", "img_per_s", ""): Cell("b", "img_per_s", "", {}, "img/s", [50.0] * 12)}
+    c = detect.compare(base, head, pol)
+    assert c.headline == verdicts.Headline.FAIL
+    path = tmp_path / "gate.json"
+    doc = verdicts.gate_document("a" * 40, "b" * 40, "m", c)
+    path.write_text(json.dumps(doc))
+    back = verdicts.read_gate_document(path, "b" * 40)
+    assert back["verdict"] == "fail" and back["failures"][0]["status"] == "regression"
+    for bad in ({**doc, "schema": verdicts.JSON_SCHEMA + 1}, {**doc, "verdict": "pass"},
+                {**doc, "failures": [{**doc["failures"][0], "status": "regresion"}]}):  # fmt: skip
+        path.write_text(json.dumps(bad))
+        with pytest.raises(verdicts.VerdictError):
+            verdicts.read_gate_document(path, "b" * 40)
+    path.write_text(json.dumps(doc))
+    with pytest.raises(verdicts.VerdictError, match="not c"):
+        verdicts.read_gate_document(path, "c" * 40)

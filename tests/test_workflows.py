@@ -14,9 +14,9 @@ from pathlib import Path
 import pytest
 
 from ragbench import github
-from ragbench.gate import JSON_SCHEMA
 from ragbench.github import MARKER
 from ragbench.store import Store
+from ragbench.verdicts import JSON_SCHEMA
 from scripts import rehearse
 from scripts.fake_github import FakeGitHub
 

@@ -1,0 +1,124 @@
+"""What a verdict can say, and the gate's JSON document, in one place.
+
+``Status`` is every word a cell's verdict (``detect``, ``paired``) or a series' latest point
+(``detect.history``) can carry; ``Headline`` the gate's pass / fail / inconclusive. Both are
+``StrEnum``: a member equals its word, so the store, the JSON and the reports keep the words,
+and a misspelt status is an AttributeError instead of a comparison that never matches.
+
+The gate's JSON (``ragbench gate --json``, read by ``ragbench verdict`` in the trusted job
+that never runs the pull request's code) is written by ``gate_document`` and read back by
+``read_gate_document``, which checks every field: schema ``JSON_SCHEMA``.
+"""
+
+from __future__ import annotations
+
+import re
+from enum import StrEnum
+from pathlib import Path
+
+from . import jsonfile
+
+
+class Status(StrEnum):
+    REGRESSION = "regression"  # worse beyond the metric's threshold, and significant
+    IMPROVEMENT = "improvement"
+    UNCHANGED = "unchanged"
+    INCONCLUSIVE = "inconclusive"
+    VIOLATION = "violation"
+    PRE_EXISTING = "pre-existing"
+    FAILED = "failed"
+    MISSING = "missing"
+    NEW = "new"
+    HASH_CHANGED = "hash-changed"
+    ACCEPTED = "accepted"
+    SHORT = "short"
+    ENV_CHANGE = "env-change"
+    INFO = "info"
+
+
+# What each word means, where a page or a report shows it.
+MEANING = {
+    Status.REGRESSION: "worse beyond the metric's threshold, and significant",
+    Status.IMPROVEMENT: "better beyond the threshold, and significant",
+    Status.UNCHANGED: "no significant change beyond the threshold, with the power to see one",
+    Status.INCONCLUSIVE: "the samples could not have shown a change of the threshold",
+    Status.VIOLATION: "a deterministic bound (drift, kernel error) broken on head",
+    Status.PRE_EXISTING: "the bound was broken on base too",
+    Status.FAILED: "the benchmark raised on head",
+    Status.MISSING: "base has a value, head none (NaN, skipped or gone)",
+    Status.NEW: "head has a value, base none: not counted",
+    Status.HASH_CHANGED: "the output hash changed: reported, never a failure",
+    Status.ACCEPTED: "a maintainer accepted this change: the new baseline",
+    Status.SHORT: "too few earlier runs in this environment to judge",
+    Status.ENV_CHANGE: "the environment (torch, triton, driver ...) changed: judged from the "
+    "new one",
+    Status.INFO: "recorded and shown, never judged (not calibrated)",
+}
+
+# Verdicts that fail a gate: slower or worse beyond the threshold, a bound broken, a cell that
+# failed on head, or one that base has and head does not (NaN, skipped, or gone).
+FAILING = (Status.REGRESSION, Status.VIOLATION, Status.FAILED, Status.MISSING)
+
+
+class Headline(StrEnum):
+    PASS = "pass"
+    FAIL = "fail"
+    INCONCLUSIVE = "inconclusive"  # most gated cells could not be judged: no pass
+
+
+# --- the gate's JSON -------------------------------------------------------------------------
+
+JSON_SCHEMA = 2  # of gate_document's document; read_gate_document refuses any other
+_SHA = re.compile(r"[0-9a-f]{40}(?:[0-9a-f]{24})?")
+
+
+class VerdictError(ValueError):
+    """The gate's output cannot be judged: missing, malformed, or of another commit."""
+
+
+def failures_of(headline: str) -> tuple[Status, ...]:
+    """The statuses that keep a verdict from passing: an inconclusive run's inconclusive
+    cells (a maintainer may accept them like a regression, or re-run the gate)."""
+    return (Status.INCONCLUSIVE,) if headline == Headline.INCONCLUSIVE else FAILING
+
+
+def gate_document(base: str, head: str, machine: str, comparison) -> dict:
+    """The gate's verdict on ``comparison`` (a ``detect.Comparison``): pass, fail or
+    inconclusive, and every cell that keeps it from passing."""
+    return {
+        "schema": JSON_SCHEMA,
+        "base": base,
+        "head": head,
+        "machine": machine,
+        "verdict": str(comparison.headline),
+        "failures": [
+            {"benchmark": v.key[0], "metric": v.key[1], "param_key": v.key[2],
+             "status": str(v.status), "change": v.change, "note": v.note}
+            for v in comparison.by_status(*failures_of(comparison.headline))
+        ],
+    }  # fmt: skip
+
+
+def read_gate_document(path: Path, head: str) -> dict:
+    """The gate's JSON for ``head``, every field checked; VerdictError saying what is off."""
+    try:
+        doc = jsonfile.read(path, limit=8 * 2**20)
+    except ValueError as exc:
+        raise VerdictError(f"{path}: {exc}") from None
+    if not isinstance(doc, dict) or doc.get("schema") != JSON_SCHEMA:
+        raise VerdictError(f"{path}: not the gate's JSON (schema {JSON_SCHEMA})")
+    if doc.get("head") != head:
+        raise VerdictError(f"{path} is for head {str(doc.get('head'))[:40]!r}, not {head}")
+    if not isinstance(doc.get("base"), str) or not _SHA.fullmatch(doc["base"]):
+        raise VerdictError(f"{path}: base {str(doc.get('base'))[:40]!r} is not a commit hash")
+    failures = doc.get("failures")
+    if doc.get("verdict") not in tuple(Headline) or not isinstance(failures, list):
+        raise VerdictError(f"{path}: no verdict and list of failures")
+    for f in failures:
+        if not (isinstance(f, dict) and f.get("status") in (*FAILING, Status.INCONCLUSIVE)
+                and all(isinstance(f.get(k), str) and f[k] for k in ("benchmark", "metric"))
+                and isinstance(f.get("param_key"), str)):  # fmt: skip
+            raise VerdictError(f"{path}: malformed failure {str(f)[:120]}")
+    if (doc["verdict"] != Headline.PASS) != bool(failures):
+        raise VerdictError(f"{path}: verdict {doc['verdict']!r} with {len(failures)} failure(s)")
+    return doc
