@@ -136,16 +136,17 @@ def side_cells(runs: list[dict]):
 def gate_run(base: list[dict], head: list[dict], recheck: tuple[dict, dict], policies):
     """What ``ragbench gate`` would decide: -> (flagged keys, confirmed keys)."""
     from ragbench import detect
+    from ragbench.verdicts import Status
 
     first = detect.compare(side_cells(base), side_cells(head), policies, detail=False)
-    flagged = {v.key for v in first.verdicts if v.status == "regression"}
+    flagged = {v.key for v in first.verdicts if v.status == Status.REGRESSION}
     if not flagged:
         return flagged, set()
     b, h = side_cells([recheck[0]]), side_cells([recheck[1]])
     b = {k: c for k, c in b.items() if k in flagged}
     h = {k: c for k, c in h.items() if k in flagged}
     again = detect.compare(b, h, policies, detail=False)
-    return flagged, {v.key for v in again.verdicts if v.status == "regression"}
+    return flagged, {v.key for v in again.verdicts if v.status == Status.REGRESSION}
 
 
 def trials(runs: list[dict]) -> dict[float, list[tuple[list, list, tuple]]]:
@@ -413,6 +414,7 @@ def paired_rates(sets: list[list[dict]], policies, overlapping: bool = False) ->
     consecutive disjoint groups (``overlapping``: every combination). -> per condition and
     metric label: comparisons, false alarms, inconclusive, caught, and gate runs with an alarm."""
     from ragbench import paired
+    from ragbench.verdicts import Status
 
     size = paired.PROCESSES
     groups = []
@@ -435,7 +437,7 @@ def paired_rates(sets: list[list[dict]], policies, overlapping: bool = False) ->
                                      {"n": 0, "regression": 0, "inconclusive": 0})  # fmt: skip
                 row["n"] += 1
                 row[v.status] = row.get(v.status, 0) + 1
-                alarm |= not target and v.status == "regression"
+                alarm |= not target and v.status == Status.REGRESSION
             alarm_runs, runs = alarm_runs + alarm, runs + 1
         out[cond] = {"per": per, "alarm_runs": alarm_runs, "runs": runs}
     return out
