@@ -28,6 +28,7 @@ import triton
 import ragged
 from benchmarks import _harness as H
 from ragged.kernels import attention as KA
+from ragged.kernels import c_launch
 from ragged.testing import kept_tokens, mixed_lengths, packed_qkv
 
 TOKENS = 197  # DeiT at 224x224: 196 patches + CLS
@@ -200,6 +201,11 @@ def launch_paths(args) -> list[dict]:
         run.launch(grid[0], 1, 1, stream, function, run.launch_cooperative_grid, run.launch_pdl,
                    None, None, meta, None, None, None, *ptrs, *scalars, *tail)  # fmt: skip
 
+    c_direct = c_launch.direct(compiled)
+
+    def c_launch_ragged():
+        c_direct(grid[0], 1, 1, stream, *ptrs, *scalars)
+
     def launcher():
         KA._launcher.launch(
             plan, grid, tensors, scalars, plan.constexprs, cfg.num_warps, cfg.num_stages, 0
@@ -271,6 +277,11 @@ def launch_paths(args) -> list[dict]:
         **(
             {"triton C launcher direct (3.6 layout), int pointers": c_launch_direct}
             if triton.__version__.startswith("3.6")
+            else {}
+        ),
+        **(
+            {"ragged C launcher (kernels/c_launch.py), int pointers": c_launch_ragged}
+            if c_direct is not None
             else {}
         ),
         "ragged Launcher.launch": launcher,

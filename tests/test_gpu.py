@@ -34,10 +34,25 @@ def test_direct_launch_path_is_used_and_correct():
     q, k, v, cu, max_seqlen = packed_qkv([40, 3, 99], 12, 64, device="cuda", seed=11)
     ragged.varlen_attention(q, k, v, cu, max_seqlen)  # compiles, fills the cache
     assert KA._launcher._cache, "the compiled kernel was not cached for direct launch"
+    for launch in KA._launcher._cache.values():  # the C launcher (kernels/c_launch.py)
+        assert launch.func.__module__.startswith("ragged_launch_"), launch
     for seed in range(3):  # later calls, new data: the cached kernel must see it
         q2, k2, v2, _, _ = packed_qkv([40, 3, 99], 12, 64, device="cuda", seed=seed)
         out = ragged.varlen_attention(q2, k2, v2, cu, max_seqlen, validate=False)
         assert_attention_close(out, q2, k2, v2, cu)
+
+
+def test_the_c_launcher_checks_its_arguments():
+    q, k, v, cu, max_seqlen = packed_qkv([40, 3, 99], 12, 64, device="cuda", seed=11)
+    ragged.varlen_attention(q, k, v, cu, max_seqlen)
+    launch = next(iter(KA._launcher._cache.values()))
+    ptrs = [t.data_ptr() for t in (q, k, v, q, cu)]
+    ints = [q.stride(0), q.stride(1)] * 4 + [12, 1]
+    with pytest.raises(OverflowError, match="parameter 15"):  # num_m_blocks, an i32
+        launch(12, 1, 1, 0, *ptrs, 0.1, *ints[:-1], 2**31)
+    with pytest.raises(TypeError, match="arguments, got"):
+        launch(12, 1, 1, 0, *ptrs)
+    torch.cuda.synchronize()
 
 
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16, torch.float32])

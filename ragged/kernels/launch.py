@@ -31,6 +31,8 @@ import torch
 import triton
 from triton.runtime.interpreter import InterpretedFunction
 
+from . import c_launch
+
 try:  # Triton >= 3.4
     from triton import knobs as _knobs
 except ImportError:  # pragma: no cover - older Triton
@@ -159,7 +161,9 @@ class Launcher:
             and isinstance(compiled, triton.compiler.CompiledKernel)
             and all(t.data_ptr() % 16 == 0 for t in tensors)
         ):
-            self._cache[key] = _direct_launch(compiled, tuple(constexprs.values()))
+            self._cache[key] = c_launch.direct(compiled) or _direct_launch(
+                compiled, tuple(constexprs.values())
+            )
 
     def direct(self, key: Any) -> DirectLaunch | None:
         """The compiled kernel's direct launcher for ``key``, once a launch has cached it.

@@ -1,0 +1,108 @@
+"""``ragged.kernels.c_launch``: the C launcher's source and when it is (not) used.
+
+tests/test_gpu.py builds and launches it on a GPU; here the generated C is checked by the
+compiler against the CUDA header Triton ships and this Python's headers."""
+
+import shutil
+import subprocess
+import sysconfig
+from types import SimpleNamespace
+
+import pytest
+
+from ragged.kernels import c_launch as C
+
+# The attention kernel's signature as Triton 3.6 reports it (compiled.src.signature).
+ATTENTION = {
+    **{n: "*fp16" for n in ("Q", "K", "V", "O")}, "cu_seqlens": "*i32", "qk_scale": "fp32",
+    **{f"stride_{n}": "i32" for n in ("qt", "qh", "kt", "kh", "vt", "vh", "ot", "oh")},
+    "num_heads": "i32", "num_m_blocks": "i32", "HEAD_DIM": "constexpr", "BLOCK_M": "constexpr",
+}  # fmt: skip
+
+
+def test_param_types_drop_constexprs_and_refuse_types_without_a_c_type():
+    types = C.param_types(ATTENTION)
+    assert types == ("*fp16",) * 4 + ("*i32", "fp32") + ("i32",) * 10
+    assert C.param_types({"desc": "nvTmaDesc", "n": "i32"}) is None
+    assert C.param_types({"flag": "u1"}) is None
+
+
+@pytest.mark.skipif(shutil.which("gcc") is None, reason="needs gcc")
+@pytest.mark.parametrize(
+    "types", [C.param_types(ATTENTION), ("*fp32", "i64", "u32", "u64", "fp64"), ()]
+)
+def test_the_generated_source_compiles_cleanly(tmp_path, types):
+    from triton.backends.nvidia import driver as nvidia
+
+    src = tmp_path / "launch.c"
+    src.write_text(C.launch_source(types))
+    cmd = ["gcc", "-fsyntax-only", "-Wall", "-Werror", f"-I{sysconfig.get_paths()['include']}",
+           *(f"-I{d}" for d in nvidia.include_dirs), str(src)]  # fmt: skip
+    done = subprocess.run(cmd, capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    assert f"PyInit_{C.module_name(types)}" in src.read_text()
+    # one parameter read per type, plus the two scratch pointers Triton appends
+    assert src.read_text().count("&p") == len(types)
+
+
+def test_module_names_differ_by_signature():
+    assert C.module_name(("i32",)) != C.module_name(("i64",))
+    assert C.module_name(("i32", "i32")) != C.module_name(("i32",))
+
+
+def _compiled(**metadata):
+    md = {"num_ctas": 1, "global_scratch_size": 0, "profile_scratch_size": 0, "shared": 1024,
+          "num_warps": 4, **metadata}  # fmt: skip
+    run = SimpleNamespace(launch_cooperative_grid=False, launch_pdl=False)
+    return SimpleNamespace(metadata=SimpleNamespace(**md), run=run, function=1,
+                           src=SimpleNamespace(signature=ATTENTION))  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    "change",
+    [
+        {"num_ctas": 2},
+        {"global_scratch_size": 256},
+        {"profile_scratch_size": 64},
+        {"shared": 229 * 1024},
+    ],
+)
+def test_a_kernel_that_needs_launch_attributes_keeps_tritons_launcher(monkeypatch, change):
+    built = []
+    monkeypatch.setattr(C, "_module", lambda types: built.append(types))
+    assert C.direct(_compiled(**change)) is None
+    assert built == [], "nothing is built for a kernel the C launcher cannot launch"
+
+
+@pytest.mark.parametrize("flag", ["launch_cooperative_grid", "launch_pdl"])
+def test_cooperative_or_pdl_launches_keep_tritons_launcher(flag):
+    compiled = _compiled()
+    setattr(compiled.run, flag, True)
+    assert C.direct(compiled) is None
+
+
+def test_a_plain_kernel_gets_the_module_launch_bound_to_its_function(monkeypatch):
+    module = SimpleNamespace(launch=lambda *args: args)
+    monkeypatch.setattr(C, "_module", lambda types: module)
+    launch = C.direct(_compiled(shared=2048, num_warps=8))
+    assert launch(3, 1, 1, 77, 10, 20) == (1, 256, 2048, 3, 1, 1, 77, 10, 20)
+
+
+def test_where_the_module_cannot_be_built_tritons_launcher_stays(monkeypatch):
+    monkeypatch.setattr(C, "_module", lambda types: None)
+    assert C.direct(_compiled()) is None
+
+
+def test_a_failed_build_warns_and_leaves_tritons_launcher(monkeypatch):
+    import triton.runtime.build as build
+
+    def fail(**kwargs):
+        raise RuntimeError("no compiler")
+
+    monkeypatch.setattr(build, "compile_module_from_src", fail)
+    C._module.cache_clear()
+    try:
+        with pytest.warns(RuntimeWarning, match="could not be built"):
+            assert C._module(("i32",)) is None
+    finally:
+        C._module.cache_clear()
