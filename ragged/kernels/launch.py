@@ -17,6 +17,8 @@ Measured on the H100 (torch 2.11 + triton 3.6), host us per launch of the attent
 one run of ``python -m scripts.kernel_bench --launch-paths`` (docs/kernel.md):
 ``kernel[grid](...)`` 26.0, ``compiled[grid](...)`` 12.3, ``CompiledKernel.run`` 7.8 (7.5
 with int pointers), the 3.6 C entry point with int pointers 5.6, ``Launcher.launch`` 7.3.
+Since then the direct launch is ``c_launch.direct`` (one ``cuLaunchKernel``: 6.0 against the
+C entry point's 6.9 on a later lease) where the kernel allows it, else the C entry point.
 Integer strides are left to Triton's specialization: with ``tl.multiple_of`` hints on
 unspecialized strides instead, it emitted no 16-byte loads and ran 2.5x slower
 (BS=64/0%: 142 vs 57 us).
