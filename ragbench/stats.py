@@ -1,88 +1,81 @@
-"""The statistics of regression detection, on plain lists of floats (numpy only).
+"""The statistics of regression detection, on plain lists of floats.
 
-mann_whitney      two-sided Mann-Whitney U test (normal approximation, tie-corrected)
-holm              Holm's step-down adjustment of many p-values (family-wise error)
-ratio_interval    bootstrap interval of median(head) / median(base)
+mann_whitney      two-sided Mann-Whitney U test (scipy.stats.mannwhitneyu: exact when a sample
+                  has at most 8 values and no ties, else the tie-corrected normal approximation)
+holm              Holm's step-down adjustment of many p-values (statsmodels' multipletests)
+ratio_interval    bootstrap interval of median(head) / median(base) (scipy.stats.bootstrap)
 min_detectable    the smallest slowdown a comparison of these samples would have flagged
-sign_test         two-sided sign test of paired ratios against 1 (the paired gate)
+sign_test         two-sided sign test of paired ratios against 1 (scipy.stats.binomtest)
 median_interval   distribution-free interval of a median from order statistics
-robust_z          distance of a value from a history in MADs (the main-branch lookback)
+                  (scipy.stats.quantile_test)
+robust_z          distance of a value from a history in MADs (scipy.stats.median_abs_deviation)
 e_divisive        change points of a series: E-Divisive with means (Matteson & James,
                   "A Nonparametric Approach for Multiple Change Point Analysis of
                   Multivariate Data", JASA 2014) with a permutation test per split
+
+E-Divisive is our own: the maintained implementations do not install beside this project.
+MongoDB's ``signal-processing-algorithms`` (2.1.6, an sdist) requires numpy < 2, and Apache
+Otava (0.8.0), which carries it, pins numpy 2.2 and scipy < 1.17 and brings an application's
+dependencies (BigQuery, Slack, Postgres clients); torch 2.14 and pandas 3 here need numpy 2.3+.
 """
 
 from __future__ import annotations
 
 import math
+import warnings
 
 import numpy as np
-
-
-def _ranks(x: np.ndarray) -> np.ndarray:
-    """Ranks 1..n, ties given their average rank."""
-    order = np.argsort(x, kind="mergesort")
-    sorted_x = x[order]
-    ranks = np.empty(len(x))
-    i = 0
-    while i < len(x):
-        j = i
-        while j + 1 < len(x) and sorted_x[j + 1] == sorted_x[i]:
-            j += 1
-        ranks[order[i : j + 1]] = (i + j) / 2 + 1
-        i = j + 1
-    return ranks
+from scipy import stats as _scipy
 
 
 def mann_whitney(base, head) -> tuple[float, float]:
     """(U of head, two-sided p) for "base and head come from the same distribution".
 
-    Normal approximation with a continuity and tie correction (good from ~8 samples a side).
+    ``method="auto"``: the exact distribution when one sample has at most 8 values and there are
+    no ties, else the normal approximation with continuity and tie corrections. p is 1 when every
+    value is the same (no spread to test).
     """
     a, b = np.asarray(base, float), np.asarray(head, float)
-    n1, n2 = len(a), len(b)
-    if n1 == 0 or n2 == 0:
+    if len(a) == 0 or len(b) == 0:
         raise ValueError("mann_whitney needs samples on both sides")
-    ranks = _ranks(np.concatenate([a, b]))
-    u = ranks[n1:].sum() - n2 * (n2 + 1) / 2
-    mu = n1 * n2 / 2
-    _, counts = np.unique(np.concatenate([a, b]), return_counts=True)
-    n = n1 + n2
-    tie = (counts**3 - counts).sum() / (n * (n - 1)) if n > 1 else 0.0
-    var = n1 * n2 / 12 * ((n + 1) - tie)
-    if var <= 0:
-        return float(u), 1.0
-    z = (abs(u - mu) - 0.5) / math.sqrt(var)
-    return float(u), float(min(1.0, math.erfc(max(z, 0.0) / math.sqrt(2))))
+    with warnings.catch_warnings():  # all values tied: the approximation divides by zero
+        warnings.simplefilter("ignore", RuntimeWarning)
+        r = _scipy.mannwhitneyu(b, a, alternative="two-sided", method="auto")
+    p = float(r.pvalue)
+    return float(r.statistic), 1.0 if math.isnan(p) else p
 
 
 def holm(pvalues: list[float]) -> list[float]:
     """Holm-adjusted p-values: reject where adjusted < alpha keeps the family-wise error of
     all the tests together at alpha."""
-    m = len(pvalues)
-    order = sorted(range(m), key=lambda i: pvalues[i])
-    adjusted = [0.0] * m
-    running = 0.0
-    for rank, i in enumerate(order):
-        running = max(running, min(1.0, (m - rank) * pvalues[i]))
-        adjusted[i] = running
-    return adjusted
+    if not len(pvalues):
+        return []
+    from statsmodels.stats.multitest import multipletests  # 0.5 s to import: where needed
+
+    return [float(p) for p in multipletests(pvalues, method="holm")[1]]
 
 
 def ratio_interval(base, head, *, confidence=0.95, resamples=1000, seed=0) -> tuple[float, float]:
-    """Percentile bootstrap interval of ``median(head) / median(base)``."""
-    rng = np.random.default_rng(seed)
-    a, b = np.asarray(base, float), np.asarray(head, float)
-    ma = np.median(a[rng.integers(0, len(a), (resamples, len(a)))], axis=1)
-    mb = np.median(b[rng.integers(0, len(b), (resamples, len(b)))], axis=1)
-    tail = (1 - confidence) / 2 * 100
-    with np.errstate(all="ignore"):  # medians of 0: the ratio is inf or NaN, said as such
-        ratios = mb / ma
-        ratios = ratios[~np.isnan(ratios)]
-        if not len(ratios):
-            return math.nan, math.nan
-        lo, hi = np.percentile(ratios, [tail, 100 - tail])
-    return float(lo), float(hi)
+    """Percentile bootstrap interval of ``median(head) / median(base)``, the two samples
+    resampled independently. (nan, nan) where the ratio is undefined (medians of 0)."""
+    if len(base) == 0 or len(head) == 0:
+        raise ValueError("ratio_interval needs samples on both sides")
+    # scipy resamples samples of 2 values or more; [x, x] resamples as [x] does: always x.
+    a, b = (np.resize(np.asarray(s, float), max(len(s), 2)) for s in (base, head))
+
+    def ratio(x, y, axis=-1):
+        return np.median(y, axis=axis) / np.median(x, axis=axis)
+
+    with warnings.catch_warnings(), np.errstate(all="ignore"):
+        warnings.simplefilter("ignore")  # a degenerate (constant) resample, said as nan below
+        ci = _scipy.bootstrap(
+            (a, b), ratio, n_resamples=resamples, confidence_level=confidence,
+            method="percentile", vectorized=True, rng=np.random.default_rng(seed),
+        ).confidence_interval  # fmt: skip
+    lo, hi = float(ci.low), float(ci.high)
+    if not (math.isfinite(lo) and math.isfinite(hi)):
+        return math.nan, math.nan
+    return lo, hi
 
 
 def min_detectable(base, head, alpha: float, threshold: float, lower_is_better=True) -> float:
@@ -93,24 +86,24 @@ def min_detectable(base, head, alpha: float, threshold: float, lower_is_better=T
     b = np.asarray(head, float)
     b = b * (np.median(a) / np.median(b)) if np.median(b) else b
 
-    def flagged(s: float) -> bool:
+    def flagged(slowdowns: np.ndarray) -> np.ndarray:  # one test per slowdown, vectorized
+        s = slowdowns[:, None]
         scaled = b * (1 + s) if lower_is_better else b / (1 + s)
-        return mann_whitney(a, scaled)[1] < alpha
+        with warnings.catch_warnings(), np.errstate(all="ignore"):
+            warnings.simplefilter("ignore", RuntimeWarning)
+            r = _scipy.mannwhitneyu(scaled, a[None, :], axis=-1, method="auto")
+        return np.nan_to_num(r.pvalue, nan=1.0) < alpha
 
-    if not flagged(4.0):
-        return math.inf
     lo, hi = 0.0, 4.0
-    for _ in range(30):
-        mid = (lo + hi) / 2
-        lo, hi = (lo, mid) if flagged(mid) else (mid, hi)
+    if not flagged(np.array([hi]))[0]:
+        return math.inf
+    # Three rounds of 32 slowdowns in (lo, hi], each in one scipy call (bisection, one test a
+    # step, took 20x longer): the smallest flagged one, to 4 / 32**3 = 0.0001.
+    for _ in range(3):
+        grid = np.linspace(lo, hi, 33)[1:]
+        first = int(np.argmax(flagged(grid)))  # hi is flagged: some point is
+        lo, hi = (grid[first - 1] if first else lo), float(grid[first])
     return max(hi, threshold)
-
-
-def _binom_half_cdf(k: int, n: int) -> float:
-    """P(X <= k) for X ~ Binomial(n, 1/2), exact (integer sums)."""
-    if k < 0:
-        return 0.0
-    return sum(math.comb(n, i) for i in range(min(k, n) + 1)) / 2**n
 
 
 def sign_test(ratios) -> float:
@@ -118,33 +111,30 @@ def sign_test(ratios) -> float:
     dropped, as the sign test does)."""
     above = sum(1 for r in ratios if r > 1)
     below = sum(1 for r in ratios if r < 1)
-    n = above + below
-    if n == 0:
+    if above + below == 0:
         return 1.0
-    return min(1.0, 2 * _binom_half_cdf(min(above, below), n))
+    return float(_scipy.binomtest(above, above + below, 0.5).pvalue)
 
 
 def median_interval(values, confidence: float) -> tuple[float, float]:
     """Interval of the median from the order statistics ``x_(k) .. x_(n+1-k)``: it holds the
     true median with probability at least ``confidence`` whatever the distribution, for
     independent values. (-inf, inf) when there are too few values for that confidence."""
-    x = sorted(float(v) for v in values)
-    n = len(x)
-    tail = (1 - confidence) / 2
-    k, cdf, total = 0, 1, 2**n  # the largest k with P(X <= k - 1) <= tail; cdf: 2^n P(X <= k)
-    while k < n // 2 and cdf / total <= tail:
-        k += 1
-        cdf += math.comb(n, k)
-    if k == 0:
+    x = np.asarray(values, float)
+    if len(x) == 0:
         return -math.inf, math.inf
-    return x[k - 1], x[n - k]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # too few values: scipy warns and says nan
+        ci = _scipy.quantile_test(x, q=float(np.median(x)), p=0.5).confidence_interval(confidence)
+    lo, hi = float(ci.low), float(ci.high)
+    return (-math.inf if math.isnan(lo) else lo), (math.inf if math.isnan(hi) else hi)
 
 
 def robust_z(history, value: float) -> float:
     """(value - median) / (1.4826 MAD) of ``history``; 0 when the history has no spread."""
     h = np.asarray(history, float)
     med = np.median(h)
-    mad = 1.4826 * np.median(np.abs(h - med))
+    mad = _scipy.median_abs_deviation(h, scale="normal")
     if mad == 0:
         return 0.0 if value == med else math.copysign(math.inf, value - med)
     return float((value - med) / mad)
