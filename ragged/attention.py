@@ -57,13 +57,31 @@ def _always(device=None, dtype=None, head_dim=None) -> str | None:
 
 @dataclass(frozen=True)
 class Backend:
-    """One attention implementation behind ``varlen_attention``'s signature."""
+    """One attention implementation behind ``varlen_attention``'s signature, and what it
+    supports. The one list of backends (``BACKENDS``); the pipeline's, the benchmarks' and the
+    dashboard's lists derive from it."""
 
     name: str
     run: Callable[..., torch.Tensor]  # (q, k, v, cu_seqlens, max_seqlen, scale) -> out
-    unavailable: Callable[..., str | None]  # (device, dtype, head_dim) -> reason or None
+    # (device, dtype, head_dim) -> why it cannot run them here, or None; dtypes outside
+    # ``dtypes`` are refused before it is asked
+    needs: Callable[..., str | None]
     implementation: Callable[[], str]  # what actually runs, for results and reports
+    dtypes: tuple[torch.dtype, ...] = _DTYPES
     writes_out: bool = False  # run() takes out= and writes into it
+    pipeline: bool = True  # PrunedViT(mode="ragged") may use it (padded_sdpa and the oracle not)
+    exact_total: bool = False  # needs cu_seqlens[-1] == total_tokens: no capacity packing
+    # no host synchronisation (validate=False): runs under CUDA-graph capture, tested so
+    capture: bool = True
+
+    def unavailable(self, device=None, dtype=None, head_dim=None) -> str | None:
+        """Why this backend cannot run inputs of this device, dtype and head_dim here (any of
+        them None: not asked), or None."""
+        reason = self.needs(device, dtype, head_dim)
+        if reason is None and dtype is not None and dtype not in self.dtypes:
+            names = " and ".join(str(d).removeprefix("torch.") for d in self.dtypes)
+            reason = f"{self.implementation()} supports {names} only, got {dtype}"
+        return reason
 
 
 BACKENDS: dict[str, Backend] = {
@@ -75,23 +93,32 @@ BACKENDS: dict[str, Backend] = {
         ),
         Backend(
             "fa2", baselines.fa2_attention, baselines.fa2_unavailable,
-            baselines.fa2_implementation,
+            baselines.fa2_implementation, dtypes=baselines.HALF,
         ),
         Backend(
             "torch_varlen", baselines.torch_varlen_attention, baselines.torch_varlen_unavailable,
-            lambda: "torch.nn.attention.varlen.varlen_attn",
+            lambda: "torch.nn.attention.varlen.varlen_attn", dtypes=baselines.HALF,
         ),
         Backend(
             "nested_sdpa", baselines.nested_sdpa_attention, baselines.nested_sdpa_unavailable,
             lambda: "jagged NestedTensor + F.scaled_dot_product_attention",
+            # builds its jagged tensor from all of q's rows; reads the lengths back
+            exact_total=True, capture=False,
+        ),
+        Backend(
+            "mem_efficient", baselines.mem_efficient_attention,
+            baselines.mem_efficient_unavailable,
+            lambda: "torch.ops.aten._efficient_attention_forward (memory-efficient, varlen)",
         ),
         Backend(
             "padded_sdpa", baselines.padded_sdpa_attention, _always,
             lambda: "F.scaled_dot_product_attention, padded to max_seqlen + key mask",
+            pipeline=False,
         ),
         Backend(
             "reference", _reference, _always,
             lambda: "ragged.reference.varlen_attention_reference (eager float32)",
+            pipeline=False, capture=False,
         ),
     )
 }  # fmt: skip
@@ -142,9 +169,8 @@ def varlen_attention(
             sequence lengths. Lengths may be 0.
         max_seqlen: Python int >= the longest sequence (sets the grid; the kernel reads the
             true lengths from ``cu_seqlens``).
-        backend: ``"triton"`` (this package's kernel), ``"fa2"``, ``"torch_varlen"``,
-            ``"nested_sdpa"``, ``"padded_sdpa"`` or ``"reference"``;
-            ``available_backends()`` lists those that run here and
+        backend: a name in ``BACKENDS``: ``"triton"`` (this package's kernel) or a
+            baseline; ``available_backends()`` lists those that run here and
             ``backend_implementation(name)`` says what each one calls.
         softmax_scale: defaults to ``1 / sqrt(head_dim)``.
         out: optional ``[total_tokens, heads, head_dim]`` tensor of q's dtype and device, unit

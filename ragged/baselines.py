@@ -3,7 +3,8 @@
 Each ``*_attention(q, k, v, cu_seqlens, max_seqlen, softmax_scale)`` takes validated packed
 inputs (q, k, v: [total_tokens, heads, head_dim]; cu_seqlens: int32 [batch + 1]) and returns
 [total_tokens, heads, head_dim] in q's dtype. Each ``*_unavailable(...)`` returns ``None``
-when the backend can run the given inputs here, else the reason it cannot.
+when the backend can run the given inputs here, else the reason it cannot (the dtypes a
+backend takes are declared with it in ``ragged.attention.BACKENDS``).
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ import importlib.util
 import torch
 import torch.nn.functional as F
 
-_HALF = (torch.float16, torch.bfloat16)
+HALF = (torch.float16, torch.bfloat16)  # the dtypes of the FA2 kernels
 
 
 NO_CUDA = "no CUDA device is available"
@@ -25,12 +26,6 @@ def _needs_cuda(device: torch.device | None) -> str | None:
         return None if torch.cuda.is_available() else NO_CUDA
     if device.type != "cuda":
         return f"the inputs are on {device}, not on a CUDA device"
-    return None
-
-
-def _needs_half(dtype: torch.dtype | None, what: str) -> str | None:
-    if dtype is not None and dtype not in _HALF:
-        return f"{what} supports float16 and bfloat16 only, got {dtype}"
     return None
 
 
@@ -57,7 +52,7 @@ def fa2_implementation() -> str:
 
 
 def fa2_unavailable(device=None, dtype=None, head_dim=None) -> str | None:
-    reason = _needs_cuda(device) or _needs_half(dtype, "FlashAttention-2")
+    reason = _needs_cuda(device)
     if reason:
         return reason
     fn, name = _fa2_kernel()
@@ -96,13 +91,39 @@ def _varlen_attn():
 def torch_varlen_unavailable(device=None, dtype=None, head_dim=None) -> str | None:
     if _varlen_attn() is None:
         return f"torch {torch.__version__} has no torch.nn.attention.varlen"
-    return _needs_cuda(device) or _needs_half(dtype, "torch varlen_attn")
+    return _needs_cuda(device)
 
 
 def torch_varlen_attention(q, k, v, cu_seqlens, max_seqlen, softmax_scale):
     return _varlen_attn()(
         q, k, v, cu_seqlens, cu_seqlens, max_seqlen, max_seqlen, scale=softmax_scale
     )
+
+
+# --- PyTorch's memory-efficient attention (CUTLASS), varlen ----------------------------------
+
+
+def _efficient_op():
+    return getattr(torch.ops.aten, "_efficient_attention_forward", None)
+
+
+def mem_efficient_unavailable(device=None, dtype=None, head_dim=None) -> str | None:
+    if _efficient_op() is None:
+        return f"torch {torch.__version__} has no aten._efficient_attention_forward"
+    reason = _needs_cuda(device)
+    # 16..256 in steps of 8 run in every dtype (H100, torch 2.11); 20 and 36 find no fp16 kernel
+    if reason is None and head_dim is not None and head_dim % 8:
+        reason = f"the memory-efficient kernel needs head_dim a multiple of 8, got {head_dim}"
+    return reason
+
+
+def mem_efficient_attention(q, k, v, cu_seqlens, max_seqlen, softmax_scale):
+    """The kernel behind SDPA's memory-efficient backend, on the packed rows as one batch of
+    ``total_tokens`` with ``cu_seqlens`` as its sequence starts (no mask, no dropout)."""
+    return _efficient_op().default(
+        q[None], k[None], v[None], None, cu_seqlens, cu_seqlens, max_seqlen, max_seqlen,
+        0.0, 0, False, scale=softmax_scale,
+    )[0][0]  # fmt: skip
 
 
 # --- jagged NestedTensor + SDPA -------------------------------------------------------------

@@ -9,9 +9,10 @@
 3. the remaining blocks, computed from each timm block's own modules (norm1, qkv, q/k norms,
    proj, layer scales, norm2, mlp), on the tokens laid out by ``mode``:
 
-   ``ragged``       packed [T, C] + ``cu_seqlens``; attention by ``backend`` (triton, fa2,
-                    torch_varlen, nested_sdpa) through ``ragged.LayoutAttention``, one per
-                    packed layout (``varlen_attention`` checked once, then launched);
+   ``ragged``       packed [T, C] + ``cu_seqlens``; attention by ``backend`` (one of
+                    ``ragged_backends()``: ``ragged.BACKENDS`` with ``pipeline=True``) through
+                    ``ragged.LayoutAttention``, one per packed layout (``varlen_attention``
+                    checked once, then launched);
    ``padded_full``  all N positions stay; pruned keys are masked in SDPA (the paper's
                     baseline, with the mask on the fused SDPA path instead of eager softmax);
    ``padded_max``   kept tokens gathered to the longest kept length, the rest masked (no mask,
@@ -40,16 +41,19 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from .attention import BACKENDS
 from .layout_attention import LayoutAttention
 from .models import attention_flops, check_supported, mlp_flops
 from .packing import gather_cls, pack, pack_fixed, unpack
 from .pruning import AttentionInfo, Pruned, cls_attention
 
 MODES = ("ragged", "padded_full", "padded_max", "dense")
-RAGGED_BACKENDS = ("triton", "fa2", "torch_varlen", "nested_sdpa")
-# nested_sdpa builds its jagged tensor from all of q's rows: it needs cu_seqlens[-1] == T.
-_EXACT_TOTAL = ("nested_sdpa",)
 _BUCKETS = 8  # capacity buckets per B*N in cuda_graph mode with data-dependent lengths
+
+
+def ragged_backends() -> list[str]:
+    """The attention backends ``mode="ragged"`` takes: ``ragged.BACKENDS`` with ``pipeline``."""
+    return [name for name, b in BACKENDS.items() if b.pipeline]
 
 
 class CapacityOverflowError(RuntimeError):
@@ -190,7 +194,7 @@ class _Ragged:
     def attention(self, qkv, scale):  # qkv [rows, 3, H, d] -> [rows, H, d]
         call = self.call
         if call.softmax_scale != scale:  # not in a timm ViT: one scale for every block
-            call = self.call = LayoutAttention(
+            call = self.call = type(call)(
                 self.cu_seqlens, self.max_seqlen, backend=call.backend, softmax_scale=scale
             )
         return call(qkv)
@@ -225,12 +229,16 @@ class PrunedViT:
         stages: ``PruneStage``s (or one), at increasing blocks; empty runs every block on the
             layout with nothing pruned.
         mode: ``"ragged"``, ``"padded_full"``, ``"padded_max"`` or ``"dense"``.
-        backend: the ragged attention backend (``RAGGED_BACKENDS``).
+        backend: the ragged attention backend (one of ``ragged_backends()``).
         capacity: packed rows per batch for data-dependent lengths (Threshold-L2 with a
             threshold, ATS): no host sync, overflow checked after the logits. Ignored where the
             lengths are known (then the buffers are exact).
         cuda_graph: capture the forward in CUDA graphs and replay them (CUDA device; every
-            mode, padded_max only with lengths known on the host).
+            mode, padded_max only with lengths known on the host, ragged only with a backend
+            whose ``capture`` is set in ``ragged.BACKENDS``).
+        layout_attention: the class that runs each packed layout's attention in ragged mode
+            (``LayoutAttention`` or a subclass: the benchmarks' attention-free bound passes
+            one that launches nothing).
 
     Call with images [B, 3, H, W] in the model's dtype and device -> logits [B, classes].
     """
@@ -244,13 +252,15 @@ class PrunedViT:
         backend: str = "triton",
         capacity: int | None = None,
         cuda_graph: bool = False,
+        layout_attention: type[LayoutAttention] = LayoutAttention,
     ):
         check_supported(model)
         if mode not in MODES:
             raise ValueError(f"unknown mode {mode!r}; expected one of {', '.join(MODES)}")
-        if mode == "ragged" and backend not in RAGGED_BACKENDS:
+        if mode == "ragged" and backend not in ragged_backends():
             raise ValueError(
-                f"unknown ragged backend {backend!r}; expected one of {', '.join(RAGGED_BACKENDS)}"
+                f"unknown ragged backend {backend!r}; expected one of "
+                + ", ".join(ragged_backends())
             )
         stages = (stages,) if isinstance(stages, PruneStage) else tuple(stages)
         depth = len(model.blocks)
@@ -263,11 +273,14 @@ class PrunedViT:
             isinstance(capacity, bool) or not isinstance(capacity, int) or capacity < 1
         ):
             raise ValueError(f"capacity must be a positive int or None, got {capacity!r}")
-        if capacity is not None and mode == "ragged" and backend in _EXACT_TOTAL:
+        if mode == "ragged" and capacity is not None and BACKENDS[backend].exact_total:
             raise ValueError(f"backend {backend!r} needs exact packing: pass capacity=None")
+        if mode == "ragged" and cuda_graph and not BACKENDS[backend].capture:
+            raise ValueError(f"backend {backend!r} synchronises: it cannot be captured")
         self.model = model.eval()
         self.stages, self.mode, self.backend = stages, mode, backend
         self.capacity, self.cuda_graph = capacity, cuda_graph
+        self.layout_attention = layout_attention
         self.num_tokens = model.patch_embed.num_patches + 1
         self._ops = [_BlockOps(b) for b in model.blocks]
         # Tokens per image after each stage when the host knows it (fixed ratios), else None.
@@ -445,7 +458,9 @@ class PrunedViT:
         """Stage ``stage``'s LayoutAttention (see ``__init__``); a new one in graph mode."""
         call = None if self.cuda_graph else self._calls.get(stage)
         if call is None:
-            call = LayoutAttention(None, 0, backend=self.backend, softmax_scale=self._ops[0].scale)
+            call = self.layout_attention(
+                None, 0, backend=self.backend, softmax_scale=self._ops[0].scale
+            )
             if not self.cuda_graph:
                 self._calls[stage] = call
         return call

@@ -129,6 +129,42 @@ def test_cuda_graph_capture_of_attention():
         assert_attention_close(out, q, k, v, cu)
 
 
+@pytest.mark.parametrize("backend", list(ragged.BACKENDS))
+def test_capture_flag_says_whether_a_backend_synchronises(backend):
+    """``Backend.capture``: no host sync with validate=False, and a captured call replays
+    correctly; a backend without it does synchronise (the flag is not stale either way)."""
+    lengths = [40, 3, 99, 5] if backend == "nested_sdpa" else [40, 3, 99, 0]
+    q, k, v, cu, max_seqlen = packed_qkv(lengths, 4, 64, device="cuda")
+    out = torch.empty_like(q)
+
+    def call():
+        ragged.varlen_attention(q, k, v, cu, max_seqlen, backend=backend, out=out,
+                                validate=False)  # fmt: skip
+
+    call()
+    torch.cuda.synchronize()
+    torch.cuda.set_sync_debug_mode("error")
+    try:
+        call()
+        synchronised = False
+    except RuntimeError as exc:
+        assert "synchronizing" in str(exc)
+        synchronised = True
+    finally:
+        torch.cuda.set_sync_debug_mode("default")
+    assert synchronised is not ragged.BACKENDS[backend].capture
+    if synchronised:
+        return
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        call()
+    q.copy_(torch.randn_like(q))
+    out.fill_(float("nan"))
+    graph.replay()
+    torch.cuda.synchronize()
+    assert_attention_close(out, q, k, v, cu)
+
+
 def test_cuda_graph_capture_of_pack_attend_unpack():
     """pack_fixed -> attention -> unpack, captured once, replayed on new masks."""
     b, n, heads, head_dim = 4, 197, 3, 64

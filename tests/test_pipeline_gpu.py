@@ -3,8 +3,9 @@
 import pytest
 import torch
 
+import ragged
 from ragged.models import MODELS, SHARP_ATTENTION, build_model
-from ragged.pipeline import CapacityOverflowError, PrunedViT, PruneStage
+from ragged.pipeline import CapacityOverflowError, PrunedViT, PruneStage, ragged_backends
 from ragged.pruning import ATS, EViT, ThresholdL2
 from ragged.testing import synthetic_images
 
@@ -33,7 +34,7 @@ def test_every_model_and_backend_matches_padded_max(name):
         # fp16 noise of this model: padded_full (masked SDPA) against padded_max (flash)
         other = PrunedViT(model, stage, mode="padded_full")(images)
         tol = max(FP16_TOL, 2 * (other.float() - ref.float()).abs().max().item())
-        for backend in ("triton", "fa2", "torch_varlen", "nested_sdpa"):
+        for backend in ragged_backends():
             logits, masks = PrunedViT(model, stage, backend=backend).forward(
                 images, return_masks=True
             )
@@ -63,7 +64,7 @@ def test_ragged_path_does_not_synchronise():
     model, images = setup("deit_small_224")
     for method, capacity in ((ThresholdL2(keep_ratio=0.5), None), (EViT(0.5), None),
                              (ATS(0.5), 4 * 99)):  # fmt: skip
-        for backend in ("triton", "fa2", "torch_varlen"):
+        for backend in (b for b in ragged_backends() if ragged.BACKENDS[b].capture):
             p = PrunedViT(model, PruneStage(4, method), backend=backend, capacity=capacity)
             p.forward(images, check_overflow=False)
             torch.cuda.synchronize()
