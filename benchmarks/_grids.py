@@ -8,14 +8,13 @@ pruning methods at one model and batch size.
 
 from __future__ import annotations
 
+from . import _catalogue as C
+from ._catalogue import FULL, QUICK
 from ._suite import grid
 
 # --- kernel.py: attention on packed ragged batches, DeiT geometry, fp16 -----------------------
-# attention backend (ragged.available_backends())
-KERNEL_BACKENDS = grid(
-    ["triton", "fa2", "padded_sdpa"],
-    ["triton", "fa2", "torch_varlen", "padded_sdpa", "nested_sdpa"],
-)
+# attention backend (_catalogue.BACKENDS; a backend not available here is skipped)
+KERNEL_BACKENDS = grid(C.kernel_backends(QUICK), C.kernel_backends(FULL))
 KERNEL_BATCHES = grid([1, 64], [1, 8, 64])  # images in the packed batch
 PRUNE = grid([0.8], [0.0, 0.8])  # share of DeiT's 197 tokens pruned from each image
 GEOMETRIES = grid(["deit_b"], ["deit_s", "deit_b"])  # deit_b: 12 heads, deit_s: 6; head_dim 64
@@ -24,11 +23,8 @@ FLOOR = (1, 0.8, "uniform")  # the dispatch floor's workload: BS=1, 80% pruned
 ERROR_DTYPES = grid(["float16"], ["float16", "bfloat16"])  # q, k, v dtype against the oracle
 
 # --- pipeline.py and numerics.py: the pruned DeiT pipeline, fp16 --------------------------------
-# layout and attention backend (_workloads.PIPELINES); dense = the unpruned timm model
-PIPELINES = grid(
-    ["dense", "padded_full", "fa2", "triton"],
-    ["dense", "padded_full", "padded_max", "fa2", "triton", "triton_graph"],
-)
+# layout and attention backend (_catalogue.PIPELINES); dense = the unpruned timm model
+PIPELINES = grid(C.pipelines("throughput", QUICK), C.pipelines("throughput", FULL))
 # timm DeiT, named with its input resolution
 MODELS = grid(
     ["deit_base_224"], ["deit_tiny_224", "deit_small_224", "deit_base_224", "deit_base_384"]
@@ -37,22 +33,19 @@ BATCHES = grid([1, 64], [1, 8, 64])  # images per forward (Threshold-L2 at 50%)
 METHODS = grid(["threshold_l2", "ats"], ["threshold_l2", "dynamicvit", "evit", "ats"])  # pruning
 METHOD_MODEL, METHOD_BATCH = "deit_base_224", 32  # where the pruning methods are compared
 MEMORY_BATCH = 64  # peak memory at the largest batch
-STAGE_PIPELINES = grid(["padded_full", "triton"], ["padded_full", "padded_max", "fa2", "triton"])
+STAGE_PIPELINES = grid(C.pipelines("stages", QUICK), C.pipelines("stages", FULL))
 STAGES = ["front", "prune_pack", "late", "head"]  # blocks 0-3; prune + pack; blocks 4-11; head
 STAGE_MODEL, STAGE_BATCH = "deit_base_224", 8
 # pipeline whose logits are compared with padded_max's (padded_max itself: its output hash)
-DRIFT_BACKENDS = grid(
-    ["triton", "fa2", "padded_full"],
-    ["triton", "fa2", "torch_varlen", "nested_sdpa", "padded_full", "padded_max"],
-)
+DRIFT_BACKENDS = grid(C.pipelines("drift", QUICK), C.pipelines("drift", FULL))
 DRIFT_MODELS = grid(["deit_base_224"], ["deit_base_224", "deit_base_384"])
 DRIFT_METHODS = grid(["threshold_l2", "ats"], ["threshold_l2", "ats"])
 DRIFT_BATCH = {224: 32, 384: 8}  # images per resolution
 
 # --- cpu.py: the CPU subset, DeiT-Ti fp32, Triton's interpreter --------------------------------
 CPU_MODEL, CPU_BATCH = "deit_tiny_224", 2
-CPU_PIPELINES = ["dense", "padded_full", "padded_max", "triton"]  # triton: the interpreter
+CPU_PIPELINES = C.cpu_pipelines()  # triton: the interpreter
 CPU_METHODS = grid(["threshold_l2"], ["threshold_l2", "ats"])
-CPU_DRIFT_BACKENDS = ["triton", "padded_full", "padded_max"]
-CPU_KERNEL_BACKENDS = ["triton", "padded_sdpa"]
+CPU_DRIFT_BACKENDS = C.cpu_pipelines("cpu_drift")
+CPU_KERNEL_BACKENDS = C.cpu_kernel_backends()
 CPU_DTYPES = ["float32", "float16"]

@@ -24,6 +24,7 @@ import streamlit as st
 # `streamlit run dashboard/app.py` puts dashboard/ on the path, not the repository
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from benchmarks import _catalogue as catalogue
 from dashboard import PAGES, SEVERITY, paper
 from ragbench import detect, stats
 from ragbench.report import sensitivity_line
@@ -438,7 +439,7 @@ def speedups(ctx):
         "triton (or another candidate) against each other backend or pipeline in the "
         "same run and cell: >1 means the candidate is faster"
     )
-    candidate = st.selectbox("candidate", ["triton", "triton_graph"], key="candidate")
+    candidate = st.selectbox("candidate", catalogue.candidates(), key="candidate")
     df = filtered(
         query(
             ctx["path"],
@@ -457,7 +458,7 @@ def speedups(ctx):
     df, metric = narrow(df, "metric", "metric", "metric")
     df, cell = narrow(df, "group_key", "cell (model, batch size, pruning method ...)", "cell")
     baselines = sorted(df["baseline"].unique())
-    chosen = [b for b in ("padded_full", "padded_max", "fa2") if b in baselines] or baselines
+    chosen = [b for b in catalogue.DEFAULT_BASELINES if b in baselines] or baselines
     chosen = st.multiselect("against", baselines, default=chosen, key="baselines")
     df = df[df["baseline"].isin(chosen)]
     rules = []

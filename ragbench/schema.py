@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import re
 
+from benchmarks._catalogue import DISPATCH_FLOOR, DRIFT_SUFFIX
+
 # Units where a larger value is better; every other timed unit is a latency.
 HIGHER_IS_BETTER = ("img/s", "rows/s", "ops/s")
 # Units a speedup is taken of: times and throughputs (a ratio of hashes, drift or clocks is
@@ -107,7 +109,7 @@ SELECT run_id, commit_hash, commit_time, branch, machine, env_key, gpu, torch, t
        max(median) FILTER (WHERE metric = 'floor_us')
          - max(median) FILTER (WHERE metric = 'dispatch_us') AS gpu_us,
        max(median) FILTER (WHERE metric = 'dispatch_us') AS dispatch_us
-FROM series WHERE benchmark = 'kernel.DispatchFloor'
+FROM series WHERE benchmark = '{DISPATCH_FLOOR}'
 GROUP BY ALL;
 
 CREATE OR REPLACE VIEW drift AS
@@ -119,7 +121,7 @@ SELECT run_id, commit_hash, commit_time, branch, machine, env_key, gpu, torch, t
        max(median) FILTER (WHERE metric = 'mean_abs_diff') AS mean_abs_diff,
        max(median) FILTER (WHERE metric = 'top1_agreement') AS top1_agreement,
        max(median) FILTER (WHERE metric = 'output_hash') AS output_hash
-FROM series WHERE benchmark LIKE '%.Drift'
+FROM series WHERE benchmark LIKE '%{DRIFT_SUFFIX}'
 GROUP BY ALL;
 """
 

@@ -6,17 +6,17 @@
                                                       # ragged/kernels/attention.py
     ... --out DIR                                     # also write JSON (raw samples) there
 
-Metrics are defined in docs/metrics.md and measured by benchmarks/_harness.py. Ratios are
-only ever taken between figures of the same run.
+Metrics are defined in docs/metrics.md and measured by benchmarks/_harness.py, on the suite's
+inputs (benchmarks/_workloads.py) and backends (benchmarks/_catalogue.py); the launch paths
+come from ragged/kernels/launch_paths.py. Ratios are only ever taken between figures of the
+same run.
 """
 
 from __future__ import annotations
 
 import argparse
-import functools
 import itertools
 import json
-import platform
 import statistics
 import sys
 import time
@@ -26,77 +26,48 @@ import torch
 import triton
 
 import ragged
+from benchmarks import _catalogue as C
 from benchmarks import _harness as H
+from benchmarks import _workloads as W
+from ragbench import fingerprint
 from ragged.kernels import attention as KA
-from ragged.kernels import c_launch
-from ragged.testing import kept_tokens, mixed_lengths, packed_qkv
+from ragged.kernels.launch_paths import launch_paths as ragged_launch_paths
+from ragged.testing import kept_tokens, packed_qkv
 
-TOKENS = 197  # DeiT at 224x224: 196 patches + CLS
-MODELS = {"deit_b": 12, "deit_s": 6}  # heads; head_dim 64 for both
+# The table's axes (issue 2's table, wider than the suite's grid); inputs as the suite's
+MODELS = tuple(W.HEADS)  # attention geometry: heads, head_dim 64
 BATCHES = (1, 4, 32, 64)
 PRUNE = (0.0, 0.5, 0.8)
-BACKENDS = ("triton", "fa2", "torch_varlen", "nested_sdpa", "padded_sdpa")
 
 
 def environment() -> dict:
-    props = torch.cuda.get_device_properties(0)
-    return {
-        "gpu": props.name,
-        "capability": f"{props.major}.{props.minor}",
-        "torch": torch.__version__,
-        "cuda": torch.version.cuda,
-        "triton": triton.__version__,
-        "python": platform.python_version(),
-        "driver": _driver(),
-    }
-
-
-def _driver() -> str | None:
-    try:
-        import subprocess
-
-        out = subprocess.run(
-            ["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
-            capture_output=True, text=True, timeout=10, check=True,
-        )  # fmt: skip
-        return out.stdout.strip()
-    except Exception:
-        return None
-
-
-def _lengths(batch: int, prune: float, mode: str) -> list[int]:
-    kept = kept_tokens(TOKENS, prune)
-    if mode == "uniform" or batch == 1:
-        return [kept] * batch
-    return mixed_lengths(batch, kept * batch, TOKENS, seed=batch * 100 + int(prune * 100))
+    """The suite's fingerprint (ragbench/fingerprint.py) and what each backend calls."""
+    env = fingerprint.collect(commit=None, machine=fingerprint.default_machine(),
+                              mode="kernel_bench")  # fmt: skip
+    return env | {"backends": {b: ragged.backend_implementation(b)
+                               for b in ragged.available_backends()}}  # fmt: skip
 
 
 def table(args) -> list[dict]:
-    """Every backend on every workload, measured in alternating rounds (see the harness)."""
+    """Every backend of the catalogue (``--quick``: of its quick grid) on every workload,
+    measured as the suite measures them (``_measure.kernels``: alternating rounds)."""
     rows = []
-    backends = [b for b in BACKENDS if b in ragged.available_backends()]
-    if args.quick:
-        backends = [b for b in backends if b != "nested_sdpa"]
+    tier = C.QUICK if args.quick else C.FULL
+    backends = [b for b in C.kernel_backends(tier) if b in ragged.available_backends()]
     H.spin_up()
-    for model, heads in MODELS.items():
+    for model in MODELS:
         for batch, prune, mode in itertools.product(BATCHES, PRUNE, ("uniform", "mixed")):
             if mode == "mixed" and batch == 1:
                 continue
-            lengths = _lengths(batch, prune, mode)
-            q, k, v, cu, max_seqlen = packed_qkv(lengths, heads, 64, device="cuda", seed=batch)
-            fns = {
-                b: functools.partial(
-                    ragged.varlen_attention, q, k, v, cu, max_seqlen, backend=b, validate=False
-                )
-                for b in backends
-            }
-            results = H.measure_interleaved(fns, rounds=5, slow=frozenset({"nested_sdpa"}))
+            q, k, v, cu, max_seqlen = W.kernel_inputs(batch, prune, model, mode)
+            fns = {b: W.attention(b, q, k, v, cu, max_seqlen) for b in backends}
+            results = H.measure_interleaved(fns, rounds=5, slow=C.slow_backends())
             clocks = H.gpu_clocks()
             for backend, metrics in results.items():
                 row = {
-                    "model": model, "heads": heads, "head_dim": 64, "dtype": "float16",
-                    "batch": batch, "prune": prune, "lengths": mode,
-                    "total_tokens": sum(lengths), "max_seqlen": max_seqlen, "backend": backend,
+                    "model": model, "heads": W.HEADS[model], "head_dim": W.HEAD_DIM,
+                    "dtype": "float16", "batch": batch, "prune": prune, "lengths": mode,
+                    "total_tokens": q.shape[0], "max_seqlen": max_seqlen, "backend": backend,
                     "implementation": ragged.backend_implementation(backend),
                     **metrics, "clocks": clocks,
                 }  # fmt: skip
@@ -166,142 +137,34 @@ def _empty_kernel(x):
 
 
 def launch_paths(args) -> list[dict]:
-    """Host and call time of each way to launch the same kernel, BS=1 / 80%, DeiT-B."""
-    lengths = [kept_tokens(TOKENS, 0.8)]
-    q, k, v, cu, max_seqlen = packed_qkv(lengths, 12, 64, device="cuda")
+    """Host and call time of each way to launch the same kernel, BS=1 / 80%, DeiT-B, beside
+    the bare fa2 op, one aten op and an empty Triton kernel."""
+    q, k, v, cu, max_seqlen = packed_qkv([kept_tokens(W.TOKENS, 0.8)], 12, 64, device="cuda")
     out = torch.empty(q.shape, dtype=q.dtype, device=q.device)
-    scale = 0.125
-    plan, grid, scalars, _ = KA.launch_args(q, k, v, out, cu, max_seqlen, scale)
-    tensors = (q, k, v, out, cu)
-    ptrs = tuple(t.data_ptr() for t in tensors)
-    cfg = plan.config
-    kernel = KA._varlen_fwd_kernel
-    compiled = kernel[grid](*tensors, *scalars, **plan.constexprs, num_warps=cfg.num_warps,
-                            num_stages=cfg.num_stages)  # fmt: skip
-    tail = tuple(plan.constexprs.values())
-    run, function, meta = compiled.run, compiled.function, compiled.packed_metadata
-    stream = torch.cuda.current_stream().cuda_stream
+    scale = q.shape[-1] ** -0.5
     empty = _empty_kernel[(1,)](q)
     erun, efn, emeta = empty.run, empty.function, empty.packed_metadata
-
-    def plain():
-        kernel[grid](*tensors, *scalars, **plan.constexprs, num_warps=cfg.num_warps,
-                     num_stages=cfg.num_stages)  # fmt: skip
-
-    def compiled_getitem():
-        compiled[grid](*tensors, *scalars, *tail)
-
-    def compiled_run():
-        run(grid[0], 1, 1, stream, function, meta, None, None, None, *tensors, *scalars, *tail)
-
-    def compiled_run_ptrs():
-        run(grid[0], 1, 1, stream, function, meta, None, None, None, *ptrs, *scalars, *tail)
-
-    def c_launch_direct():  # Triton 3.6's C entry point, skipping CudaLauncher.__call__
-        run.launch(grid[0], 1, 1, stream, function, run.launch_cooperative_grid, run.launch_pdl,
-                   None, None, meta, None, None, None, *ptrs, *scalars, *tail)  # fmt: skip
-
-    c_direct = c_launch.direct(compiled)
-
-    def c_launch_ragged():
-        c_direct(grid[0], 1, 1, stream, *ptrs, *scalars)
-
-    def launcher():
-        KA._launcher.launch(
-            plan, grid, tensors, scalars, plan.constexprs, cfg.num_warps, cfg.num_stages, 0
-        )
-
-    def api_novalidate():
-        ragged.varlen_attention(q, k, v, cu, max_seqlen, validate=False)
-
-    def api_checked():  # what varlen_attention(validate=False) ran before launch_ready
-        A._check_types(q, k, v, cu, max_seqlen, None)
-        A._check_available(A.BACKENDS["triton"], q, q.shape[2])
-        KA.varlen_attention_triton(q, k, v, cu, max_seqlen, 0.125, torch.empty_like(q))
-
-    qkv = torch.stack((q, k, v), dim=1)  # [T, 3, H, d], as the qkv projection lays it out
-    layout_call = ragged.LayoutAttention(cu, max_seqlen)
-    layout_call(qkv)  # checked once: the launch is kept
-
-    def api_layout():
-        layout_call(qkv)
-
-    def api_validate():
-        ragged.varlen_attention(q, k, v, cu, max_seqlen)
-
-    def api_out():
-        ragged.varlen_attention(q, k, v, cu, max_seqlen, validate=False, out=out)
-
-    def fa2_direct():
-        torch.ops.aten._flash_attention_forward(
-            q, k, v, cu, cu, max_seqlen, max_seqlen, 0.0, False, False, scale=scale
-        )
-
-    def fa2_api():
-        ragged.varlen_attention(q, k, v, cu, max_seqlen, backend="fa2", validate=False)
-
-    def empty_plain():
-        _empty_kernel[(1,)](q)
-
-    def empty_run():
-        erun(1, 1, 1, stream, efn, emeta, None, None, None, q)
-
+    stream = torch.cuda.current_stream().cuda_stream
     scratch = torch.zeros(16, device="cuda")
-    graph = torch.cuda.CUDAGraph()
-    api_novalidate()
-    torch.cuda.synchronize()
-    with torch.cuda.graph(graph):
-        api_novalidate()
-
-    from ragged import attention as A
-    from ragged.kernels import launch as L
-
-    pieces = {
-        "  piece: _check_types": lambda: A._check_types(q, k, v, cu, max_seqlen, None),
-        "  piece: torch.empty_like(q)": lambda: torch.empty_like(q),
-        "  piece: torch.empty(shape, dtype, device)": lambda: torch.empty(
-            q.shape, dtype=q.dtype, device=q.device
-        ),
-        "  piece: launch_args": lambda: KA.launch_args(q, k, v, out, cu, max_seqlen, scale),
-        "  piece: 5x data_ptr()": lambda: [t.data_ptr() for t in tensors],
-        "  piece: _hooks_active + current_device": lambda: (
-            L._hooks_active(),
-            torch.cuda.current_device(),
-        ),
-    }
+    ours = ragged_launch_paths(q, k, v, cu, max_seqlen, out)
+    wholes = {n: f for n, f in ours.items() if not n.startswith("  piece")}
     paths = {
-        "triton kernel[grid](...)": plain,
-        "triton compiled[grid](...)": compiled_getitem,
-        "triton compiled.run(...) direct": compiled_run,
-        "triton compiled.run(...) direct, int pointers": compiled_run_ptrs,
-        **(
-            {"triton C launcher direct (3.6 layout), int pointers": c_launch_direct}
-            if triton.__version__.startswith("3.6")
-            else {}
+        **wholes,
+        "fa2 aten op direct": lambda: torch.ops.aten._flash_attention_forward(
+            q, k, v, cu, cu, max_seqlen, max_seqlen, 0.0, False, False, scale=scale
         ),
-        **(
-            {"ragged C launcher (kernels/c_launch.py), int pointers": c_launch_ragged}
-            if c_direct is not None
-            else {}
-        ),
-        "ragged Launcher.launch": launcher,
-        "ragged.varlen_attention(validate=False)": api_novalidate,
-        "ragged.varlen_attention(validate=False, out=)": api_out,
-        "  its checked path (the call before launch_ready)": api_checked,
-        "ragged.LayoutAttention call, packed qkv (launch kept)": api_layout,
-        "ragged.varlen_attention(validate=True)": api_validate,
-        "CUDA graph replay of one call": graph.replay,
-        "fa2 aten op direct": fa2_direct,
-        "ragged.varlen_attention(backend=fa2)": fa2_api,
+        "ragged.varlen_attention(backend=fa2)": W.attention("fa2", q, k, v, cu, max_seqlen),
         "one aten op: x.add_(1)": lambda: scratch.add_(1),
-        "empty triton kernel[grid]": empty_plain,
-        "empty triton compiled.run direct": empty_run,
-        **pieces,
+        "empty triton kernel[grid]": lambda: _empty_kernel[(1,)](q),
+        "empty triton compiled.run direct": lambda: erun(
+            1, 1, 1, stream, efn, emeta, None, None, None, q
+        ),
+        **{n: f for n, f in ours.items() if n not in wholes},
     }
     measured = H.measure_interleaved(paths, rounds=args.rounds, gpu=False)
     rows = [{"path": name, **m} for name, m in measured.items()]
     ref = ragged.varlen_attention(q, k, v, cu, max_seqlen, backend="reference")
-    plain()
+    paths["triton kernel[grid](...)"]()
     ok = (out - ref).abs().max().item()
     print("\n| launch path (BS=1, 80%, DeiT-B) | call_us | host_us |\n|---|---|---|")
     for r in rows:
@@ -433,7 +296,8 @@ def main(argv=None) -> int:
     p.add_argument("--sweep", action="store_true", help="sweep kernel launch configs")
     p.add_argument("--sweep-seconds", type=float, default=240, help="time cap of the sweep")
     p.add_argument("--no-table", action="store_true", help="skip the backend table")
-    p.add_argument("--quick", action="store_true", help="skip the slow NestedTensor backend")
+    p.add_argument("--quick", action="store_true",
+                   help="the backends of the suite's quick grid only")  # fmt: skip
     p.add_argument("--repeat", type=int, default=1, help="run the table this many times")
     p.add_argument("--out", type=Path, help="directory for JSON results with raw samples")
     args = p.parse_args(argv)

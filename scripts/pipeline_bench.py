@@ -31,7 +31,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import platform
 import statistics
 import sys
 import time
@@ -40,23 +39,20 @@ from pathlib import Path
 import torch
 
 from benchmarks import _workloads as W
-from benchmarks._harness import HARNESS_VERSION, gpu_clocks, spin_up
+from benchmarks._harness import gpu_clocks, spin_up
+from ragbench import fingerprint
 from ragged import backend_implementation
-from ragged import pipeline as ragged_pipeline
 from ragged.models import SHARP_ATTENTION, build_model, get_config
-from ragged.pipeline import PrunedViT, PruneStage
+from ragged.pipeline import PrunedViT, PruneStage, ragged_backends
 from ragged.pruning import ThresholdL2
 from ragged.testing import synthetic_images
 
 SECTIONS = ("throughput", "stages", "r384", "models", "methods", "accuracy", "bound")
-# name -> (mode, backend, cuda_graph): the suite's pipelines and CUDA-graph twins of two
-PIPELINES = {n: W.PIPELINES[n] for n in ("dense", "padded_full", "padded_max", "fa2", "triton")} | {
-    "dense_graph": ("dense", "triton", True),
-    "fa2_graph": ("ragged", "fa2", True),
-    "triton_graph": W.PIPELINES["triton_graph"],
-}
+# The suite's pipelines (benchmarks/_catalogue.py) and the CUDA-graph twins of two of them
+PIPELINES = ["dense", "padded_full", "padded_max", "fa2", "triton", "dense_graph", "fa2_graph",
+             "triton_graph"]  # fmt: skip
 METHODS = ("threshold_l2", "dynamicvit", "evit", "ats", "threshold_l2_per_image")
-PRUNE_AT = 4  # after block 4, as in the paper
+PRUNE_AT = W.PRUNE_AT
 DTYPE = torch.float16
 
 
@@ -71,65 +67,22 @@ def make_method(name: str, model):
     return W.make_method(name, model)
 
 
-class NoAttention:
-    """The ragged pipeline with its attention call replaced by the layout's output buffer alone:
-    what a pipeline around a kernel that costs nothing, on the host or the GPU, would run at.
-    Its logits are meaningless; only its time is used."""
-
-    def __init__(self, pipe: PrunedViT):
-        self.pipe = pipe
-
-    @staticmethod
-    def _attention(tokens, qkv, scale):
-        # An output kept by the stage's LayoutAttention (eager: across forwards), as triton's
-        # own is; no launch.
-        call = tokens.call
-        out = getattr(call, "no_attention_out", None)
-        if out is None:
-            out = call.no_attention_out = torch.empty_like(qkv[:, 0])
-        return out
-
-    def forward(self, images, **kw):
-        real = ragged_pipeline._Ragged.attention
-        ragged_pipeline._Ragged.attention = self._attention
-        try:  # also while a CUDA graph is captured (the first call): it holds no attention
-            return self.pipe.forward(images, **kw)
-        finally:
-            ragged_pipeline._Ragged.attention = real
-
-
 def pipelines(model, method, names) -> dict[str, PrunedViT]:
-    stage = PruneStage(PRUNE_AT, method)
-    out = {}
-    for n in names:
-        graph = n.endswith("_graph")
-        if n.startswith("no_attention"):
-            out[n] = NoAttention(PrunedViT(model, stage, backend="triton", cuda_graph=graph))
-        else:
-            mode, backend, graph = PIPELINES[n]
-            out[n] = PrunedViT(model, stage, mode=mode, backend=backend, cuda_graph=graph)
-    return out
+    return {n: W.pipeline(model, method, n) for n in names}
 
 
 def throughput(pipes: dict[str, PrunedViT], images, rounds: int) -> dict[str, dict]:
-    """img/s of each pipeline, measured in alternating rounds of ~40 ms each."""
+    """img/s of each pipeline, measured by the suite (``_workloads.img_per_s``): alternating
+    rounds of ~40 ms each."""
     fns = {n: (lambda p=p: p.forward(images, check_overflow=False)) for n, p in pipes.items()}
-    calls = {}
-    for n, fn in fns.items():
-        for _ in range(3):
-            fn()
-        calls[n] = max(2, int(40e3 / W.wall_us(fn, 3)))
     spin_up()
-    samples: dict[str, list[float]] = {n: [] for n in fns}
-    for _ in range(rounds):
-        for n, fn in fns.items():
-            samples[n].append(W.wall_us(fn, calls[n]))
     batch = images.shape[0]
-    return {
-        n: {"ms": statistics.median(s) / 1e3, "img_per_s": batch / statistics.median(s) * 1e6,
-            "samples_us": s}
-        for n, s in samples.items()
-    }  # fmt: skip
+    out = {}
+    for n, ips in W.img_per_s(fns, batch, rounds).items():
+        s = [batch / v * 1e6 for v in ips]  # µs per forward, each round
+        out[n] = {"ms": statistics.median(s) / 1e3, "img_per_s": statistics.median(ips),
+                  "samples_us": s}  # fmt: skip
+    return out
 
 
 def paired_speedup(fast: dict, slow: dict) -> tuple[float, float, float]:
@@ -207,7 +160,7 @@ def run_stages(batch: int, reps: int) -> dict[str, dict]:
 def run_accuracy() -> dict:
     out: dict = {"equivalence": [], "all_kept": [], "synchronises": {}}
     for model_name, batch, backends, scale in (
-        ("deit_base_224", 32, ("triton", "fa2", "torch_varlen", "nested_sdpa"), SHARP_ATTENTION),
+        ("deit_base_224", 32, tuple(ragged_backends()), SHARP_ATTENTION),
         ("deit_tiny_224", 32, ("triton", "fa2"), SHARP_ATTENTION),
         ("deit_small_224", 32, ("triton", "fa2"), SHARP_ATTENTION),
         ("deit_base_384", 8, ("triton", "fa2"), SHARP_ATTENTION),
@@ -285,17 +238,11 @@ def run_accuracy() -> dict:
 
 
 def environment() -> dict:
-    import timm
-    import triton
-
-    props = torch.cuda.get_device_properties(0)
-    return {
-        "gpu": props.name, "capability": f"{props.major}.{props.minor}",
-        "torch": torch.__version__, "triton": triton.__version__, "timm": timm.__version__,
-        "cuda": torch.version.cuda, "python": platform.python_version(),
-        "fa2": backend_implementation("fa2"), "harness_version": HARNESS_VERSION,
-        "clocks": gpu_clocks(),
-    }  # fmt: skip
+    """The suite's fingerprint (ragbench/fingerprint.py), what the fa2 backend calls, and the
+    GPU's clocks now."""
+    env = fingerprint.collect(commit=None, machine=fingerprint.default_machine(),
+                              mode="pipeline_bench")  # fmt: skip
+    return env | {"fa2": backend_implementation("fa2"), "clocks": gpu_clocks()}
 
 
 def summary(results: dict) -> str:
@@ -422,8 +369,7 @@ def main(argv=None) -> int:
             for row in run_throughput(m, [64], allp, "threshold_l2", rounds, "models")
         ]  # fmt: skip
     if "methods" in args.sections:
-        names = ["dense", "dense_graph", "padded_full", "padded_max", "fa2", "triton",
-                 "triton_graph"]  # fmt: skip
+        names = [n for n in PIPELINES if n != "fa2_graph"]
         results["methods"] = [
             row for m in METHODS
             for row in run_throughput("deit_base_224", [32], names, m, rounds, "methods")

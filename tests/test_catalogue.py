@@ -1,0 +1,98 @@
+"""The suite's catalogue (benchmarks/_catalogue.py) against ragged's registry, and what a
+backend's declared capabilities do."""
+
+import dataclasses
+
+import pytest
+import torch
+
+import ragged
+from benchmarks import _catalogue as C
+from benchmarks import _grids as G
+from ragged.models import build_model
+from ragged.pipeline import PrunedViT, PruneStage, ragged_backends
+from ragged.pruning import ThresholdL2
+from ragged.testing import assert_attention_close, packed_qkv
+
+
+def test_every_registry_backend_is_in_the_catalogue():
+    assert [b.name for b in C.BACKENDS] == list(dict.fromkeys(b.name for b in C.BACKENDS))
+    assert {b.name for b in C.BACKENDS} == set(ragged.BACKENDS)
+
+
+def test_every_pipeline_backend_has_its_pipeline_and_no_other():
+    ragged_pipes = [p for p in C.PIPELINES if p.mode == "ragged"]
+    assert {p.backend for p in ragged_pipes} == set(ragged_backends())
+    for p in ragged_pipes:
+        assert ragged.BACKENDS[p.backend].pipeline, p.name
+        if p.cuda_graph:
+            assert ragged.BACKENDS[p.backend].capture, p.name
+        elif not p.no_attention:
+            assert p.name == p.backend  # results name a ragged pipeline by its backend
+    assert {p.mode for p in C.PIPELINES} <= {"ragged", "padded_full", "padded_max", "dense"}
+
+
+def test_the_grids_and_the_workloads_come_from_the_catalogue():
+    from benchmarks import _workloads as W
+
+    model = build_model("deit_tiny_224", seed=0)
+    method = ThresholdL2(keep_ratio=0.5)
+    for p in C.PIPELINES:
+        pipe = W.pipeline(model, method, p.name)
+        assert (pipe.mode, pipe.backend, pipe.cuda_graph) == (p.mode, p.backend, p.cuda_graph)
+        assert (pipe.layout_attention is W.no_attention()) is p.no_attention
+    assert set(G.KERNEL_BACKENDS) <= {b.name for b in C.BACKENDS if b.kernel}
+    for names in (G.PIPELINES, G.STAGE_PIPELINES, G.DRIFT_BACKENDS, G.CPU_PIPELINES,
+                  G.CPU_DRIFT_BACKENDS):  # fmt: skip
+        assert set(names) <= set(C.PIPELINE_BY_NAME)
+    for axis in ("throughput", "stages", "drift"):
+        assert set(C.pipelines(axis, C.QUICK)) <= set(C.pipelines(axis, C.FULL))
+    assert set(C.DEFAULT_BASELINES) <= set(C.PIPELINE_BY_NAME)
+    assert C.candidates() == ["triton", "triton_graph"]
+
+
+def test_the_version_locked_slow_set_matches_the_catalogue():
+    """``_measure.kernels`` spells the slow backends itself: its source is part of the kernel
+    benchmarks' asv version, which must not move (the stored series continue)."""
+    import inspect
+
+    from benchmarks import _measure
+
+    names = ", ".join(f'"{n}"' for n in sorted(C.slow_backends()))
+    assert f"slow=frozenset({{{names}}})" in inspect.getsource(_measure.kernels)
+
+
+def test_a_dtype_outside_a_backends_dtypes_is_refused_with_reason():
+    half_only = dataclasses.replace(ragged.BACKENDS["padded_sdpa"], dtypes=(torch.float16,))
+    assert half_only.unavailable(None, torch.float16, 64) is None
+    reason = half_only.unavailable(None, torch.float32, 64)
+    assert "float16 only" in reason and "float32" in reason
+
+
+def test_a_backend_added_to_the_registry_is_picked_up(monkeypatch):
+    """One registry entry: varlen_attention and PrunedViT take it; the catalogue test above
+    then fails until the suite declares it."""
+    extra = dataclasses.replace(ragged.BACKENDS["padded_sdpa"], name="extra", pipeline=True)
+    monkeypatch.setitem(ragged.BACKENDS, "extra", extra)
+    assert "extra" in ragged.available_backends() and "extra" in ragged_backends()
+    q, k, v, cu, max_seqlen = packed_qkv([3, 0, 5], 2, 64, dtype=torch.float32)
+    assert_attention_close(ragged.varlen_attention(q, k, v, cu, max_seqlen, backend="extra"),
+                           q, k, v, cu)  # fmt: skip
+    model = build_model("deit_tiny_224", seed=0)
+    PrunedViT(model, PruneStage(1, ThresholdL2(keep_ratio=0.5)), backend="extra")
+    with pytest.raises(AssertionError):
+        test_every_registry_backend_is_in_the_catalogue()
+
+
+def test_declared_capabilities_are_enforced_by_the_pipeline():
+    model = build_model("deit_tiny_224", seed=0)
+    stage = PruneStage(1, ThresholdL2(keep_ratio=0.5))
+    exact = [n for n in ragged_backends() if ragged.BACKENDS[n].exact_total]
+    syncs = [n for n in ragged_backends() if not ragged.BACKENDS[n].capture]
+    assert exact and syncs  # nested_sdpa
+    for name in exact:
+        with pytest.raises(ValueError, match="exact packing"):
+            PrunedViT(model, stage, backend=name, capacity=100)
+    for name in syncs:
+        with pytest.raises(ValueError, match="cannot be captured"):
+            PrunedViT(model, stage, backend=name, cuda_graph=True)
