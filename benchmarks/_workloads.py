@@ -14,19 +14,19 @@ import time
 import torch
 
 import ragged
+from benchmarks import _catalogue  # absolute: _revision runs this file outside the package
 from ragged.models import SHARP_ATTENTION, build_model, get_config
 from ragged.pipeline import PrunedViT, PruneStage
 from ragged.pruning import ATS, DynamicViT, EViT, ThresholdL2, build_predictor
 from ragged.reference import varlen_attention_reference
 from ragged.testing import kept_tokens, mixed_lengths, packed_qkv, synthetic_images
 
-from . import _catalogue
-
 TOKENS = 197  # DeiT at 224x224: 196 patches + CLS
 HEADS = {"deit_s": 6, "deit_b": 12}  # attention geometry; head_dim 64 for both
 HEAD_DIM = 64
 PRUNE_AT = 4  # prune after block 4, as in the paper
 KEEP = 0.5  # pipelines keep half the patches (ATS: a budget of half)
+
 
 @functools.cache
 def no_attention():

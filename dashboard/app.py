@@ -11,9 +11,6 @@ the overview's links lead). Everything is read through ``ragbench``'s store API 
 
 from __future__ import annotations
 
-import argparse
-import os
-import re
 import sys
 from pathlib import Path
 from urllib.parse import urlencode
@@ -25,273 +22,32 @@ import streamlit as st
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from benchmarks import _catalogue as catalogue
-from dashboard import PAGES, SEVERITY, paper
-from ragbench import detect, stats
+from dashboard import PAGES, RENDER, SEVERITY, draws, environments, paper
+from dashboard.draw import (
+    cell_params,
+    chart,
+    download,
+    filtered,
+    legend,
+    narrow,
+    pick,
+    pick_series,  # fmt: skip
+    shown,
+    worse_by,
+)
+from dashboard.read import (
+    CHANGE_POINT_COMMITS,
+    LOOKBACK_COMMITS,
+    POLICIES,
+    comparison,
+    histories,  # fmt: skip
+    query,
+    store_path,
+)
+from ragbench import detect
 from ragbench.report import sensitivity_line
-from ragbench.store import FAILED, Store, StoreError, default_path, history_branch, store_spec
-from ragbench.verdicts import FAILING, MEANING, Headline, Status
-
-POLICIES = detect.load_policies()
-# Change points over a series' newest commits only: E-Divisive's permutation test costs
-# O(n^2) a shuffle (one series of 400 commits: ~1 s; all 59 series of a quick grid at 200:
-# 0.6 s, hence none on the overview, whose lookback needs only the last few runs).
-CHANGE_POINT_COMMITS = 400
-LOOKBACK_COMMITS = 50
-
-
-# page name (dashboard.PAGES, the sidebar's order) -> the function that draws it
-RENDER: dict[str, object] = {}
-
-
-def draws(name: str):
-    """Register the decorated function as the one that draws page ``name``."""
-
-    def register(fn):
-        RENDER[name] = fn
-        return fn
-
-    return register
-
-
-def store_path() -> str | Path:
-    """The store to show: a file's path, or a lake's string."""
-    ap = argparse.ArgumentParser(add_help=False)
-    ap.add_argument("--store", type=store_spec, default=None)
-    args, _ = ap.parse_known_args(sys.argv[1:])
-    return args.store or default_path()
-
-
-# --- reading the store: one read-only connection per query (a writer holds the file for one
-# transaction at a time, so a page waits at most that long), cached until the file changes ---
-
-
-@st.cache_resource(max_entries=8)
-def reader(path: str, mtime: float, branch: str | None) -> Store:
-    """One reader per version of the file and branch: its schema is checked once (a reader a
-    query checked it six times, 0.18 s of a cold first page). It holds no connection between
-    queries."""
-    return Store(path, read_only=True, branch=branch)
-
-
-@st.cache_data(show_spinner=False, max_entries=256)
-def query(path: str, mtime: float, branch: str, name: str, **kwargs):
-    s = reader(path, mtime, branch)
-    method = getattr(s, name)
-    if name in ("machines", "measurements", "branches"):
-        return method(**kwargs)
-    return method(frame=True, **kwargs)
-
-
-@st.cache_data(show_spinner=False, max_entries=64)
-def histories(path: str, mtime: float, branch: str, machine: str, last: int,
-              change_points: bool = True, **series_filter):  # fmt: skip
-    """``ragbench.detect`` over the newest ``last`` commits of the machine's series (all, or
-    those ``series_filter`` selects: benchmark, metric), the acceptances marked."""
-    runs = query(path, mtime, branch, "runs", machine=machine)
-    times = runs.drop_duplicates("commit_hash")["commit_time"]
-    since = times.iloc[min(last, len(times)) - 1].to_pydatetime() if len(times) else None
-    s = reader(path, mtime, branch)
-    rows = s.series(machine=machine, since=since, **series_filter)
-    return detect.histories(rows, POLICIES, last=last, change_points=change_points,
-                            acceptances=s.acceptances())  # fmt: skip
-
-
-@st.cache_data(show_spinner=False, max_entries=64)
-def comparison(path: str, mtime: float, base_ids: tuple, head_ids: tuple, detail: bool):
-    s = reader(path, mtime, None)
-    base, head = detect.cells(s, list(base_ids)), detect.cells(s, list(head_ids))
-    return detect.compare(base, head, POLICIES, detail=detail)
-
-
-@st.cache_data(show_spinner="finding change points ...", max_entries=64)
-def line_change_points(df: pd.DataFrame, y: str, color: str | None) -> pd.DataFrame:
-    """E-Divisive change points of each line of a chart (its newest CHANGE_POINT_COMMITS
-    points), labelled environment where the environment key changes there, else code."""
-    conf = POLICIES.main
-    rows = []
-    for name, line in df.groupby(color) if color else [(None, df)]:
-        line = line.dropna(subset=[y]).sort_values("commit_time").tail(CHANGE_POINT_COMMITS)
-        cps = stats.e_divisive(
-            line[y].to_numpy(), alpha=float(conf.get("changepoint_alpha", 0.01)),
-            permutations=int(conf.get("permutations", 199)), min_size=int(conf.get("min_size", 3)),
-        )  # fmt: skip
-        for i in cps:
-            here, before = line.iloc[i], line.iloc[i - 1]
-            cause = "environment" if here.get("env_key") != before.get("env_key") else "code"
-            rows.append({"commit_time": here["commit_time"], "commit": here["commit_hash"][:12],
-                         "cause": f"{name}: {cause}" if name is not None else cause})  # fmt: skip
-    return pd.DataFrame(rows)
-
-
-# --- drawing ---------------------------------------------------------------------------------
-
-
-def commit_link(df: pd.DataFrame) -> pd.DataFrame:
-    df = df.copy()
-    df["commit"] = df["commit_hash"].str[:12]
-    template = os.environ.get("RAGBENCH_COMMIT_URL")
-    if template:
-        df["url"] = [template.format(c) for c in df["commit_hash"]]
-    return df
-
-
-def chart(
-    df: pd.DataFrame,
-    y: str,
-    color: str | None,
-    title: str,
-    *,
-    rules=None,
-    change_points=None,
-    key: str,
-    y_title: str | None = None,
-    log: bool = False,
-):
-    """A line over the commits in their order (the hover has the commit and its time, the
-    value and its spread) and a CSV download. ``log``: a log axis (values <= 0 left out)."""
-    import altair as alt  # 0.4 s of imports, paid only once a page draws a chart
-
-    if log:
-        df = df[df[y] > 0]
-    if df.empty:
-        st.info(f"{title}: no data for these filters.")
-        return
-    df = commit_link(df)
-    order = {t: i for i, t in enumerate(sorted(df["commit_time"].unique()), 1)}
-    df["commit #"] = df["commit_time"].map(order)
-    tooltip = [
-        "commit",
-        alt.Tooltip("commit_time:T", title="commit time", format="%Y-%m-%d %H:%M"),
-        alt.Tooltip(f"{y}:Q", format=".4g"),
-    ]
-    tooltip += [c for c in ("q25", "q75", "torch", "triton") if c in df]
-    if color:
-        tooltip.append(color)
-    scale = alt.Scale(type="log") if log else alt.Scale(zero=False)
-    enc = {
-        "x": alt.X(
-            "commit #:Q", title="commit (oldest first)", axis=alt.Axis(format="d", tickMinStep=1)
-        ),
-        "y": alt.Y(f"{y}:Q", title=y_title or y, scale=scale, axis=alt.Axis(format=".3g")),
-        "tooltip": tooltip,
-    }
-    if color:
-        enc["color"] = alt.Color(f"{color}:N")
-    if "url" in df:
-        enc["href"] = "url:N"
-    layers = [alt.Chart(df).mark_line(point=True).encode(**enc)]
-    if {"q25", "q75"} <= set(df) and df["q25"].notna().any() and not log:
-        band = {k: v for k, v in enc.items() if k in ("x", "color")}
-        layers.insert(0, alt.Chart(df).mark_area(opacity=0.2).encode(y="q25:Q", y2="q75:Q", **band))
-    for label, value, colour in rules or []:
-        rule = pd.DataFrame({"value": [value], "label": [label]})
-        layers.append(
-            alt.Chart(rule)
-            .mark_rule(strokeDash=[6, 3], color=colour)
-            .encode(y="value:Q", tooltip=["label", "value"])
-        )
-    moves = stack_changes(df)
-    if not moves.empty:
-        layers.append(
-            alt.Chart(moves)
-            .mark_rule(color="gray", strokeDash=[2, 2])
-            .encode(x="commit #:Q", tooltip=["stack change"])
-        )
-    if change_points is None and st.session_state.get("mark_change_points"):
-        change_points = line_change_points(df, y, color)
-    if change_points is not None and not change_points.empty:
-        change_points = change_points.assign(
-            **{"commit #": change_points["commit_time"].map(order)})  # fmt: skip
-        layers.append(
-            alt.Chart(change_points)
-            .mark_rule(color="red")
-            .encode(x="commit #:Q", tooltip=["commit", "cause"])
-        )
-    st.altair_chart(alt.layer(*layers).properties(title=title, height=280), width="stretch")
-    download(df, title, key)
-
-
-def stack_changes(df: pd.DataFrame) -> pd.DataFrame:
-    """The commits (``commit #``) whose runs' stacks differ from the previous commit's, and
-    what changed; drawn on every chart over commits as grey dotted lines."""
-    if not {"torch", "triton"} <= set(df) or df.empty:
-        return pd.DataFrame(columns=["commit #", "stack change"])
-    per = df.assign(stack=stacks(df)).groupby("commit #")["stack"].agg(
-        lambda x: " + ".join(sorted(set(x))))  # fmt: skip
-    before = per.shift()
-    moved = per[(per != before) & before.notna()]
-    changes = [f"{before[i]} -> {moved[i]}" for i in moved.index]
-    return pd.DataFrame({"commit #": moved.index, "stack change": changes})
-
-
-def download(df: pd.DataFrame, title: str, key: str) -> None:
-    """The data behind a chart or table, as CSV."""
-    st.download_button(f"Download the data ({title})", df.to_csv(index=False),
-                       file_name=f"{key}.csv", mime="text/csv", key=f"dl-{key}")  # fmt: skip
-
-
-def filtered(df: pd.DataFrame, f: dict) -> pd.DataFrame:
-    """Rows within the sidebar's date range and environments."""
-    if df.empty:
-        return df
-    t = pd.to_datetime(df["commit_time"])
-    keep = (t.dt.date >= f["since"]) & (t.dt.date <= f["until"])
-    if f["torch"]:
-        keep &= df["torch"].isin(f["torch"])
-    if f["triton"]:
-        keep &= df["triton"].isin(f["triton"])
-    return df[keep]
-
-
-# What a page opens on, most telling first: the timed and throughput metrics (a GPU machine's,
-# then the CPU subset's), never a hash or a drift series.
-PREFERRED = {
-    "benchmark": (
-        "pipeline.Throughput",
-        "kernel.DispatchFloor",
-        "kernel.KernelLatency",
-        "cpu.Pipeline",
-    ),
-    "metric": ("img_per_s", "floor_us", "call_us", "gpu_us"),
-}
-
-
-def pick(label: str, options: list, key: str):
-    """A select box over ``options``, preselected from the URL parameter ``key``, else on the
-    first of ``PREFERRED[key]`` there is."""
-    options = sorted({o for o in options if o is not None}, key=str)
-    if not options:
-        return None
-    wanted = st.query_params.get(key)
-    if wanted not in options:
-        wanted = next((o for o in PREFERRED.get(key, ()) if o in options), options[0])
-    return st.selectbox(label, options, index=options.index(wanted), key=key)
-
-
-def narrow(df: pd.DataFrame, column: str, label: str, key: str) -> tuple[pd.DataFrame, object]:
-    """Pick one value of ``column`` (``pick``); -> the rows that have it, and the value."""
-    value = pick(label, list(df[column]), key)
-    return df[df[column] == value], value
-
-
-def legend(statuses) -> None:
-    """A caption explaining each status word in ``statuses``."""
-    words = [s for s in MEANING if s in set(statuses)]
-    if words:
-        st.caption("; ".join(f"**{s}**: {MEANING[s]}" for s in words))
-
-
-def worse_by(change: float | None) -> str:
-    """A verdict's change in the bad direction, saying which way is worse."""
-    if change is None:
-        return ""
-    return f"{change * 100:+.1f}% ({'worse' if change > 0 else 'better'})"
-
-
-def cell_params(cell: str) -> dict[str, str]:
-    """``batch=64,model=deit_base_224`` -> {"batch": "64", "model": "deit_base_224"}."""
-    return dict(kv.split("=", 1) for kv in cell.split(",") if "=" in kv)
-
+from ragbench.store import FAILED, Store, StoreError, history_branch
+from ragbench.verdicts import Status
 
 # --- pages -----------------------------------------------------------------------------------
 
@@ -541,8 +297,8 @@ def compare(ctx):
             "cell": v.key[2],
             "head/base 95%": f"{v.interval[0]:.3f}-{v.interval[1]:.3f}" if v.interval else "",
             "p (Holm)": v.p_adj,
-            "base": _shown(v.base, v.unit),
-            "head": _shown(v.head, v.unit),
+            "base": shown(v.base, v.unit),
+            "head": shown(v.head, v.unit),
             "note": v.note,
             "_rank": (
                 SEVERITY.index(v.status) if v.status in SEVERITY else len(SEVERITY),
@@ -569,207 +325,6 @@ def compare(ctx):
         st.caption("  \n".join(f"[{i}] {n}" for i, n in enumerate(notes, 1)))
     legend(df["status"])
     download(df, "compare", "compare")
-
-
-def _shown(value, unit: str | None) -> str:
-    """A table value: hashes in hex, numbers to 4 significant digits."""
-    if value is None:
-        return ""
-    if unit == "hash":
-        return f"{int(value):012x}"
-    return f"{value:.4g}"
-
-
-def pick_series(ctx):
-    """One series of the machine, chosen on the page: -> (its rows, benchmark, metric, cell),
-    or None (with a message) when the machine has no runs."""
-    df = query(ctx["path"], ctx["mtime"], ctx["branch"], "series", machine=ctx["machine"])
-    if df.empty:
-        st.info("No runs on this machine.")
-        return None
-    df, bench = narrow(df, "benchmark", "benchmark", "benchmark")
-    df, metric = narrow(df, "metric", "metric", "metric")
-    df, cell = narrow(df, "param_key", "cell", "cell")
-    return df, bench, metric, cell
-
-
-def stacks(runs: pd.DataFrame) -> pd.Series:
-    """Each run's stack, as the Versions page names it: ``torch 2.15.0, triton 3.9.0``."""
-    return "torch " + runs["torch"].fillna("?") + ", triton " + runs["triton"].fillna("?")
-
-
-def _version_key(stack: str) -> tuple:
-    """Order stacks by their torch, then triton version (2.9 before 2.10)."""
-    return tuple(int(n) if n.isdigit() else 0 for n in re.findall(r"\d+|\?", stack))
-
-
-@draws("Versions")
-def versions(ctx):
-    st.header("Versions")
-    runs = ctx["runs"][ctx["runs"]["machine"] == ctx["machine"]]
-    runs = runs.assign(stack=stacks(runs))
-    per_commit = runs.groupby("commit_hash", sort=False)["stack"].nunique()
-    commits = [c for c in dict.fromkeys(runs["commit_hash"]) if per_commit[c] >= 2]
-    if commits:
-        upgrade_reports(ctx, runs, commits)
-    else:
-        st.info("No commit on this machine was measured under more than one stack yet: "
-                "`ragbench run --env SPEC` runs the suite under another torch/triton "
-                "(docs/versions.md).")  # fmt: skip
-    stack_heatmap(ctx)
-
-
-def upgrade_reports(ctx, runs: pd.DataFrame, commits: list[str]) -> None:
-    """For one commit: every cell under each stack measured on it, and the gate's
-    verdict of each stack against a reference stack (what ``ragbench versions`` reports)."""
-    label = {c: f"{c[:12]} ({runs[runs['commit_hash'] == c]['commit_time'].iloc[0]})"
-             for c in commits}  # fmt: skip
-    wanted = st.query_params.get("commit", "")
-    index = next((i for i, c in enumerate(commits) if wanted and c.startswith(wanted)), 0)
-    col1, col2 = st.columns(2)
-    commit = col1.selectbox("commit (measured under several stacks)", commits, index=index,
-                            format_func=label.get, key="versions-commit")  # fmt: skip
-    here = runs[runs["commit_hash"] == commit]
-    names = sorted(here["stack"].unique(), key=_version_key)
-    ref = col2.selectbox("against", names, index=0, key="versions-ref")
-    ids = {n: tuple(here[here["stack"] == n]["run_id"]) for n in names}
-    table: dict[tuple, dict] = {}
-    verdicts, statuses = [], []
-    for name in names:
-        if name == ref:
-            continue
-        c = comparison(ctx["path"], ctx["mtime"], ids[ref], ids[name], False)
-        changed = [v for v in c.verdicts if v.status in FAILING]
-        verdict = ("safe to upgrade" if c.headline == Headline.PASS else
-                   f"not shown safe ({c.headline}): {len(changed)} cell(s) changed")  # fmt: skip
-        verdicts.append(f"- **{name}** against {ref}: **{c.headline.upper()}**, {verdict}")
-        for v in c.verdicts:
-            row = table.setdefault(v.key, {"metric": f"{v.key[0]}.{v.key[1]}", "cell": v.key[2],
-                                           ref: _shown(v.base, v.unit)})  # fmt: skip
-            word = "" if v.status == Status.UNCHANGED else f" · {v.status} {worse_by(v.change)}"
-            row[name] = (_shown(v.head, v.unit) + word).strip()
-            statuses.append(v.status)
-    st.markdown("\n".join(verdicts))
-    if table:
-        df = pd.DataFrame(list(table.values()))
-        st.caption(f"Each stack's value; where it is not unchanged against {ref}, the verdict "
-                   "after a dot.")  # fmt: skip
-        widths = {"metric": 170, "cell": 220}
-        columns = {k: st.column_config.Column(width=w) for k, w in widths.items()}
-        st.dataframe(df, width="stretch", hide_index=True, column_config=columns)
-        legend(statuses)
-        download(df, "versions of one commit", "versions-commit")
-    st.caption(f"{len(ids[ref])} run(s) of {ref}; "
-               + ", ".join(f"{len(ids[n])} of {n}" for n in names if n != ref)
-               + ". Host-time cells of separate processes are inconclusive unless they moved "
-                 "beyond 100% (two stacks cannot share a process).")  # fmt: skip
-
-
-def stack_heatmap(ctx) -> None:
-    """One metric across torch x triton over every commit of the machine."""
-    import altair as alt  # 0.4 s of imports, paid only once a page draws a chart
-
-    st.subheader("One metric across all commits")
-    st.caption("torch x triton on this machine (median over runs)")
-    picked = pick_series(ctx)
-    if picked is None:
-        return
-    df, bench, metric, cell = picked
-    grid = df.groupby(["torch", "triton"], dropna=False)["median"].agg(["median", "count"])
-    grid = grid.reset_index().rename(columns={"median": "value", "count": "runs"})
-    heat = (
-        alt.Chart(grid)
-        .mark_rect()
-        .encode(
-            x="triton:N",
-            y="torch:N",
-            color=alt.Color("value:Q", scale=alt.Scale(scheme="viridis")),
-            tooltip=["torch", "triton", alt.Tooltip("value:Q", format=".4g"), "runs"],
-        )
-    )
-    text = (
-        alt.Chart(grid)
-        .mark_text(color="white")
-        .encode(x="triton:N", y="torch:N", text=alt.Text("value:Q", format=".4g"))
-    )
-    st.altair_chart(
-        (heat + text).properties(title=f"{bench}.{metric} {cell}", height=240),
-        width="stretch",
-    )
-    download(grid, "versions", "versions")
-
-
-@draws("Machines")
-def machines(ctx):
-    """The sidebar's machine against another on the commits both measured under the same
-    stack: each cell's value on both, and their ratio over the commits."""
-    import altair as alt
-
-    st.header("Machines")
-    names = sorted(ctx["runs"]["machine"].unique())
-    others = [n for n in names if n != ctx["machine"]]
-    if not others:
-        st.info("One machine in this store. Runners that write one store (a DuckLake: "
-                "docs/store.md) show here side by side.")  # fmt: skip
-        return
-    # the machine sharing most commits with this one first
-    runs = ctx["runs"]
-    mine = set(runs[runs["machine"] == ctx["machine"]]["commit_hash"])
-    shared = {n: len(mine & set(runs[runs["machine"] == n]["commit_hash"])) for n in others}
-    others.sort(key=lambda n: (-shared[n], n))
-    wanted = st.query_params.get("other")
-    other = st.selectbox("against", others, key="other",
-                         index=others.index(wanted) if wanted in others else 0)  # fmt: skip
-    df = query(ctx["path"], ctx["mtime"], ctx["branch"], "series", machine=ctx["machine"])
-    if df.empty:
-        st.info("No runs on this machine.")
-        return
-    df, bench = narrow(df, "benchmark", "benchmark", "benchmark")
-    _, metric = narrow(df, "metric", "metric", "metric")
-    both = query(ctx["path"], ctx["mtime"], ctx["branch"], "series", benchmark=bench,
-                 metric=metric)  # fmt: skip
-    both = both[both["machine"].isin([ctx["machine"], other])]
-    same = ["commit_hash", "torch", "triton", "param_key"]
-    per = (
-        both.groupby([*same, "machine"], dropna=False)
-        .agg(value=("median", "median"), commit_time=("commit_time", "max"), unit=("unit", "first"))
-        .reset_index()
-    )
-    wide = per.pivot_table(index=[*same, "unit"], columns="machine", values="value",
-                           dropna=True).dropna()  # fmt: skip
-    if wide.empty or {ctx["machine"], other} - set(wide.columns):
-        st.info(f"No commit of {bench}.{metric} was measured on {ctx['machine']} and {other} "
-                "under the same torch and triton.")  # fmt: skip
-        return
-    wide = wide.reset_index()
-    wide["commit_time"] = wide["commit_hash"].map(per.groupby("commit_hash")["commit_time"].max())
-    wide["ratio"] = wide[other] / wide[ctx["machine"]]
-    newest = wide[wide["commit_time"] == wide["commit_time"].max()]
-    st.caption(
-        f"Newest commit measured on both under one stack: "
-        f"{newest['commit_hash'].iloc[0][:12]} (torch {newest['torch'].iloc[0]}, triton "
-        f"{newest['triton'].iloc[0]}). ratio = {other} / {ctx['machine']}: above 1, "
-        f"{other}'s value is larger (slower for a time, faster for a throughput)."
-    )
-    table = newest[["param_key", "unit", ctx["machine"], other, "ratio"]].rename(
-        columns={"param_key": "cell"}
-    )
-    st.dataframe(table, width="stretch", hide_index=True)
-    download(table, "machines, newest commit", "machines-newest")
-    line = (
-        alt.Chart(wide)
-        .mark_line(point=True)
-        .encode(
-            x=alt.X("commit_time:T", title="commit time"),
-            y=alt.Y("ratio:Q", title=f"{other} / {ctx['machine']}", scale=alt.Scale(zero=False)),
-            color=alt.Color("param_key:N", title="cell"),
-            tooltip=["commit_hash", "torch", "triton", "param_key",
-                     alt.Tooltip("ratio:Q", format=".3f")],
-        )
-    )  # fmt: skip
-    st.altair_chart(line.properties(title=f"{bench}.{metric}: {other} / {ctx['machine']}",
-                                    height=320), width="stretch")  # fmt: skip
-    download(wide, "machines over the commits", "machines")
 
 
 @draws("Series")
@@ -826,6 +381,7 @@ def series(ctx):
         )
 
 
+assert environments  # its pages registered themselves on import
 if set(RENDER) != set(PAGES):  # a page in the sidebar that nothing draws, or the reverse
     raise RuntimeError(f"pages without a function: {set(PAGES) ^ set(RENDER)}")
 

@@ -383,6 +383,18 @@ class SeriesReport:
         return ", ".join(moved) or "same environment"
 
 
+def change_points_of(values, policies: Policies) -> list[int]:
+    """E-Divisive change points of ``values`` (oldest first) with the main branch's settings
+    in policies.toml: indices where a new level starts."""
+    conf = policies.main
+    return stats.e_divisive(
+        values,
+        alpha=float(conf.get("changepoint_alpha", 0.01)),
+        permutations=int(conf.get("permutations", 199)),
+        min_size=int(conf.get("min_size", 3)),
+    )
+
+
 def history(points: list[Point], key: Key, params: dict, unit: str | None,
             policies: Policies, change_points: bool = True,
             accepted: Iterable[str] = ()) -> SeriesReport:  # fmt: skip
@@ -395,12 +407,7 @@ def history(points: list[Point], key: Key, params: dict, unit: str | None,
     conf = policies.main
     policy = policies.for_metric(key[0], key[1])
     cps = (
-        stats.e_divisive(
-            [p.value for p in points],
-            alpha=float(conf.get("changepoint_alpha", 0.01)),
-            permutations=int(conf.get("permutations", 199)),
-            min_size=int(conf.get("min_size", 3)),
-        )
+        change_points_of([p.value for p in points], policies)
         if change_points and not policy.paired  # host time of separate runs: means nothing
         else []
     )

@@ -18,6 +18,7 @@ from ragbench.github import MARKER
 from ragbench.store import Store
 from ragbench.verdicts import JSON_SCHEMA
 from scripts import rehearse
+from scripts import workflow_expressions as expressions
 from scripts.fake_github import FakeGitHub
 
 REPO = Path(__file__).resolve().parent.parent
@@ -134,24 +135,24 @@ def test_the_rehearsal_reads_every_expression_in_the_workflows(tmp_path):
     for path in WORKFLOWS:
         ctx, fns = runner.contexts(events[path.stem]), runner.functions({"failed": False})
         for expr in re.findall(r"\$\{\{(.*?)\}\}", path.read_text()):
-            rehearse.Expression(expr, ctx, fns).value()
+            expressions.Expression(expr, ctx, fns).value()
         for job in rehearse.load_workflow(path)["jobs"].values():
             if "if" in job:
-                rehearse.condition(job["if"], ctx, fns)
+                expressions.condition(job["if"], ctx, fns)
     ctx, fns = runner.contexts(done), runner.functions({"failed": False})
-    assert rehearse.interpolate("${{ github.event.workflow_run.pull_requests[0].number }}", ctx,
+    assert expressions.interpolate("${{ github.event.workflow_run.pull_requests[0].number }}", ctx,
                                 fns) == "3"  # fmt: skip
     (job,) = rehearse.load_workflow(REPO / ".github/workflows/bench-pr-verdict.yml")[
         "jobs"
     ].values()
-    assert rehearse.condition(job["if"], ctx, fns)
+    assert expressions.condition(job["if"], ctx, fns)
     ctx["github"]["event"]["workflow_run"]["conclusion"] = "cancelled"
-    assert not rehearse.condition(job["if"], ctx, fns)
+    assert not expressions.condition(job["if"], ctx, fns)
     ctx = runner.contexts(scene.pr("opened", "t", 4, "h" * 40, fork=True))
     (gate,) = rehearse.load_workflow(REPO / ".github/workflows/bench-pr.yml")["jobs"].values()
-    assert not rehearse.condition(gate["if"], ctx, fns)
+    assert not expressions.condition(gate["if"], ctx, fns)
     digest = hashlib.sha256(hashlib.sha256((REPO / "pyproject.toml").read_bytes()).digest())
-    assert rehearse.interpolate("${{ hashFiles('pyproject.toml') }}", ctx, fns) == (
+    assert expressions.interpolate("${{ hashFiles('pyproject.toml') }}", ctx, fns) == (
         digest.hexdigest()
     )
 

@@ -10,9 +10,8 @@ from collections.abc import Callable
 import torch
 import triton
 
-import ragged
-
 from .. import attention as A
+from ..layout_attention import LayoutAttention
 from . import attention as KA
 from . import c_launch
 from . import launch as L
@@ -62,10 +61,10 @@ def launch_paths(q, k, v, cu_seqlens, max_seqlen: int, out) -> dict[str, Callabl
         )
 
     def api_novalidate():
-        ragged.varlen_attention(q, k, v, cu_seqlens, max_seqlen, validate=False)
+        A.varlen_attention(q, k, v, cu_seqlens, max_seqlen, validate=False)
 
     def api_out():
-        ragged.varlen_attention(q, k, v, cu_seqlens, max_seqlen, validate=False, out=out)
+        A.varlen_attention(q, k, v, cu_seqlens, max_seqlen, validate=False, out=out)
 
     def api_checked():  # what varlen_attention(validate=False) ran before launch_ready
         A._check_types(q, k, v, cu_seqlens, max_seqlen, None)
@@ -73,11 +72,11 @@ def launch_paths(q, k, v, cu_seqlens, max_seqlen: int, out) -> dict[str, Callabl
         KA.varlen_attention_triton(q, k, v, cu_seqlens, max_seqlen, scale, torch.empty_like(q))
 
     qkv = torch.stack((q, k, v), dim=1)  # [T, 3, H, d], as the qkv projection lays it out
-    layout_call = ragged.LayoutAttention(cu_seqlens, max_seqlen)
+    layout_call = LayoutAttention(cu_seqlens, max_seqlen)
     layout_call(qkv)  # checked once: the launch is kept
 
     def api_validate():
-        ragged.varlen_attention(q, k, v, cu_seqlens, max_seqlen)
+        A.varlen_attention(q, k, v, cu_seqlens, max_seqlen)
 
     graph = torch.cuda.CUDAGraph()
     api_novalidate()

@@ -1,0 +1,190 @@
+"""The dashboard's pages across environments: Versions (torch x triton over commits, upgrade
+reports) and Machines (one metric across machines)."""
+
+from __future__ import annotations
+
+import pandas as pd
+import streamlit as st
+
+from dashboard import draws
+from dashboard.draw import (
+    download,
+    legend,
+    narrow,
+    pick_series,
+    shown,
+    stacks,
+    version_key,
+    worse_by,  # fmt: skip
+)
+from dashboard.read import comparison, query
+from ragbench.verdicts import FAILING, Headline, Status
+
+
+@draws("Versions")
+def versions(ctx):
+    st.header("Versions")
+    runs = ctx["runs"][ctx["runs"]["machine"] == ctx["machine"]]
+    runs = runs.assign(stack=stacks(runs))
+    per_commit = runs.groupby("commit_hash", sort=False)["stack"].nunique()
+    commits = [c for c in dict.fromkeys(runs["commit_hash"]) if per_commit[c] >= 2]
+    if commits:
+        upgrade_reports(ctx, runs, commits)
+    else:
+        st.info("No commit on this machine was measured under more than one stack yet: "
+                "`ragbench run --env SPEC` runs the suite under another torch/triton "
+                "(docs/versions.md).")  # fmt: skip
+    stack_heatmap(ctx)
+
+
+def upgrade_reports(ctx, runs: pd.DataFrame, commits: list[str]) -> None:
+    """For one commit: every cell under each stack measured on it, and the gate's
+    verdict of each stack against a reference stack (what ``ragbench versions`` reports)."""
+    label = {c: f"{c[:12]} ({runs[runs['commit_hash'] == c]['commit_time'].iloc[0]})"
+             for c in commits}  # fmt: skip
+    wanted = st.query_params.get("commit", "")
+    index = next((i for i, c in enumerate(commits) if wanted and c.startswith(wanted)), 0)
+    col1, col2 = st.columns(2)
+    commit = col1.selectbox("commit (measured under several stacks)", commits, index=index,
+                            format_func=label.get, key="versions-commit")  # fmt: skip
+    here = runs[runs["commit_hash"] == commit]
+    names = sorted(here["stack"].unique(), key=version_key)
+    ref = col2.selectbox("against", names, index=0, key="versions-ref")
+    ids = {n: tuple(here[here["stack"] == n]["run_id"]) for n in names}
+    table: dict[tuple, dict] = {}
+    verdicts, statuses = [], []
+    for name in names:
+        if name == ref:
+            continue
+        c = comparison(ctx["path"], ctx["mtime"], ids[ref], ids[name], False)
+        changed = [v for v in c.verdicts if v.status in FAILING]
+        verdict = ("safe to upgrade" if c.headline == Headline.PASS else
+                   f"not shown safe ({c.headline}): {len(changed)} cell(s) changed")  # fmt: skip
+        verdicts.append(f"- **{name}** against {ref}: **{c.headline.upper()}**, {verdict}")
+        for v in c.verdicts:
+            row = table.setdefault(v.key, {"metric": f"{v.key[0]}.{v.key[1]}", "cell": v.key[2],
+                                           ref: shown(v.base, v.unit)})  # fmt: skip
+            word = "" if v.status == Status.UNCHANGED else f" · {v.status} {worse_by(v.change)}"
+            row[name] = (shown(v.head, v.unit) + word).strip()
+            statuses.append(v.status)
+    st.markdown("\n".join(verdicts))
+    if table:
+        df = pd.DataFrame(list(table.values()))
+        st.caption(f"Each stack's value; where it is not unchanged against {ref}, the verdict "
+                   "after a dot.")  # fmt: skip
+        widths = {"metric": 170, "cell": 220}
+        columns = {k: st.column_config.Column(width=w) for k, w in widths.items()}
+        st.dataframe(df, width="stretch", hide_index=True, column_config=columns)
+        legend(statuses)
+        download(df, "versions of one commit", "versions-commit")
+    st.caption(f"{len(ids[ref])} run(s) of {ref}; "
+               + ", ".join(f"{len(ids[n])} of {n}" for n in names if n != ref)
+               + ". Host-time cells of separate processes are inconclusive unless they moved "
+                 "beyond 100% (two stacks cannot share a process).")  # fmt: skip
+
+
+def stack_heatmap(ctx) -> None:
+    """One metric across torch x triton over every commit of the machine."""
+    import altair as alt  # 0.4 s of imports, paid only once a page draws a chart
+
+    st.subheader("One metric across all commits")
+    st.caption("torch x triton on this machine (median over runs)")
+    picked = pick_series(ctx)
+    if picked is None:
+        return
+    df, bench, metric, cell = picked
+    grid = df.groupby(["torch", "triton"], dropna=False)["median"].agg(["median", "count"])
+    grid = grid.reset_index().rename(columns={"median": "value", "count": "runs"})
+    heat = (
+        alt.Chart(grid)
+        .mark_rect()
+        .encode(
+            x="triton:N",
+            y="torch:N",
+            color=alt.Color("value:Q", scale=alt.Scale(scheme="viridis")),
+            tooltip=["torch", "triton", alt.Tooltip("value:Q", format=".4g"), "runs"],
+        )
+    )
+    text = (
+        alt.Chart(grid)
+        .mark_text(color="white")
+        .encode(x="triton:N", y="torch:N", text=alt.Text("value:Q", format=".4g"))
+    )
+    st.altair_chart(
+        (heat + text).properties(title=f"{bench}.{metric} {cell}", height=240),
+        width="stretch",
+    )
+    download(grid, "versions", "versions")
+
+
+@draws("Machines")
+def machines(ctx):
+    """The sidebar's machine against another on the commits both measured under the same
+    stack: each cell's value on both, and their ratio over the commits."""
+    import altair as alt
+
+    st.header("Machines")
+    names = sorted(ctx["runs"]["machine"].unique())
+    others = [n for n in names if n != ctx["machine"]]
+    if not others:
+        st.info("One machine in this store. Runners that write one store (a DuckLake: "
+                "docs/store.md) show here side by side.")  # fmt: skip
+        return
+    # the machine sharing most commits with this one first
+    runs = ctx["runs"]
+    mine = set(runs[runs["machine"] == ctx["machine"]]["commit_hash"])
+    shared = {n: len(mine & set(runs[runs["machine"] == n]["commit_hash"])) for n in others}
+    others.sort(key=lambda n: (-shared[n], n))
+    wanted = st.query_params.get("other")
+    other = st.selectbox("against", others, key="other",
+                         index=others.index(wanted) if wanted in others else 0)  # fmt: skip
+    df = query(ctx["path"], ctx["mtime"], ctx["branch"], "series", machine=ctx["machine"])
+    if df.empty:
+        st.info("No runs on this machine.")
+        return
+    df, bench = narrow(df, "benchmark", "benchmark", "benchmark")
+    _, metric = narrow(df, "metric", "metric", "metric")
+    both = query(ctx["path"], ctx["mtime"], ctx["branch"], "series", benchmark=bench,
+                 metric=metric)  # fmt: skip
+    both = both[both["machine"].isin([ctx["machine"], other])]
+    same = ["commit_hash", "torch", "triton", "param_key"]
+    per = (
+        both.groupby([*same, "machine"], dropna=False)
+        .agg(value=("median", "median"), commit_time=("commit_time", "max"), unit=("unit", "first"))
+        .reset_index()
+    )
+    wide = per.pivot_table(index=[*same, "unit"], columns="machine", values="value",
+                           dropna=True).dropna()  # fmt: skip
+    if wide.empty or {ctx["machine"], other} - set(wide.columns):
+        st.info(f"No commit of {bench}.{metric} was measured on {ctx['machine']} and {other} "
+                "under the same torch and triton.")  # fmt: skip
+        return
+    wide = wide.reset_index()
+    wide["commit_time"] = wide["commit_hash"].map(per.groupby("commit_hash")["commit_time"].max())
+    wide["ratio"] = wide[other] / wide[ctx["machine"]]
+    newest = wide[wide["commit_time"] == wide["commit_time"].max()]
+    st.caption(
+        f"Newest commit measured on both under one stack: "
+        f"{newest['commit_hash'].iloc[0][:12]} (torch {newest['torch'].iloc[0]}, triton "
+        f"{newest['triton'].iloc[0]}). ratio = {other} / {ctx['machine']}: above 1, "
+        f"{other}'s value is larger (slower for a time, faster for a throughput)."
+    )
+    table = newest[["param_key", "unit", ctx["machine"], other, "ratio"]].rename(
+        columns={"param_key": "cell"}
+    )
+    st.dataframe(table, width="stretch", hide_index=True)
+    download(table, "machines, newest commit", "machines-newest")
+    line = (
+        alt.Chart(wide)
+        .mark_line(point=True)
+        .encode(
+            x=alt.X("commit_time:T", title="commit time"),
+            y=alt.Y("ratio:Q", title=f"{other} / {ctx['machine']}", scale=alt.Scale(zero=False)),
+            color=alt.Color("param_key:N", title="cell"),
+            tooltip=["commit_hash", "torch", "triton", "param_key",
+                     alt.Tooltip("ratio:Q", format=".3f")],
+        )
+    )  # fmt: skip
+    st.altair_chart(line.properties(title=f"{bench}.{metric}: {other} / {ctx['machine']}",
+                                    height=320), width="stretch")  # fmt: skip
+    download(wide, "machines over the commits", "machines")

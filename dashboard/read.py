@@ -1,0 +1,84 @@
+"""The dashboard's reads of the results store: one read-only connection per query (a writer
+holds the file for one transaction at a time, so a page waits at most that long), cached
+until the file changes; and what ``ragbench.detect`` makes of them."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+import pandas as pd
+import streamlit as st
+
+from ragbench import detect
+from ragbench.store import Store, default_path, store_spec
+
+POLICIES = detect.load_policies()
+# Change points over a series' newest commits only: E-Divisive's permutation test costs
+# O(n^2) a shuffle (one series of 400 commits: ~1 s; all 59 series of a quick grid at 200:
+# 0.6 s, hence none on the overview, whose lookback needs only the last few runs).
+CHANGE_POINT_COMMITS = 400
+LOOKBACK_COMMITS = 50
+
+
+def store_path() -> str | Path:
+    """The store to show: a file's path, or a lake's string."""
+    ap = argparse.ArgumentParser(add_help=False)
+    ap.add_argument("--store", type=store_spec, default=None)
+    args, _ = ap.parse_known_args(sys.argv[1:])
+    return args.store or default_path()
+
+
+@st.cache_resource(max_entries=8)
+def reader(path: str, mtime: float, branch: str | None) -> Store:
+    """One reader per version of the file and branch: its schema is checked once (a reader a
+    query checked it six times, 0.18 s of a cold first page). It holds no connection between
+    queries."""
+    return Store(path, read_only=True, branch=branch)
+
+
+@st.cache_data(show_spinner=False, max_entries=256)
+def query(path: str, mtime: float, branch: str, name: str, **kwargs):
+    s = reader(path, mtime, branch)
+    method = getattr(s, name)
+    if name in ("machines", "measurements", "branches"):
+        return method(**kwargs)
+    return method(frame=True, **kwargs)
+
+
+@st.cache_data(show_spinner=False, max_entries=64)
+def histories(path: str, mtime: float, branch: str, machine: str, last: int,
+              change_points: bool = True, **series_filter):  # fmt: skip
+    """``ragbench.detect`` over the newest ``last`` commits of the machine's series (all, or
+    those ``series_filter`` selects: benchmark, metric), the acceptances marked."""
+    runs = query(path, mtime, branch, "runs", machine=machine)
+    times = runs.drop_duplicates("commit_hash")["commit_time"]
+    since = times.iloc[min(last, len(times)) - 1].to_pydatetime() if len(times) else None
+    s = reader(path, mtime, branch)
+    rows = s.series(machine=machine, since=since, **series_filter)
+    return detect.histories(rows, POLICIES, last=last, change_points=change_points,
+                            acceptances=s.acceptances())  # fmt: skip
+
+
+@st.cache_data(show_spinner=False, max_entries=64)
+def comparison(path: str, mtime: float, base_ids: tuple, head_ids: tuple, detail: bool):
+    s = reader(path, mtime, None)
+    base, head = detect.cells(s, list(base_ids)), detect.cells(s, list(head_ids))
+    return detect.compare(base, head, POLICIES, detail=detail)
+
+
+@st.cache_data(show_spinner="finding change points ...", max_entries=64)
+def line_change_points(df: pd.DataFrame, y: str, color: str | None) -> pd.DataFrame:
+    """E-Divisive change points of each line of a chart (its newest CHANGE_POINT_COMMITS
+    points), labelled environment where the environment key changes there, else code."""
+    rows = []
+    for name, line in df.groupby(color) if color else [(None, df)]:
+        line = line.dropna(subset=[y]).sort_values("commit_time").tail(CHANGE_POINT_COMMITS)
+        cps = detect.change_points_of(line[y].to_numpy(), POLICIES)
+        for i in cps:
+            here, before = line.iloc[i], line.iloc[i - 1]
+            cause = "environment" if here.get("env_key") != before.get("env_key") else "code"
+            rows.append({"commit_time": here["commit_time"], "commit": here["commit_hash"][:12],
+                         "cause": f"{name}: {cause}" if name is not None else cause})  # fmt: skip
+    return pd.DataFrame(rows)
