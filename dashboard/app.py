@@ -22,7 +22,14 @@ import streamlit as st
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from benchmarks import _catalogue as catalogue
-from dashboard import PAGES, RENDER, SEVERITY, draws, environments, paper
+from dashboard import (
+    PAGES,
+    RENDER,
+    SEVERITY,
+    draws,
+    environments,  # noqa: F401  (its pages register themselves on import)
+    paper,
+)
 from dashboard.draw import (
     cell_params,
     chart,
@@ -31,7 +38,7 @@ from dashboard.draw import (
     legend,
     narrow,
     pick,
-    pick_series,  # fmt: skip
+    pick_series,
     shown,
     worse_by,
 )
@@ -40,7 +47,7 @@ from dashboard.read import (
     LOOKBACK_COMMITS,
     POLICIES,
     comparison,
-    histories,  # fmt: skip
+    histories,
     query,
     store_path,
 )
@@ -381,7 +388,6 @@ def series(ctx):
         )
 
 
-assert environments  # its pages registered themselves on import
 if set(RENDER) != set(PAGES):  # a page in the sidebar that nothing draws, or the reverse
     raise RuntimeError(f"pages without a function: {set(PAGES) ^ set(RENDER)}")
 

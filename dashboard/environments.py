@@ -15,7 +15,7 @@ from dashboard.draw import (
     shown,
     stacks,
     version_key,
-    worse_by,  # fmt: skip
+    worse_by,
 )
 from dashboard.read import comparison, query
 from ragbench.verdicts import FAILING, Headline, Status

@@ -27,12 +27,13 @@ import triton
 
 import ragged
 from benchmarks import _catalogue as C
+from benchmarks import _grids as G
 from benchmarks import _harness as H
 from benchmarks import _workloads as W
 from ragbench import fingerprint
 from ragged.kernels import attention as KA
 from ragged.kernels.launch_paths import launch_paths as ragged_launch_paths
-from ragged.testing import kept_tokens, packed_qkv
+from ragged.testing import packed_qkv
 
 # The table's axes (issue 2's table, wider than the suite's grid); inputs as the suite's
 MODELS = tuple(W.HEADS)  # attention geometry: heads, head_dim 64
@@ -139,17 +140,15 @@ def _empty_kernel(x):
 def launch_paths(args) -> list[dict]:
     """Host and call time of each way to launch the same kernel, BS=1 / 80%, DeiT-B, beside
     the bare fa2 op, one aten op and an empty Triton kernel."""
-    q, k, v, cu, max_seqlen = packed_qkv([kept_tokens(W.TOKENS, 0.8)], 12, 64, device="cuda")
+    q, k, v, cu, max_seqlen = W.kernel_inputs(*G.FLOOR[:2], "deit_b", G.FLOOR[2])
     out = torch.empty(q.shape, dtype=q.dtype, device=q.device)
     scale = q.shape[-1] ** -0.5
     empty = _empty_kernel[(1,)](q)
     erun, efn, emeta = empty.run, empty.function, empty.packed_metadata
     stream = torch.cuda.current_stream().cuda_stream
     scratch = torch.zeros(16, device="cuda")
-    ours = ragged_launch_paths(q, k, v, cu, max_seqlen, out)
-    wholes = {n: f for n, f in ours.items() if not n.startswith("  piece")}
     paths = {
-        **wholes,
+        **ragged_launch_paths(q, k, v, cu, max_seqlen, out),
         "fa2 aten op direct": lambda: torch.ops.aten._flash_attention_forward(
             q, k, v, cu, cu, max_seqlen, max_seqlen, 0.0, False, False, scale=scale
         ),
@@ -159,7 +158,6 @@ def launch_paths(args) -> list[dict]:
         "empty triton compiled.run direct": lambda: erun(
             1, 1, 1, stream, efn, emeta, None, None, None, q
         ),
-        **{n: f for n, f in ours.items() if n not in wholes},
     }
     measured = H.measure_interleaved(paths, rounds=args.rounds, gpu=False)
     rows = [{"path": name, **m} for name, m in measured.items()]
