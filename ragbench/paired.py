@@ -157,6 +157,10 @@ def judge(cells: dict[detect.Key, PairedCell], policies: detect.Policies, method
             v.status, v.note = Status.FAILED, f"head raised: {cell.errors['head']}"
         elif v.head is None:
             v.status, v.note = Status.MISSING, "no value on head"
+        elif not all(map(math.isfinite, head)):  # a NaN is no measurement, never a pass
+            v.status, v.note = Status.MISSING, "a non-finite value on head"
+        elif base is not None and not all(map(math.isfinite, base)):
+            v.status, v.note = Status.INCONCLUSIVE, "a non-finite value on base: no comparison"
         elif v.base is None:
             v.status = Status.NEW
             v.note = f"base raised: {cell.errors['base']}" if "base" in cell.errors else ""

@@ -69,6 +69,10 @@ def test_verdicts_of_the_paired_cells():
     assert _judge(both).status == "regression"
     broken = [_doc(_noisy(40, 1, 0), [], errors={"head": "ImportError: boom"})]
     assert _judge(broken).status == "failed"
+    nan = float("nan")  # non-finite samples are no measurement: never a pass
+    assert _judge([_doc(_noisy(40, 1, 0), [nan] * 40)]).status == "missing"
+    assert _judge([_doc(_noisy(40, 1, 0), _noisy(20, 1, 1) + [nan] * 20)]).status == "missing"
+    assert _judge([_doc([nan] * 40, _noisy(40, 1, 1))]).status == "inconclusive"
 
 
 def test_too_few_samples_are_inconclusive_and_most_inconclusive_is_no_pass():
