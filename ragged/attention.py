@@ -22,7 +22,8 @@ class BackendUnavailableError(RuntimeError):
 
 
 # The triton backend's launch function. A call to it may take the merged fast path
-# (``launch_ready``); a Backend whose run was replaced (dataclasses.replace) never does.
+# (``kernels.attention.fast_call``); a Backend whose run was replaced (dataclasses.replace)
+# never does.
 _TRITON_RUN = _triton_attention.varlen_attention_triton
 
 
@@ -202,7 +203,7 @@ def varlen_attention(
         backend cannot run here or cannot run these inputs (the message says why).
     """
     if not validate and backend == "triton" and BACKENDS["triton"].run is _TRITON_RUN:
-        o = _triton_attention.launch_ready(q, k, v, cu_seqlens, max_seqlen, softmax_scale, out)
+        o = _triton_attention.fast_call(q, k, v, cu_seqlens, max_seqlen, softmax_scale, out)
         if o is not None:
             return o
     b = _get_backend(backend)

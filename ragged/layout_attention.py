@@ -11,28 +11,10 @@ what it costs in a hot loop, that is what matters (docs/pipeline.md).
 
 from __future__ import annotations
 
-from typing import Any, NamedTuple
-
 import torch
 
 from . import attention as A
 from .kernels import attention as KA
-from .kernels import launch as L
-
-
-class _Launch(NamedTuple):
-    """What a call on the kept qkv layout launches."""
-
-    direct: Any  # the compiled kernel's direct launcher (kernels/launch.py)
-    grid_x: int
-    k_offset: int  # bytes from q's data pointer to k's, and to v's
-    v_offset: int
-    out: torch.Tensor
-    out_ptr: int
-    cu_ptr: int
-    scalars: tuple
-    max_seqlen: int
-    epoch: int  # kernels.attention.epoch when kept
 
 
 class LayoutAttention:
@@ -63,8 +45,7 @@ class LayoutAttention:
     def __init__(self, cu_seqlens, max_seqlen, *, backend="triton", softmax_scale=None):
         self.cu_seqlens, self.max_seqlen, self.backend = cu_seqlens, max_seqlen, backend
         self.softmax_scale = softmax_scale
-        self._key = None  # (shape, strides, dtype, device) of the qkv the launch was kept for
-        self._launch: _Launch | None = None
+        self._launch: KA.KeptLaunch | None = None
         self._out = None
 
     def rebind(self, cu_seqlens: torch.Tensor, max_seqlen: int) -> None:
@@ -84,26 +65,15 @@ class LayoutAttention:
         ):  # fmt: skip
             self._launch = launch._replace(cu_ptr=cu_seqlens.data_ptr())
         else:
-            self._key = self._launch = None
+            self._launch = None
 
     def __call__(self, qkv: torch.Tensor) -> torch.Tensor:
         launch = self._launch
-        if launch is None or type(qkv) is not torch.Tensor:
-            return self._checked(qkv)
-        dev = qkv.get_device()
-        if (
-            (qkv.shape, qkv.stride(), qkv.dtype, dev) != self._key
-            or not (L._SINGLE_DEVICE or dev == L._current_device())
-            or L._hooks_active()
-        ):  # fmt: skip
-            return self._checked(qkv)
-        p = qkv.data_ptr()
-        if p & 15:
-            return self._checked(qkv)
-        k, v = p + launch.k_offset, p + launch.v_offset
-        launch.direct(launch.grid_x, 1, 1, L._raw_stream(dev), p, k, v, launch.out_ptr,
-                      launch.cu_ptr, *launch.scalars)  # fmt: skip
-        return launch.out
+        if launch is not None:
+            out = KA.layout_call(launch, qkv)  # fastpath.cpp's, else kernels.attention's
+            if out is not None:
+                return out
+        return self._checked(qkv)
 
     def _checked(self, qkv: torch.Tensor) -> torch.Tensor:
         """The call through ``varlen_attention``; keeps its launch for the next calls."""
@@ -118,7 +88,7 @@ class LayoutAttention:
             q, k, v, self.cu_seqlens, self.max_seqlen,
             backend=self.backend, softmax_scale=self.softmax_scale, out=out, validate=False,
         )  # fmt: skip
-        self._key = self._launch = None
+        self._launch = None
         if not A.BACKENDS[self.backend].writes_out:
             return o
         self._out = o
@@ -128,8 +98,9 @@ class LayoutAttention:
             k_offset, v_offset = k.data_ptr() - q.data_ptr(), v.data_ptr() - q.data_ptr()
             if prepared is not None and not (k_offset | v_offset) & 15:
                 direct, grid_x, scalars = prepared
-                self._key = (qkv.shape, qkv.stride(), qkv.dtype, qkv.get_device())
-                self._launch = _Launch(direct, grid_x, k_offset, v_offset, o, o.data_ptr(),
-                                       self.cu_seqlens.data_ptr(), scalars, self.max_seqlen,
-                                       KA.epoch)  # fmt: skip
+                key = (qkv.shape, qkv.stride(), qkv.dtype, qkv.get_device())
+                self._launch = KA.KeptLaunch(
+                    direct, KA.launch_spec(direct), key, grid_x, k_offset, v_offset, o,
+                    o.data_ptr(), self.cu_seqlens.data_ptr(), scalars, self.max_seqlen, KA.epoch,
+                )  # fmt: skip
         return o

@@ -1,15 +1,18 @@
-"""``launch_ready``, the merged fast path of ``varlen_attention(..., validate=False)``.
+"""The merged fast paths of ``varlen_attention(..., validate=False)`` and ``LayoutAttention``:
+in Python (``launch_ready``, ``kept_launch``) and in C++ (kernels/fastpath.cpp), every test on
+both.
 
 On this CPU machine the Triton kernel runs under the interpreter and nothing is launched
 directly, so a recording launcher stands in for the compiled kernel's: every call the fast
 path takes must launch exactly what the checked path would, and every call the checked path
-rejects must be left to it. tests/test_gpu.py runs the real one.
+rejects must be left to it. tests/test_gpu.py runs the real ones (C++ through cuLaunchKernel).
 """
 
 import dataclasses
 
 import pytest
 import torch
+import triton
 
 import ragged
 from ragged import attention as A
@@ -23,20 +26,37 @@ pytestmark = pytest.mark.skipif(
 )
 
 
+@pytest.fixture(params=["python", "cpp"])
+def impl(request, monkeypatch):
+    """Which fast paths ``varlen_attention`` and ``LayoutAttention`` take (the C++ ones are
+    built here, about 10 s, once per machine)."""
+    if request.param == "cpp":
+        from ragged.kernels import fastpath
+
+        module = fastpath.module()
+        if module is None:
+            pytest.skip("the C++ fast path cannot be built here")
+        monkeypatch.setattr(KA, "fast_call", module.attention)
+        monkeypatch.setattr(KA, "layout_call", module.layout)
+    else:
+        monkeypatch.setattr(KA, "fast_call", KA.launch_ready)
+        monkeypatch.setattr(KA, "layout_call", KA.kept_launch)
+    return request.param
+
+
 @pytest.fixture
-def recorder(monkeypatch):
+def recorder(impl, monkeypatch):
     """-> (calls, ready(q, max_seqlen)): a fake direct launcher registered for q's key."""
     calls = []
     monkeypatch.setattr(KA, "_ready", {})
     monkeypatch.setattr(L, "_raw_stream", lambda device: 1234)
-    monkeypatch.setattr(L, "_hooks_active", lambda: False)
     monkeypatch.setattr(L, "_SINGLE_DEVICE", True)
 
     def ready(q, max_seqlen):
         key = (q.get_device(), q.dtype, q.shape[2], max_seqlen)
         plan = KA._make_plan(*key, None)
         scale = (1.0 / (q.shape[2] ** 0.5)) * KA.LOG2E
-        KA._ready[key] = (lambda *args: calls.append(args), plan.config.block_m, scale)
+        KA._ready[key] = (lambda *args: calls.append(args), plan.config.block_m, scale, None)
 
     return calls, ready
 
@@ -55,11 +75,11 @@ def test_it_launches_what_the_checked_path_launches(recorder, dtype, head_dim):
     calls, ready = recorder
     q, k, v, cu, max_seqlen = packed_qkv(LENGTHS, 12, head_dim, dtype=dtype)
     ready(q, max_seqlen)
-    out = KA.launch_ready(q, k, v, cu, max_seqlen, None, None)
+    out = KA.fast_call(q, k, v, cu, max_seqlen, None, None)
     assert out is not None and out.shape == q.shape and out.dtype == dtype
     assert calls == [_expected(q, k, v, out, cu, max_seqlen, 1.0 / head_dim**0.5)]
     given = torch.empty_like(q)
-    assert KA.launch_ready(q, k, v, cu, max_seqlen, 0.3, given) is given
+    assert KA.fast_call(q, k, v, cu, max_seqlen, 0.3, given) is given
     assert calls[1] == _expected(q, k, v, given, cu, max_seqlen, 0.3)
 
 
@@ -121,7 +141,7 @@ def test_every_call_off_the_common_case_is_left_to_the_checked_path(recorder):
     ready(q, max_seqlen)
     ready(q, q.shape[0] + 1)  # an entry exists: only the bound on total_tokens rejects it
     for what, args in _variants(q, k, v, cu, max_seqlen):
-        assert KA.launch_ready(*args) is None, what
+        assert KA.fast_call(*args) is None, what
     assert calls == []
 
 
@@ -129,20 +149,39 @@ def test_strides_triton_would_specialize_otherwise_take_the_plain_path(recorder)
     calls, ready = recorder
     q, k, v, cu, max_seqlen = packed_qkv(LENGTHS, 3, 24)  # strides 72 and 24: not 16-divisible
     ready(q, max_seqlen)
-    assert KA.launch_ready(q, k, v, cu, max_seqlen, None, None) is None and calls == []
+    assert KA.fast_call(q, k, v, cu, max_seqlen, None, None) is None and calls == []
 
 
 def test_hooks_and_another_current_device_take_the_plain_path(recorder, monkeypatch):
     calls, ready = recorder
     q, k, v, cu, max_seqlen = packed_qkv(LENGTHS, 12, 64)
     ready(q, max_seqlen)
-    monkeypatch.setattr(L, "_hooks_active", lambda: True)  # a profiler must see every launch
-    assert KA.launch_ready(q, k, v, cu, max_seqlen, None, None) is None
-    monkeypatch.setattr(L, "_hooks_active", lambda: False)
+    monkeypatch.setattr(L, "_current_device", lambda: -1)
     monkeypatch.setattr(L, "_SINGLE_DEVICE", False)
+    assert KA.fast_call(q, k, v, cu, max_seqlen, None, None) is not None  # the current one
+    with monkeypatch.context() as m:
+        m.setattr(triton.knobs.runtime, "launch_enter_hook", lambda *a: None)
+        assert KA.fast_call(q, k, v, cu, max_seqlen, None, None) is None  # a profiler's hook
+    assert len(calls) == 1
     monkeypatch.setattr(L, "_current_device", lambda: 5)
-    assert KA.launch_ready(q, k, v, cu, max_seqlen, None, None) is None
-    assert calls == []
+    assert KA.fast_call(q, k, v, cu, max_seqlen, None, None) is None
+    assert len(calls) == 1
+
+
+def test_a_torch_function_mode_sees_the_allocation(recorder):
+    _, ready = recorder
+    q, k, v, cu, max_seqlen = packed_qkv(LENGTHS, 12, 64)
+    ready(q, max_seqlen)
+    seen = []
+
+    class Record(torch.overrides.TorchFunctionMode):
+        def __torch_function__(self, func, types, args=(), kwargs=None):
+            seen.append(func)
+            return func(*args, **(kwargs or {}))
+
+    with Record():
+        out = ragged.varlen_attention(q, k, v, cu, max_seqlen, validate=False)
+    assert torch.empty_like in seen and out.shape == q.shape  # (C++: by the checked path)
 
 
 def test_rejected_calls_still_get_the_checked_path_s_errors(recorder):
@@ -229,9 +268,9 @@ def test_layout_attention_checks_again_whatever_changed(recorder, monkeypatch):
     ready(qkv[:, 0], max_seqlen)
     call.rebind(cu, max_seqlen)
     assert taken(qkv) and not taken(qkv)
-    monkeypatch.setattr(L, "_hooks_active", lambda: True)  # a profiler must see every launch
-    assert taken(qkv) and taken(qkv)
-    monkeypatch.setattr(L, "_hooks_active", lambda: False)
+    with monkeypatch.context() as m:  # a profiler's hook must see every launch
+        m.setattr(triton.knobs.runtime, "launch_enter_hook", lambda *a: None)
+        assert taken(qkv) and taken(qkv)
     assert not taken(qkv)
     replaced = dataclasses.replace(A.BACKENDS["triton"], run=lambda *a: a[-1])
     monkeypatch.setitem(A.BACKENDS, "triton", replaced)

@@ -55,13 +55,33 @@ def test_the_c_launcher_checks_its_arguments():
     torch.cuda.synchronize()
 
 
+@pytest.fixture(params=["cpp", "python"])
+def fast(request, monkeypatch):
+    """The C++ fast paths (built at the first remembered call), or the Python ones."""
+    if request.param == "python":
+        monkeypatch.setattr(KA, "fast_call", KA.launch_ready)
+        monkeypatch.setattr(KA, "layout_call", KA.kept_launch)
+        monkeypatch.setattr(KA.fastpath, "module", lambda: None)
+    return request.param
+
+
+def _cpp(fast) -> bool:
+    """Whether the C++ paths are in place, launching through cuLaunchKernel themselves."""
+    if fast == "cpp":
+        assert KA.fast_call.func.__module__ == KA.layout_call.func.__module__ == "ragged_fastpath"
+        assert all(entry[3] is not None for entry in KA._ready.values())
+    return fast == "cpp"
+
+
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16, torch.float32])
 @pytest.mark.parametrize("head_dim", [64, 128])
-def test_the_fast_path_launches_correctly_after_one_checked_call(monkeypatch, dtype, head_dim):
+def test_the_fast_path_launches_correctly_after_one_checked_call(fast, monkeypatch, dtype,
+                                                                 head_dim):  # fmt: skip
     lengths = [40, 3, 0, 99]
     q, k, v, cu, max_seqlen = packed_qkv(lengths, 12, head_dim, dtype=dtype, device="cuda")
     ragged.varlen_attention(q, k, v, cu, max_seqlen, validate=False)  # checked: plans, compiles
     assert (0, dtype, head_dim, max_seqlen) in KA._ready
+    _cpp(fast)
     plain = []
     monkeypatch.setattr(KA._launcher, "launch", lambda *a, **kw: plain.append(a))
     for seed in range(2):  # views of one packed qkv (strided), then contiguous copies
@@ -77,7 +97,7 @@ def test_the_fast_path_launches_correctly_after_one_checked_call(monkeypatch, dt
     assert plain == [], "a call the fast path knows went through the Launcher"
 
 
-def test_layout_attention_keeps_its_launch_and_stays_correct(monkeypatch):
+def test_layout_attention_keeps_its_launch_and_stays_correct(fast, monkeypatch):
     lengths, heads, head_dim = [40, 3, 0, 99], 12, 64
     _, _, _, cu, max_seqlen = packed_qkv(lengths, heads, head_dim, device="cuda")
     total = sum(lengths)
@@ -91,6 +111,8 @@ def test_layout_attention_keeps_its_launch_and_stays_correct(monkeypatch):
     first = qkv(0)
     assert_attention_close(call(first), *first.unbind(1), cu)
     assert call._launch is not None, "the launch was not kept"
+    assert call._launch.spec is not None  # launched by cuLaunchKernel from C++ (fast == "cpp")
+    _cpp(fast)
     plain = []
     monkeypatch.setattr(KA._launcher, "launch", lambda *a, **kw: plain.append(a))
     monkeypatch.setattr(ragged.attention, "varlen_attention", lambda *a, **kw: plain.append(a))

@@ -17,11 +17,13 @@ from __future__ import annotations
 import functools
 import math
 from dataclasses import dataclass
+from typing import Any, NamedTuple
 
 import torch
 import triton
 import triton.language as tl
 
+from . import fastpath
 from . import launch as _launch
 from .launch import Launcher, specializable
 
@@ -235,8 +237,9 @@ def varlen_attention_triton(
 
 
 # (device index, dtype, head_dim, max_seqlen) -> (direct launch, block_m, default scale x
-# log2 e): what ``launch_ready`` needs to skip the plan, the Launcher and their checks, for
-# calls of the table's config that passed ``ragged.attention``'s checks once (``remember``).
+# log2 e, launch spec): what ``launch_ready`` needs to skip the plan, the Launcher and their
+# checks, for calls of the table's config that passed ``ragged.attention``'s checks once
+# (``remember``). fastpath.cpp reads it too.
 _ready: dict[tuple, tuple] = {}
 
 
@@ -266,14 +269,38 @@ def prepare(q, k, v, out, cu_seqlens, max_seqlen, softmax_scale):
 
 
 def remember(q: torch.Tensor, max_seqlen: int) -> None:
-    """After a checked ``varlen_attention`` call launched: let ``launch_ready`` take later
-    calls of q's device, dtype and head_dim and this ``max_seqlen`` (once the Launcher holds
-    the compiled kernel for direct launch)."""
+    """After a checked ``varlen_attention`` call launched: let ``fast_call`` take later calls
+    of q's device, dtype and head_dim and this ``max_seqlen`` (once the Launcher holds the
+    compiled kernel for direct launch), and make the C++ fast paths ``fast_call`` and
+    ``layout_call`` (built at the first such call on this machine: ``fastpath.module()``)."""
+    global fast_call, layout_call
     key = (q.get_device(), q.dtype, q.shape[2], max_seqlen)
     plan = _plans.get((*key, None))
     direct = None if plan is None or key[0] < 0 else _launcher.direct(plan)
-    if direct is not None and key not in _ready:
-        _ready[key] = (direct, plan.config.block_m, (1.0 / math.sqrt(key[2])) * LOG2E)
+    if direct is None:
+        return
+    module = fastpath.module()  # built once per machine, then cached (functools.cache)
+    if module is not None:
+        fast_call, layout_call = module.attention, module.layout
+    if key not in _ready:
+        _ready[key] = (direct, plan.config.block_m, (1.0 / math.sqrt(key[2])) * LOG2E,
+                       launch_spec(direct))  # fmt: skip
+
+
+# The attention kernel's runtime parameter types after its four data pointers, as
+# ``c_launch.param_types`` reads them: what fastpath.cpp passes to cuLaunchKernel.
+_PARAMS_TAIL = ("*i32", "fp32") + ("i32",) * 10
+
+
+def launch_spec(direct) -> tuple[int, int, int] | None:
+    """(CUfunction, threads per block, shared bytes) of a ``c_launch`` launch of this kernel,
+    for fastpath.cpp to launch itself; None for Triton's launcher (it then calls ``direct``)."""
+    types = getattr(direct, "types", None)
+    if types is None or len(types) != 16 or types[4:] != _PARAMS_TAIL:
+        return None
+    if not all(t.startswith("*") for t in types[:4]):
+        return None
+    return direct.args
 
 
 def launch_ready(q, k, v, cu_seqlens, max_seqlen, softmax_scale, out):
@@ -329,7 +356,7 @@ def launch_ready(q, k, v, cu_seqlens, max_seqlen, softmax_scale, out):
         or (pq | pk | pv | po) & 15  # 16-byte aligned (cu_seqlens is not specialized on it)
     ):  # fmt: skip
         return None
-    direct, block_m, default_scale = entry
+    direct, block_m, default_scale, _ = entry
     num_m_blocks = -(-max_seqlen // block_m)
     grid = num_m_blocks * (cu_shape[0] - 1) * heads
     if grid:
@@ -337,3 +364,52 @@ def launch_ready(q, k, v, cu_seqlens, max_seqlen, softmax_scale, out):
         direct(grid, 1, 1, _launch._raw_stream(dev), pq, pk, pv, po, cu_seqlens.data_ptr(),
                qk_scale, sqt, sqh, skt, skh, svt, svh, sot, soh, heads, num_m_blocks)  # fmt: skip
     return out
+
+
+# What ``varlen_attention(..., validate=False)`` with the triton backend tries first: the C++
+# fast path's ``attention`` once ``remember`` built it, else ``launch_ready``; both take the
+# same arguments and return None for a call they leave to the checked path.
+fast_call = launch_ready
+
+
+class KeptLaunch(NamedTuple):
+    """A launch kept for later calls on packed qkv of one layout (``ragged.LayoutAttention``).
+    fastpath.cpp reads its fields by position: keep the order."""
+
+    direct: Any  # the compiled kernel's direct launcher (kernels/launch.py)
+    spec: tuple | None  # launch_spec(direct)
+    key: tuple  # (shape, strides, dtype, device index) of the qkv it was kept for
+    grid_x: int
+    k_offset: int  # bytes from q's data pointer to k's, and to v's
+    v_offset: int
+    out: torch.Tensor
+    out_ptr: int
+    cu_ptr: int
+    scalars: tuple  # (qk_scale, 8 strides, heads, num_m_blocks)
+    max_seqlen: int
+    epoch: int  # ``epoch`` when kept
+
+
+def kept_launch(launch: KeptLaunch, qkv: torch.Tensor) -> torch.Tensor | None:
+    """Launch ``launch`` on qkv's data -> ``launch.out``, or None when qkv is not exactly a
+    tensor of ``launch.key``, a launch hook is installed, the device is not current or qkv's
+    data pointer is not 16-byte aligned (the caller then takes the checked call).
+    fastpath.cpp's ``layout`` does the same, and ``layout_call`` is it once built."""
+    if type(qkv) is not torch.Tensor:
+        return None
+    dev = qkv.get_device()
+    if (
+        (qkv.shape, qkv.stride(), qkv.dtype, dev) != launch.key
+        or not (_launch._SINGLE_DEVICE or dev == _launch._current_device())
+        or _launch._hooks_active()
+    ):  # fmt: skip
+        return None
+    p = qkv.data_ptr()
+    if p & 15:
+        return None
+    launch.direct(launch.grid_x, 1, 1, _launch._raw_stream(dev), p, p + launch.k_offset,
+                  p + launch.v_offset, launch.out_ptr, launch.cu_ptr, *launch.scalars)  # fmt: skip
+    return launch.out
+
+
+layout_call = kept_launch

@@ -158,4 +158,6 @@ def direct(compiled: Any) -> Callable[..., None] | None:
     module = _module(types) if types is not None else None
     if module is None:
         return None
-    return functools.partial(module.launch, compiled.function, 32 * md.num_warps, md.shared)
+    launch = functools.partial(module.launch, compiled.function, 32 * md.num_warps, md.shared)
+    launch.types = types  # its parameter types, for fastpath (kernels.attention.launch_spec)
+    return launch

@@ -75,6 +75,8 @@ def launch_paths(q, k, v, cu_seqlens, max_seqlen: int, out) -> dict[str, Callabl
     layout_call = LayoutAttention(cu_seqlens, max_seqlen)
     layout_call(qkv)  # checked once: the launch is kept
 
+    kept = layout_call._launch
+
     def api_validate():
         A.varlen_attention(q, k, v, cu_seqlens, max_seqlen)
 
@@ -103,7 +105,11 @@ def launch_paths(q, k, v, cu_seqlens, max_seqlen: int, out) -> dict[str, Callabl
         "ragged.varlen_attention(validate=False)": api_novalidate,
         "ragged.varlen_attention(validate=False, out=)": api_out,
         "  its checked path (the call before launch_ready)": api_checked,
+        "  its Python fast path (launch_ready; the C++ one is the call's)": lambda: KA.launch_ready(
+            q, k, v, cu_seqlens, max_seqlen, None, None
+        ),
         "ragged.LayoutAttention call, packed qkv (launch kept)": lambda: layout_call(qkv),
+        "  its Python kept launch (kept_launch)": lambda: KA.kept_launch(kept, qkv),
         "ragged.varlen_attention(validate=True)": api_validate,
         "CUDA graph replay of one call": graph.replay,
         "  piece: _check_types": lambda: A._check_types(q, k, v, cu_seqlens, max_seqlen, None),

@@ -1,0 +1,405 @@
+// The triton backend's two hot calls in C++ over at::Tensor: varlen_attention(..., validate=False)
+// (``attention``, the same checks as kernels/attention.py's launch_ready) and a
+// LayoutAttention's kept launch (``layout``, as kernels/attention.py's ``kept_launch``).
+//
+// Each returns the output tensor when it launched, or None when anything differs from the
+// common case: the caller then takes the Python path, which decides (and says what is wrong).
+// Python reads each shape, stride and dtype as a new object; here they are fields of the
+// TensorImpl, the output comes from at::empty_like without the Python argument parser, and
+// the kernel goes to cuLaunchKernel directly. Measured figures: docs/kernel.md.
+//
+// What the Python side keeps (read on every call from the context, so a monkeypatch holds):
+//   kernels.attention._ready  {(device, dtype, head_dim, max_seqlen):
+//                              (direct, block_m, default_scale x log2 e, spec)}
+//   kernels.launch            _SINGLE_DEVICE, _current_device, _raw_stream, _runtime_knobs
+// ``spec`` is (CUfunction, threads per block, shared bytes) of a kernel whose parameters are
+// ATTENTION_PARAMS below (kernels/fastpath.py checks that), or None: then ``direct``, a
+// Python callable taking (grid_x, 1, 1, stream, *pointers, *scalars), launches.
+
+#include <Python.h>
+#include <dlfcn.h>
+
+#include <ATen/PythonTorchFunctionTLS.h>
+#include <ATen/core/Tensor.h>
+#include <ATen/ops/empty_like.h>
+#include <torch/csrc/DynamicTypes.h>
+#include <torch/csrc/autograd/python_variable.h>
+
+#include <cstdint>
+
+namespace {
+
+// The attention kernel's runtime parameters: Q, K, V, O, cu_seqlens, qk_scale (fp32), eight
+// strides, num_heads, num_m_blocks (i32); then Triton's global and profile scratch pointers.
+constexpr int kPointers = 5, kInts = 10;
+
+// What a call reads, its first three arguments (bound by kernels/fastpath.py: two revisions of
+// ragged loaded in one process, as the paired A/B does, share this module but not these).
+struct Context {
+  PyObject *tensor_type, *kernel_module, *launch_module;
+};
+constexpr int kContext = 3;
+
+bool context(PyObject *const *args, Context *c) {
+  if (!PyType_Check(args[0])) {
+    PyErr_SetString(PyExc_TypeError, "the first argument is torch.Tensor");
+    return false;
+  }
+  *c = {args[0], args[1], args[2]};
+  return true;
+}
+PyObject *s_ready, *s_single, *s_current, *s_stream, *s_knobs, *s_enter, *s_calls;
+
+using LaunchFn = int (*)(void *, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned,
+                         unsigned, void *, void **, void **);
+using ErrorFn = int (*)(int, const char **);
+LaunchFn cu_launch = nullptr;
+ErrorFn cu_error = nullptr;
+
+// A dense strided tensor whose sizes and strides can be read (not sparse, nested, symbolic).
+bool plain(const at::Tensor &t) {
+  return t.layout() == c10::kStrided && !t.is_nested() &&
+         !t.unsafeGetTensorImpl()->has_symbolic_sizes_strides() && (t.is_cuda() || t.is_cpu());
+}
+
+PyObject *attr(PyObject *obj, PyObject *name) { return PyObject_GetAttr(obj, name); }
+
+// kernels.launch's "device is current, no launch hooks": 1 yes, 0 no, -1 error set.
+int launchable(const Context &c, int64_t device) {
+  PyObject *single = attr(c.launch_module, s_single);
+  if (!single) return -1;
+  int ok = PyObject_IsTrue(single);
+  Py_DECREF(single);
+  if (ok < 0) return -1;
+  if (!ok) {
+    PyObject *current = attr(c.launch_module, s_current);
+    if (!current) return -1;
+    PyObject *now = PyObject_CallNoArgs(current);
+    Py_DECREF(current);
+    if (!now) return -1;
+    long long index = PyLong_AsLongLong(now);
+    Py_DECREF(now);
+    if (index == -1 && PyErr_Occurred()) return -1;
+    if (index != device) return 0;
+  }
+  // launch._hooks_active: a launch_enter_hook that is not None and not an empty HookChain.
+  PyObject *knobs = attr(c.launch_module, s_knobs);
+  if (!knobs) return -1;
+  if (knobs == Py_None) {
+    Py_DECREF(knobs);
+    return 1;
+  }
+  PyObject *hook = attr(knobs, s_enter);
+  Py_DECREF(knobs);
+  if (!hook) return -1;
+  if (hook == Py_None) {
+    Py_DECREF(hook);
+    return 1;
+  }
+  PyObject *calls = attr(hook, s_calls);
+  Py_DECREF(hook);
+  if (!calls) {  // no .calls: a plain hook, which must see every launch
+    PyErr_Clear();
+    return 0;
+  }
+  ok = PyList_CheckExact(calls) && PyList_GET_SIZE(calls) == 0;
+  Py_DECREF(calls);
+  return ok;
+}
+
+PyObject *raw_stream(const Context &c, int64_t device) {
+  PyObject *fn = attr(c.launch_module, s_stream);
+  if (!fn) return nullptr;
+  PyObject *index = PyLong_FromLongLong(device);
+  PyObject *stream = index ? PyObject_CallOneArg(fn, index) : nullptr;
+  Py_XDECREF(index);
+  Py_DECREF(fn);
+  return stream;
+}
+
+// Launch with the kept spec through cuLaunchKernel, or through the Python ``direct``.
+// ptrs: kPointers data pointers; ints: kInts i32 values (< 2**31, checked by the callers).
+bool launch(const Context &c, PyObject *spec, PyObject *direct, int64_t device, int64_t grid_x,
+            const uint64_t *ptrs, double qk_scale, const int64_t *ints) {
+  PyObject *stream_obj = raw_stream(c, device);
+  if (!stream_obj) return false;
+  uint64_t stream = PyLong_AsUnsignedLongLong(stream_obj);
+  if (PyErr_Occurred()) {
+    Py_DECREF(stream_obj);
+    return false;
+  }
+  if (spec == Py_None) {  // (grid_x, 1, 1, stream, *pointers, qk_scale, *ints)
+    PyObject *args[4 + kPointers + 1 + kInts];
+    int n = 0;
+    args[n++] = PyLong_FromLongLong(grid_x);
+    args[n++] = PyLong_FromLong(1);
+    args[n++] = PyLong_FromLong(1);
+    args[n++] = Py_NewRef(stream_obj);
+    for (int i = 0; i < kPointers; ++i) args[n++] = PyLong_FromUnsignedLongLong(ptrs[i]);
+    args[n++] = PyFloat_FromDouble(qk_scale);
+    for (int i = 0; i < kInts; ++i) args[n++] = PyLong_FromLongLong(ints[i]);
+    bool built = true;
+    for (int i = 0; i < n; ++i) built = built && args[i];
+    PyObject *res = built ? PyObject_Vectorcall(direct, args, n, nullptr) : nullptr;
+    for (int i = 0; i < n; ++i) Py_XDECREF(args[i]);
+    Py_DECREF(stream_obj);
+    Py_XDECREF(res);
+    return res != nullptr;
+  }
+  Py_DECREF(stream_obj);
+  if (!cu_launch) {
+    PyErr_SetString(PyExc_RuntimeError, "ragged fastpath: libcuda's cuLaunchKernel not found");
+    return false;
+  }
+  if (!PyTuple_Check(spec) || PyTuple_GET_SIZE(spec) != 3) {
+    PyErr_SetString(PyExc_TypeError, "a launch spec is (function, block_x, shared)");
+    return false;
+  }
+  void *function = PyLong_AsVoidPtr(PyTuple_GET_ITEM(spec, 0));
+  unsigned block_x = (unsigned)PyLong_AsUnsignedLong(PyTuple_GET_ITEM(spec, 1));
+  unsigned shared = (unsigned)PyLong_AsUnsignedLong(PyTuple_GET_ITEM(spec, 2));
+  if (PyErr_Occurred()) return false;
+  uint64_t p[kPointers];
+  int32_t s[kInts];
+  for (int i = 0; i < kPointers; ++i) p[i] = ptrs[i];
+  for (int i = 0; i < kInts; ++i) s[i] = (int32_t)ints[i];
+  float scale = (float)qk_scale;
+  uint64_t scratch = 0;
+  void *params[kPointers + 1 + kInts + 2];
+  int n = 0;
+  for (int i = 0; i < kPointers; ++i) params[n++] = &p[i];
+  params[n++] = &scale;
+  for (int i = 0; i < kInts; ++i) params[n++] = &s[i];
+  params[n++] = &scratch;
+  params[n++] = &scratch;
+  int err;
+  Py_BEGIN_ALLOW_THREADS
+  err = cu_launch(function, (unsigned)grid_x, 1, 1, block_x, 1, 1, shared, (void *)stream,
+                  params, nullptr);
+  Py_END_ALLOW_THREADS
+  if (err != 0) {
+    const char *what = nullptr;
+    if (cu_error) cu_error(err, &what);
+    PyErr_Format(PyExc_RuntimeError, "cuLaunchKernel failed: %s (%d)",
+                 what ? what : "unknown error", err);
+    return false;
+  }
+  return true;
+}
+
+// Strides Triton specialized as "divisible by 16": multiples of 16 below 2**31.
+bool specializable(const int64_t *v, int n) {
+  int64_t bits = 0;
+  for (int i = 0; i < n; ++i) bits |= v[i];
+  return bits >= 0 && (bits & 15) == 0 && bits < (int64_t(1) << 31);
+}
+
+#define NONE_UNLESS(cond) \
+  if (!(cond)) Py_RETURN_NONE
+
+// attention(*context, q, k, v, cu_seqlens, max_seqlen, softmax_scale, out)
+//   -> out | a new output | None
+PyObject *attention(PyObject *, PyObject *const *all_args, Py_ssize_t nargs) {
+  Context c;
+  if (nargs != kContext + 7) {
+    PyErr_Format(PyExc_TypeError, "attention takes 10 arguments, got %zd", nargs);
+    return nullptr;
+  }
+  if (!context(all_args, &c)) return nullptr;
+  PyObject *const *args = all_args + kContext;
+  PyObject *q_o = args[0], *k_o = args[1], *v_o = args[2], *cu_o = args[3];
+  PyObject *max_o = args[4], *scale_o = args[5], *out_o = args[6];
+  PyObject *T = c.tensor_type;
+  NONE_UNLESS((PyObject *)Py_TYPE(q_o) == T && (PyObject *)Py_TYPE(k_o) == T &&
+              (PyObject *)Py_TYPE(v_o) == T && (PyObject *)Py_TYPE(cu_o) == T);
+  NONE_UNLESS(PyLong_CheckExact(max_o) && (scale_o == Py_None || PyFloat_CheckExact(scale_o)));
+  NONE_UNLESS(out_o == Py_None || (PyObject *)Py_TYPE(out_o) == T);
+  try {
+    const at::Tensor &q = THPVariable_Unpack(q_o);
+    const at::Tensor &k = THPVariable_Unpack(k_o);
+    const at::Tensor &v = THPVariable_Unpack(v_o);
+    const at::Tensor &cu = THPVariable_Unpack(cu_o);
+    NONE_UNLESS(plain(q) && plain(k) && plain(v) && plain(cu));
+    NONE_UNLESS(q.dim() == 3 && k.sizes() == q.sizes() && v.sizes() == q.sizes());
+    const auto dtype = q.scalar_type();
+    const auto device = q.device();
+    NONE_UNLESS(k.scalar_type() == dtype && v.scalar_type() == dtype);
+    NONE_UNLESS(k.device() == device && v.device() == device && cu.device() == device);
+    NONE_UNLESS(cu.scalar_type() == at::kInt && cu.dim() == 1 && cu.size(0) >= 1);
+    int overflow = 0;
+    const long long max_seqlen = PyLong_AsLongLongAndOverflow(max_o, &overflow);
+    NONE_UNLESS(!overflow && max_seqlen <= q.size(0));
+    const int64_t dev = q.get_device(), heads = q.size(1), head_dim = q.size(2);
+
+    PyObject *ready = attr(c.kernel_module, s_ready);
+    if (!ready) return nullptr;
+    PyObject *key = Py_BuildValue("(LOLO)", (long long)dev, (PyObject *)torch::getTHPDtype(dtype),
+                                  (long long)head_dim, max_o);
+    PyObject *entry = key ? PyDict_GetItemWithError(ready, key) : nullptr;  // borrowed
+    Py_XINCREF(entry);
+    Py_XDECREF(key);
+    Py_DECREF(ready);
+    if (!entry) {
+      if (PyErr_Occurred()) return nullptr;
+      Py_RETURN_NONE;
+    }
+    if (!PyTuple_Check(entry) || PyTuple_GET_SIZE(entry) != 4) {
+      Py_DECREF(entry);
+      PyErr_SetString(PyExc_TypeError, "a _ready entry is (direct, block_m, scale, spec)");
+      return nullptr;
+    }
+    PyObject *direct = PyTuple_GET_ITEM(entry, 0), *spec = PyTuple_GET_ITEM(entry, 3);
+    const long long block_m = PyLong_AsLongLong(PyTuple_GET_ITEM(entry, 1));
+    const double default_scale = PyFloat_AsDouble(PyTuple_GET_ITEM(entry, 2));
+    const int ok = PyErr_Occurred() ? -1 : launchable(c, dev);
+    if (ok <= 0) {
+      Py_DECREF(entry);
+      if (ok < 0) return nullptr;
+      Py_RETURN_NONE;
+    }
+
+    at::Tensor allocated;
+    const at::Tensor *out;
+    if (out_o == Py_None) {
+      // torch.empty_like would go to a torch function mode: leave such calls to Python.
+      if (at::impl::torch_function_mode_enabled()) {
+        Py_DECREF(entry);
+        Py_RETURN_NONE;
+      }
+      allocated = at::empty_like(q);
+      out = &allocated;
+    } else {
+      out = &THPVariable_Unpack(out_o);
+      if (!(plain(*out) && out->sizes() == q.sizes() && out->scalar_type() == dtype &&
+            out->device() == device)) {
+        Py_DECREF(entry);
+        Py_RETURN_NONE;
+      }
+    }
+    const auto sq = q.strides(), sk = k.strides(), sv = v.strides(), so = out->strides();
+    const int64_t strides[8] = {sq[0], sq[1], sk[0], sk[1], sv[0], sv[1], so[0], so[1]};
+    const uint64_t ptrs[kPointers] = {
+        (uint64_t)q.data_ptr(), (uint64_t)k.data_ptr(), (uint64_t)v.data_ptr(),
+        (uint64_t)out->data_ptr(), (uint64_t)cu.data_ptr()};
+    if (sq[2] != 1 || sk[2] != 1 || sv[2] != 1 || so[2] != 1 || !specializable(strides, 8) ||
+        ((ptrs[0] | ptrs[1] | ptrs[2] | ptrs[3]) & 15)) {
+      Py_DECREF(entry);
+      Py_RETURN_NONE;
+    }
+    const int64_t num_m_blocks = (max_seqlen + block_m - 1) / block_m;
+    const int64_t grid = num_m_blocks * (cu.size(0) - 1) * heads;
+    if (grid > INT32_MAX || heads > INT32_MAX) {  // the checked path decides
+      Py_DECREF(entry);
+      Py_RETURN_NONE;
+    }
+    if (grid) {
+      const double qk_scale =
+          scale_o == Py_None ? default_scale : PyFloat_AS_DOUBLE(scale_o) * 1.4426950408889634;
+      const int64_t ints[kInts] = {strides[0], strides[1], strides[2], strides[3], strides[4],
+                                   strides[5], strides[6], strides[7], heads, num_m_blocks};
+      const bool launched = launch(c, spec, direct, dev, grid, ptrs, qk_scale, ints);
+      Py_DECREF(entry);
+      if (!launched) return nullptr;
+    } else {
+      Py_DECREF(entry);
+    }
+    if (out_o != Py_None) return Py_NewRef(out_o);
+    return THPVariable_Wrap(std::move(allocated));
+  } catch (const c10::Error &) {  // a tensor whose metadata cannot be read here: Python decides
+    Py_RETURN_NONE;
+  }
+}
+
+// The fields of layout_attention._Launch, by index.
+enum { L_DIRECT, L_SPEC, L_KEY, L_GRID, L_KOFF, L_VOFF, L_OUT, L_OUT_PTR, L_CU_PTR, L_SCALARS };
+
+bool equal_ints(c10::IntArrayRef values, PyObject *seq) {  // seq: a tuple (torch.Size is one)
+  if (!PyTuple_Check(seq) || PyTuple_GET_SIZE(seq) != (Py_ssize_t)values.size()) return false;
+  for (size_t i = 0; i < values.size(); ++i) {
+    PyObject *item = PyTuple_GET_ITEM(seq, i);
+    int overflow = 0;
+    if (!PyLong_CheckExact(item) || PyLong_AsLongLongAndOverflow(item, &overflow) != values[i] ||
+        overflow)
+      return false;
+  }
+  return true;
+}
+
+// layout(*context, launch, qkv) -> launch.out after launching on qkv's data, or None.
+PyObject *layout(PyObject *, PyObject *const *args, Py_ssize_t nargs) {
+  Context c;
+  if (nargs != kContext + 2 || !PyTuple_Check(args[kContext]) ||
+      PyTuple_GET_SIZE(args[kContext]) <= L_SCALARS) {
+    PyErr_SetString(PyExc_TypeError, "layout takes (*context, a KeptLaunch, qkv)");
+    return nullptr;
+  }
+  if (!context(args, &c)) return nullptr;
+  PyObject *kept = args[kContext], *qkv_o = args[kContext + 1];
+  NONE_UNLESS((PyObject *)Py_TYPE(qkv_o) == c.tensor_type);
+  try {
+    const at::Tensor &qkv = THPVariable_Unpack(qkv_o);
+    NONE_UNLESS(plain(qkv));
+    // key: (shape, strides, dtype, device index) of the qkv the launch was kept for
+    PyObject *key = PyTuple_GET_ITEM(kept, L_KEY);
+    NONE_UNLESS(PyTuple_Check(key) && PyTuple_GET_SIZE(key) == 4);
+    const int64_t dev = qkv.get_device();
+    NONE_UNLESS(equal_ints(qkv.sizes(), PyTuple_GET_ITEM(key, 0)) &&
+                equal_ints(qkv.strides(), PyTuple_GET_ITEM(key, 1)) &&
+                PyTuple_GET_ITEM(key, 2) == (PyObject *)torch::getTHPDtype(qkv.scalar_type()));
+    PyObject *key_dev = PyTuple_GET_ITEM(key, 3);
+    int overflow = 0;
+    NONE_UNLESS(PyLong_CheckExact(key_dev) &&
+                PyLong_AsLongLongAndOverflow(key_dev, &overflow) == dev && !overflow);
+    const int ok = launchable(c, dev);
+    if (ok < 0) return nullptr;
+    NONE_UNLESS(ok);
+    const uint64_t p = (uint64_t)qkv.data_ptr();
+    NONE_UNLESS((p & 15) == 0);
+    PyObject *scalars = PyTuple_GET_ITEM(kept, L_SCALARS);
+    if (!PyTuple_Check(scalars) || PyTuple_GET_SIZE(scalars) != 1 + kInts) {
+      PyErr_SetString(PyExc_TypeError, "a kept launch's scalars are (qk_scale, 10 ints)");
+      return nullptr;
+    }
+    const uint64_t ptrs[kPointers] = {
+        p, p + PyLong_AsLongLong(PyTuple_GET_ITEM(kept, L_KOFF)),
+        p + PyLong_AsLongLong(PyTuple_GET_ITEM(kept, L_VOFF)),
+        PyLong_AsUnsignedLongLong(PyTuple_GET_ITEM(kept, L_OUT_PTR)),
+        PyLong_AsUnsignedLongLong(PyTuple_GET_ITEM(kept, L_CU_PTR))};
+    const double qk_scale = PyFloat_AsDouble(PyTuple_GET_ITEM(scalars, 0));
+    int64_t ints[kInts];
+    for (int i = 0; i < kInts; ++i) ints[i] = PyLong_AsLongLong(PyTuple_GET_ITEM(scalars, 1 + i));
+    const int64_t grid = PyLong_AsLongLong(PyTuple_GET_ITEM(kept, L_GRID));
+    if (PyErr_Occurred()) return nullptr;
+    if (!launch(c, PyTuple_GET_ITEM(kept, L_SPEC), PyTuple_GET_ITEM(kept, L_DIRECT), dev, grid, ptrs,
+                qk_scale, ints))
+      return nullptr;
+    return Py_NewRef(PyTuple_GET_ITEM(kept, L_OUT));
+  } catch (const c10::Error &) {
+    Py_RETURN_NONE;
+  }
+}
+
+PyMethodDef methods[] = {
+    {"attention", (PyCFunction)(void (*)(void))attention, METH_FASTCALL,
+     "varlen_attention(..., validate=False) with the triton backend, or None"},
+    {"layout", (PyCFunction)(void (*)(void))layout, METH_FASTCALL,
+     "a LayoutAttention's kept launch on qkv, or None"},
+    {nullptr, nullptr, 0, nullptr}};
+
+PyModuleDef module_def = {PyModuleDef_HEAD_INIT, "ragged_fastpath", nullptr, -1, methods};
+
+}  // namespace
+
+PyMODINIT_FUNC PyInit_ragged_fastpath(void) {
+  const char *names[] = {"_ready", "_SINGLE_DEVICE", "_current_device", "_raw_stream",
+                         "_runtime_knobs", "launch_enter_hook", "calls"};
+  PyObject **slots[] = {&s_ready, &s_single, &s_current, &s_stream, &s_knobs, &s_enter, &s_calls};
+  for (int i = 0; i < 7; ++i)
+    if (!(*slots[i] = PyUnicode_InternFromString(names[i]))) return nullptr;
+  // libcuda, when this process has one (never on a machine without a GPU driver).
+  if (void *cuda = dlopen("libcuda.so.1", RTLD_NOW | RTLD_GLOBAL)) {
+    cu_launch = (LaunchFn)dlsym(cuda, "cuLaunchKernel");
+    cu_error = (ErrorFn)dlsym(cuda, "cuGetErrorString");
+  }
+  return PyModule_Create(&module_def);
+}
