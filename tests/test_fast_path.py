@@ -298,3 +298,15 @@ def test_rebind_to_a_like_layout_keeps_the_launch_with_the_new_cu_seqlens(record
     assert call._launch is not None
     call.rebind(cu[:-1], max_seqlen)  # another batch: dropped too
     assert call._launch is None
+
+
+def test_without_a_compiler_the_python_paths_stay_and_it_says_so(monkeypatch, tmp_path):
+    from ragged.kernels import fastpath
+
+    monkeypatch.setenv("RAGGED_BUILD_DIR", str(tmp_path))
+    monkeypatch.setenv("CXX", str(tmp_path / "no-such-compiler"))
+    with pytest.warns(RuntimeWarning, match="no C.. compiler .*Python fast paths run"):
+        assert fastpath._built.__wrapped__() is None
+    monkeypatch.setenv("RAGGED_FASTPATH", "0")
+    assert fastpath._built.__wrapped__() is None
+    assert list(tmp_path.iterdir()) == []  # nothing half-built left behind

@@ -197,6 +197,12 @@ bool specializable(const int64_t *v, int n) {
 #define NONE_UNLESS(cond) \
   if (!(cond)) Py_RETURN_NONE
 
+// A strong reference, released on every way out (returns and C++ exceptions alike).
+struct Owned {
+  PyObject *p;
+  ~Owned() { Py_XDECREF(p); }
+};
+
 // attention(*context, q, k, v, cu_seqlens, max_seqlen, softmax_scale, out)
 //   -> out | a new output | None
 PyObject *attention(PyObject *, PyObject *const *all_args, Py_ssize_t nargs) {
@@ -235,73 +241,52 @@ PyObject *attention(PyObject *, PyObject *const *all_args, Py_ssize_t nargs) {
     if (!ready) return nullptr;
     PyObject *key = Py_BuildValue("(LOLO)", (long long)dev, (PyObject *)torch::getTHPDtype(dtype),
                                   (long long)head_dim, max_o);
-    PyObject *entry = key ? PyDict_GetItemWithError(ready, key) : nullptr;  // borrowed
-    Py_XINCREF(entry);
+    Owned entry{key ? Py_XNewRef(PyDict_GetItemWithError(ready, key)) : nullptr};
     Py_XDECREF(key);
     Py_DECREF(ready);
-    if (!entry) {
+    if (!entry.p) {
       if (PyErr_Occurred()) return nullptr;
       Py_RETURN_NONE;
     }
-    if (!PyTuple_Check(entry) || PyTuple_GET_SIZE(entry) != 4) {
-      Py_DECREF(entry);
+    if (!PyTuple_Check(entry.p) || PyTuple_GET_SIZE(entry.p) != 4) {
       PyErr_SetString(PyExc_TypeError, "a _ready entry is (direct, block_m, scale, spec)");
       return nullptr;
     }
-    PyObject *direct = PyTuple_GET_ITEM(entry, 0), *spec = PyTuple_GET_ITEM(entry, 3);
-    const long long block_m = PyLong_AsLongLong(PyTuple_GET_ITEM(entry, 1));
-    const double default_scale = PyFloat_AsDouble(PyTuple_GET_ITEM(entry, 2));
+    PyObject *direct = PyTuple_GET_ITEM(entry.p, 0), *spec = PyTuple_GET_ITEM(entry.p, 3);
+    const long long block_m = PyLong_AsLongLong(PyTuple_GET_ITEM(entry.p, 1));
+    const double default_scale = PyFloat_AsDouble(PyTuple_GET_ITEM(entry.p, 2));
     const int ok = PyErr_Occurred() ? -1 : launchable(c, dev);
-    if (ok <= 0) {
-      Py_DECREF(entry);
-      if (ok < 0) return nullptr;
-      Py_RETURN_NONE;
-    }
+    if (ok < 0) return nullptr;
+    NONE_UNLESS(ok && block_m > 0);
 
     at::Tensor allocated;
     const at::Tensor *out;
     if (out_o == Py_None) {
       // torch.empty_like would go to a torch function mode: leave such calls to Python.
-      if (at::impl::torch_function_mode_enabled()) {
-        Py_DECREF(entry);
-        Py_RETURN_NONE;
-      }
+      NONE_UNLESS(!at::impl::torch_function_mode_enabled());
       allocated = at::empty_like(q);
       out = &allocated;
     } else {
       out = &THPVariable_Unpack(out_o);
-      if (!(plain(*out) && out->sizes() == q.sizes() && out->scalar_type() == dtype &&
-            out->device() == device)) {
-        Py_DECREF(entry);
-        Py_RETURN_NONE;
-      }
+      NONE_UNLESS(plain(*out) && out->sizes() == q.sizes() && out->scalar_type() == dtype &&
+                  out->device() == device);
     }
     const auto sq = q.strides(), sk = k.strides(), sv = v.strides(), so = out->strides();
     const int64_t strides[8] = {sq[0], sq[1], sk[0], sk[1], sv[0], sv[1], so[0], so[1]};
     const uint64_t ptrs[kPointers] = {
         (uint64_t)q.data_ptr(), (uint64_t)k.data_ptr(), (uint64_t)v.data_ptr(),
         (uint64_t)out->data_ptr(), (uint64_t)cu.data_ptr()};
-    if (sq[2] != 1 || sk[2] != 1 || sv[2] != 1 || so[2] != 1 || !specializable(strides, 8) ||
-        ((ptrs[0] | ptrs[1] | ptrs[2] | ptrs[3]) & 15)) {
-      Py_DECREF(entry);
-      Py_RETURN_NONE;
-    }
+    NONE_UNLESS(sq[2] == 1 && sk[2] == 1 && sv[2] == 1 && so[2] == 1 &&
+                specializable(strides, 8) && !((ptrs[0] | ptrs[1] | ptrs[2] | ptrs[3]) & 15));
     const int64_t num_m_blocks = (max_seqlen + block_m - 1) / block_m;
     const int64_t grid = num_m_blocks * (cu.size(0) - 1) * heads;
-    if (grid > INT32_MAX || heads > INT32_MAX) {  // the checked path decides
-      Py_DECREF(entry);
-      Py_RETURN_NONE;
-    }
+    NONE_UNLESS(grid <= INT32_MAX && heads <= INT32_MAX);  // else the checked path decides
     if (grid) {
       const double qk_scale =
           scale_o == Py_None ? default_scale : PyFloat_AS_DOUBLE(scale_o) * 1.4426950408889634;
       const int64_t ints[kInts] = {strides[0], strides[1], strides[2], strides[3], strides[4],
                                    strides[5], strides[6], strides[7], heads, num_m_blocks};
-      const bool launched = launch(c, spec, direct, dev, grid, ptrs, qk_scale, ints);
-      Py_DECREF(entry);
-      if (!launched) return nullptr;
-    } else {
-      Py_DECREF(entry);
+      if (!launch(c, spec, direct, dev, grid, ptrs, qk_scale, ints)) return nullptr;
     }
     if (out_o != Py_None) return Py_NewRef(out_o);
     return THPVariable_Wrap(std::move(allocated));
@@ -310,7 +295,7 @@ PyObject *attention(PyObject *, PyObject *const *all_args, Py_ssize_t nargs) {
   }
 }
 
-// The fields of layout_attention._Launch, by index.
+// The fields of kernels.attention.KeptLaunch, by index.
 enum { L_DIRECT, L_SPEC, L_KEY, L_GRID, L_KOFF, L_VOFF, L_OUT, L_OUT_PTR, L_CU_PTR, L_SCALARS };
 
 bool equal_ints(c10::IntArrayRef values, PyObject *seq) {  // seq: a tuple (torch.Size is one)
