@@ -77,6 +77,12 @@ OK, FAILED = "ok", "failed"
 # the file costs ~15 ms, so one connection per file would make a 1,000-file ingest 3x slower.
 WRITE_SLICE = 0.25
 LOCK_POLL = 0.02  # seconds between tries for a locked file
+# DuckDB creates a new file empty and then writes its header (3 blocks of 4 KiB); another
+# process opening it in between gets "not a valid DuckDB database file" (found by four
+# concurrent ingests into a new store on CI). A file shorter than a header is taken as one being
+# created, for up to CREATING_WAIT seconds; then, and for any longer file, it is unusable.
+HEADER_BYTES = 3 * 4096
+CREATING_WAIT = 10.0
 GUARD_KEY = "writer"  # the row of ``meta`` that every write transaction rewrites
 
 
@@ -245,7 +251,8 @@ class Store:
 
         if self.path.exists() and not self.path.is_file():  # a FIFO would hang DuckDB
             raise StoreError(f"{self.path} is not a regular file")
-        deadline = time.monotonic() + self.lock_timeout
+        start = time.monotonic()
+        deadline = start + self.lock_timeout
         waited = False
         while True:
             try:
@@ -255,6 +262,9 @@ class Store:
                     "autoload_known_extensions": False, "autoinstall_known_extensions": False,
                 })  # fmt: skip
             except duckdb.Error as exc:
+                if self._being_created(exc) and time.monotonic() < start + CREATING_WAIT:
+                    time.sleep(LOCK_POLL)
+                    continue
                 if "lock" not in str(exc).lower():
                     raise StoreError(f"{self.path} is not a usable DuckDB store: {exc}") from None
                 if time.monotonic() > deadline:
@@ -266,6 +276,15 @@ class Store:
                     self.on_wait(f"waiting for the lock on {self.path} (another writer?)")
                 waited = True
                 time.sleep(LOCK_POLL)
+
+    def _being_created(self, exc: Exception) -> bool:
+        """Whether DuckDB refused the file as one shorter than its header (see HEADER_BYTES)."""
+        if "not a valid duckdb database file" not in str(exc).lower():
+            return False
+        try:
+            return self.path.stat().st_size < HEADER_BYTES
+        except OSError:  # gone again: let the next try say
+            return True
 
     def _lake_cursor(self):
         """A cursor of this process's connection to the lake (made on first use; made again

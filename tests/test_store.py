@@ -435,3 +435,35 @@ def test_a_lake_with_its_data_in_s3(quick_run, tmp_path, postgres, monkeypatch):
         assert Store(lake).maintain()["files_after"] > 0
     finally:
         server.stop()
+
+
+def test_a_store_file_another_process_is_creating_is_waited_for(tmp_path, monkeypatch):
+    """DuckDB creates a file empty, then writes its header: a second process opening it in
+    between was told "not a valid DuckDB database file" (a CI failure of the test above). A file
+    shorter than a header is waited for; one that stays so, or any corrupt longer file, is
+    unusable (exit 2 elsewhere), never taken for a new store."""
+    import threading
+
+    import ragbench.store as S
+
+    made = tmp_path / "made.duckdb"
+    Store(made).close()  # a whole store, to appear where an empty file was
+    path = tmp_path / "perf.duckdb"
+    path.write_bytes(b"")
+    threading.Timer(0.3, lambda: made.replace(path)).start()
+    t0 = time.perf_counter()
+    with Store(path) as s:  # waits for the header, then opens the store the other one made
+        assert s.runs() == []
+    assert 0.3 <= time.perf_counter() - t0 < S.CREATING_WAIT
+    monkeypatch.setattr(S, "CREATING_WAIT", 0.2)
+    stuck = tmp_path / "stuck.duckdb"
+    stuck.write_bytes(b"")
+    with pytest.raises(StoreError, match="not a usable DuckDB store"):
+        Store(stuck)
+    garbage = tmp_path / "garbage.duckdb"
+    garbage.write_bytes(b"\x00" * S.HEADER_BYTES)
+    t0 = time.perf_counter()
+    with pytest.raises(StoreError, match="not a usable DuckDB store"):
+        Store(garbage)
+    assert time.perf_counter() - t0 < 0.2  # a file of a header's length fails at once
+    assert path.exists() and stuck.read_bytes() == b""
