@@ -50,6 +50,39 @@ def no_attention():
     return NoAttention
 
 
+def launch_only():
+    """``no_attention`` plus one launch of an empty kernel (one program, ragged's C launcher)
+    per call: the bound of any attention kernel that has to be launched, with nothing of a
+    kernel's own checks or GPU time. Eager only (``scripts/pipeline_bench.py --sections
+    bound``). Built on first use."""
+    import triton
+
+    from ragged.kernels import c_launch
+
+    @triton.jit
+    def _empty(x):
+        pass
+
+    scratch = torch.empty(16, device="cuda")
+    direct = c_launch.direct(_empty[(1,)](scratch))
+    if direct is None:
+        raise RuntimeError("the C launcher could not be built here")
+    stream, ptr = torch._C._cuda_getCurrentRawStream, scratch.data_ptr()
+    dev = scratch.get_device()
+
+    class LaunchOnly(ragged.LayoutAttention):  # no_attention's call, one launch before it
+        _out = None
+
+        def __call__(self, qkv: torch.Tensor) -> torch.Tensor:
+            direct(1, 1, 1, stream(dev), ptr)
+            out = self._out
+            if out is None:
+                out = self._out = torch.empty_like(qkv[:, 0])
+            return out
+
+    return LaunchOnly
+
+
 METHODS = ("threshold_l2", "dynamicvit", "evit", "ats")
 
 

@@ -13,7 +13,8 @@ Sections (all by default; ``--sections`` picks some):
               and whether the ragged path synchronises with the host
   bound       DeiT-B 224 at BS 1, 4, 8 and 384 at BS 1, 4: fa2 and triton beside the ragged
               pipeline with its attention call removed (no_attention): the most any
-              attention kernel could gain over fa2 in this pipeline
+              attention kernel could gain over fa2 in this pipeline; and with one empty
+              kernel launched in its place (launch_only): the most a launched kernel could
 
 Pipelines: dense (the unpruned timm model), padded_full, padded_max, fa2 and triton (ragged,
 eager), and in CUDA-graph mode dense_graph, fa2_graph and triton_graph (like for like: on
@@ -68,7 +69,14 @@ def make_method(name: str, model):
 
 
 def pipelines(model, method, names) -> dict[str, PrunedViT]:
-    return {n: W.pipeline(model, method, n) for n in names}
+    """The catalogue's pipelines, and ``launch_only`` (the bound's: see _workloads)."""
+    return {n: _launch_only(model, method) if n == "launch_only" else W.pipeline(model, method, n)
+            for n in names}  # fmt: skip
+
+
+def _launch_only(model, method) -> PrunedViT:
+    return PrunedViT(model, PruneStage(PRUNE_AT, method), mode="ragged",
+                     layout_attention=W.launch_only())  # fmt: skip
 
 
 def throughput(pipes: dict[str, PrunedViT], images, rounds: int) -> dict[str, dict]:
@@ -92,6 +100,18 @@ def paired_speedup(fast: dict, slow: dict) -> tuple[float, float, float]:
         [s / f for f, s in zip(fast["samples_us"], slow["samples_us"], strict=True)], n=4
     )
     return q[1], q[0], q[2]
+
+
+def _share(res: dict, bound: str) -> str:
+    """triton's share of ``bound``'s gain over fa2: each round's (triton/fa2 - 1) /
+    (bound/fa2 - 1), median (quartiles); "-" in results from before ``bound`` was measured."""
+    if bound not in res:
+        return "-"
+    fa2, tri, top = (res[n]["samples_us"] for n in ("fa2", "triton", bound))
+    q = statistics.quantiles(
+        [(f / t - 1) / (f / z - 1) for f, t, z in zip(fa2, tri, top, strict=True)], n=4
+    )
+    return f"{q[1]:.2f} ({q[0]:.2f}-{q[2]:.2f})"
 
 
 def flop_ideal(pipe: PrunedViT, images) -> tuple[float, float]:
@@ -282,12 +302,15 @@ def summary(results: dict) -> str:
         lines.append(
             "Speedups over fa2: the median over rounds of each round's ratio (pipelines "
             "alternate within a round), with the quartiles of those ratios. Share of the bound: "
-            "each round's (triton/fa2 - 1) / (no_attention/fa2 - 1), median and quartiles.\n"
+            "each round's (triton/fa2 - 1) / (no_attention/fa2 - 1), median and quartiles; "
+            "of the bound with a launch: the same with launch_only (no_attention plus one "
+            "empty kernel launched per call) in place of no_attention.\n"
         )
         lines.append("| model | BS | fa2 img/s | triton/fa2 | bound: no_attention/fa2 | "
                      "triton/fa2, graphs | bound, graphs | µs per call in the forward: fa2 | "
-                     "triton | triton's share of the bound |")  # fmt: skip
-        lines.append("|---" * 10 + "|")
+                     "triton | triton's share of the bound | bound with a launch: "
+                     "launch_only/fa2 | triton's share of it |")  # fmt: skip
+        lines.append("|---" * 12 + "|")
         for r in results["bound"]:
             res = r["pipelines"]
             cols = [paired_speedup(res[a], res[b]) for a, b in (
@@ -300,14 +323,13 @@ def summary(results: dict) -> str:
                                      strict=True))
                 for n in ("fa2", "triton")
             ]  # fmt: skip
-            fa2, tri, none = (res[n]["samples_us"] for n in ("fa2", "triton", "no_attention"))
-            share = statistics.quantiles(
-                [(f / t - 1) / (f / z - 1) for f, t, z in zip(fa2, tri, none, strict=True)], n=4
-            )
+            launch = ("{:.3f} ({:.3f}-{:.3f})".format(*paired_speedup(res["launch_only"],
+                      res["fa2"])) if "launch_only" in res else "-")  # fmt: skip
             lines.append(f"| {r['model']} | {r['batch']} | {res['fa2']['img_per_s']:.0f} | "
                          + " | ".join(f"{m:.3f} ({lo:.3f}-{hi:.3f})" for m, lo, hi in cols)
                          + f" | {per_call[0]:.1f} | {per_call[1]:.1f} | "
-                         f"{share[1]:.2f} ({share[0]:.2f}-{share[2]:.2f}) |")  # fmt: skip
+                         f"{_share(res, 'no_attention')}"
+                         f" | {launch} | {_share(res, 'launch_only')} |")  # fmt: skip
     if "stages" in results:
         lines.append("\n### Stage times (ms), DeiT-B 224, BS 8\n")
         lines.append("| pipeline | front | prune+pack | late blocks | head | total |")
@@ -377,7 +399,7 @@ def main(argv=None) -> int:
     if "accuracy" in args.sections:
         results["accuracy"] = run_accuracy()
     if "bound" in args.sections:
-        names = ["fa2", "triton", "no_attention", "fa2_graph", "triton_graph",
+        names = ["fa2", "triton", "no_attention", "launch_only", "fa2_graph", "triton_graph",
                  "no_attention_graph"]  # fmt: skip
         results["bound"] = [
             row for m, bs in (("deit_base_224", [1, 4, 8]), ("deit_base_384", [1, 4]))
