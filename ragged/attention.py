@@ -287,6 +287,8 @@ def _check_types(q, k, v, cu_seqlens, max_seqlen, out) -> None:
         raise ValueError(
             f"head_dim must be between {MIN_HEAD_DIM} and {MAX_HEAD_DIM}, got {shape[2]}"
         )
+    if q.is_neg() or k.is_neg() or v.is_neg():  # the kernel reads memory, not the sign bit
+        raise ValueError("q, k and v must not be negative views: call .resolve_neg() first")
     if q.stride(2) != 1 or k.stride(2) != 1 or v.stride(2) != 1:
         raise ValueError(
             "q, k and v must have unit stride in head_dim, got strides "
@@ -296,6 +298,8 @@ def _check_types(q, k, v, cu_seqlens, max_seqlen, out) -> None:
         raise TypeError(f"cu_seqlens must be int32, got {cu_seqlens.dtype}")
     if cu_seqlens.dim() != 1 or cu_seqlens.shape[0] < 1:
         raise ValueError(f"cu_seqlens must be 1-D [batch + 1], got shape {tuple(cu_seqlens.shape)}")
+    if cu_seqlens.stride(0) != 1 and cu_seqlens.shape[0] > 1:  # kernels index it as contiguous
+        raise ValueError(f"cu_seqlens must be contiguous, got stride {cu_seqlens.stride(0)}")
     if cu_seqlens.get_device() != dev or (dev < 0 and cu_seqlens.device != q.device):
         raise ValueError(f"cu_seqlens must be on q's device {q.device}, got {cu_seqlens.device}")
     if type(max_seqlen) is not int and (
@@ -319,6 +323,8 @@ def _check_types(q, k, v, cu_seqlens, max_seqlen, out) -> None:
             )
         if out.stride(2) != 1:
             raise ValueError(f"out must have unit stride in head_dim, got strides {out.stride()}")
+        if out.is_neg():
+            raise ValueError("out must not be a negative view: call .resolve_neg() first")
 
 
 def _check_values(total_tokens: int, cu_seqlens: torch.Tensor, max_seqlen: int) -> None:

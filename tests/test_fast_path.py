@@ -13,6 +13,7 @@ import dataclasses
 import pytest
 import torch
 import triton
+from torch.utils._python_dispatch import TorchDispatchMode
 
 import ragged
 from ragged import attention as A
@@ -132,6 +133,9 @@ def _variants(q, k, v, cu, max_seqlen):
         ("out shape", (q, k, v, cu, max_seqlen, None, q[1:].clone())),
         ("out a tuple", (q, k, v, cu, max_seqlen, None, (q,))),
         ("out not unit stride", (q, k, v, cu, max_seqlen, None, transposed)),
+        ("cu_seqlens strided", (q, k, v, torch.stack([cu, cu], 1)[:, 0], max_seqlen, None, None)),
+        ("q a negative view", (torch._neg_view(q), k, v, cu, max_seqlen, None, None)),
+        ("out a negative view", (q, k, v, cu, max_seqlen, None, torch._neg_view(q.clone()))),
     ]
 
 
@@ -143,6 +147,28 @@ def test_every_call_off_the_common_case_is_left_to_the_checked_path(recorder):
     for what, args in _variants(q, k, v, cu, max_seqlen):
         assert KA.fast_call(*args) is None, what
     assert calls == []
+
+
+def test_a_grid_beyond_cuda_s_limit_is_left_to_the_checked_path(recorder):
+    calls, ready = recorder
+    big = 2**36  # tokens and heads of stride 0: (2**36 / 64) * 2**20 programs
+    q = torch.empty(1, 1, 64, dtype=torch.float16).expand(big, 2**20, 64)
+    cu = torch.zeros(2, dtype=torch.int32)  # (its values are never read)
+    ready(q, big)
+    assert KA.fast_call(q, q, q, cu, big, None, q) is None and calls == []
+
+
+def test_the_checked_path_refuses_what_the_kernel_would_misread():
+    q, k, v, cu, max_seqlen = packed_qkv(LENGTHS, 2, 16)
+    strided = torch.stack([cu, cu], 1)[:, 0]
+    with pytest.raises(ValueError, match="cu_seqlens must be contiguous"):
+        ragged.varlen_attention(q, k, v, strided, max_seqlen, validate=False)
+    with pytest.raises(ValueError, match="negative views"):
+        ragged.varlen_attention(torch._neg_view(q), k, v, cu, max_seqlen, validate=False)
+    with pytest.raises(ValueError, match="out must not be a negative view"):
+        ragged.varlen_attention(q, k, v, cu, max_seqlen, out=torch._neg_view(q.clone()))
+    out = ragged.varlen_attention(q, k, v, strided.contiguous(), max_seqlen, validate=False)
+    torch.testing.assert_close(out, ragged.varlen_attention(q, k, v, cu, max_seqlen))
 
 
 def test_strides_triton_would_specialize_otherwise_take_the_plain_path(recorder):
@@ -182,6 +208,21 @@ def test_a_torch_function_mode_sees_the_allocation(recorder):
     with Record():
         out = ragged.varlen_attention(q, k, v, cu, max_seqlen, validate=False)
     assert torch.empty_like in seen and out.shape == q.shape  # (C++: by the checked path)
+
+
+def test_a_dispatch_mode_sees_the_allocation_and_its_errors_are_raised(recorder):
+    _, ready = recorder
+    q, k, v, cu, max_seqlen = packed_qkv(LENGTHS, 12, 64)
+    ready(q, max_seqlen)
+
+    class Refuse(TorchDispatchMode):  # raised inside at::empty_like, it aborted the process
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            if func is torch.ops.aten.empty_like.default:
+                raise MemoryError("no allocation under this mode")
+            return func(*args, **(kwargs or {}))
+
+    with Refuse(), pytest.raises(MemoryError, match="no allocation"):
+        ragged.varlen_attention(q, k, v, cu, max_seqlen, validate=False)
 
 
 def test_rejected_calls_still_get_the_checked_path_s_errors(recorder):
@@ -310,3 +351,23 @@ def test_without_a_compiler_the_python_paths_stay_and_it_says_so(monkeypatch, tm
     monkeypatch.setenv("RAGGED_FASTPATH", "0")
     assert fastpath._built.__wrapped__() is None
     assert list(tmp_path.iterdir()) == []  # nothing half-built left behind
+
+
+def test_a_damaged_build_is_built_again_never_loaded(monkeypatch, tmp_path):
+    """A truncated module killed every later process (SIGBUS on load): its stamp no longer
+    matches, so it is rebuilt."""
+    from ragged.kernels import fastpath
+
+    monkeypatch.setenv("RAGGED_BUILD_DIR", str(tmp_path))
+    target = fastpath.target_path()
+    try:
+        fastpath.build(target)
+    except RuntimeError as exc:
+        pytest.skip(f"cannot build here: {exc}")
+    assert fastpath.built(target) and target.stat().st_mode & 0o755 == 0o755
+    target.write_bytes(target.read_bytes()[:5000])
+    assert not fastpath.built(target)
+    fastpath._stamp(target).unlink()
+    assert not fastpath.built(target)
+    assert fastpath._built.__wrapped__() is not None and fastpath.built(target)
+    assert [p.name for p in tmp_path.iterdir() if p.name.endswith(".tmp")] == []

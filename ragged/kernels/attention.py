@@ -332,6 +332,8 @@ def launch_ready(q, k, v, cu_seqlens, max_seqlen, softmax_scale, out):
         or k.dtype is not dtype or v.dtype is not dtype
         or k.get_device() != dev or v.get_device() != dev or cu_seqlens.get_device() != dev
         or cu_seqlens.dtype is not torch.int32 or len(cu_shape) != 1 or cu_shape[0] < 1
+        or (cu_shape[0] > 1 and cu_seqlens.stride(0) != 1)
+        or q.is_neg() or k.is_neg() or v.is_neg()
         or max_seqlen > total
         or not (_launch._SINGLE_DEVICE or dev == _launch._current_device())
         or _launch._hooks_active()
@@ -344,7 +346,7 @@ def launch_ready(q, k, v, cu_seqlens, max_seqlen, softmax_scale, out):
         out = torch.empty_like(q)
     elif (
         type(out) is not T or out.shape != shape or out.dtype is not dtype
-        or out.get_device() != dev
+        or out.get_device() != dev or out.is_neg()
     ):  # fmt: skip
         return None
     sot, soh, sod = out.stride()
@@ -359,6 +361,8 @@ def launch_ready(q, k, v, cu_seqlens, max_seqlen, softmax_scale, out):
     direct, block_m, default_scale, _ = entry
     num_m_blocks = -(-max_seqlen // block_m)
     grid = num_m_blocks * (cu_shape[0] - 1) * heads
+    if grid > 2**31 - 1:  # more programs than a grid holds: the checked path says so
+        return None
     if grid:
         qk_scale = default_scale if softmax_scale is None else softmax_scale * LOG2E
         direct(grid, 1, 1, _launch._raw_stream(dev), pq, pk, pv, po, cu_seqlens.data_ptr(),
@@ -400,6 +404,7 @@ def kept_launch(launch: KeptLaunch, qkv: torch.Tensor) -> torch.Tensor | None:
     dev = qkv.get_device()
     if (
         (qkv.shape, qkv.stride(), qkv.dtype, dev) != launch.key
+        or qkv.is_neg()
         or not (_launch._SINGLE_DEVICE or dev == _launch._current_device())
         or _launch._hooks_active()
     ):  # fmt: skip

@@ -91,9 +91,15 @@ static PyObject *launch(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
   CUfunction function = (CUfunction)PyLong_AsUnsignedLongLong(args[0]);
   unsigned block_x = (unsigned)PyLong_AsUnsignedLong(args[1]);
   unsigned shared = (unsigned)PyLong_AsUnsignedLong(args[2]);
-  unsigned grid_x = (unsigned)PyLong_AsUnsignedLong(args[3]);
-  unsigned grid_y = (unsigned)PyLong_AsUnsignedLong(args[4]);
-  unsigned grid_z = (unsigned)PyLong_AsUnsignedLong(args[5]);
+  unsigned long long gx = PyLong_AsUnsignedLongLong(args[3]);
+  unsigned long long gy = PyLong_AsUnsignedLongLong(args[4]);
+  unsigned long long gz = PyLong_AsUnsignedLongLong(args[5]);
+  if (!PyErr_Occurred() && (gx > 0x7fffffffULL || gy > 65535 || gz > 65535)) {{
+    PyErr_Format(PyExc_OverflowError, "grid (%llu, %llu, %llu) is beyond CUDA's limits",
+                 gx, gy, gz);
+    return NULL;
+  }}
+  unsigned grid_x = (unsigned)gx, grid_y = (unsigned)gy, grid_z = (unsigned)gz;
   CUstream stream = (CUstream)PyLong_AsUnsignedLongLong(args[6]);
 {body}
   if (PyErr_Occurred()) return NULL;

@@ -22,7 +22,9 @@
 #include <ATen/PythonTorchFunctionTLS.h>
 #include <ATen/core/Tensor.h>
 #include <ATen/ops/empty_like.h>
+#include <c10/core/impl/TorchDispatchModeTLS.h>
 #include <torch/csrc/DynamicTypes.h>
+#include <torch/csrc/Exceptions.h>
 #include <torch/csrc/autograd/python_variable.h>
 
 #include <cstdint>
@@ -56,9 +58,10 @@ using ErrorFn = int (*)(int, const char **);
 LaunchFn cu_launch = nullptr;
 ErrorFn cu_error = nullptr;
 
-// A dense strided tensor whose sizes and strides can be read (not sparse, nested, symbolic).
+// A dense strided tensor whose sizes and strides can be read (not sparse, nested, symbolic)
+// and whose memory holds its values (no negative view, whose sign the kernel cannot see).
 bool plain(const at::Tensor &t) {
-  return t.layout() == c10::kStrided && !t.is_nested() &&
+  return t.layout() == c10::kStrided && !t.is_nested() && !t.is_neg() &&
          !t.unsafeGetTensorImpl()->has_symbolic_sizes_strides() && (t.is_cuda() || t.is_cpu());
 }
 
@@ -231,7 +234,8 @@ PyObject *attention(PyObject *, PyObject *const *all_args, Py_ssize_t nargs) {
     const auto device = q.device();
     NONE_UNLESS(k.scalar_type() == dtype && v.scalar_type() == dtype);
     NONE_UNLESS(k.device() == device && v.device() == device && cu.device() == device);
-    NONE_UNLESS(cu.scalar_type() == at::kInt && cu.dim() == 1 && cu.size(0) >= 1);
+    NONE_UNLESS(cu.scalar_type() == at::kInt && cu.dim() == 1 && cu.size(0) >= 1 &&
+                (cu.stride(0) == 1 || cu.size(0) == 1));
     int overflow = 0;
     const long long max_seqlen = PyLong_AsLongLongAndOverflow(max_o, &overflow);
     NONE_UNLESS(!overflow && max_seqlen <= q.size(0));
@@ -262,8 +266,10 @@ PyObject *attention(PyObject *, PyObject *const *all_args, Py_ssize_t nargs) {
     at::Tensor allocated;
     const at::Tensor *out;
     if (out_o == Py_None) {
-      // torch.empty_like would go to a torch function mode: leave such calls to Python.
-      NONE_UNLESS(!at::impl::torch_function_mode_enabled());
+      // torch.empty_like would go to a torch function mode, or to a dispatch mode that may
+      // raise: leave such calls to Python.
+      NONE_UNLESS(!at::impl::torch_function_mode_enabled() &&
+                  !c10::impl::TorchDispatchModeTLS::any_modes_set());
       allocated = at::empty_like(q);
       out = &allocated;
     } else {
@@ -278,9 +284,11 @@ PyObject *attention(PyObject *, PyObject *const *all_args, Py_ssize_t nargs) {
         (uint64_t)out->data_ptr(), (uint64_t)cu.data_ptr()};
     NONE_UNLESS(sq[2] == 1 && sk[2] == 1 && sv[2] == 1 && so[2] == 1 &&
                 specializable(strides, 8) && !((ptrs[0] | ptrs[1] | ptrs[2] | ptrs[3]) & 15));
-    const int64_t num_m_blocks = (max_seqlen + block_m - 1) / block_m;
-    const int64_t grid = num_m_blocks * (cu.size(0) - 1) * heads;
-    NONE_UNLESS(grid <= INT32_MAX && heads <= INT32_MAX);  // else the checked path decides
+    const int64_t num_m_blocks = max_seqlen / block_m + (max_seqlen % block_m != 0);
+    int64_t grid;
+    NONE_UNLESS(!__builtin_mul_overflow(num_m_blocks, cu.size(0) - 1, &grid) &&
+                !__builtin_mul_overflow(grid, heads, &grid) && grid <= INT32_MAX &&
+                heads <= INT32_MAX);  // else the checked path decides
     if (grid) {
       const double qk_scale =
           scale_o == Py_None ? default_scale : PyFloat_AS_DOUBLE(scale_o) * 1.4426950408889634;
@@ -290,7 +298,10 @@ PyObject *attention(PyObject *, PyObject *const *all_args, Py_ssize_t nargs) {
     }
     if (out_o != Py_None) return Py_NewRef(out_o);
     return THPVariable_Wrap(std::move(allocated));
-  } catch (const c10::Error &) {  // a tensor whose metadata cannot be read here: Python decides
+  } catch (python_error &e) {  // Python code torch called raised: raise that
+    e.restore();
+    return nullptr;
+  } catch (const std::exception &) {  // metadata that cannot be read here: Python decides
     Py_RETURN_NONE;
   }
 }
@@ -359,7 +370,10 @@ PyObject *layout(PyObject *, PyObject *const *args, Py_ssize_t nargs) {
                 qk_scale, ints))
       return nullptr;
     return Py_NewRef(PyTuple_GET_ITEM(kept, L_OUT));
-  } catch (const c10::Error &) {
+  } catch (python_error &e) {
+    e.restore();
+    return nullptr;
+  } catch (const std::exception &) {
     Py_RETURN_NONE;
   }
 }

@@ -22,6 +22,7 @@ import hashlib
 import importlib.machinery
 import importlib.util
 import os
+import shlex
 import shutil
 import subprocess
 import sys
@@ -48,8 +49,8 @@ def compile_command(source: Path, target: Path) -> list[str]:
     # its import warns about CUDA_HOME, which this build does not use)
     abi = int(torch._C._GLIBCXX_USE_CXX11_ABI)
     return [
-        os.environ.get("CXX") or "g++", "-O2", "-std=c++20", "-shared", "-fPIC", "-w",
-        f"-D_GLIBCXX_USE_CXX11_ABI={abi}", f"-I{sysconfig.get_paths()['include']}",
+        *shlex.split(os.environ.get("CXX") or "g++"), "-O2", "-std=c++20", "-shared", "-fPIC",
+        "-w", f"-D_GLIBCXX_USE_CXX11_ABI={abi}", f"-I{sysconfig.get_paths()['include']}",
         f"-I{root / 'include'}", str(source), "-o", str(target),
         f"-L{root / 'lib'}", f"-Wl,-rpath,{root / 'lib'}",
         "-lc10", "-ltorch_cpu", "-ltorch_python", "-ldl",
@@ -57,29 +58,64 @@ def compile_command(source: Path, target: Path) -> list[str]:
 
 
 def target_path() -> Path:
-    tag = hashlib.sha256(
-        SOURCE.read_bytes() + f"|{torch.__version__}|{sys.version}".encode()
-    ).hexdigest()[:16]
+    """Named by the source, the compiler call (compiler, flags, torch and Python paths) and
+    the torch and Python versions: a change of any builds again."""
+    what = [SOURCE.read_bytes(), *map(str.encode, compile_command(Path("src"), Path("out"))),
+            f"{torch.__version__}|{sys.version}".encode()]  # fmt: skip
+    tag = hashlib.sha256(b"\0".join(what)).hexdigest()[:16]
     return build_dir() / f"{NAME}-{tag}{importlib.machinery.EXTENSION_SUFFIXES[0]}"
 
 
-def build(target: Path) -> None:
-    """Compile into a temporary file beside ``target``, then move it there (concurrent builds
-    of one target leave one whole file). Raises RuntimeError with the compiler's output."""
-    target.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=target.parent, suffix=".so.tmp")
+def _digest(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def _stamp(target: Path) -> Path:
+    """The file beside ``target`` that holds its sha256, written after it: a module whose
+    stamp is missing or differs (a crash mid-write, a truncated copy) is built again, never
+    loaded (a truncated module kills the process with SIGBUS)."""
+    return target.with_name(target.name + ".sha256")
+
+
+def _write(path: Path, write, mode: int) -> None:
+    """``write(tmp)`` into a temporary file beside ``path``, on disk, then renamed to it."""
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=path.name, suffix=".tmp")
     os.close(fd)
     try:
-        cmd = compile_command(SOURCE, Path(tmp))
+        write(Path(tmp))
+        os.chmod(tmp, mode)  # mkstemp's 0600 would keep a shared build directory private
+        with open(tmp, "rb") as f:
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    finally:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+
+
+def build(target: Path) -> None:
+    """Compile ``target`` and its stamp (each written whole, then renamed: concurrent builds
+    of one target leave whole files). Raises RuntimeError with the compiler's output."""
+    target.parent.mkdir(parents=True, exist_ok=True)
+
+    def compile_into(tmp: Path) -> None:
+        cmd = compile_command(SOURCE, tmp)
         if shutil.which(cmd[0]) is None:
             raise RuntimeError(f"no C++ compiler {cmd[0]!r} (set CXX)")
         done = subprocess.run(cmd, capture_output=True, text=True)
         if done.returncode:
             raise RuntimeError(f"{cmd[0]} failed ({done.returncode}):\n{done.stderr[-2000:]}")
-        os.replace(tmp, target)
-    finally:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
+
+    _write(target, compile_into, 0o755)
+    digest = _digest(target)
+    _write(_stamp(target), lambda tmp: tmp.write_text(digest), 0o644)
+
+
+def built(target: Path) -> bool:
+    """Whether ``target`` is there, whole: its stamp holds its sha256."""
+    try:
+        return _stamp(target).read_text() == _digest(target)
+    except OSError:
+        return False
 
 
 def load(target: Path) -> Any:
@@ -97,7 +133,7 @@ def _built() -> Any:
         return None
     try:
         target = target_path()
-        if not target.exists():
+        if not built(target):
             build(target)
         mod = load(target)
     except Exception as exc:  # no compiler, no headers, a failed build: the Python paths run
