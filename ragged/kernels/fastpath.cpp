@@ -1,5 +1,5 @@
-// The triton backend's two hot calls in C++ over at::Tensor: varlen_attention(..., validate=False)
-// (``attention``, the same checks as kernels/attention.py's launch_ready) and a
+// The triton backend's two hot calls in C++ over at::Tensor: varlen_attention(...,
+// validate=False) (``attention``, the same checks as kernels/attention.py's launch_ready) and a
 // LayoutAttention's kept launch (``layout``, as kernels/attention.py's ``kept_launch``).
 //
 // Each returns the output tensor when it launched, or None when anything differs from the
@@ -13,8 +13,8 @@
 //                              (direct, block_m, default_scale x log2 e, spec)}
 //   kernels.launch            _SINGLE_DEVICE, _current_device, _raw_stream, _runtime_knobs
 // ``spec`` is (CUfunction, threads per block, shared bytes) of a kernel whose parameters are
-// ATTENTION_PARAMS below (kernels/fastpath.py checks that), or None: then ``direct``, a
-// Python callable taking (grid_x, 1, 1, stream, *pointers, *scalars), launches.
+// the ones below (kPointers, kInts; kernels.attention.launch_spec checks that), or None: then
+// ``direct``, a Python callable taking (grid_x, 1, 1, stream, *pointers, *scalars), launches.
 
 #include <Python.h>
 #include <dlfcn.h>
@@ -50,6 +50,7 @@ bool context(PyObject *const *args, Context *c) {
   *c = {args[0], args[1], args[2]};
   return true;
 }
+
 PyObject *s_ready, *s_single, *s_current, *s_stream, *s_knobs, *s_enter, *s_calls;
 
 using LaunchFn = int (*)(void *, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned,

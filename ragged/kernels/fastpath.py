@@ -4,8 +4,9 @@
 and launch in Python in about 20 attribute reads, each making a new Python object; over
 ``at::Tensor`` they are field reads. ``module()`` compiles fastpath.cpp against this torch and
 this Python with the system C++ compiler (``$CXX``, else ``g++``; about 10 s, once) into
-``$RAGGED_BUILD_DIR`` (default ``~/.cache/ragged/build``), named by a hash of the source and the
-torch and Python versions, so a new torch or a changed source builds again. Where it cannot be
+``$RAGGED_BUILD_DIR`` (default ``~/.cache/ragged/build``), named by a hash of the source, the
+compiler call and the torch and Python versions, so a change of any builds again; a module
+whose sha256 stamp does not match is built again, never loaded. Where it cannot be
 built or loaded (no compiler, no torch headers) it warns once and returns None: the Python
 paths (``kernels.attention.launch_ready`` and ``kept_launch``) run instead, with the same checks.
 ``RAGGED_FASTPATH=0`` turns it off.
