@@ -66,91 +66,65 @@ bool plain(const at::Tensor &t) {
          !t.unsafeGetTensorImpl()->has_symbolic_sizes_strides() && (t.is_cuda() || t.is_cpu());
 }
 
+// A strong reference, released on every way out (returns and C++ exceptions alike).
+struct Owned {
+  PyObject *p;
+  ~Owned() { Py_XDECREF(p); }
+};
+
 PyObject *attr(PyObject *obj, PyObject *name) { return PyObject_GetAttr(obj, name); }
 
 // kernels.launch's "device is current, no launch hooks": 1 yes, 0 no, -1 error set.
 int launchable(const Context &c, int64_t device) {
-  PyObject *single = attr(c.launch_module, s_single);
-  if (!single) return -1;
-  int ok = PyObject_IsTrue(single);
-  Py_DECREF(single);
-  if (ok < 0) return -1;
-  if (!ok) {
-    PyObject *current = attr(c.launch_module, s_current);
-    if (!current) return -1;
-    PyObject *now = PyObject_CallNoArgs(current);
-    Py_DECREF(current);
-    if (!now) return -1;
-    long long index = PyLong_AsLongLong(now);
-    Py_DECREF(now);
+  Owned single{attr(c.launch_module, s_single)};
+  if (!single.p) return -1;
+  const int one = PyObject_IsTrue(single.p);
+  if (one < 0) return -1;
+  if (!one) {
+    Owned current{attr(c.launch_module, s_current)};
+    Owned now{current.p ? PyObject_CallNoArgs(current.p) : nullptr};
+    if (!now.p) return -1;
+    const long long index = PyLong_AsLongLong(now.p);
     if (index == -1 && PyErr_Occurred()) return -1;
     if (index != device) return 0;
   }
   // launch._hooks_active: a launch_enter_hook that is not None and not an empty HookChain.
-  PyObject *knobs = attr(c.launch_module, s_knobs);
-  if (!knobs) return -1;
-  if (knobs == Py_None) {
-    Py_DECREF(knobs);
-    return 1;
-  }
-  PyObject *hook = attr(knobs, s_enter);
-  Py_DECREF(knobs);
-  if (!hook) return -1;
-  if (hook == Py_None) {
-    Py_DECREF(hook);
-    return 1;
-  }
-  PyObject *calls = attr(hook, s_calls);
-  Py_DECREF(hook);
-  if (!calls) {  // no .calls: a plain hook, which must see every launch
+  Owned knobs{attr(c.launch_module, s_knobs)};
+  if (!knobs.p) return -1;
+  if (knobs.p == Py_None) return 1;
+  Owned hook{attr(knobs.p, s_enter)};
+  if (!hook.p) return -1;
+  if (hook.p == Py_None) return 1;
+  Owned calls{attr(hook.p, s_calls)};
+  if (!calls.p) {  // no .calls: a plain hook, which must see every launch
     PyErr_Clear();
     return 0;
   }
-  ok = PyList_CheckExact(calls) && PyList_GET_SIZE(calls) == 0;
-  Py_DECREF(calls);
-  return ok;
-}
-
-PyObject *raw_stream(const Context &c, int64_t device) {
-  PyObject *fn = attr(c.launch_module, s_stream);
-  if (!fn) return nullptr;
-  PyObject *index = PyLong_FromLongLong(device);
-  PyObject *stream = index ? PyObject_CallOneArg(fn, index) : nullptr;
-  Py_XDECREF(index);
-  Py_DECREF(fn);
-  return stream;
+  return PyList_CheckExact(calls.p) && PyList_GET_SIZE(calls.p) == 0;
 }
 
 // Launch with the kept spec through cuLaunchKernel, or through the Python ``direct``.
 // ptrs: kPointers data pointers; ints: kInts i32 values (< 2**31, checked by the callers).
 bool launch(const Context &c, PyObject *spec, PyObject *direct, int64_t device, int64_t grid_x,
             const uint64_t *ptrs, double qk_scale, const int64_t *ints) {
-  PyObject *stream_obj = raw_stream(c, device);
-  if (!stream_obj) return false;
-  uint64_t stream = PyLong_AsUnsignedLongLong(stream_obj);
-  if (PyErr_Occurred()) {
-    Py_DECREF(stream_obj);
-    return false;
-  }
+  Owned stream_fn{attr(c.launch_module, s_stream)}, index{PyLong_FromLongLong(device)};
+  Owned stream_obj{stream_fn.p && index.p ? PyObject_CallOneArg(stream_fn.p, index.p) : nullptr};
+  if (!stream_obj.p) return false;
+  const uint64_t stream = PyLong_AsUnsignedLongLong(stream_obj.p);
+  if (PyErr_Occurred()) return false;
   if (spec == Py_None) {  // (grid_x, 1, 1, stream, *pointers, qk_scale, *ints)
-    PyObject *args[4 + kPointers + 1 + kInts];
-    int n = 0;
-    args[n++] = PyLong_FromLongLong(grid_x);
-    args[n++] = PyLong_FromLong(1);
-    args[n++] = PyLong_FromLong(1);
-    args[n++] = Py_NewRef(stream_obj);
-    for (int i = 0; i < kPointers; ++i) args[n++] = PyLong_FromUnsignedLongLong(ptrs[i]);
-    args[n++] = PyFloat_FromDouble(qk_scale);
-    for (int i = 0; i < kInts; ++i) args[n++] = PyLong_FromLongLong(ints[i]);
-    bool built = true;
-    for (int i = 0; i < n; ++i) built = built && args[i];
-    PyObject *res = built ? PyObject_Vectorcall(direct, args, n, nullptr) : nullptr;
-    for (int i = 0; i < n; ++i) Py_XDECREF(args[i]);
-    Py_DECREF(stream_obj);
-    Py_XDECREF(res);
-    return res != nullptr;
+    constexpr int n = 4 + kPointers + 1 + kInts;
+    Owned args[n] = {{PyLong_FromLongLong(grid_x)}, {PyLong_FromLong(1)}, {PyLong_FromLong(1)},
+                     {Py_NewRef(stream_obj.p)}};
+    for (int i = 0; i < kPointers; ++i) args[4 + i].p = PyLong_FromUnsignedLongLong(ptrs[i]);
+    args[4 + kPointers].p = PyFloat_FromDouble(qk_scale);
+    for (int i = 0; i < kInts; ++i) args[5 + kPointers + i].p = PyLong_FromLongLong(ints[i]);
+    PyObject *raw[n];
+    for (int i = 0; i < n; ++i)
+      if (!(raw[i] = args[i].p)) return false;
+    Owned res{PyObject_Vectorcall(direct, raw, n, nullptr)};
+    return res.p != nullptr;
   }
-  Py_DECREF(stream_obj);
   if (!cu_launch) {
     PyErr_SetString(PyExc_RuntimeError, "ragged fastpath: libcuda's cuLaunchKernel not found");
     return false;
@@ -201,12 +175,6 @@ bool specializable(const int64_t *v, int n) {
 #define NONE_UNLESS(cond) \
   if (!(cond)) Py_RETURN_NONE
 
-// A strong reference, released on every way out (returns and C++ exceptions alike).
-struct Owned {
-  PyObject *p;
-  ~Owned() { Py_XDECREF(p); }
-};
-
 // attention(*context, q, k, v, cu_seqlens, max_seqlen, softmax_scale, out)
 //   -> out | a new output | None
 PyObject *attention(PyObject *, PyObject *const *all_args, Py_ssize_t nargs) {
@@ -242,13 +210,10 @@ PyObject *attention(PyObject *, PyObject *const *all_args, Py_ssize_t nargs) {
     NONE_UNLESS(!overflow && max_seqlen <= q.size(0));
     const int64_t dev = q.get_device(), heads = q.size(1), head_dim = q.size(2);
 
-    PyObject *ready = attr(c.kernel_module, s_ready);
-    if (!ready) return nullptr;
-    PyObject *key = Py_BuildValue("(LOLO)", (long long)dev, (PyObject *)torch::getTHPDtype(dtype),
-                                  (long long)head_dim, max_o);
-    Owned entry{key ? Py_XNewRef(PyDict_GetItemWithError(ready, key)) : nullptr};
-    Py_XDECREF(key);
-    Py_DECREF(ready);
+    Owned ready{attr(c.kernel_module, s_ready)};
+    Owned key{Py_BuildValue("(LOLO)", (long long)dev, (PyObject *)torch::getTHPDtype(dtype),
+                            (long long)head_dim, max_o)};
+    Owned entry{ready.p && key.p ? Py_XNewRef(PyDict_GetItemWithError(ready.p, key.p)) : nullptr};
     if (!entry.p) {
       if (PyErr_Occurred()) return nullptr;
       Py_RETURN_NONE;
