@@ -15,12 +15,14 @@ Sections (all by default; ``--sections`` picks some):
               pipeline with its attention call removed (no_attention): the most any
               attention kernel could gain over fa2 in this pipeline; and with one empty
               kernel launched in its place (launch_only): the most a launched kernel could
+              gain
 
 Pipelines: dense (the unpruned timm model), padded_full, padded_max, fa2 and triton (ragged,
 eager), and in CUDA-graph mode dense_graph, fa2_graph and triton_graph (like for like: on
 the H100 VM one eager op costs 12-35 us of host time, which bounds every eager pipeline).
 img/s comes from back-to-back forwards with one sync at the end of each timed batch of
-calls, pipelines measured in alternating rounds; speedups are ratios within one run.
+calls, pipelines measured in alternating rounds (the bound section: in turns of one synced
+forward of each, ``turns_us``); speedups are ratios within one run.
 Random weights (seeded) with ``attention_scale=SHARP_ATTENTION``, so that attention-based
 pruning chooses as it would with trained weights.
 
@@ -37,6 +39,8 @@ import sys
 import time
 from pathlib import Path
 
+import numpy as np
+import scipy.stats
 import torch
 
 from benchmarks import _workloads as W
@@ -79,18 +83,59 @@ def _launch_only(model, method) -> PrunedViT:
                      layout_attention=W.launch_only())  # fmt: skip
 
 
-def throughput(pipes: dict[str, PrunedViT], images, rounds: int) -> dict[str, dict]:
-    """img/s of each pipeline, measured by the suite (``_workloads.img_per_s``): alternating
-    rounds of ~40 ms each."""
+def turns_us(
+    fns: dict,
+    rounds: int,
+    *,
+    target_us: float = 40e3,
+    sync=torch.cuda.synchronize,
+    clock=time.perf_counter,
+) -> dict[str, list[float]]:
+    """µs per call of each function, one sample per round. A round is a number of turns (the
+    slowest function gets ~``target_us`` a round); a turn calls every function once, in an
+    order rotated every turn, each call timed alone from a synced device to its own sync.
+    Calls of different functions are then a few ms apart, not ``img_per_s``'s 40 ms: on the
+    H100 VM host speed moves within a round of that (docs/pipeline.md)."""
+
+    def timed(fn) -> float:  # seconds, the device synced before and after
+        t0 = clock()
+        fn()
+        sync()
+        return clock() - t0
+
+    names = list(fns)
+    sync()
+    for fn in fns.values():
+        timed(fn)  # first call: compilation, graph capture
+    slowest = max(1e-9, *(timed(fn) for fn in fns.values()))
+    turns = max(1, int(target_us / 1e6 / slowest))
+    out: dict[str, list[float]] = {n: [] for n in names}
+    for _ in range(rounds):
+        spent = dict.fromkeys(names, 0.0)
+        for turn in range(turns):
+            k = turn % len(names)
+            for n in names[k:] + names[:k]:
+                spent[n] += timed(fns[n])
+        for n in names:
+            out[n].append(spent[n] / turns * 1e6)
+    return out
+
+
+def throughput(pipes: dict[str, PrunedViT], images, rounds: int, timing: str = "rounds"
+               ) -> dict[str, dict]:  # fmt: skip
+    """img/s of each pipeline: ``timing="rounds"`` as the suite measures it
+    (``_workloads.img_per_s``: alternating rounds of ~40 ms of back-to-back forwards each),
+    ``"turns"`` one forward of each pipeline after the other (``turns_us``)."""
     fns = {n: (lambda p=p: p.forward(images, check_overflow=False)) for n, p in pipes.items()}
     spin_up()
     batch = images.shape[0]
-    out = {}
-    for n, ips in W.img_per_s(fns, batch, rounds).items():
-        s = [batch / v * 1e6 for v in ips]  # µs per forward, each round
-        out[n] = {"ms": statistics.median(s) / 1e3, "img_per_s": statistics.median(ips),
-                  "samples_us": s}  # fmt: skip
-    return out
+    if timing == "turns":
+        samples = turns_us(fns, rounds)
+    else:
+        samples = {n: [batch / v * 1e6 for v in ips]
+                   for n, ips in W.img_per_s(fns, batch, rounds).items()}  # fmt: skip
+    return {n: {"ms": statistics.median(s) / 1e3, "img_per_s": batch / statistics.median(s) * 1e6,
+                "samples_us": s} for n, s in samples.items()}  # fmt: skip
 
 
 def paired_speedup(fast: dict, slow: dict) -> tuple[float, float, float]:
@@ -102,16 +147,30 @@ def paired_speedup(fast: dict, slow: dict) -> tuple[float, float, float]:
     return q[1], q[0], q[2]
 
 
+def share_of_bound(fa2, triton, bound) -> tuple[float, float, float]:
+    """Issue 19's measure from per-round µs samples (pipelines alternating within a round):
+    triton/fa2 reaches 1 + share x (bound/fa2 - 1), the two speedups each the median over
+    rounds of that round's ratio -> (share, and its 95% percentile-bootstrap interval over
+    rounds). Each round's own share, (triton/fa2 - 1) / (bound/fa2 - 1), is no estimate: a
+    round's bound/fa2 - 1 swings around 0 on the VM, and that ratio with it."""
+    f, t, z = (np.asarray(x, float) for x in (fa2, triton, bound))
+
+    def share(f, t, z, axis=-1):
+        return (np.median(f / t, axis=axis) - 1) / (np.median(f / z, axis=axis) - 1)
+
+    ci = scipy.stats.bootstrap((f, t, z), share, paired=True, vectorized=True,
+                               method="percentile", rng=np.random.default_rng(0),
+                               n_resamples=2000).confidence_interval  # fmt: skip
+    return float(share(f, t, z)), float(ci.low), float(ci.high)
+
+
 def _share(res: dict, bound: str) -> str:
-    """triton's share of ``bound``'s gain over fa2: each round's (triton/fa2 - 1) /
-    (bound/fa2 - 1), median (quartiles); "-" in results from before ``bound`` was measured."""
+    """``share_of_bound`` of ``bound`` in a row's results; "-" where it was not measured."""
     if bound not in res:
         return "-"
-    fa2, tri, top = (res[n]["samples_us"] for n in ("fa2", "triton", bound))
-    q = statistics.quantiles(
-        [(f / t - 1) / (f / z - 1) for f, t, z in zip(fa2, tri, top, strict=True)], n=4
+    return "{:.2f} [{:.2f}, {:.2f}]".format(
+        *share_of_bound(*(res[n]["samples_us"] for n in ("fa2", "triton", bound)))
     )
-    return f"{q[1]:.2f} ({q[0]:.2f}-{q[2]:.2f})"
 
 
 def flop_ideal(pipe: PrunedViT, images) -> tuple[float, float]:
@@ -122,7 +181,8 @@ def flop_ideal(pipe: PrunedViT, images) -> tuple[float, float]:
     return dense / pruned, masks[0].sum(1).float().mean().item()
 
 
-def run_throughput(model_name, batches, names, method_name, rounds, log_label) -> list[dict]:
+def run_throughput(model_name, batches, names, method_name, rounds, log_label,
+                   timing: str = "rounds") -> list[dict]:  # fmt: skip
     cfg = get_config(model_name)
     model = build_model(model_name, device="cuda", dtype=DTYPE, attention_scale=SHARP_ATTENTION)
     method = make_method(method_name, model)
@@ -131,9 +191,9 @@ def run_throughput(model_name, batches, names, method_name, rounds, log_label) -
         images = synthetic_images(batch, cfg.img_size, seed=batch, device="cuda", dtype=DTYPE)
         pipes = pipelines(model, method, names)
         ideal, kept = flop_ideal(PrunedViT(model, PruneStage(PRUNE_AT, method)), images)
-        res = throughput(pipes, images, rounds)
+        res = throughput(pipes, images, rounds, timing)
         row = {"model": model_name, "method": method_name, "batch": batch, "kept_mean": kept,
-               "flop_ideal_speedup": ideal, "pipelines": res,
+               "flop_ideal_speedup": ideal, "pipelines": res, "timing": timing,
                "ragged_attention_calls": len(model.blocks) - PRUNE_AT}  # fmt: skip
         rows.append(row)
         log(f"[{log_label}] {model_name} BS={batch}: "
@@ -299,13 +359,17 @@ def summary(results: dict) -> str:
     table(results.get("methods", []), "img/s, the pruning methods, DeiT-B 224, BS 32")
     if results.get("bound"):
         lines.append("\n### The most an attention kernel can gain over fa2 here\n")
+        timing = results["bound"][0].get("timing", "rounds")
         lines.append(
-            "Speedups over fa2: the median over rounds of each round's ratio (pipelines "
-            "alternate within a round), with the quartiles of those ratios. Share of the bound: "
-            "each round's (triton/fa2 - 1) / (no_attention/fa2 - 1), median and quartiles; "
-            "of the bound with a launch: the same with launch_only (no_attention plus one "
-            "empty kernel launched per call) in place of no_attention.\n"
-        )
+            "Speedups over fa2: the median over rounds of each round's ratio, with the "
+            "quartiles of those ratios; "
+            + ("a round is turns of one forward of every pipeline, each synced and timed alone"
+               if timing == "turns" else "pipelines alternate within a round, ~40 ms each")
+            + ". Share of the bound (issue 19): triton/fa2 = 1 + share x (no_attention/fa2 - "
+            "1), from those medians, with its 95% bootstrap interval over rounds; of the bound "
+            "with a launch: the same with launch_only (no_attention plus one empty kernel "
+            "launched per call) in place of no_attention.\n"
+        )  # fmt: skip
         lines.append("| model | BS | fa2 img/s | triton/fa2 | bound: no_attention/fa2 | "
                      "triton/fa2, graphs | bound, graphs | µs per call in the forward: fa2 | "
                      "triton | triton's share of the bound | bound with a launch: "
@@ -368,6 +432,13 @@ def main(argv=None) -> int:
     ap.add_argument("--sections", nargs="+", choices=SECTIONS, default=list(SECTIONS))
     ap.add_argument("--rounds", type=int, default=5, help="alternating timing rounds")
     ap.add_argument("--quick", action="store_true", help="fewer batch sizes and rounds")
+    ap.add_argument(
+        "--bound-timing",
+        choices=("turns", "rounds"),
+        default="turns",
+        help="bound section: one forward of each pipeline in turn (default), or "
+        "the other sections' alternating 40 ms rounds",
+    )
     ap.add_argument("--out", type=Path, help="write results.json and summary.md here")
     args = ap.parse_args(argv)
     if not torch.cuda.is_available():
@@ -403,7 +474,8 @@ def main(argv=None) -> int:
                  "no_attention_graph"]  # fmt: skip
         results["bound"] = [
             row for m, bs in (("deit_base_224", [1, 4, 8]), ("deit_base_384", [1, 4]))
-            for row in run_throughput(m, bs, names, "threshold_l2", max(rounds, 101), "bound")
+            for row in run_throughput(m, bs, names, "threshold_l2", max(rounds, 101), "bound",
+                                      args.bound_timing)
         ]  # fmt: skip
     results["seconds"] = time.perf_counter() - t0
     text = summary(results)

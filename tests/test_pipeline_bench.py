@@ -1,0 +1,60 @@
+"""scripts/pipeline_bench.py's timing in turns and its share of the bound (no GPU needed)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from scripts import pipeline_bench as P
+
+
+def test_turns_time_each_call_alone_in_a_rotating_order():
+    now, log = [0.0], []
+    cost = {"a": 3e-3, "b": 1e-3, "c": 2e-3}  # seconds a call
+
+    def make(name):
+        def fn():
+            log.append(name)
+            now[0] += cost[name]
+
+        return fn
+
+    def sync():
+        log.append("sync")
+
+    fns = {n: make(n) for n in cost}
+    out = P.turns_us(fns, 4, target_us=10e3, sync=sync, clock=lambda: now[0])
+    assert {n: [round(x, 6) for x in s] for n, s in out.items()} == {
+        n: [c * 1e6] * 4 for n, c in cost.items()
+    }
+    calls = [e for e in log if e != "sync"]
+    assert calls[:6] == ["a", "b", "c"] * 2  # the first call of each, then the calibration
+    timed = calls[6:]
+    assert len(timed) == 4 * 3 * 3  # 4 rounds of 3 turns (10 ms / the slowest 3 ms)
+    turns = [timed[i : i + 3] for i in range(0, len(timed), 3)]
+    assert turns[:3] == [["a", "b", "c"], ["b", "c", "a"], ["c", "a", "b"]]
+    assert all(log[i + 1] == "sync" for i, e in enumerate(log) if e != "sync")
+
+
+def rounds(rng, n, gain, share, drift=0.1, noise=0.03):
+    """Per-round µs of fa2, triton and the bound: the bound ``gain`` faster than fa2, triton
+    ``share`` of the way; every round's host speed drifts, each pipeline has its own noise."""
+    host = 4000 * np.exp(rng.normal(0, drift, n))
+    bound = host * np.exp(rng.normal(0, noise, n))
+    fa2 = host * (1 + gain) * np.exp(rng.normal(0, noise, n))
+    triton = host * (1 + gain) / (1 + share * gain) * np.exp(rng.normal(0, noise, n))
+    return fa2, triton, bound
+
+
+def test_the_share_of_the_bound_is_found_with_an_interval_that_holds_it():
+    rng = np.random.default_rng(0)
+    for true in (0.6, 0.8, 0.95):
+        share, lo, hi = P.share_of_bound(*rounds(rng, 301, 0.14, true))
+        assert abs(share - true) < 0.05
+        assert lo < true < hi and hi - lo < 0.2
+
+
+def test_a_share_from_exact_rounds_is_exact():
+    fa2 = np.array([4000.0, 5000.0, 4500.0])
+    share, lo, hi = P.share_of_bound(fa2, fa2 / 1.08, fa2 / 1.10)
+    assert share == pytest.approx(0.8) and lo == pytest.approx(0.8) and hi == pytest.approx(0.8)
