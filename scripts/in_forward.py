@@ -6,7 +6,7 @@ right before or right after it (alternating forwards); then the same call and th
 a hot loop. The aten op is the yardstick: what it costs more in the forward than in the loop
 is what the forward does to any host step (caches cooled by the ops between), not the call.
 
-    python -m scripts.in_forward [--forwards 200] [--backends triton fa2]
+    python -m scripts.in_forward [--forwards 200] [--backends triton fa2 launch_only]
 """
 
 from __future__ import annotations
@@ -17,6 +17,7 @@ import time
 
 import torch
 
+from benchmarks import _workloads as W
 from ragged.layout_attention import LayoutAttention
 from ragged.models import SHARP_ATTENTION, build_model, get_config
 from ragged.pipeline import PrunedViT, PruneStage
@@ -27,8 +28,10 @@ _ns = time.perf_counter_ns
 
 
 def measure(backend: str, forwards: int, model, images) -> dict[str, list[float]]:
-    """-> {row: host µs samples} for one backend's calls, in the forward and in a hot loop."""
-    original = LayoutAttention.__call__
+    """-> {row: host µs samples} for one backend's calls, in the forward and in a hot loop.
+    ``launch_only``: the bound's LayoutAttention that launches an empty kernel instead."""
+    cls = W.launch_only() if backend == "launch_only" else LayoutAttention
+    original = cls.__call__
     scratch = torch.zeros(1024, device="cuda")
     rec: dict[str, list[float]] = {"call, in the forward": [], "x.add_(1), in the forward": []}
     state = {"before": False, "last": None}
@@ -51,12 +54,14 @@ def measure(backend: str, forwards: int, model, images) -> dict[str, list[float]
         state["last"] = (self, qkv)
         return out
 
-    pipe = PrunedViT(model, PruneStage(4, ThresholdL2(keep_ratio=0.5)), backend=backend)
+    pipe = PrunedViT(model, PruneStage(4, ThresholdL2(keep_ratio=0.5)),
+                     backend="triton" if backend == "launch_only" else backend,
+                     layout_attention=cls)  # fmt: skip
     with torch.inference_mode():
         for _ in range(5):
             pipe(images)
         torch.cuda.synchronize()
-        LayoutAttention.__call__ = timed
+        cls.__call__ = timed
         try:
             for i in range(forwards):
                 state["before"] = i % 2 == 1
@@ -64,7 +69,7 @@ def measure(backend: str, forwards: int, model, images) -> dict[str, list[float]
                 if i % 20 == 0:
                     torch.cuda.synchronize()
         finally:
-            LayoutAttention.__call__ = original
+            cls.__call__ = original
         torch.cuda.synchronize()
         call, qkv = state["last"]
         rec["call, hot loop"], rec["x.add_(1), hot loop"] = [], []
@@ -85,7 +90,12 @@ def measure(backend: str, forwards: int, model, images) -> dict[str, list[float]
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--forwards", type=int, default=200, help="timed forwards per backend")
-    p.add_argument("--backends", nargs="+", default=["triton", "fa2"])
+    p.add_argument(
+        "--backends",
+        nargs="+",
+        default=["triton", "fa2"],
+        help="ragged backends, and launch_only (an empty kernel launched per call)",
+    )
     args = p.parse_args(argv)
     if not torch.cuda.is_available():
         p.error("needs a CUDA GPU")

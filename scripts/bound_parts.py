@@ -1,0 +1,164 @@
+"""Where triton's share of the bound goes: the eager ragged pipeline with its attention call
+replaced, part by part, all in one process, timed in turns (``pipeline_bench.turns_us``).
+
+  fa2, triton, no_attention, launch_only   as in ``pipeline_bench --sections bound``
+  grid1     triton's own kept launch with a grid of one program: its host path, ~no GPU time
+  pydirect  triton's kernel with the kept arguments, launched from Python (no checks)
+  empty16   an empty kernel with triton's 16 parameters, launched as pydirect launches
+
+Per arm: its cost per attention call over no_attention (µs, median over rounds [95%
+interval]), and triton's share of the bound that arm would set (``share_of_bound``; on
+triton's row, of no_attention's).
+DeiT-B 224, Threshold-L2 keeping half the patches after block 4, fp16, BS 1 and 4.
+
+``--compare-timings`` instead measures fa2, triton and no_attention three times with each
+timing of ``pipeline_bench`` (40 ms rounds of back-to-back forwards, and turns), alternating
+in one process: the share and how wide its interval is under each.
+
+    python -m scripts.bound_parts [--rounds 101] [--batches 1 4] [--compare-timings]
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+
+import torch
+import triton
+
+import ragged
+from benchmarks import _workloads as W
+from benchmarks._harness import spin_up
+from ragbench.stats import median_interval
+from ragged.kernels import c_launch
+from ragged.models import SHARP_ATTENTION, build_model, get_config
+from ragged.pipeline import PrunedViT, PruneStage
+from ragged.testing import synthetic_images
+from scripts.pipeline_bench import share_of_bound, throughput, turns_us
+
+_raw_stream = torch._C._cuda_getCurrentRawStream
+
+
+@triton.jit(do_not_specialize=["cu", "heads", "m_blocks"], do_not_specialize_on_alignment=["cu"])
+def _empty16(Q, K, V, O, cu, scale, sqt, sqh, skt, skh, svt, svh, sot, soh, heads, m_blocks):
+    pass  # _varlen_fwd_kernel's runtime parameters, and nothing else
+
+
+class Grid1(ragged.LayoutAttention):
+    """triton's kept launch with one program: the same host path, almost no GPU time."""
+
+    def _checked(self, qkv):
+        out = super()._checked(qkv)
+        if self._launch is not None:
+            self._launch = self._launch._replace(grid_x=1)
+        return out
+
+
+class PyDirect(ragged.LayoutAttention):
+    """The kept launch's kernel and arguments, launched from Python without a check."""
+
+    def __call__(self, qkv):
+        kept = self._launch
+        if kept is None:
+            return self._checked(qkv)
+        p = qkv.data_ptr()
+        self._direct(kept)(kept.grid_x, 1, 1, _raw_stream(0), p, p + kept.k_offset,
+                           p + kept.v_offset, kept.out_ptr, kept.cu_ptr, *kept.scalars)  # fmt: skip
+        return kept.out
+
+    def _direct(self, kept):
+        return kept.direct
+
+
+class Empty16(PyDirect):
+    """As PyDirect, with an empty kernel of the same parameters (one program)."""
+
+    _empty = None
+
+    def _direct(self, kept):
+        if Empty16._empty is None:
+            scratch = torch.empty(16, device="cuda")
+            cu = torch.zeros(2, device="cuda", dtype=torch.int32)
+            scale, *ints = kept.scalars
+            launch = c_launch.direct(_empty16[(1,)](*[scratch] * 4, cu, scale, *ints))
+            if launch is None:
+                raise RuntimeError("the C launcher could not be built here")
+            Empty16._empty = lambda _grid, *args: launch(1, *args)
+        return Empty16._empty
+
+
+def compare_timings(model, method, batches, rounds) -> None:
+    print("| BS | timing | triton/fa2 (quartiles) | bound (quartiles) | share [95%] |")
+    print("|---|---|---|---|---|")
+    size = model.patch_embed.img_size[0]
+    for batch in batches:
+        images = synthetic_images(batch, size, seed=batch, device="cuda", dtype=torch.float16)
+        pipes = {n: W.pipeline(model, method, n) for n in ("fa2", "triton", "no_attention")}
+        for _ in range(3):
+            for timing in ("rounds", "turns"):
+                res = throughput(pipes, images, rounds, timing)
+                f, t, z = (res[n]["samples_us"] for n in ("fa2", "triton", "no_attention"))
+                cols = [statistics.quantiles([a / b for a, b in zip(f, x, strict=True)], n=4)
+                        for x in (t, z)]  # fmt: skip
+                print(f"| {batch} | {timing} | "
+                      + " | ".join(f"{q[1]:.3f} ({q[0]:.3f}-{q[2]:.3f})" for q in cols)
+                      + " | {:.2f} [{:.2f}, {:.2f}] |".format(*share_of_bound(f, t, z)),
+                      flush=True)  # fmt: skip
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--rounds", type=int, default=101, help="timed rounds per measurement")
+    p.add_argument("--batches", type=int, nargs="+", default=[1, 4], help="batch sizes")
+    p.add_argument(
+        "--compare-timings",
+        action="store_true",
+        help="the share under both timings of pipeline_bench, 3 times each",
+    )
+    args = p.parse_args(argv)
+    if not torch.cuda.is_available():
+        p.error("needs a CUDA GPU")
+    cfg = get_config("deit_base_224")
+    model = build_model(cfg.name, device="cuda", dtype=torch.float16,
+                        attention_scale=SHARP_ATTENTION)  # fmt: skip
+    method = W.make_method("threshold_l2", model)
+    if args.compare_timings:
+        compare_timings(model, method, args.batches, args.rounds)
+        return 0
+    calls = len(model.blocks) - W.PRUNE_AT
+    parts = {"launch_only": W.launch_only(), "grid1": Grid1, "pydirect": PyDirect,
+             "empty16": Empty16}  # fmt: skip
+    print("| BS | arm | µs per call over no_attention [95%] | triton's share of its bound [95%] |")
+    print("|---|---|---|---|")
+    for batch in args.batches:
+        images = synthetic_images(batch, cfg.img_size, seed=batch, device="cuda",
+                                  dtype=torch.float16)  # fmt: skip
+        pipes = {n: W.pipeline(model, method, n) for n in ("fa2", "triton", "no_attention")}
+        for name, cls in parts.items():
+            pipes[name] = PrunedViT(model, PruneStage(W.PRUNE_AT, method), mode="ragged",
+                                    layout_attention=cls)  # fmt: skip
+        fns = {n: (lambda p=p, x=images: p.forward(x, check_overflow=False))
+               for n, p in pipes.items()}  # fmt: skip
+        spin_up()
+        us = turns_us(fns, args.rounds)
+        for name, xs in us.items():
+            if name == "no_attention":
+                continue
+            extra = [(x - b) / calls for x, b in zip(xs, us["no_attention"], strict=True)]
+            lo, hi = median_interval(extra, 0.95)
+            bound = us["no_attention"] if name in ("fa2", "triton") else xs
+            share = "{:.2f} [{:.2f}, {:.2f}]".format(
+                *share_of_bound(us["fa2"], us["triton"], bound)
+            )
+            if name == "fa2":
+                share = "-"
+            print(f"| {batch} | {name} | {statistics.median(extra):.1f} [{lo:.1f}, {hi:.1f}] | "
+                  f"{share} |", flush=True)  # fmt: skip
+    print(f"\n{torch.cuda.get_device_name()}, torch {torch.__version__}, "
+          f"triton {triton.__version__}, {args.rounds} rounds")  # fmt: skip
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
