@@ -95,7 +95,7 @@ def turns_us(
     slowest function gets ~``target_us`` a round); a turn calls every function once, in an
     order rotated every turn, each call timed alone from a synced device to its own sync.
     Calls of different functions are then a few ms apart, not ``img_per_s``'s 40 ms: on the
-    H100 VM host speed moves within a round of that (docs/pipeline.md)."""
+    H100 VM host speed moves within 40 ms rounds (docs/pipeline.md)."""
 
     def timed(fn) -> float:  # seconds, the device synced before and after
         t0 = clock()
