@@ -29,13 +29,12 @@ import triton
 
 import ragged
 from benchmarks import _workloads as W
-from benchmarks._harness import spin_up
 from ragbench.stats import median_interval
 from ragged.kernels import c_launch
 from ragged.models import SHARP_ATTENTION, build_model, get_config
 from ragged.pipeline import PrunedViT, PruneStage
 from ragged.testing import synthetic_images
-from scripts.pipeline_bench import share_of_bound, throughput, turns_us
+from scripts.pipeline_bench import paired_speedup, share_cell, throughput
 
 _raw_stream = torch._C._cuda_getCurrentRawStream
 
@@ -98,13 +97,10 @@ def compare_timings(model, method, batches, rounds) -> None:
         for _ in range(3):
             for timing in ("rounds", "turns"):
                 res = throughput(pipes, images, rounds, timing)
-                f, t, z = (res[n]["samples_us"] for n in ("fa2", "triton", "no_attention"))
-                cols = [statistics.quantiles([a / b for a, b in zip(f, x, strict=True)], n=4)
-                        for x in (t, z)]  # fmt: skip
+                cols = [paired_speedup(res[n], res["fa2"]) for n in ("triton", "no_attention")]
                 print(f"| {batch} | {timing} | "
-                      + " | ".join(f"{q[1]:.3f} ({q[0]:.3f}-{q[2]:.3f})" for q in cols)
-                      + " | {:.2f} [{:.2f}, {:.2f}] |".format(*share_of_bound(f, t, z)),
-                      flush=True)  # fmt: skip
+                      + " | ".join(f"{m:.3f} ({lo:.3f}-{hi:.3f})" for m, lo, hi in cols)
+                      + f" | {share_cell(res, 'no_attention')} |", flush=True)  # fmt: skip
 
 
 def main(argv=None) -> int:
@@ -138,21 +134,15 @@ def main(argv=None) -> int:
         for name, cls in parts.items():
             pipes[name] = PrunedViT(model, PruneStage(W.PRUNE_AT, method), mode="ragged",
                                     layout_attention=cls)  # fmt: skip
-        fns = {n: (lambda p=p, x=images: p.forward(x, check_overflow=False))
-               for n, p in pipes.items()}  # fmt: skip
-        spin_up()
-        us = turns_us(fns, args.rounds)
-        for name, xs in us.items():
+        res = throughput(pipes, images, args.rounds, "turns")
+        top = res["no_attention"]["samples_us"]
+        for name, r in res.items():
             if name == "no_attention":
                 continue
-            extra = [(x - b) / calls for x, b in zip(xs, us["no_attention"], strict=True)]
+            extra = [(x - b) / calls for x, b in zip(r["samples_us"], top, strict=True)]
             lo, hi = median_interval(extra, 0.95)
-            bound = us["no_attention"] if name in ("fa2", "triton") else xs
-            share = "{:.2f} [{:.2f}, {:.2f}]".format(
-                *share_of_bound(us["fa2"], us["triton"], bound)
-            )
-            if name == "fa2":
-                share = "-"
+            share = ("-" if name == "fa2" else
+                     share_cell(res, "no_attention" if name == "triton" else name))  # fmt: skip
             print(f"| {batch} | {name} | {statistics.median(extra):.1f} [{lo:.1f}, {hi:.1f}] | "
                   f"{share} |", flush=True)  # fmt: skip
     print(f"\n{torch.cuda.get_device_name()}, torch {torch.__version__}, "

@@ -164,7 +164,7 @@ def share_of_bound(fa2, triton, bound) -> tuple[float, float, float]:
     return float(share(f, t, z)), float(ci.low), float(ci.high)
 
 
-def _share(res: dict, bound: str) -> str:
+def share_cell(res: dict, bound: str) -> str:
     """``share_of_bound`` of ``bound`` in a row's results; "-" where it was not measured."""
     if bound not in res:
         return "-"
@@ -392,8 +392,8 @@ def summary(results: dict) -> str:
             lines.append(f"| {r['model']} | {r['batch']} | {res['fa2']['img_per_s']:.0f} | "
                          + " | ".join(f"{m:.3f} ({lo:.3f}-{hi:.3f})" for m, lo, hi in cols)
                          + f" | {per_call[0]:.1f} | {per_call[1]:.1f} | "
-                         f"{_share(res, 'no_attention')}"
-                         f" | {launch} | {_share(res, 'launch_only')} |")  # fmt: skip
+                         f"{share_cell(res, 'no_attention')}"
+                         f" | {launch} | {share_cell(res, 'launch_only')} |")  # fmt: skip
     if "stages" in results:
         lines.append("\n### Stage times (ms), DeiT-B 224, BS 8\n")
         lines.append("| pipeline | front | prune+pack | late blocks | head | total |")
