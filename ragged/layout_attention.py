@@ -31,15 +31,15 @@ class LayoutAttention:
     call, written again by the next one: read it before the next call (on the same stream, as
     a ViT's next block does).
 
-    What a call checks: when qkv's (shape, strides, dtype, device) differ from those of the
-    call whose launch was kept, everything, through
-    ``varlen_attention(*qkv.unbind(1), ..., validate=False)``; otherwise that no launch hook is
-    installed, the device is current and qkv's data pointer is 16-byte aligned, and else takes
-    that same checked call. Other backends always do. ``rebind`` (once per forward in the
-    pipeline) also drops the kept launch when the triton backend was replaced in
-    ``ragged.BACKENDS`` or the Triton plans were dropped (``kernels.attention.forget_plans``,
-    after a sweep) since it was kept: a launch that is still correct, but no longer what
-    ``varlen_attention`` would run.
+    What a call checks: when qkv's (shape, strides, dtype, device), ``max_seqlen`` or
+    ``cu_seqlens``' (length, dtype, stride, device) differ from those of the call whose launch
+    was kept, everything, through ``varlen_attention(*qkv.unbind(1), ..., validate=False)``;
+    otherwise that no launch hook is installed, the device is current and qkv's data pointer is
+    16-byte aligned, and else takes that same checked call. Other backends always do.
+    ``rebind`` (once per forward in the pipeline) drops the kept launch when the triton
+    backend was replaced in ``ragged.BACKENDS`` or the Triton plans were dropped
+    (``kernels.attention.forget_plans``, after a sweep) since it was kept: a launch that is
+    still correct, but no longer what ``varlen_attention`` would run.
     """
 
     def __init__(self, cu_seqlens, max_seqlen, *, backend="triton", softmax_scale=None):
@@ -49,30 +49,22 @@ class LayoutAttention:
         self._out = None
 
     def rebind(self, cu_seqlens: torch.Tensor, max_seqlen: int) -> None:
-        """Point later calls at a new layout. One like the last (the same ``max_seqlen``, and
-        ``cu_seqlens`` of the same shape, dtype and device: the same grid) keeps the launch,
-        with the new ``cu_seqlens``; any other drops it (the next call is checked)."""
-        old, launch = self.cu_seqlens, self._launch
+        """Point later calls at a new layout. Each call compares its layout with the kept
+        launch's (``max_seqlen``, and ``cu_seqlens``' length, dtype, stride and device: the
+        same grid) and launches that with the new ``cu_seqlens``; a call of another layout is
+        checked, and kept again. Here the launch is only dropped when it is no longer what
+        ``varlen_attention`` would run (see the class docstring)."""
         self.cu_seqlens, self.max_seqlen = cu_seqlens, max_seqlen
-        if launch is None:
-            return
-        if (
-            type(cu_seqlens) is torch.Tensor and type(max_seqlen) is int
-            and max_seqlen == launch.max_seqlen
-            and launch.epoch == KA.epoch and A.BACKENDS["triton"].run is A._TRITON_RUN
-            and (cu_seqlens.shape, cu_seqlens.dtype, cu_seqlens.device)
-            == (old.shape, old.dtype, old.device)
-        ):  # fmt: skip
-            self._launch = launch._replace(cu_ptr=cu_seqlens.data_ptr())
-        else:
+        launch = self._launch
+        if launch is not None and (
+            launch.epoch != KA.epoch or A.BACKENDS["triton"].run is not A._TRITON_RUN
+        ):
             self._launch = None
 
     def __call__(self, qkv: torch.Tensor) -> torch.Tensor:
-        launch = self._launch
-        if launch is not None:
-            out = KA.layout_call(launch, qkv)  # fastpath.cpp's, else kernels.attention's
-            if out is not None:
-                return out
+        out = KA.layout_call(self, qkv)  # fastpath.cpp's, else kernels.attention's kept_launch
+        if out is not None:
+            return out
         return self._checked(qkv)
 
     def _checked(self, qkv: torch.Tensor) -> torch.Tensor:
@@ -101,6 +93,6 @@ class LayoutAttention:
                 key = (qkv.shape, qkv.stride(), qkv.dtype, qkv.get_device())
                 self._launch = KA.KeptLaunch(
                     direct, KA.launch_spec(direct), key, grid_x, k_offset, v_offset, o,
-                    o.data_ptr(), self.cu_seqlens.data_ptr(), scalars, self.max_seqlen, KA.epoch,
+                    o.data_ptr(), self.cu_seqlens.shape[0], scalars, self.max_seqlen, KA.epoch,
                 )  # fmt: skip
         return o

@@ -63,7 +63,8 @@ class PyDirect(ragged.LayoutAttention):
             return self._checked(qkv)
         p = qkv.data_ptr()
         self._direct(kept)(kept.grid_x, 1, 1, _raw_stream(0), p, p + kept.k_offset,
-                           p + kept.v_offset, kept.out_ptr, kept.cu_ptr, *kept.scalars)  # fmt: skip
+                           p + kept.v_offset, kept.out_ptr, self.cu_seqlens.data_ptr(),
+                           *kept.scalars)  # fmt: skip
         return kept.out
 
     def _direct(self, kept):

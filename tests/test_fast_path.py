@@ -328,17 +328,47 @@ def test_rebind_to_a_like_layout_keeps_the_launch_with_the_new_cu_seqlens(record
     ready(q, max_seqlen)
     call = ragged.LayoutAttention(cu, max_seqlen)
     out = call(qkv)
+    kept = call._launch
     new_cu = cu.clone()
     call.rebind(new_cu, max_seqlen)
     call(qkv)
+    assert call._launch is kept
     assert calls[-1] == _expected(q, k, v, out, new_cu, max_seqlen, 0.125)
-    call.rebind(new_cu, max_seqlen + 1)  # another grid: the launch is dropped
-    assert call._launch is None
+
+
+def test_a_call_of_another_layout_is_checked_and_kept_again(recorder, monkeypatch):
+    calls, ready = recorder
+    qkv, cu, max_seqlen = _qkv()
+    q, k, v = qkv.unbind(1)
+    ready(q, max_seqlen)
+    ready(q, max_seqlen + 1)
+    call = ragged.LayoutAttention(cu, max_seqlen)
+    out = call(qkv)
+    checked = []
+    real = ragged.LayoutAttention._checked
+    monkeypatch.setattr(ragged.LayoutAttention, "_checked",
+                        lambda self, t: checked.append(1) or real(self, t))  # fmt: skip
+    strided = torch.stack([cu, cu], 1)[:, 0]  # cu's values and length, stride 2
+    for new_cu, new_max in [(strided, max_seqlen),  # the kept length, not contiguous
+                            (cu, max_seqlen + 1),  # another grid
+                            (cu[:-1], max_seqlen)]:  # another batch  # fmt: skip
+        call.rebind(new_cu, new_max)
+        if new_cu is strided:
+            with pytest.raises(ValueError, match="cu_seqlens must be contiguous"):
+                call(qkv)
+            assert checked == [1]
+            continue
+        call(qkv)  # checked: the kept launch is not of this layout
+        assert calls[-1] == _expected(q, k, v, out, new_cu, new_max, 0.125)
+        n = len(checked)
+        call(qkv)  # kept again for it
+        assert len(checked) == n and calls[-1] == calls[-2]
+    call.rebind(cu.long(), max_seqlen)
+    with pytest.raises(TypeError, match="cu_seqlens must be int32"):
+        call(qkv)
     call.rebind(cu, max_seqlen)
-    call(qkv)  # checked, and kept again
-    assert call._launch is not None
-    call.rebind(cu[:-1], max_seqlen)  # another batch: dropped too
-    assert call._launch is None
+    call(qkv)
+    assert calls[-1] == _expected(q, k, v, out, cu, max_seqlen, 0.125)
 
 
 def test_without_a_compiler_the_python_paths_stay_and_it_says_so(monkeypatch, tmp_path):

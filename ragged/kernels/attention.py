@@ -388,23 +388,31 @@ class KeptLaunch(NamedTuple):
     v_offset: int
     out: torch.Tensor
     out_ptr: int
-    cu_ptr: int
+    cu_len: int  # cu_seqlens' length (batch + 1): the grid was planned for it
     scalars: tuple  # (qk_scale, 8 strides, heads, num_m_blocks)
     max_seqlen: int
     epoch: int  # ``epoch`` when kept
 
 
-def kept_launch(launch: KeptLaunch, qkv: torch.Tensor) -> torch.Tensor | None:
-    """Launch ``launch`` on qkv's data -> ``launch.out``, or None when qkv is not exactly a
-    tensor of ``launch.key``, a launch hook is installed, the device is not current or qkv's
-    data pointer is not 16-byte aligned (the caller then takes the checked call).
+def kept_launch(call, qkv: torch.Tensor) -> torch.Tensor | None:
+    """Launch ``call._launch`` (a ``LayoutAttention``'s KeptLaunch) on qkv's data and
+    ``call.cu_seqlens`` -> the launch's ``out``; None when no launch is kept, qkv is not
+    exactly a tensor of its ``key``, ``call.max_seqlen`` is not its ``max_seqlen`` or
+    ``call.cu_seqlens`` not an int32 tensor of ``cu_len`` with unit stride on qkv's device,
+    a launch hook is installed, the device is not current or qkv's data pointer is not
+    16-byte aligned (the caller then takes the checked call).
     fastpath.cpp's ``layout`` does the same, and ``layout_call`` is it once built."""
-    if type(qkv) is not torch.Tensor:
+    launch = call._launch
+    if launch is None or type(qkv) is not torch.Tensor:
         return None
-    dev = qkv.get_device()
+    cu, dev = call.cu_seqlens, qkv.get_device()
     if (
         (qkv.shape, qkv.stride(), qkv.dtype, dev) != launch.key
         or qkv.is_neg()
+        or type(call.max_seqlen) is not int or call.max_seqlen != launch.max_seqlen
+        or type(cu) is not torch.Tensor or cu.dtype is not torch.int32
+        or cu.shape != (launch.cu_len,) or (launch.cu_len > 1 and cu.stride(0) != 1)
+        or cu.get_device() != dev
         or not (_launch._SINGLE_DEVICE or dev == _launch._current_device())
         or _launch._hooks_active()
     ):  # fmt: skip
@@ -413,7 +421,7 @@ def kept_launch(launch: KeptLaunch, qkv: torch.Tensor) -> torch.Tensor | None:
     if p & 15:
         return None
     launch.direct(launch.grid_x, 1, 1, _launch._raw_stream(dev), p, p + launch.k_offset,
-                  p + launch.v_offset, launch.out_ptr, launch.cu_ptr, *launch.scalars)  # fmt: skip
+                  p + launch.v_offset, launch.out_ptr, cu.data_ptr(), *launch.scalars)  # fmt: skip
     return launch.out
 
 

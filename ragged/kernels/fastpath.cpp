@@ -51,7 +51,8 @@ bool context(PyObject *const *args, Context *c) {
   return true;
 }
 
-PyObject *s_ready, *s_single, *s_current, *s_stream, *s_knobs, *s_enter, *s_calls;
+PyObject *s_ready, *s_single, *s_current, *s_stream, *s_knobs, *s_enter, *s_calls, *s_launch,
+    *s_cu_seqlens, *s_max_seqlen;
 
 using LaunchFn = int (*)(void *, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned,
                          unsigned, void *, void **, void **);
@@ -64,6 +65,13 @@ ErrorFn cu_error = nullptr;
 bool plain(const at::Tensor &t) {
   return t.layout() == c10::kStrided && !t.is_nested() && !t.is_neg() &&
          !t.unsafeGetTensorImpl()->has_symbolic_sizes_strides() && (t.is_cuda() || t.is_cpu());
+}
+
+// An exact Python int equal to ``value``.
+bool equal_int(PyObject *item, int64_t value) {
+  int overflow = 0;
+  return PyLong_CheckExact(item) && PyLong_AsLongLongAndOverflow(item, &overflow) == value &&
+         !overflow;
 }
 
 // A strong reference, released on every way out (returns and C++ exceptions alike).
@@ -273,69 +281,77 @@ PyObject *attention(PyObject *, PyObject *const *all_args, Py_ssize_t nargs) {
 }
 
 // The fields of kernels.attention.KeptLaunch, by index.
-enum { L_DIRECT, L_SPEC, L_KEY, L_GRID, L_KOFF, L_VOFF, L_OUT, L_OUT_PTR, L_CU_PTR, L_SCALARS };
+enum { L_DIRECT, L_SPEC, L_KEY, L_GRID, L_KOFF, L_VOFF, L_OUT, L_OUT_PTR, L_CU_LEN, L_SCALARS,
+       L_MAX_SEQLEN };
 
 bool equal_ints(c10::IntArrayRef values, PyObject *seq) {  // seq: a tuple (torch.Size is one)
   if (!PyTuple_Check(seq) || PyTuple_GET_SIZE(seq) != (Py_ssize_t)values.size()) return false;
-  for (size_t i = 0; i < values.size(); ++i) {
-    PyObject *item = PyTuple_GET_ITEM(seq, i);
-    int overflow = 0;
-    if (!PyLong_CheckExact(item) || PyLong_AsLongLongAndOverflow(item, &overflow) != values[i] ||
-        overflow)
-      return false;
-  }
+  for (size_t i = 0; i < values.size(); ++i)
+    if (!equal_int(PyTuple_GET_ITEM(seq, i), values[i])) return false;
   return true;
 }
 
-// layout(*context, launch, qkv) -> launch.out after launching on qkv's data, or None.
+// layout(*context, call, qkv) -> call._launch.out after launching it on qkv's data and
+// call.cu_seqlens, or None (no launch kept, or this call is not of its layout).
 PyObject *layout(PyObject *, PyObject *const *args, Py_ssize_t nargs) {
   Context c;
-  if (nargs != kContext + 2 || !PyTuple_Check(args[kContext]) ||
-      PyTuple_GET_SIZE(args[kContext]) <= L_SCALARS) {
-    PyErr_SetString(PyExc_TypeError, "layout takes (*context, a KeptLaunch, qkv)");
+  if (nargs != kContext + 2) {
+    PyErr_SetString(PyExc_TypeError, "layout takes (*context, a LayoutAttention, qkv)");
     return nullptr;
   }
   if (!context(args, &c)) return nullptr;
-  PyObject *kept = args[kContext], *qkv_o = args[kContext + 1];
-  NONE_UNLESS((PyObject *)Py_TYPE(qkv_o) == c.tensor_type);
+  PyObject *call = args[kContext], *qkv_o = args[kContext + 1];
+  Owned kept{attr(call, s_launch)};
+  if (!kept.p) return nullptr;
+  if (kept.p == Py_None) Py_RETURN_NONE;
+  if (!PyTuple_Check(kept.p) || PyTuple_GET_SIZE(kept.p) <= L_MAX_SEQLEN) {
+    PyErr_SetString(PyExc_TypeError, "a LayoutAttention's _launch is a KeptLaunch or None");
+    return nullptr;
+  }
+  Owned cu_o{attr(call, s_cu_seqlens)}, max_o{attr(call, s_max_seqlen)};
+  if (!cu_o.p || !max_o.p) return nullptr;
+  PyObject *T = c.tensor_type, *const *f = ((PyTupleObject *)kept.p)->ob_item;
+  NONE_UNLESS((PyObject *)Py_TYPE(qkv_o) == T && (PyObject *)Py_TYPE(cu_o.p) == T);
+  // the kept layout's max_seqlen (its grid was planned for it)
+  NONE_UNLESS(PyLong_CheckExact(max_o.p) && PyLong_CheckExact(f[L_MAX_SEQLEN]) &&
+              PyObject_RichCompareBool(max_o.p, f[L_MAX_SEQLEN], Py_EQ) == 1);
   try {
     const at::Tensor &qkv = THPVariable_Unpack(qkv_o);
-    NONE_UNLESS(plain(qkv));
+    const at::Tensor &cu = THPVariable_Unpack(cu_o.p);
+    NONE_UNLESS(plain(qkv) && plain(cu));
     // key: (shape, strides, dtype, device index) of the qkv the launch was kept for
-    PyObject *key = PyTuple_GET_ITEM(kept, L_KEY);
+    PyObject *key = f[L_KEY];
     NONE_UNLESS(PyTuple_Check(key) && PyTuple_GET_SIZE(key) == 4);
     const int64_t dev = qkv.get_device();
     NONE_UNLESS(equal_ints(qkv.sizes(), PyTuple_GET_ITEM(key, 0)) &&
                 equal_ints(qkv.strides(), PyTuple_GET_ITEM(key, 1)) &&
-                PyTuple_GET_ITEM(key, 2) == (PyObject *)torch::getTHPDtype(qkv.scalar_type()));
-    PyObject *key_dev = PyTuple_GET_ITEM(key, 3);
-    int overflow = 0;
-    NONE_UNLESS(PyLong_CheckExact(key_dev) &&
-                PyLong_AsLongLongAndOverflow(key_dev, &overflow) == dev && !overflow);
+                PyTuple_GET_ITEM(key, 2) == (PyObject *)torch::getTHPDtype(qkv.scalar_type()) &&
+                equal_int(PyTuple_GET_ITEM(key, 3), dev));
+    // cu_seqlens as the checked call takes it (int32, 1-D, unit stride, qkv's device), of
+    // the kept length (the grid's batch)
+    NONE_UNLESS(cu.scalar_type() == at::kInt && cu.dim() == 1 && cu.get_device() == dev &&
+                equal_int(f[L_CU_LEN], cu.size(0)) && (cu.stride(0) == 1 || cu.size(0) == 1));
     const int ok = launchable(c, dev);
     if (ok < 0) return nullptr;
     NONE_UNLESS(ok);
     const uint64_t p = (uint64_t)qkv.data_ptr();
     NONE_UNLESS((p & 15) == 0);
-    PyObject *scalars = PyTuple_GET_ITEM(kept, L_SCALARS);
+    PyObject *scalars = f[L_SCALARS];
     if (!PyTuple_Check(scalars) || PyTuple_GET_SIZE(scalars) != 1 + kInts) {
       PyErr_SetString(PyExc_TypeError, "a kept launch's scalars are (qk_scale, 10 ints)");
       return nullptr;
     }
-    const uint64_t ptrs[kPointers] = {
-        p, p + PyLong_AsLongLong(PyTuple_GET_ITEM(kept, L_KOFF)),
-        p + PyLong_AsLongLong(PyTuple_GET_ITEM(kept, L_VOFF)),
-        PyLong_AsUnsignedLongLong(PyTuple_GET_ITEM(kept, L_OUT_PTR)),
-        PyLong_AsUnsignedLongLong(PyTuple_GET_ITEM(kept, L_CU_PTR))};
+    const uint64_t ptrs[kPointers] = {p, p + PyLong_AsLongLong(f[L_KOFF]),
+                                      p + PyLong_AsLongLong(f[L_VOFF]),
+                                      PyLong_AsUnsignedLongLong(f[L_OUT_PTR]),
+                                      (uint64_t)cu.data_ptr()};
     const double qk_scale = PyFloat_AsDouble(PyTuple_GET_ITEM(scalars, 0));
     int64_t ints[kInts];
     for (int i = 0; i < kInts; ++i) ints[i] = PyLong_AsLongLong(PyTuple_GET_ITEM(scalars, 1 + i));
-    const int64_t grid = PyLong_AsLongLong(PyTuple_GET_ITEM(kept, L_GRID));
+    const int64_t grid = PyLong_AsLongLong(f[L_GRID]);
     if (PyErr_Occurred()) return nullptr;
-    if (!launch(c, PyTuple_GET_ITEM(kept, L_SPEC), PyTuple_GET_ITEM(kept, L_DIRECT), dev, grid, ptrs,
-                qk_scale, ints))
-      return nullptr;
-    return Py_NewRef(PyTuple_GET_ITEM(kept, L_OUT));
+    if (!launch(c, f[L_SPEC], f[L_DIRECT], dev, grid, ptrs, qk_scale, ints)) return nullptr;
+    return Py_NewRef(f[L_OUT]);
   } catch (python_error &e) {
     e.restore();
     return nullptr;
@@ -348,7 +364,7 @@ PyMethodDef methods[] = {
     {"attention", (PyCFunction)(void (*)(void))attention, METH_FASTCALL,
      "varlen_attention(..., validate=False) with the triton backend, or None"},
     {"layout", (PyCFunction)(void (*)(void))layout, METH_FASTCALL,
-     "a LayoutAttention's kept launch on qkv, or None"},
+     "a LayoutAttention's kept launch on qkv and its cu_seqlens, or None"},
     {nullptr, nullptr, 0, nullptr}};
 
 PyModuleDef module_def = {PyModuleDef_HEAD_INIT, "ragged_fastpath", nullptr, -1, methods};
@@ -356,10 +372,13 @@ PyModuleDef module_def = {PyModuleDef_HEAD_INIT, "ragged_fastpath", nullptr, -1,
 }  // namespace
 
 PyMODINIT_FUNC PyInit_ragged_fastpath(void) {
-  const char *names[] = {"_ready", "_SINGLE_DEVICE", "_current_device", "_raw_stream",
-                         "_runtime_knobs", "launch_enter_hook", "calls"};
-  PyObject **slots[] = {&s_ready, &s_single, &s_current, &s_stream, &s_knobs, &s_enter, &s_calls};
-  for (int i = 0; i < 7; ++i)
+  const char *names[] = {"_ready",          "_SINGLE_DEVICE",    "_current_device",
+                         "_raw_stream",     "_runtime_knobs",    "launch_enter_hook",
+                         "calls",           "_launch",           "cu_seqlens",
+                         "max_seqlen"};
+  PyObject **slots[] = {&s_ready, &s_single, &s_current, &s_stream,       &s_knobs,
+                        &s_enter, &s_calls,  &s_launch,  &s_cu_seqlens, &s_max_seqlen};
+  for (int i = 0; i < 10; ++i)
     if (!(*slots[i] = PyUnicode_InternFromString(names[i]))) return nullptr;
   // libcuda, when this process has one (never on a machine without a GPU driver).
   if (void *cuda = dlopen("libcuda.so.1", RTLD_NOW | RTLD_GLOBAL)) {

@@ -75,8 +75,6 @@ def launch_paths(q, k, v, cu_seqlens, max_seqlen: int, out) -> dict[str, Callabl
     layout_call = LayoutAttention(cu_seqlens, max_seqlen)
     layout_call(qkv)  # checked once: the launch is kept
 
-    kept = layout_call._launch
-
     def api_validate():
         A.varlen_attention(q, k, v, cu_seqlens, max_seqlen)
 
@@ -109,7 +107,7 @@ def launch_paths(q, k, v, cu_seqlens, max_seqlen: int, out) -> dict[str, Callabl
             q, k, v, cu_seqlens, max_seqlen, None, None
         ),
         "ragged.LayoutAttention call, packed qkv (launch kept)": lambda: layout_call(qkv),
-        "  its Python kept launch (kept_launch)": lambda: KA.kept_launch(kept, qkv),
+        "  its Python kept launch (kept_launch)": lambda: KA.kept_launch(layout_call, qkv),
         "ragged.varlen_attention(validate=True)": api_validate,
         "CUDA graph replay of one call": graph.replay,
         "  piece: _check_types": lambda: A._check_types(q, k, v, cu_seqlens, max_seqlen, None),
