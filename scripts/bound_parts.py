@@ -3,6 +3,8 @@ replaced, part by part, all in one process, timed in turns (``pipeline_bench.tur
 
   fa2, triton, no_attention, launch_only   as in ``pipeline_bench --sections bound``
   grid1     triton's own kept launch with a grid of one program: its host path, ~no GPU time
+  kept_empty1, kept_empty16   triton's kept launch through fastpath.cpp, one program of an
+            empty kernel with one parameter (launch_only's kernel) or with triton's 16
   pydirect  triton's kernel with the kept arguments, launched from Python (no checks)
   empty16   an empty kernel with triton's 16 parameters, launched as pydirect launches
 
@@ -52,6 +54,36 @@ class Grid1(ragged.LayoutAttention):
         if self._launch is not None:
             self._launch = self._launch._replace(grid_x=1)
         return out
+
+
+@triton.jit
+def _empty1(x):
+    pass  # launch_only's kernel
+
+
+class KeptEmpty1(ragged.LayoutAttention):
+    """triton's kept launch (fastpath.cpp: checks, cuLaunchKernel) of an empty kernel, one
+    program: the kept path's host cost with launch_only's kernel."""
+
+    def _checked(self, qkv):
+        out = super()._checked(qkv)
+        kept = self._launch
+        if kept is not None:
+            md = (compiled := self._empty(qkv, kept)).metadata
+            spec = (compiled.function, 32 * md.num_warps, md.shared)
+            self._launch = kept._replace(spec=spec, grid_x=1)
+        return out
+
+    def _empty(self, qkv, kept):
+        return _empty1[(1,)](qkv)
+
+
+class KeptEmpty16(KeptEmpty1):
+    """As KeptEmpty1, with an empty kernel of triton's 16 parameters."""
+
+    def _empty(self, qkv, kept):
+        q, k, v = qkv.unbind(1)
+        return _empty16[(1,)](q, k, v, kept.out, self.cu_seqlens, *kept.scalars)
 
 
 class PyDirect(ragged.LayoutAttention):
@@ -124,8 +156,8 @@ def main(argv=None) -> int:
         compare_timings(model, method, args.batches, args.rounds)
         return 0
     calls = len(model.blocks) - W.PRUNE_AT
-    parts = {"launch_only": W.launch_only(), "grid1": Grid1, "pydirect": PyDirect,
-             "empty16": Empty16}  # fmt: skip
+    parts = {"launch_only": W.launch_only(), "grid1": Grid1, "kept_empty1": KeptEmpty1,
+             "kept_empty16": KeptEmpty16, "pydirect": PyDirect, "empty16": Empty16}  # fmt: skip
     print("| BS | arm | µs per call over no_attention [95%] | triton's share of its bound [95%] |")
     print("|---|---|---|---|")
     for batch in args.batches:
