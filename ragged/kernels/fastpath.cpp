@@ -12,6 +12,7 @@
 //   kernels.attention._ready  {(device, dtype, head_dim, max_seqlen):
 //                              (direct, block_m, default_scale x log2 e, spec)}
 //   kernels.launch            _SINGLE_DEVICE, _current_device, _raw_stream, _runtime_knobs
+//   the LayoutAttention       _launch (a KeptLaunch or None), cu_seqlens, max_seqlen
 // ``spec`` is (CUfunction, threads per block, shared bytes) of a kernel whose parameters are
 // the ones below (kPointers, kInts; kernels.attention.launch_spec checks that), or None: then
 // ``direct``, a Python callable taking (grid_x, 1, 1, stream, *pointers, *scalars), launches.
