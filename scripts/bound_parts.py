@@ -52,8 +52,12 @@ class Grid1(ragged.LayoutAttention):
     def _checked(self, qkv):
         out = super()._checked(qkv)
         if self._launch is not None:
-            self._launch = self._launch._replace(grid_x=1)
+            self._launch = self._launch._replace(grid_x=1, **self._swap(qkv, self._launch))
         return out
+
+    def _swap(self, qkv, kept) -> dict:
+        """Further fields of the kept launch to replace."""
+        return {}
 
 
 @triton.jit
@@ -61,18 +65,13 @@ def _empty1(x):
     pass  # launch_only's kernel
 
 
-class KeptEmpty1(ragged.LayoutAttention):
+class KeptEmpty1(Grid1):
     """triton's kept launch (fastpath.cpp: checks, cuLaunchKernel) of an empty kernel, one
     program: the kept path's host cost with launch_only's kernel."""
 
-    def _checked(self, qkv):
-        out = super()._checked(qkv)
-        kept = self._launch
-        if kept is not None:
-            md = (compiled := self._empty(qkv, kept)).metadata
-            spec = (compiled.function, 32 * md.num_warps, md.shared)
-            self._launch = kept._replace(spec=spec, grid_x=1)
-        return out
+    def _swap(self, qkv, kept):
+        md = (compiled := self._empty(qkv, kept)).metadata
+        return {"spec": (compiled.function, 32 * md.num_warps, md.shared)}
 
     def _empty(self, qkv, kept):
         return _empty1[(1,)](qkv)
