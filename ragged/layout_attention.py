@@ -91,8 +91,8 @@ class LayoutAttention:
             if prepared is not None and not (k_offset | v_offset) & 15:
                 direct, grid_x, scalars = prepared
                 key = (qkv.shape, qkv.stride(), qkv.dtype, qkv.get_device())
-                self._launch = KA.KeptLaunch(
+                self._launch = KA.with_image(KA.KeptLaunch(
                     direct, KA.launch_spec(direct), key, grid_x, k_offset, v_offset, o,
                     o.data_ptr(), self.cu_seqlens.shape[0], scalars, self.max_seqlen, KA.epoch,
-                )  # fmt: skip
+                ))  # fmt: skip
         return o

@@ -401,3 +401,30 @@ def test_a_damaged_build_is_built_again_never_loaded(monkeypatch, tmp_path):
     assert not fastpath.built(target)
     assert fastpath._built.__wrapped__() is not None and fastpath.built(target)
     assert [p.name for p in tmp_path.iterdir() if p.name.endswith(".tmp")] == []
+
+
+def test_cpp_reads_the_image_and_checks_a_launch_kept_without_one(recorder, impl, monkeypatch):
+    calls, ready = recorder
+    qkv, cu, max_seqlen = _qkv()
+    q, k, v = qkv.unbind(1)
+    ready(q, max_seqlen)
+    call = ragged.LayoutAttention(cu, max_seqlen)
+    out = call(qkv)
+    assert (call._launch.image is None) == (KA.fastpath.module() is None)
+    checked = []
+    real = ragged.LayoutAttention._checked
+    monkeypatch.setattr(ragged.LayoutAttention, "_checked",
+                        lambda self, t: checked.append(1) or real(self, t))  # fmt: skip
+    call._launch = call._launch._replace(image=None)  # as kept without the C++ path
+    call(qkv)
+    call(qkv)
+    # C++: checked once and kept again with an image; Python reads the fields, never the image
+    assert checked == ([1] if impl == "cpp" else [])
+    assert calls[-1] == calls[-2] == _expected(q, k, v, out, cu, max_seqlen, 0.125)
+    if impl == "cpp":
+        assert call._launch.image is not None
+        call._launch = call._launch._replace(image=b"not an image")
+        with pytest.raises(TypeError, match="image is not this module's"):
+            call(qkv)
+        with pytest.raises(TypeError, match="image takes a KeptLaunch"):
+            KA.fastpath.module().image((1, 2))

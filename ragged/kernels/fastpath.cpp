@@ -12,7 +12,8 @@
 //   kernels.attention._ready  {(device, dtype, head_dim, max_seqlen):
 //                              (direct, block_m, default_scale x log2 e, spec)}
 //   kernels.launch            _SINGLE_DEVICE, _current_device, _raw_stream, _runtime_knobs
-//   the LayoutAttention       _launch (a KeptLaunch or None), cu_seqlens, max_seqlen
+//   the LayoutAttention       _launch (a KeptLaunch or None: its numbers from its image,
+//                             an Image made by ``image``), cu_seqlens, max_seqlen
 // ``spec`` is (CUfunction, threads per block, shared bytes) of a kernel whose parameters are
 // the ones below (kPointers, kInts; kernels.attention.launch_spec checks that), or None: then
 // ``direct``, a Python callable taking (grid_x, 1, 1, stream, *pointers, *scalars), launches.
@@ -24,11 +25,13 @@
 #include <ATen/core/Tensor.h>
 #include <ATen/ops/empty_like.h>
 #include <c10/core/impl/TorchDispatchModeTLS.h>
+#include <torch/csrc/Dtype.h>
 #include <torch/csrc/DynamicTypes.h>
 #include <torch/csrc/Exceptions.h>
 #include <torch/csrc/autograd/python_variable.h>
 
 #include <cstdint>
+#include <cstring>
 
 namespace {
 
@@ -112,16 +115,36 @@ int launchable(const Context &c, int64_t device) {
   return PyList_CheckExact(calls.p) && PyList_GET_SIZE(calls.p) == 0;
 }
 
-// Launch with the kept spec through cuLaunchKernel, or through the Python ``direct``.
+// A launch spec, (CUfunction, threads per block, shared bytes): kernels.attention.launch_spec.
+struct Spec {
+  uint64_t function;
+  uint32_t block_x, shared;
+};
+
+// spec: a launch spec tuple -> *out, true; None -> false (launch through ``direct``); anything
+// else: TypeError, -1.
+int read_spec(PyObject *spec, Spec *out) {
+  if (spec == Py_None) return 0;
+  if (!PyTuple_Check(spec) || PyTuple_GET_SIZE(spec) != 3) {
+    PyErr_SetString(PyExc_TypeError, "a launch spec is (function, block_x, shared)");
+    return -1;
+  }
+  out->function = PyLong_AsUnsignedLongLong(PyTuple_GET_ITEM(spec, 0));
+  out->block_x = (uint32_t)PyLong_AsUnsignedLong(PyTuple_GET_ITEM(spec, 1));
+  out->shared = (uint32_t)PyLong_AsUnsignedLong(PyTuple_GET_ITEM(spec, 2));
+  return PyErr_Occurred() ? -1 : 1;
+}
+
+// Launch through cuLaunchKernel with ``spec``, or (spec null) through the Python ``direct``.
 // ptrs: kPointers data pointers; ints: kInts i32 values (< 2**31, checked by the callers).
-bool launch(const Context &c, PyObject *spec, PyObject *direct, int64_t device, int64_t grid_x,
+bool launch(const Context &c, const Spec *spec, PyObject *direct, int64_t device, int64_t grid_x,
             const uint64_t *ptrs, double qk_scale, const int64_t *ints) {
   Owned stream_fn{attr(c.launch_module, s_stream)}, index{PyLong_FromLongLong(device)};
   Owned stream_obj{stream_fn.p && index.p ? PyObject_CallOneArg(stream_fn.p, index.p) : nullptr};
   if (!stream_obj.p) return false;
   const uint64_t stream = PyLong_AsUnsignedLongLong(stream_obj.p);
   if (PyErr_Occurred()) return false;
-  if (spec == Py_None) {  // (grid_x, 1, 1, stream, *pointers, qk_scale, *ints)
+  if (!spec) {  // (grid_x, 1, 1, stream, *pointers, qk_scale, *ints)
     constexpr int n = 4 + kPointers + 1 + kInts;
     Owned args[n] = {{PyLong_FromLongLong(grid_x)}, {PyLong_FromLong(1)}, {PyLong_FromLong(1)},
                      {Py_NewRef(stream_obj.p)}};
@@ -138,14 +161,6 @@ bool launch(const Context &c, PyObject *spec, PyObject *direct, int64_t device, 
     PyErr_SetString(PyExc_RuntimeError, "ragged fastpath: libcuda's cuLaunchKernel not found");
     return false;
   }
-  if (!PyTuple_Check(spec) || PyTuple_GET_SIZE(spec) != 3) {
-    PyErr_SetString(PyExc_TypeError, "a launch spec is (function, block_x, shared)");
-    return false;
-  }
-  void *function = PyLong_AsVoidPtr(PyTuple_GET_ITEM(spec, 0));
-  unsigned block_x = (unsigned)PyLong_AsUnsignedLong(PyTuple_GET_ITEM(spec, 1));
-  unsigned shared = (unsigned)PyLong_AsUnsignedLong(PyTuple_GET_ITEM(spec, 2));
-  if (PyErr_Occurred()) return false;
   uint64_t p[kPointers];
   int32_t s[kInts];
   for (int i = 0; i < kPointers; ++i) p[i] = ptrs[i];
@@ -161,8 +176,8 @@ bool launch(const Context &c, PyObject *spec, PyObject *direct, int64_t device, 
   params[n++] = &scratch;
   int err;
   Py_BEGIN_ALLOW_THREADS
-  err = cu_launch(function, (unsigned)grid_x, 1, 1, block_x, 1, 1, shared, (void *)stream,
-                  params, nullptr);
+  err = cu_launch((void *)spec->function, (unsigned)grid_x, 1, 1, spec->block_x, 1, 1,
+                  spec->shared, (void *)stream, params, nullptr);
   Py_END_ALLOW_THREADS
   if (err != 0) {
     const char *what = nullptr;
@@ -231,7 +246,10 @@ PyObject *attention(PyObject *, PyObject *const *all_args, Py_ssize_t nargs) {
       PyErr_SetString(PyExc_TypeError, "a _ready entry is (direct, block_m, scale, spec)");
       return nullptr;
     }
-    PyObject *direct = PyTuple_GET_ITEM(entry.p, 0), *spec = PyTuple_GET_ITEM(entry.p, 3);
+    PyObject *direct = PyTuple_GET_ITEM(entry.p, 0);
+    Spec spec;
+    const int has_spec = read_spec(PyTuple_GET_ITEM(entry.p, 3), &spec);
+    if (has_spec < 0) return nullptr;
     const long long block_m = PyLong_AsLongLong(PyTuple_GET_ITEM(entry.p, 1));
     const double default_scale = PyFloat_AsDouble(PyTuple_GET_ITEM(entry.p, 2));
     const int ok = PyErr_Occurred() ? -1 : launchable(c, dev);
@@ -269,7 +287,8 @@ PyObject *attention(PyObject *, PyObject *const *all_args, Py_ssize_t nargs) {
           scale_o == Py_None ? default_scale : PyFloat_AS_DOUBLE(scale_o) * 1.4426950408889634;
       const int64_t ints[kInts] = {strides[0], strides[1], strides[2], strides[3], strides[4],
                                    strides[5], strides[6], strides[7], heads, num_m_blocks};
-      if (!launch(c, spec, direct, dev, grid, ptrs, qk_scale, ints)) return nullptr;
+      if (!launch(c, has_spec ? &spec : nullptr, direct, dev, grid, ptrs, qk_scale, ints))
+        return nullptr;
     }
     if (out_o != Py_None) return Py_NewRef(out_o);
     return THPVariable_Wrap(std::move(allocated));
@@ -283,13 +302,73 @@ PyObject *attention(PyObject *, PyObject *const *all_args, Py_ssize_t nargs) {
 
 // The fields of kernels.attention.KeptLaunch, by index.
 enum { L_DIRECT, L_SPEC, L_KEY, L_GRID, L_KOFF, L_VOFF, L_OUT, L_OUT_PTR, L_CU_LEN, L_SCALARS,
-       L_MAX_SEQLEN };
+       L_MAX_SEQLEN, L_EPOCH, L_IMAGE };
 
-bool equal_ints(c10::IntArrayRef values, PyObject *seq) {  // seq: a tuple (torch.Size is one)
-  if (!PyTuple_Check(seq) || PyTuple_GET_SIZE(seq) != (Py_ssize_t)values.size()) return false;
+// A KeptLaunch's numbers, as ``image`` writes them into its ``image`` (bytes): what ``layout``
+// reads on every call, one object where the tuple's fields are ~35 (ints, tuples, a dtype).
+struct Image {
+  Spec spec;
+  int32_t has_spec, dtype;  // dtype: the qkv's c10::ScalarType
+  int64_t sizes[4], strides[4], device;  // the key: the qkv the launch was kept for
+  int64_t grid_x, k_offset, v_offset, cu_len, max_seqlen;
+  uint64_t out_ptr;
+  double qk_scale;
+  int64_t ints[kInts];
+};
+
+bool equal_ints(c10::IntArrayRef values, const int64_t *kept) {
   for (size_t i = 0; i < values.size(); ++i)
-    if (!equal_int(PyTuple_GET_ITEM(seq, i), values[i])) return false;
+    if (values[i] != kept[i]) return false;
   return true;
+}
+
+// Python ints of a tuple of n -> out; false with an error set.
+bool read_ints(PyObject *seq, Py_ssize_t n, int64_t *out, const char *what) {
+  if (!PyTuple_Check(seq) || PyTuple_GET_SIZE(seq) != n) {
+    PyErr_Format(PyExc_TypeError, "a kept launch's %s is a tuple of %zd", what, n);
+    return false;
+  }
+  for (Py_ssize_t i = 0; i < n; ++i) out[i] = PyLong_AsLongLong(PyTuple_GET_ITEM(seq, i));
+  return !PyErr_Occurred();
+}
+
+// image(kept) -> bytes: a KeptLaunch's numbers as an Image.
+PyObject *image(PyObject *, PyObject *kept) {
+  if (!PyTuple_Check(kept) || PyTuple_GET_SIZE(kept) <= L_IMAGE) {
+    PyErr_SetString(PyExc_TypeError, "image takes a KeptLaunch");
+    return nullptr;
+  }
+  PyObject *const *f = ((PyTupleObject *)kept)->ob_item;
+  Image im{};
+  const int has_spec = read_spec(f[L_SPEC], &im.spec);
+  if (has_spec < 0) return nullptr;
+  im.has_spec = has_spec;
+  PyObject *key = f[L_KEY];  // (shape, strides, dtype, device index)
+  if (!PyTuple_Check(key) || PyTuple_GET_SIZE(key) != 4 ||
+      !THPDtype_Check(PyTuple_GET_ITEM(key, 2))) {
+    PyErr_SetString(PyExc_TypeError, "a kept launch's key is (shape, strides, dtype, device)");
+    return nullptr;
+  }
+  if (!read_ints(PyTuple_GET_ITEM(key, 0), 4, im.sizes, "shape") ||
+      !read_ints(PyTuple_GET_ITEM(key, 1), 4, im.strides, "strides"))
+    return nullptr;
+  im.dtype = (int32_t)((THPDtype *)PyTuple_GET_ITEM(key, 2))->scalar_type;
+  PyObject *scalars = f[L_SCALARS];  // (qk_scale, 10 ints)
+  if (!PyTuple_Check(scalars) || PyTuple_GET_SIZE(scalars) != 1 + kInts) {
+    PyErr_SetString(PyExc_TypeError, "a kept launch's scalars are (qk_scale, 10 ints)");
+    return nullptr;
+  }
+  im.qk_scale = PyFloat_AsDouble(PyTuple_GET_ITEM(scalars, 0));
+  for (int i = 0; i < kInts; ++i) im.ints[i] = PyLong_AsLongLong(PyTuple_GET_ITEM(scalars, 1 + i));
+  im.device = PyLong_AsLongLong(PyTuple_GET_ITEM(key, 3));
+  im.grid_x = PyLong_AsLongLong(f[L_GRID]);
+  im.k_offset = PyLong_AsLongLong(f[L_KOFF]);
+  im.v_offset = PyLong_AsLongLong(f[L_VOFF]);
+  im.out_ptr = PyLong_AsUnsignedLongLong(f[L_OUT_PTR]);
+  im.cu_len = PyLong_AsLongLong(f[L_CU_LEN]);
+  im.max_seqlen = PyLong_AsLongLong(f[L_MAX_SEQLEN]);
+  if (PyErr_Occurred()) return nullptr;
+  return PyBytes_FromStringAndSize((const char *)&im, sizeof im);
 }
 
 // layout(*context, call, qkv) -> call._launch.out after launching it on qkv's data and
@@ -305,53 +384,47 @@ PyObject *layout(PyObject *, PyObject *const *args, Py_ssize_t nargs) {
   Owned kept{attr(call, s_launch)};
   if (!kept.p) return nullptr;
   if (kept.p == Py_None) Py_RETURN_NONE;
-  if (!PyTuple_Check(kept.p) || PyTuple_GET_SIZE(kept.p) <= L_MAX_SEQLEN) {
+  if (!PyTuple_Check(kept.p) || PyTuple_GET_SIZE(kept.p) <= L_IMAGE) {
     PyErr_SetString(PyExc_TypeError, "a LayoutAttention's _launch is a KeptLaunch or None");
     return nullptr;
   }
+  PyObject *const *f = ((PyTupleObject *)kept.p)->ob_item;
+  if (f[L_IMAGE] == Py_None) Py_RETURN_NONE;  // kept without one: checked, and kept again
+  if (!PyBytes_CheckExact(f[L_IMAGE]) || PyBytes_GET_SIZE(f[L_IMAGE]) != sizeof(Image)) {
+    PyErr_SetString(PyExc_TypeError, "a kept launch's image is not this module's");
+    return nullptr;
+  }
+  Image k;
+  std::memcpy(&k, PyBytes_AS_STRING(f[L_IMAGE]), sizeof k);
   Owned cu_o{attr(call, s_cu_seqlens)}, max_o{attr(call, s_max_seqlen)};
   if (!cu_o.p || !max_o.p) return nullptr;
-  PyObject *T = c.tensor_type, *const *f = ((PyTupleObject *)kept.p)->ob_item;
+  PyObject *T = c.tensor_type;
   NONE_UNLESS((PyObject *)Py_TYPE(qkv_o) == T && (PyObject *)Py_TYPE(cu_o.p) == T);
   // the kept layout's max_seqlen (its grid was planned for it)
-  NONE_UNLESS(PyLong_CheckExact(max_o.p) && PyLong_CheckExact(f[L_MAX_SEQLEN]) &&
-              PyObject_RichCompareBool(max_o.p, f[L_MAX_SEQLEN], Py_EQ) == 1);
+  NONE_UNLESS(equal_int(max_o.p, k.max_seqlen));
   try {
     const at::Tensor &qkv = THPVariable_Unpack(qkv_o);
     const at::Tensor &cu = THPVariable_Unpack(cu_o.p);
     NONE_UNLESS(plain(qkv) && plain(cu));
-    // key: (shape, strides, dtype, device index) of the qkv the launch was kept for
-    PyObject *key = f[L_KEY];
-    NONE_UNLESS(PyTuple_Check(key) && PyTuple_GET_SIZE(key) == 4);
+    // the qkv the launch was kept for: shape, strides, dtype, device
     const int64_t dev = qkv.get_device();
-    NONE_UNLESS(equal_ints(qkv.sizes(), PyTuple_GET_ITEM(key, 0)) &&
-                equal_ints(qkv.strides(), PyTuple_GET_ITEM(key, 1)) &&
-                PyTuple_GET_ITEM(key, 2) == (PyObject *)torch::getTHPDtype(qkv.scalar_type()) &&
-                equal_int(PyTuple_GET_ITEM(key, 3), dev));
+    NONE_UNLESS(qkv.dim() == 4 && equal_ints(qkv.sizes(), k.sizes) &&
+                equal_ints(qkv.strides(), k.strides) &&
+                (int32_t)qkv.scalar_type() == k.dtype && dev == k.device);
     // cu_seqlens as the checked call takes it (int32, 1-D, unit stride, qkv's device), of
     // the kept length (the grid's batch)
     NONE_UNLESS(cu.scalar_type() == at::kInt && cu.dim() == 1 && cu.get_device() == dev &&
-                equal_int(f[L_CU_LEN], cu.size(0)) && (cu.stride(0) == 1 || cu.size(0) == 1));
+                cu.size(0) == k.cu_len && (cu.stride(0) == 1 || cu.size(0) == 1));
     const int ok = launchable(c, dev);
     if (ok < 0) return nullptr;
     NONE_UNLESS(ok);
     const uint64_t p = (uint64_t)qkv.data_ptr();
     NONE_UNLESS((p & 15) == 0);
-    PyObject *scalars = f[L_SCALARS];
-    if (!PyTuple_Check(scalars) || PyTuple_GET_SIZE(scalars) != 1 + kInts) {
-      PyErr_SetString(PyExc_TypeError, "a kept launch's scalars are (qk_scale, 10 ints)");
-      return nullptr;
-    }
-    const uint64_t ptrs[kPointers] = {p, p + PyLong_AsLongLong(f[L_KOFF]),
-                                      p + PyLong_AsLongLong(f[L_VOFF]),
-                                      PyLong_AsUnsignedLongLong(f[L_OUT_PTR]),
+    const uint64_t ptrs[kPointers] = {p, p + k.k_offset, p + k.v_offset, k.out_ptr,
                                       (uint64_t)cu.data_ptr()};
-    const double qk_scale = PyFloat_AsDouble(PyTuple_GET_ITEM(scalars, 0));
-    int64_t ints[kInts];
-    for (int i = 0; i < kInts; ++i) ints[i] = PyLong_AsLongLong(PyTuple_GET_ITEM(scalars, 1 + i));
-    const int64_t grid = PyLong_AsLongLong(f[L_GRID]);
-    if (PyErr_Occurred()) return nullptr;
-    if (!launch(c, f[L_SPEC], f[L_DIRECT], dev, grid, ptrs, qk_scale, ints)) return nullptr;
+    if (!launch(c, k.has_spec ? &k.spec : nullptr, f[L_DIRECT], dev, k.grid_x, ptrs,
+                k.qk_scale, k.ints))
+      return nullptr;
     return Py_NewRef(f[L_OUT]);
   } catch (python_error &e) {
     e.restore();
@@ -366,6 +439,7 @@ PyMethodDef methods[] = {
      "varlen_attention(..., validate=False) with the triton backend, or None"},
     {"layout", (PyCFunction)(void (*)(void))layout, METH_FASTCALL,
      "a LayoutAttention's kept launch on qkv and its cu_seqlens, or None"},
+    {"image", image, METH_O, "a KeptLaunch's numbers as the bytes layout reads"},
     {nullptr, nullptr, 0, nullptr}};
 
 PyModuleDef module_def = {PyModuleDef_HEAD_INIT, "ragged_fastpath", nullptr, -1, methods};

@@ -147,7 +147,8 @@ def _built() -> Any:
 @functools.cache
 def module() -> SimpleNamespace | None:
     """``attention`` and ``layout``, taking the arguments of ``kernels.attention``'s
-    ``launch_ready`` and ``kept_launch``, or None where the module cannot be built. The
+    ``launch_ready`` and ``kept_launch``, and ``image`` (``kernels.attention.with_image``), or
+    None where the module cannot be built. The
     context they read (torch.Tensor, this revision's kernel and launch modules) is bound
     here: one extension module serves every copy of ragged loaded in the process."""
     mod = _built()
@@ -157,4 +158,5 @@ def module() -> SimpleNamespace | None:
 
     context = (torch.Tensor, attention, launch)
     return SimpleNamespace(attention=functools.partial(mod.attention, *context),
-                           layout=functools.partial(mod.layout, *context))  # fmt: skip
+                           layout=functools.partial(mod.layout, *context),
+                           image=mod.image)  # fmt: skip
