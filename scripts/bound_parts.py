@@ -10,14 +10,21 @@ replaced, part by part, all in one process, timed in turns (``pipeline_bench.tur
 
 Per arm: its cost per attention call over no_attention (µs, median over rounds [95%
 interval]), and triton's share of the bound that arm would set (``share_of_bound``; on
-triton's row, of no_attention's).
+the rows of triton and of the triton pipelines below, their own share of no_attention's).
 DeiT-B 224, Threshold-L2 keeping half the patches after block 4, fp16, BS 1 and 4.
+
+``--base SRC`` adds the triton pipeline of another revision (``SRC/ragged``, e.g. a
+``git worktree`` of the commit before a change, loaded as ``benchmarks._paired`` loads one)
+as arm ``base``, and a second triton pipeline of this tree as ``head2``; then prints
+triton - base and head2 - triton (what arm identity alone moves) per call, and the img/s
+ratios: a change's A/B in one process, in the same turns as the bound.
 
 ``--compare-timings`` instead measures fa2, triton and no_attention three times with each
 timing of ``pipeline_bench`` (40 ms rounds of back-to-back forwards, and turns), alternating
 in one process: the share and how wide its interval is under each.
 
-    python -m scripts.bound_parts [--rounds 101] [--batches 1 4] [--compare-timings]
+    python -m scripts.bound_parts [--rounds 101] [--batches 1 4] [--parts NAME ...]
+        [--base SRC] [--compare-timings]
 """
 
 from __future__ import annotations
@@ -25,18 +32,21 @@ from __future__ import annotations
 import argparse
 import statistics
 import sys
+from pathlib import Path
 
 import torch
 import triton
 
 import ragged
+from benchmarks import _revision
 from benchmarks import _workloads as W
 from ragbench.stats import median_interval
+from ragged.kernels import attention as KA
 from ragged.kernels import c_launch
 from ragged.models import SHARP_ATTENTION, build_model, get_config
 from ragged.pipeline import PrunedViT, PruneStage
 from ragged.testing import synthetic_images
-from scripts.pipeline_bench import paired_speedup, share_cell, throughput
+from scripts.pipeline_bench import paired_speedup, share_cell, share_of_bound, throughput
 
 _raw_stream = torch._C._cuda_getCurrentRawStream
 
@@ -52,7 +62,8 @@ class Grid1(ragged.LayoutAttention):
     def _checked(self, qkv):
         out = super()._checked(qkv)
         if self._launch is not None:
-            self._launch = self._launch._replace(grid_x=1, **self._swap(qkv, self._launch))
+            kept = self._launch._replace(grid_x=1, **self._swap(qkv, self._launch))
+            self._launch = KA.with_image(kept)
         return out
 
     def _swap(self, qkv, kept) -> dict:
@@ -119,6 +130,21 @@ class Empty16(PyDirect):
         return Empty16._empty
 
 
+PARTS = {"launch_only": None, "grid1": Grid1, "kept_empty1": KeptEmpty1,
+         "kept_empty16": KeptEmpty16, "pydirect": PyDirect, "empty16": Empty16}  # fmt: skip
+
+
+def difference(a: dict, b: dict, calls: int) -> str:
+    """a's time less b's per attention call, and b's forward time over a's (img/s a/b): the
+    median over rounds of each round's value [95% interval]."""
+    x, y = a["samples_us"], b["samples_us"]
+    per_call = [(s - t) / calls for s, t in zip(x, y, strict=True)]
+    ratio = [t / s for s, t in zip(x, y, strict=True)]
+    (lo, hi), (rlo, rhi) = median_interval(per_call, 0.95), median_interval(ratio, 0.95)
+    return (f"{statistics.median(per_call):+.2f} [{lo:+.2f}, {hi:+.2f}] µs per call; img/s "
+            f"ratio {statistics.median(ratio):.4f} [{rlo:.4f}, {rhi:.4f}]")  # fmt: skip
+
+
 def compare_timings(model, method, batches, rounds) -> None:
     print("| BS | timing | triton/fa2 (quartiles) | bound (quartiles) | share [95%] |")
     print("|---|---|---|---|---|")
@@ -140,6 +166,19 @@ def main(argv=None) -> int:
     p.add_argument("--rounds", type=int, default=101, help="timed rounds per measurement")
     p.add_argument("--batches", type=int, nargs="+", default=[1, 4], help="batch sizes")
     p.add_argument(
+        "--parts",
+        nargs="*",
+        choices=list(PARTS),
+        default=list(PARTS),
+        help="arms besides fa2, triton, no_attention (default: all)",
+    )
+    p.add_argument(
+        "--base",
+        type=Path,
+        metavar="SRC",
+        help="a source tree whose triton pipeline is timed as arm base",
+    )
+    p.add_argument(
         "--compare-timings",
         action="store_true",
         help="the share under both timings of pipeline_bench, 3 times each",
@@ -155,8 +194,13 @@ def main(argv=None) -> int:
         compare_timings(model, method, args.batches, args.rounds)
         return 0
     calls = len(model.blocks) - W.PRUNE_AT
-    parts = {"launch_only": W.launch_only(), "grid1": Grid1, "kept_empty1": KeptEmpty1,
-             "kept_empty16": KeptEmpty16, "pydirect": PyDirect, "empty16": Empty16}  # fmt: skip
+    parts = {n: W.launch_only() if n == "launch_only" else PARTS[n] for n in args.parts}
+    base = None
+    if args.base is not None:
+        try:
+            base = _revision.workloads(_revision.load(args.base, "ragged_base"))
+        except Exception as exc:  # the revision's own import error, whatever it is
+            p.error(f"cannot load ragged from {args.base}: {exc}")
     print("| BS | arm | µs per call over no_attention [95%] | triton's share of its bound [95%] |")
     print("|---|---|---|---|")
     for batch in args.batches:
@@ -166,6 +210,9 @@ def main(argv=None) -> int:
         for name, cls in parts.items():
             pipes[name] = PrunedViT(model, PruneStage(W.PRUNE_AT, method), mode="ragged",
                                     layout_attention=cls)  # fmt: skip
+        if base is not None:
+            pipes["base"] = base.pipeline(model, base.make_method("threshold_l2", model), "triton")
+            pipes["head2"] = W.pipeline(model, method, "triton")
         res = throughput(pipes, images, args.rounds, "turns")
         top = res["no_attention"]["samples_us"]
         for name, r in res.items():
@@ -173,10 +220,18 @@ def main(argv=None) -> int:
                 continue
             extra = [(x - b) / calls for x, b in zip(r["samples_us"], top, strict=True)]
             lo, hi = median_interval(extra, 0.95)
-            share = ("-" if name == "fa2" else
-                     share_cell(res, "no_attention" if name == "triton" else name))  # fmt: skip
+            if name == "fa2":
+                share = "-"
+            elif name in ("triton", "base", "head2"):  # its own share of no_attention's
+                share = "{:.2f} [{:.2f}, {:.2f}]".format(*share_of_bound(
+                    res["fa2"]["samples_us"], r["samples_us"], top))  # fmt: skip
+            else:
+                share = share_cell(res, name)
             print(f"| {batch} | {name} | {statistics.median(extra):.1f} [{lo:.1f}, {hi:.1f}] | "
                   f"{share} |", flush=True)  # fmt: skip
+        if base is not None:
+            for a, b in (("triton", "base"), ("head2", "triton")):
+                print(f"  BS {batch}: {a} - {b} " + difference(res[a], res[b], calls), flush=True)
     print(f"\n{torch.cuda.get_device_name()}, torch {torch.__version__}, "
           f"triton {triton.__version__}, {args.rounds} rounds")  # fmt: skip
     return 0
