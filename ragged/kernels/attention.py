@@ -402,9 +402,10 @@ def with_image(launch: KeptLaunch) -> KeptLaunch:
     """``launch`` with its ``image`` made from its fields (None without the C++ fast path).
 
     fastpath.cpp reads the kept launch on every call: from one bytes object instead of the
-    tuple's ~35 ints, tuples and dtype, the triton pipeline's attention call cost 2-4 µs less
-    inside the eager forward (H100, DeiT-B 224 BS 1 and 4, against the tuple in one process:
-    docs/pipeline.md), where the whole call costs 8-12 µs over none."""
+    tuple's ~35 ints, tuples and dtype, the triton pipeline's attention call cost 1.7-4.0 µs
+    less inside the eager forward (H100, DeiT-B 224 BS 1 and 4: three A/Bs against the tuple
+    in one process, each batch resolved in two of them; docs/pipeline.md), where the whole call
+    costs 8-12 µs over none."""
     module = fastpath.module()
     return launch._replace(image=None if module is None else module.image(launch))
 
