@@ -257,6 +257,15 @@ def _qkv(heads=12, head_dim=64, seed=0):
     return qkv.unflatten(1, (3, heads, head_dim)), cu, max_seqlen
 
 
+def _count_checked(monkeypatch) -> list:
+    """A list that grows by one at every LayoutAttention call taking the checked path."""
+    checked = []
+    real = ragged.LayoutAttention._checked
+    monkeypatch.setattr(ragged.LayoutAttention, "_checked",
+                        lambda self, t: checked.append(1) or real(self, t))  # fmt: skip
+    return checked
+
+
 def test_layout_attention_matches_varlen_attention_on_every_backend():
     qkv, cu, max_seqlen = _qkv(heads=2, head_dim=16)
     for backend in ("triton", "padded_sdpa", "reference"):
@@ -289,10 +298,7 @@ def test_layout_attention_checks_again_whatever_changed(recorder, monkeypatch):
     ready(qkv[:, 0], max_seqlen)
     call = ragged.LayoutAttention(cu, max_seqlen)
     call(qkv)
-    checked = []
-    real = ragged.LayoutAttention._checked
-    monkeypatch.setattr(ragged.LayoutAttention, "_checked",
-                        lambda self, t: checked.append(1) or real(self, t))  # fmt: skip
+    checked = _count_checked(monkeypatch)
 
     def taken(t) -> bool:
         """Whether ``call(t)`` went through the checked call."""
@@ -344,10 +350,7 @@ def test_a_call_of_another_layout_is_checked_and_kept_again(recorder, monkeypatc
     ready(q, max_seqlen + 1)
     call = ragged.LayoutAttention(cu, max_seqlen)
     out = call(qkv)
-    checked = []
-    real = ragged.LayoutAttention._checked
-    monkeypatch.setattr(ragged.LayoutAttention, "_checked",
-                        lambda self, t: checked.append(1) or real(self, t))  # fmt: skip
+    checked = _count_checked(monkeypatch)
     strided = torch.stack([cu, cu], 1)[:, 0]  # cu's values and length, stride 2
     for new_cu, new_max in [(strided, max_seqlen),  # the kept length, not contiguous
                             (cu, max_seqlen + 1),  # another grid
@@ -411,10 +414,7 @@ def test_cpp_reads_the_image_and_checks_a_launch_kept_without_one(recorder, impl
     call = ragged.LayoutAttention(cu, max_seqlen)
     out = call(qkv)
     assert (call._launch.image is None) == (KA.fastpath.module() is None)
-    checked = []
-    real = ragged.LayoutAttention._checked
-    monkeypatch.setattr(ragged.LayoutAttention, "_checked",
-                        lambda self, t: checked.append(1) or real(self, t))  # fmt: skip
+    checked = _count_checked(monkeypatch)
     call._launch = call._launch._replace(image=None)  # as kept without the C++ path
     call(qkv)
     call(qkv)
