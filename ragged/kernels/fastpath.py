@@ -148,9 +148,9 @@ def _built() -> Any:
 def module() -> SimpleNamespace | None:
     """``attention`` and ``layout``, taking the arguments of ``kernels.attention``'s
     ``launch_ready`` and ``kept_launch``, and ``image`` (``kernels.attention.with_image``), or
-    None where the module cannot be built. The
-    context they read (torch.Tensor, this revision's kernel and launch modules) is bound
-    here: one extension module serves every copy of ragged loaded in the process."""
+    None where the module cannot be built. The context they read (torch.Tensor, this
+    revision's kernel and launch modules) is bound here: one extension module serves every
+    copy of ragged loaded in the process."""
     mod = _built()
     if mod is None:
         return None
