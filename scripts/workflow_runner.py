@@ -349,8 +349,8 @@ def seed_venv(venv: Path, dest: Path, final: Path) -> None:
     project = json.loads(direct_url.read_text())["url"].removeprefix("file://")
     moves = [(str(v), str(final)) for v in {venv.absolute(), venv.resolve()}]
     moves.append((project, str(final.parent)))
-    try:
-        _link_copy(venv, dest)
+    try:  # the venv itself: a link to one would be copied as the link, and written through
+        _link_copy(venv.resolve(), dest)
     except subprocess.CalledProcessError:  # another file system: the job builds it
         shutil.rmtree(dest, ignore_errors=True)
         log(f"      | --warm-venv: cannot hard-link {venv} into the cache; built cold")
