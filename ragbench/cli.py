@@ -504,17 +504,16 @@ def parser() -> argparse.ArgumentParser:
             "Measure base and head in this job, alternating (--rounds each), ingest, and "
             "compare every cell: a latency is a regression when Mann-Whitney U on the raw "
             "samples is significant after Holm's correction AND the change exceeds the metric's "
-            "threshold (policies.toml); flagged cells are measured once more and fail only if "
-            "the regression reproduces. Numeric drift is held to deterministic bounds. A cell "
+            "threshold (policies.toml); flagged and inconclusive cells are measured once more: "
+            "a regression stands unless the re-measurement shows, with power, that it is within "
+            "its threshold. Numeric drift is held to deterministic bounds. A cell "
             "that failed on head, or that base has and head does not (NaN, skipped, gone), "
             "fails the gate. Prints a markdown report (also appended to $GITHUB_STEP_SUMMARY "
             "when set). The metrics that include host time (paired = true in the policies) "
             "are judged instead from base, head and base again (A/A) timed in the same process, "
-            "in randomized interleaved rounds, in --paired-processes fresh processes. A cell "
-            "whose samples could not have shown a change of its threshold is inconclusive; a "
-            "run where most gated cells are is INCONCLUSIVE, never a pass. Exit 0 pass, 1 fail "
-            "or inconclusive, 2 unusable input. --stored compares what the store already holds "
-            "(the paired comparison still runs)."
+            "in randomized interleaved rounds, in --paired-processes fresh processes. "
+            f"{detect.RULE} Exit 0 pass, 1 fail or inconclusive, 2 unusable input. --stored "
+            "compares what the store already holds (the paired comparison still runs)."
         ),
     )
     g.add_argument("--base", required=True, help="base revision (a PR's merge base)")

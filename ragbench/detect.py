@@ -35,6 +35,7 @@ class Policy:
     relative_to: dict | None = None
     paired: bool = False  # includes host time: judged from base and head in one process
     history_only: bool = False  # judged on main's history, shown but never gated in a PR
+    min_samples: int | None = None  # a side needs this many to be judged ([gate] min_samples)
 
 
 @dataclass(frozen=True)
@@ -66,6 +67,7 @@ def load_policies(path: Path | None = None) -> Policies:
 
 
 Key = tuple[str, str, str]  # (benchmark, metric, param_key)
+SIDES = ("base", "head")
 
 
 @dataclass
@@ -92,15 +94,18 @@ class Cell:
 
 
 def pool(cells: Iterable[Cell]) -> dict[Key, Cell]:
-    """One cell per key, the samples of its runs pooled in order, their failures counted."""
+    """One cell per key, the samples of its runs pooled in order, their failures and runs
+    without a value counted."""
     out: dict[Key, Cell] = {}
     for cell in cells:
         if cell.key in out:
             out[cell.key].samples.extend(cell.samples)
             out[cell.key].failures += cell.failures
+            out[cell.key].absent += cell.absent
         else:
             out[cell.key] = Cell(cell.benchmark, cell.metric, cell.param_key, cell.params,
-                                 cell.unit, list(cell.samples), cell.failures)  # fmt: skip
+                                 cell.unit, list(cell.samples), cell.failures,
+                                 cell.absent)  # fmt: skip
     return out
 
 
@@ -151,11 +156,16 @@ class Comparison:
             and v.base is not None and v.head is not None
         ]  # fmt: skip
 
+    def judged(self) -> list[Verdict]:
+        """The cells the policies gate that were judged: the statistical ones with a value on
+        both sides and the deterministic bounds with a value on head."""
+        bounds = [v for v in self.verdicts if v.policy.kind == "bound" and v.head is not None]
+        return self.gated() + bounds
+
     @property
     def inconclusive(self) -> bool:
-        """Most gated cells could not have shown a change of their threshold: no verdict."""
-        gated = self.gated()
-        return 2 * len([v for v in gated if v.status == Status.INCONCLUSIVE]) > len(gated)
+        """Some cell has no evidence either way, or nothing at all was judged: no pass."""
+        return bool(self.by_status(Status.INCONCLUSIVE)) or not self.judged()
 
     @property
     def headline(self) -> Headline:
@@ -234,16 +244,21 @@ def compare(
             lower = policy.kind == "latency"
             v.ratio = _ratio(v.head, v.base)
             v.change = _bad_change(v.ratio, lower)
-            if len(b.samples) >= 2 and len(h.samples) >= 2:
+            need = min_samples(policy, policies)
+            if min(len(b.samples), len(h.samples)) < need:
+                v.status = Status.INCONCLUSIVE
+                v.note = too_few(len(b.samples), len(h.samples), need)
+            elif len(b.samples) >= 2 and len(h.samples) >= 2:
                 v.p = stats.mann_whitney(b.samples, h.samples)[1]
                 if detail:
                     v.interval = stats.ratio_interval(
                         b.samples, h.samples, confidence=conf, resamples=resamples
                     )
                 tested.append(v)
-            else:  # one value a side (e.g. peak memory): the threshold alone decides
+            else:  # one value a side, where the policy asks no more: the threshold decides
                 v.status = _by_threshold(v.change, _threshold(policy), significant=True)
-                _across_processes(v)
+                if not _across_processes(v) and v.status == Status.UNCHANGED:
+                    evidence(v, None)
         out.verdicts.append(v)
     adjusted = stats.holm([v.p for v in tested])
     for v, p_adj in zip(tested, adjusted, strict=True):
@@ -256,13 +271,134 @@ def compare(
         v.detectable = stats.min_detectable(
             b.samples, h.samples, alpha / len(tested), v.policy.threshold, lower
         )
-        if v.status == Status.UNCHANGED and v.detectable > v.policy.threshold:
-            v.status = Status.INCONCLUSIVE
-            v.note = (
-                "too few samples to detect any change" if math.isinf(v.detectable)
-                else f"could detect only {v.detectable * 100:.0f}%"
-            )  # fmt: skip
+        if v.status == Status.UNCHANGED:
+            evidence(v, v.detectable)
     return out
+
+
+# --- the rule of evidence: what a cell needs to pass ----------------------------------------
+
+RULE = (
+    "PASS only when every gated cell showed, with the power to see its threshold, that it did "
+    "not get worse, or stayed within half its threshold on the point estimate shown (with "
+    "enough samples that the test could have flagged it); a cell without that evidence is "
+    "inconclusive, and so is the run (exit 1)."
+)
+
+# Below 5 values a side, Mann-Whitney at alpha 0.01 can never be significant (5 and 5: the
+# smallest two-sided p is 2 / C(10, 5) = 0.008; 4 and 4: 0.029), so such a cell could never
+# fail: it never passes either. ``min_samples`` in a policy or in [gate] overrides it.
+MIN_SAMPLES = 5
+
+
+def min_samples(policy: Policy, policies: Policies) -> int:
+    """The values a side needs before a cell of ``policy`` is judged at all."""
+    if policy.min_samples is not None:
+        return int(policy.min_samples)
+    return int(policies.gate.get("min_samples", MIN_SAMPLES))
+
+
+def too_few(n_base: int, n_head: int, need: int) -> str:
+    return (
+        f"too few samples ({n_base} base, {n_head} head; the policy needs {need} a side): "
+        "measure again"
+    )
+
+
+def evidence(v: Verdict, detectable: float | None) -> None:
+    """An ``unchanged`` verdict keeps its word only with evidence: ``detectable`` (the
+    smallest change these samples could flag; None: one value a side, the threshold alone
+    flags) within the threshold, or a point estimate within half the threshold from samples
+    that could have flagged some change, against a base that is not 0. Else inconclusive."""
+    t = v.policy.threshold
+    if detectable is not None and detectable <= t:
+        return
+    can_flag = detectable is None or math.isfinite(detectable)
+    power = (
+        "one value a side" if detectable is None
+        else f"could detect only {detectable * 100:.0f}%" if can_flag
+        else "too few samples to detect any change"
+    )  # fmt: skip
+    if can_flag and v.change is not None and v.change <= t / 2 and v.base:
+        v.note = _join(v.note, f"{power}; within half the {t * 100:g}% threshold on the point "
+                       f"estimate ({v.change * 100:+.1f}%)")  # fmt: skip
+        return
+    v.status = Status.INCONCLUSIVE
+    v.note = _join(v.note, power)
+
+
+def powered(v: Verdict) -> bool:
+    """Whether ``v`` showed, with the power to see its threshold, that it is within it: an
+    improvement, or unchanged with a ``detectable`` change within the threshold."""
+    if v.status == Status.IMPROVEMENT:
+        return True
+    detectable = v.detectable if v.detectable is not None else math.inf
+    return v.status == Status.UNCHANGED and detectable <= v.policy.threshold
+
+
+def recheck_keys(c: Comparison) -> list[Key]:
+    """The cells a gate measures once more: the regressions, to see them reproduce, and the
+    inconclusive cells that runs in separate processes can settle (not the paired ones: only
+    ``ragbench.paired`` judges those)."""
+    return [
+        v.key for v in c.verdicts
+        if v.status == Status.REGRESSION
+        or (v.status == Status.INCONCLUSIVE and not v.policy.paired)
+    ]  # fmt: skip
+
+
+def remeasured(c: Comparison, first: dict[str, dict[Key, Cell]],
+               again: dict[str, dict[Key, Cell]], policies: Policies,
+               detail: bool = True) -> int:  # fmt: skip
+    """``c`` (of ``first``: ``{"base": cells, "head": cells}``) after the re-measurement
+    ``again`` of its ``recheck_keys``, in place. A regression is judged on the re-measurement
+    alone (``settle``); an inconclusive cell on the first samples and the new ones pooled.
+    -> the number of cells re-measured."""
+    keys = recheck_keys(c)
+    flagged = {v.key for v in c.verdicts if v.status == Status.REGRESSION}
+    thin = set(keys) - flagged
+    alone = compare(*({k: again[s][k] for k in flagged & set(again[s])} for s in SIDES),
+                    policies, detail)  # fmt: skip
+    pooled = compare(*(pool(cell for cells in (first[s], again[s]) for cell in cells.values()
+                            if cell.key in thin) for s in SIDES), policies, detail)  # fmt: skip
+    by_key = {v.key: v for v in pooled.verdicts}
+    judged = {v.key: v for v in alone.verdicts}
+    for i, v in enumerate(c.verdicts):
+        if v.key in flagged:
+            settle(v, judged.get(v.key))
+        elif v.key in by_key:
+            w = c.verdicts[i] = by_key[v.key]
+            w.rechecked = True
+            w.note = _join("first and re-measured samples pooled", w.note)
+    return len(keys)
+
+
+def settle(v: Verdict, again: Verdict | None) -> None:
+    """A flagged cell after its re-measurement ``again``: it stays a regression unless
+    ``again`` shows, with the power to see the threshold, that it is within it (then the
+    re-measurement's figures are the cell's); a re-measurement without that power leaves it
+    inconclusive, never unchanged."""
+    v.rechecked = True
+    flagged = f"flagged at {v.change * 100:+.1f}%"
+    if again is None:
+        v.note = _join(v.note, f"{flagged}; the re-measurement has no value of it")
+    elif again.status == Status.REGRESSION:
+        v.note = _join(v.note, "reproduced when re-measured")
+    elif again.status in FAILING:
+        v.status, v.note = again.status, f"{flagged}, then {again.status} when re-measured"
+    elif powered(again):
+        for name in ("base", "head", "ratio", "change", "interval", "p", "p_adj", "detectable"):
+            setattr(v, name, getattr(again, name))
+        v.status = Status.UNCHANGED
+        v.note = f"{flagged}, then within the threshold when re-measured (figures shown)"
+    else:
+        v.status = Status.INCONCLUSIVE
+        v.note = (f"{flagged}, then re-measured without the power to clear it "
+                  f"({again.note or again.status})")  # fmt: skip
+
+
+def _join(a: str, b: str) -> str:
+    return f"{a}; {b}" if a else b
 
 
 # What runs in separate processes can show of a metric that includes host time: no A/A gate

@@ -1,5 +1,6 @@
-"""``ragbench gate``: base against head, measured in one job, alternating; flagged cells
-re-measured once; a regression fails only when it reproduces. The metrics that include host
+"""``ragbench gate``: base against head, measured in one job, alternating; flagged and
+inconclusive cells re-measured once (``detect.remeasured``): a regression fails unless the
+re-measurement shows, with power, that it is within its threshold. The metrics that include host
 time (``paired = true`` in the policies) are judged from base and head timed in the same
 processes instead (``ragbench.paired``): across processes they are not comparable.
 
@@ -21,7 +22,7 @@ from pathlib import Path
 from . import detect, paired, suite
 from .ingest import ingest
 from .store import Store
-from .verdicts import FAILING, Headline, Status, gate_document
+from .verdicts import Headline, Status, gate_document
 
 
 class GateError(RuntimeError):
@@ -46,7 +47,7 @@ class GateResult:
 
     @property
     def exit_code(self) -> int:
-        """0 pass; 1 fail, or inconclusive (most gated cells could not be judged)."""
+        """0 pass; 1 fail, or inconclusive (a cell without evidence: ``detect.RULE``)."""
         return 0 if self.comparison.headline == Headline.PASS else 1
 
 
@@ -186,30 +187,16 @@ def run_gate(
                                       environment=environments.get(side))  # fmt: skip
         pooled = {side: detect.cells(store, ids[side]) for side in ids}
         comparison = _judgeable(detect.compare(pooled["base"], pooled["head"], policies))
-        flagged = [v for v in comparison.verdicts if v.status == Status.REGRESSION]
-        if flagged:
-            log(f"gate: {len(flagged)} regression(s) flagged; measuring them once more")
-            keys = [v.key for v in flagged]
+        keys = detect.recheck_keys(comparison)
+        if keys:
+            log(f"gate: {len(keys)} flagged or inconclusive cell(s); measuring them once more")
             runs = {}
             for side, sha in (("base", base), ("head", head)):
                 runs[side] = _measure(store, sha, side, f"{gate_id}:recheck-{side}", work,
                                       mode=mode, machine=machine, bench=_bench_regex(keys),
                                       log=log, environment=environments.get(side))  # fmt: skip
-            recheck = detect.compare(
-                {k: c for k, c in detect.cells(store, runs["base"]).items() if k in keys},
-                {k: c for k, c in detect.cells(store, runs["head"]).items() if k in keys},
-                policies,
-            )
-            again = {v.key: v for v in recheck.verdicts}
-            for v in flagged:
-                v.rechecked = True
-                w = again.get(v.key)
-                if w is not None and w.status not in FAILING:
-                    v.status = Status.UNCHANGED
-                    v.note = "flagged, then not reproduced when re-measured"
-                elif w is not None and w.status != Status.REGRESSION:  # it broke: never a pass
-                    v.status, v.note = w.status, f"flagged, then {w.status} when re-measured"
-            result.rechecked = len(flagged)
+            again = {side: detect.cells(store, runs[side]) for side in runs}
+            result.rechecked = detect.remeasured(comparison, pooled, again, policies)
         result.comparison = comparison
         if paired_processes:
             _paired(result, policies, processes=paired_processes, mode=mode, work=work, log=log)

@@ -172,7 +172,8 @@ def judge(cells: dict[detect.Key, PairedCell], policies: detect.Policies, method
         v.p = _p(cells[v.key], method)
     adjusted = stats.holm([v.p for v in tested])
     for v, p_adj in zip(tested, adjusted, strict=True):
-        _decide(v, cells[v.key], p_adj < alpha, p_adj, level, method, processes)
+        _decide(v, cells[v.key], p_adj < alpha, p_adj, level, method, processes,
+                detect.min_samples(v.policy, policies))  # fmt: skip
     return verdicts
 
 
@@ -189,7 +190,7 @@ def _p(cell: PairedCell, method: str, best: bool = False) -> float:
 
 
 def _decide(v, cell: PairedCell, significant: bool, p_adj: float, level: float, method: str,
-            processes: int) -> None:  # fmt: skip
+            processes: int, need: int) -> None:  # fmt: skip
     lower = v.policy.kind == "latency"
     t = v.policy.threshold
     v.p_adj = p_adj
@@ -198,12 +199,18 @@ def _decide(v, cell: PairedCell, significant: bool, p_adj: float, level: float, 
         v.ratio = statistics.median(ratios)
         v.interval = stats.median_interval(ratios, level)
         v.note = f"{len(ratios)} rounds in {processes} process(es)"
+        counts = (len(ratios),)
     else:  # one median a process: the ratio of the sides' medians
         b, h = cell.medians["base"], cell.medians["head"]
         v.ratio = detect._ratio(statistics.median(h), statistics.median(b))
         v.interval = stats.ratio_interval(b, h, confidence=level)
         v.note = f"{len(b)} base and {len(h)} head process(es), alternating"
+        counts = (len(b), len(h))
     v.change = detect._bad_change(v.ratio, lower)
+    if min(counts) < need:
+        v.status, v.detectable = Status.INCONCLUSIVE, math.inf
+        v.note += f"; too few samples (the policy needs {need}): measure again"
+        return
     # the smallest change this cell could flag: its threshold, or the interval's reach
     reach = max(v.ratio - v.interval[0], v.interval[1] - v.ratio) / v.ratio
     v.detectable = max(t, reach)
@@ -219,8 +226,5 @@ def _decide(v, cell: PairedCell, significant: bool, p_adj: float, level: float, 
     if v.status != Status.UNCHANGED:
         return
     if _p(cell, method, best=True) >= 1 - level:  # not even every sign alike would be flagged
-        v.status, v.detectable = Status.INCONCLUSIVE, math.inf
-        v.note += "; too few rounds to detect any change"
-    elif reach > t:
-        v.status = Status.INCONCLUSIVE
-        v.note += f"; could detect only {reach * 100:.0f}%, threshold {t * 100:.0f}%"
+        v.detectable = math.inf
+    detect.evidence(v, v.detectable)

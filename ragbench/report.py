@@ -7,7 +7,7 @@ import statistics
 from collections import defaultdict
 
 from . import paired
-from .detect import Comparison, SeriesReport, Verdict
+from .detect import RULE, Comparison, SeriesReport, Verdict, powered
 from .gate import GateResult
 from .verdicts import Status
 
@@ -43,15 +43,16 @@ def _env(runs: list[dict]) -> str:
 def _stat_table(verdicts: list[Verdict]) -> list[str]:
     lines = [
         "| cell | base | head | change | interval of head/base (paired: family-wise) | p (Holm) "
-        "| threshold |",
-        "|---|---|---|---|---|---|---|",
+        "| could detect | threshold |",
+        "|---|---|---|---|---|---|---|---|",
     ]
     for v in verdicts:
         interval = f"{v.interval[0]:.3f}-{v.interval[1]:.3f}" if v.interval else "-"
         note = f" ({v.note})" if v.note else (" (reproduced)" if v.rechecked else "")
         lines.append(
             f"| {_name(v)}{note} | {_num(v.base)} | {_num(v.head)} | {_pct(v.change)} | "
-            f"{interval} | {_num(v.p_adj, 2)} | {v.policy.threshold * 100:.0f}% |"
+            f"{interval} | {_num(v.p_adj, 2)} | {_pct(v.detectable)} | "
+            f"{v.policy.threshold * 100:.0f}% |"
         )
     return lines
 
@@ -64,9 +65,14 @@ def gate_markdown(res: GateResult, title: str | None = None) -> str:
     missing = c.by_status(Status.MISSING)
     improvements = c.by_status(Status.IMPROVEMENT)
     inconclusive = c.by_status(Status.INCONCLUSIVE)
+    unchanged = [v for v in c.gated() if v.status == Status.UNCHANGED]
+    shown = [v for v in unchanged if powered(v)]
+    point = [v for v in unchanged if not powered(v)]
     verdict = f"**{c.headline.upper()}**"
     lines = [
         f"## {title or f'ragbench gate: {res.head[:12]} against {res.base[:12]}'} - {verdict}",
+        "",
+        RULE,
         "",
         f"Machine `{res.machine}`: {_env(res.head_runs)}.",
     ]
@@ -75,7 +81,7 @@ def gate_markdown(res: GateResult, title: str | None = None) -> str:
     if res.measured:
         lines.append(
             f"Base and head measured in this job, alternating, {res.rounds} round(s) each; "
-            f"{res.rechecked} flagged cell(s) re-measured once."
+            f"{res.rechecked} flagged or inconclusive cell(s) re-measured once."
         )
     else:
         lines.append(
@@ -109,8 +115,9 @@ def gate_markdown(res: GateResult, title: str | None = None) -> str:
         f"| failed on head (the benchmark raised) | {len(failed)} |",
         f"| missing on head (base has a value: NaN, skipped or gone) | {len(missing)} |",
         f"| improvements | {len(improvements)} |",
-        f"| unchanged | {len(c.by_status('unchanged'))} |",
-        f"| inconclusive (could not have shown a change of the threshold) | {len(inconclusive)} |",
+        f"| unchanged, shown with the power to see the threshold | {len(shown)} |",
+        f"| unchanged, within half the threshold on the point estimate | {len(point)} |",
+        f"| inconclusive (no evidence either way: no pass) | {len(inconclusive)} |",
         f"| bound broken on base too (not this change) | {len(c.by_status('pre-existing'))} |",
         f"| output hash changed (reported only) | {len(c.by_status('hash-changed'))} |",
         f"| new on head (no baseline: not counted) | {len(c.by_status('new'))} |",
@@ -130,10 +137,13 @@ def gate_markdown(res: GateResult, title: str | None = None) -> str:
     if improvements:
         lines += ["", "### Improvements", "", *_stat_table(improvements)]
     if inconclusive:
-        lines += ["", f"### Inconclusive{': most gated cells' if c.inconclusive else ''}", ""]
-        lines += [f"- {_name(v)}: {v.note}" for v in inconclusive[:50]]
+        lines += ["", "### Inconclusive: no evidence either way, so no pass", "",
+                  *_stat_table(inconclusive[:50])]  # fmt: skip
         if len(inconclusive) > 50:
             lines.append(f"- ... and {len(inconclusive) - 50} more")
+    if not c.judged():
+        lines += ["", f"### Nothing was judged: the policies gate none of the "
+                      f"{len(c.verdicts)} cell(s), so no pass"]  # fmt: skip
     pre = c.by_status(Status.PRE_EXISTING)
     if pre:
         lines += ["", "### Bounds broken on base as well", ""]
@@ -149,10 +159,12 @@ def gate_markdown(res: GateResult, title: str | None = None) -> str:
         if len(new) > 50:
             lines.append(f"- ... and {len(new) - 50} more")
     lines += ["", *sensitivity(c.verdicts)]
-    unchanged = [v for v in c.by_status(Status.UNCHANGED) if v.p is not None]
-    if unchanged:
+    if point:
+        lines += ["", "### Unchanged on the point estimate only (within half the threshold)",
+                  "", *_stat_table(point)]  # fmt: skip
+    if shown:
         lines += ["", "<details><summary>Unchanged cells</summary>", "",
-                  *_stat_table(unchanged), "", "</details>"]  # fmt: skip
+                  *_stat_table(shown), "", "</details>"]  # fmt: skip
     return "\n".join(lines) + "\n"
 
 

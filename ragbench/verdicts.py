@@ -40,8 +40,9 @@ class Status(StrEnum):
 MEANING = {
     Status.REGRESSION: "worse beyond the metric's threshold, and significant",
     Status.IMPROVEMENT: "better beyond the threshold, and significant",
-    Status.UNCHANGED: "no significant change beyond the threshold, with the power to see one",
-    Status.INCONCLUSIVE: "the samples could not have shown a change of the threshold",
+    Status.UNCHANGED: "not worse: shown with the power to see the threshold, or within half "
+    "of it on the point estimate",
+    Status.INCONCLUSIVE: "no evidence either way (too few or too noisy samples): no pass",
     Status.VIOLATION: "a deterministic bound (drift, kernel error) broken on head",
     Status.PRE_EXISTING: "the bound was broken on base too",
     Status.FAILED: "the benchmark raised on head",
@@ -63,7 +64,7 @@ FAILING = (Status.REGRESSION, Status.VIOLATION, Status.FAILED, Status.MISSING)
 class Headline(StrEnum):
     PASS = "pass"
     FAIL = "fail"
-    INCONCLUSIVE = "inconclusive"  # most gated cells could not be judged: no pass
+    INCONCLUSIVE = "inconclusive"  # a cell without evidence, or nothing judged: no pass
 
 
 # --- the gate's JSON -------------------------------------------------------------------------
@@ -76,27 +77,39 @@ class VerdictError(ValueError):
     """The gate's output cannot be judged: missing, malformed, or of another commit."""
 
 
-def failures_of(headline: str) -> tuple[Status, ...]:
-    """The statuses that keep a verdict from passing: an inconclusive run's inconclusive
-    cells (a maintainer may accept them like a regression, or re-run the gate)."""
-    return (Status.INCONCLUSIVE,) if headline == Headline.INCONCLUSIVE else FAILING
+# What keeps a run from passing, cell by cell: a failure, or a cell without evidence (a
+# maintainer may accept it like a regression, or measure it again).
+BLOCKING = (*FAILING, Status.INCONCLUSIVE)
+
+
+# The cell a run that judged nothing names, so that its verdict keeps a cell to show (and
+# to accept) wherever failures are read.
+NOTHING_JUDGED = ("ragbench.gate", "judged_cells", "")
 
 
 def gate_document(base: str, head: str, machine: str, comparison) -> dict:
     """The gate's verdict on ``comparison`` (a ``detect.Comparison``): pass, fail or
-    inconclusive, and every cell that keeps it from passing."""
+    inconclusive, and every cell that keeps it from passing (``NOTHING_JUDGED`` when none was
+    judged at all)."""
+    blocking = [
+        {"benchmark": v.key[0], "metric": v.key[1], "param_key": v.key[2],
+         "status": str(v.status), "change": v.change, "note": v.note}
+        for v in comparison.by_status(*BLOCKING)
+    ]  # fmt: skip
+    if not blocking and comparison.headline != Headline.PASS:  # nothing was judged
+        bench, metric, key = NOTHING_JUDGED
+        blocking.append({"benchmark": bench, "metric": metric, "param_key": key,
+                         "status": str(Status.INCONCLUSIVE), "change": None,
+                         "note": f"no cell was judged: the policies gate none of the "
+                         f"{len(comparison.verdicts)} cell(s)"})  # fmt: skip
     return {
         "schema": JSON_SCHEMA,
         "base": base,
         "head": head,
         "machine": machine,
         "verdict": str(comparison.headline),
-        "failures": [
-            {"benchmark": v.key[0], "metric": v.key[1], "param_key": v.key[2],
-             "status": str(v.status), "change": v.change, "note": v.note}
-            for v in comparison.by_status(*failures_of(comparison.headline))
-        ],
-    }  # fmt: skip
+        "failures": blocking,
+    }
 
 
 def read_gate_document(path: Path, head: str) -> dict:
@@ -115,7 +128,7 @@ def read_gate_document(path: Path, head: str) -> dict:
     if doc.get("verdict") not in tuple(Headline) or not isinstance(failures, list):
         raise VerdictError(f"{path}: no verdict and list of failures")
     for f in failures:
-        if not (isinstance(f, dict) and f.get("status") in (*FAILING, Status.INCONCLUSIVE)
+        if not (isinstance(f, dict) and f.get("status") in BLOCKING
                 and all(isinstance(f.get(k), str) and f[k] for k in ("benchmark", "metric"))
                 and isinstance(f.get("param_key"), str)):  # fmt: skip
             raise VerdictError(f"{path}: malformed failure {str(f)[:120]}")

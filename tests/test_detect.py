@@ -111,6 +111,65 @@ def test_significant_but_small_and_large_but_noisy_are_not_regressions():
     assert faster.verdicts[0].status == "improvement" and not faster.failed
 
 
+def test_a_verdict_needs_evidence():
+    """PASS only with evidence for every gated cell (``detect.RULE``). Each case here passed
+    before: a run is inconclusive as soon as one cell is, not when most are."""
+    from ragbench import gate
+    from ragbench.verdicts import gate_document
+
+    rng = np.random.default_rng(11)
+    pol = Policies((Policy("*", "latency", threshold=0.03),), {"alpha": 0.01}, {})
+    quiet = [cell("gpu_us", rng.normal(10, 0.01, 40), batch=i) for i in range(20)]
+    base = side(*quiet)
+    # Fewer samples than the policy needs: base 10, head 2 at +25%. Before: the cell was
+    # inconclusive without its change, the run PASS and gate.json's failures empty.
+    thin = cell("gpu_us", rng.normal(10, 0.1, 10), batch=99)
+    head = side(*quiet, cell("gpu_us", [12.5, 12.5], batch=99))
+    c = detect.compare({**base, thin.key: thin}, head, pol)
+    v = next(v for v in c.verdicts if v.key == thin.key)
+    assert v.status == "inconclusive" and "too few samples" in v.note
+    assert v.change == pytest.approx(0.25, abs=0.02)  # shown with its change
+    assert c.headline == "inconclusive" and not c.failed
+    res = gate.GateResult("a" * 40, "b" * 40, "m", c, measured=False, rounds=1)
+    assert res.exit_code == 1
+    doc = gate_document("a" * 40, "b" * 40, "m", c)
+    assert [(f["param_key"], f["status"]) for f in doc["failures"]] == [
+        (thin.key[2], "inconclusive")
+    ]
+    assert doc["failures"][0]["change"] == pytest.approx(0.25, abs=0.02)
+    # One noisy cell among 20 quiet ones: inconclusive unless its point estimate is within
+    # half the threshold (shown as such), and then the run passes.
+    for shift, status, headline in ((1.01, "unchanged", "pass"), (1.025, "inconclusive",
+                                                                 "inconclusive")):  # fmt: skip
+        noisy_base = cell("gpu_us", 10 * rng.uniform(0.7, 1.3, 40), batch=98)
+        noisy_head = cell("gpu_us", 10 * shift * rng.uniform(0.7, 1.3, 40), batch=98)
+        c = detect.compare({**base, noisy_base.key: noisy_base},
+                           {**side(*quiet), noisy_head.key: noisy_head}, pol)  # fmt: skip
+        v = next(v for v in c.verdicts if v.key == noisy_base.key)
+        assert (v.status, c.headline) == (status, headline), (v.change, v.note)
+        assert v.detectable > 0.03 and "could detect only" in v.note
+        assert ("within half" in v.note) == (status == "unchanged")
+        assert not detect.powered(v)
+    # Nothing judged at all (every cell info): before, PASS.
+    info = Policies((Policy("*", "info"),), {"alpha": 0.01}, {})
+    c = detect.compare(base, side(*quiet), info)
+    assert c.headline == "inconclusive" and not c.judged() and not c.failed
+    doc = gate_document("a" * 40, "b" * 40, "m", c)
+    assert doc["verdict"] == "inconclusive" and doc["failures"][0]["metric"] == "judged_cells"
+
+
+def test_a_policy_sets_the_samples_a_side_needs():
+    """The default (5: below it Mann-Whitney at 0.01 can never be significant) and a policy's
+    own ``min_samples``: one value a side may then decide by the threshold."""
+    pol = Policies((Policy("*", "latency", threshold=0.1, min_samples=1),), {"alpha": 0.01}, {})
+    for head, status in ((10.4, "unchanged"), (10.8, "inconclusive"), (11.5, "regression")):
+        (v,) = detect.compare(side(cell("x", [10.0])), side(cell("x", [head])), pol).verdicts
+        assert v.status == status, head  # within half, between half and all, beyond
+    four = side(cell("gpu_us", [10.0] * 4))
+    (v,) = detect.compare(four, four, POLICIES).verdicts
+    assert v.status == "inconclusive" and "needs 5 a side" in v.note
+
+
 def test_throughput_lower_is_the_regression():
     rng = np.random.default_rng(7)
     base = side(cell("img_per_s", rng.normal(1000, 5, 30), bench="pipeline.Throughput"))
