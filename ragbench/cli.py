@@ -38,8 +38,10 @@ def _log(msg: str) -> None:
     print(msg, file=sys.stderr, flush=True)
 
 
-def _store(args, read_only: bool = False) -> Store:
-    return Store(args.store, read_only=read_only, on_wait=_log,
+def _store(args, read_only: bool = False, create: bool = True) -> Store:
+    """The store ``--store`` names; a command that only reads opens it ``read_only`` and one
+    that needs an existing store ``create=False``: a mistyped path is exit 2, never a new file."""
+    return Store(args.store, read_only=read_only, on_wait=_log, create=create,
                  branch=getattr(args, "history_branch", None))  # fmt: skip
 
 
@@ -132,7 +134,7 @@ def _store_copy(args) -> int:
 
 
 def _store_maintain(args) -> int:
-    store = _store(args)
+    store = _store(args, create=False)  # maintaining a store that is not there is a typo
     t0 = time.perf_counter()
     sizes = store.maintain(args.keep_days)
     _log(f"ragbench store maintain: {store.name} in {time.perf_counter() - t0:.1f} s: "
@@ -157,8 +159,9 @@ def _gate(args) -> int:
     from .report import gate_markdown
 
     policies = detect.load_policies(args.policies)
+    store = _store(args, read_only=not args.measure)  # --stored only reads
     result = run_gate(
-        _store(args), args.base, args.head, policies=policies, machine=_machine(args),
+        store, args.base, args.head, policies=policies, machine=_machine(args),
         measure=args.measure, rounds=args.rounds, mode=args.mode, bench=args.bench,
         paired_processes=args.paired_processes, log=_log,
     )  # fmt: skip
