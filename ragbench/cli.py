@@ -182,10 +182,11 @@ def _gate(args) -> int:
 def _versions(args) -> int:
     import tempfile
 
-    from .gate import run_gate
+    from .gate import _resolve, run_gate
     from .report import gate_markdown
 
     policies = detect.load_policies(args.policies)
+    args.commit = _resolve(args.commit)  # one commit (a range is refused) before any build
     if args.bisect:
         return _bisect(args, policies)
     if not (args.from_spec and args.to_spec):
@@ -196,8 +197,11 @@ def _versions(args) -> int:
         from .bisect import newest
 
         args.to_spec = newest("torch")
-    for spec in (args.from_spec, args.to_spec):
-        envs.requirements(spec)  # unreadable: exit 2 before any install
+    if envs.requirements(args.from_spec) == envs.requirements(args.to_spec):  # unreadable: 2
+        raise ValueError(
+            f"--from {args.from_spec} and --to {args.to_spec} are the same stack: "
+            "pass the stack you have as --from and the one to move to as --to"
+        )
     sides = {"base": envs.ensure(args.from_spec, log=_log),
              "head": envs.ensure(args.to_spec, log=_log)}  # fmt: skip
     with (tempfile.TemporaryDirectory(prefix="ragbench-versions-") as tmp,

@@ -84,6 +84,23 @@ def test_an_upgrade_to_a_stack_pip_cannot_install_is_unusable_input(tmp_path):
     assert "Traceback" not in out.stderr
 
 
+def test_versions_refuses_a_range_and_one_stack_twice_before_any_build(tmp_path, monkeypatch,
+                                                                        capsys):  # fmt: skip
+    from ragbench import cli
+
+    monkeypatch.setenv("RAGBENCH_ENVS", str(tmp_path))
+    for args, why in (
+        (["--commit", "HEAD~2..HEAD", "--from", SPEC, "--to", "numpy==2.2.6"], "is a range"),
+        (["--commit", "HEAD..HEAD~3", "--bisect", "a.b.c x=1", "--between", SPEC, SPEC],
+         "is a range"),
+        (["--from", SPEC, "--to", f" {SPEC} "], "are the same stack"),
+    ):  # fmt: skip
+        assert cli.main(["versions", *args]) == 2
+        err = capsys.readouterr().err
+        assert why in err and err.count("\n") == 1, err
+    assert not any(tmp_path.iterdir())  # nothing built
+
+
 def test_the_result_file_is_the_one_this_run_wrote(tmp_path):
     """Two environments' results of one commit share a directory: a run whose asv wrote
     nothing (its imports failed) must not take the other environment's file for its own."""
