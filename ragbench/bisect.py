@@ -65,6 +65,11 @@ def differing(from_spec: str, to_spec: str) -> tuple[str, Version, Version]:
         for s in (from_spec, to_spec)
     )
     changed = sorted(n for n in a.keys() | b.keys() if str(a.get(n)) != str(b.get(n)))
+    if not changed:
+        raise BisectError(
+            f"--between {from_spec} {to_spec}: the two are the same stack, nothing lies between: "
+            "pass the stack without the change, then the one with it (one == pin differs)"
+        )
     if len(changed) != 1 or changed[0] not in a or changed[0] not in b:
         raise BisectError(
             f"--between {from_spec} {to_spec}: the specs must pin the same "
@@ -74,8 +79,16 @@ def differing(from_spec: str, to_spec: str) -> tuple[str, Version, Version]:
     pins = [_pin(r) for r in (a[name], b[name])]
     if None in pins:
         raise BisectError(f"--between: pin {name} with == on both sides, e.g. {name}==X.Y.Z")
-    if pins[0] >= pins[1]:
-        raise BisectError(f"--between: {name} {pins[0]} is not older than {pins[1]}")
+    if pins[0] == pins[1]:
+        raise BisectError(
+            f"--between: {name} {pins[0]} and {pins[1]} are the same release: "
+            "pass the release without the change, then the one with it"
+        )
+    if pins[0] > pins[1]:
+        raise BisectError(
+            f"--between: {name} {pins[0]} is not older than {pins[1]}: pass the older stack "
+            f"first (--between {to_spec} {from_spec})"
+        )
     return name, pins[0], pins[1]
 
 

@@ -38,8 +38,10 @@ def _log(msg: str) -> None:
     print(msg, file=sys.stderr, flush=True)
 
 
-def _store(args, read_only: bool = False) -> Store:
-    return Store(args.store, read_only=read_only, on_wait=_log,
+def _store(args, read_only: bool = False, create: bool = True) -> Store:
+    """The store ``--store`` names; a command that only reads opens it ``read_only`` and one
+    that needs an existing store ``create=False``: a mistyped path is exit 2, never a new file."""
+    return Store(args.store, read_only=read_only, on_wait=_log, create=create,
                  branch=getattr(args, "history_branch", None))  # fmt: skip
 
 
@@ -132,7 +134,7 @@ def _store_copy(args) -> int:
 
 
 def _store_maintain(args) -> int:
-    store = _store(args)
+    store = _store(args, create=False)  # maintaining a store that is not there is a typo
     t0 = time.perf_counter()
     sizes = store.maintain(args.keep_days)
     _log(f"ragbench store maintain: {store.name} in {time.perf_counter() - t0:.1f} s: "
@@ -157,8 +159,9 @@ def _gate(args) -> int:
     from .report import gate_markdown
 
     policies = detect.load_policies(args.policies)
+    store = _store(args, read_only=not args.measure)  # --stored only reads
     result = run_gate(
-        _store(args), args.base, args.head, policies=policies, machine=_machine(args),
+        store, args.base, args.head, policies=policies, machine=_machine(args),
         measure=args.measure, rounds=args.rounds, mode=args.mode, bench=args.bench,
         paired_processes=args.paired_processes, log=_log,
     )  # fmt: skip
@@ -179,10 +182,11 @@ def _gate(args) -> int:
 def _versions(args) -> int:
     import tempfile
 
-    from .gate import run_gate
+    from .gate import _resolve, run_gate
     from .report import gate_markdown
 
     policies = detect.load_policies(args.policies)
+    args.commit = _resolve(args.commit)  # one commit (a range is refused) before any build
     if args.bisect:
         return _bisect(args, policies)
     if not (args.from_spec and args.to_spec):
@@ -193,8 +197,11 @@ def _versions(args) -> int:
         from .bisect import newest
 
         args.to_spec = newest("torch")
-    for spec in (args.from_spec, args.to_spec):
-        envs.requirements(spec)  # unreadable: exit 2 before any install
+    if envs.requirements(args.from_spec) == envs.requirements(args.to_spec):  # unreadable: 2
+        raise ValueError(
+            f"--from {args.from_spec} and --to {args.to_spec} are the same stack: "
+            "pass the stack you have as --from and the one to move to as --to"
+        )
     sides = {"base": envs.ensure(args.from_spec, log=_log),
              "head": envs.ensure(args.to_spec, log=_log)}  # fmt: skip
     with (tempfile.TemporaryDirectory(prefix="ragbench-versions-") as tmp,

@@ -10,21 +10,32 @@ virtualenv matrix: it builds every environment from scratch (6 GB a CUDA torch),
 hash and matrix entry; a layer that changes triton alone is 1.0 GB, numpy alone 74 MB.
 
 An environment is kept once pip installed the spec and the kernel ran in it (a tiny triton
-call: on the GPU, or in Triton's interpreter without one); its ``ragbench-env.json`` says so,
-and a second run installs nothing. A spec that pip cannot install, or whose stack cannot run the
-kernel, raises ``EnvError`` with pip's or Triton's own last lines, and leaves nothing behind.
+call: on the GPU, or in Triton's interpreter without one); its ``ragbench-env.json``, written
+last, says so, and a second run installs nothing. A spec that pip cannot install, or whose stack
+cannot run the kernel, raises ``EnvError`` with pip's or Triton's own last lines, and leaves
+nothing behind; so does an interrupted build (Ctrl-C).
+
+A build holds ``<environment>.lock`` (``flock``) from the first look until the stamp is written:
+a second process that wants the same stack says it waits, then uses what the first built (two
+builds at once once both failed: one's clean-up deleted the other's directory). A directory
+without a stamp whose lock nobody holds is what a killed build left (3.3 GB for a CUDA torch):
+every ``ensure`` removes those, and the stack's own is rebuilt.
 """
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import hashlib
 import json
 import os
 import re
 import shutil
+import socket
 import subprocess
 import sys
 import sysconfig
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -105,14 +116,25 @@ def location(spec: str) -> Path:
 
 
 def ensure(spec: str, log=print) -> Env:
-    """The spec's environment, built on first use (a line to ``log`` when it builds, and one
-    with the stack it got)."""
+    """The spec's environment, built on first use (a line to ``log`` when it builds, one with
+    the stack it got, and one while it waits for another process's build of it)."""
     reqs = requirements(spec)
     path = location(spec)
     stamp = path / STAMP
-    if stamp.exists():
-        return Env(spec, path, json.loads(stamp.read_text())["versions"])
-    shutil.rmtree(path, ignore_errors=True)  # a build that did not finish
+    _sweep(log)
+    if not stamp.exists():
+        with _locked(path, spec, log):
+            if stamp.exists():
+                log(f"--env {spec}: built by another process meanwhile; using {path}")
+            else:
+                _remove_unfinished(path, log)  # a build killed since the sweep
+                return _build(spec, reqs, path, log)
+    return Env(spec, path, json.loads(stamp.read_text())["versions"])
+
+
+def _build(spec: str, reqs: list[str], path: Path, log) -> Env:
+    """Build the environment at ``path`` (under its lock), its stamp written last; on any
+    failure or interruption nothing is left."""
     log(f"--env {spec}: building {path} (pip installs only what differs from this environment)")
     try:
         _run([sys._base_executable, "-m", "venv", "--without-pip", str(path)], "venv")
@@ -129,14 +151,66 @@ def ensure(spec: str, log=print) -> Env:
         out = _run([python, "-c", CHECK], "the suite's imports or the kernel failed in it",
                    env={**os.environ, "PYTHONPATH": str(REPO)})  # fmt: skip
         versions = json.loads(out.strip().splitlines()[-1])
+        written = path / f"{STAMP}.tmp"  # renamed into place: a stamp is never half written
+        written.write_text(json.dumps({"spec": spec, "requirements": reqs, "lower": sys.prefix,
+                                       "versions": versions}, indent=1))  # fmt: skip
+        written.replace(path / STAMP)
     except EnvError as exc:
         shutil.rmtree(path, ignore_errors=True)
         raise EnvError(f"--env {spec}: {exc}") from None
-    stamp.write_text(json.dumps({"spec": spec, "requirements": reqs, "lower": sys.prefix,
-                                 "versions": versions}, indent=1))  # fmt: skip
+    except BaseException:  # interrupted (Ctrl-C), or a bug: no half-built environment stays
+        shutil.rmtree(path, ignore_errors=True)
+        raise
     log(f"--env {spec}: torch {versions['torch']}, triton {versions['triton']}, numpy "
         f"{versions['numpy']}; kernel max |err| {versions['max_abs_err']:.2g}")  # fmt: skip
     return Env(spec, path, versions)
+
+
+def _lock_file(path: Path) -> Path:
+    return path.with_name(path.name + ".lock")
+
+
+@contextlib.contextmanager
+def _locked(path: Path, spec: str, log) -> Iterator[None]:
+    """Hold the environment's lock file (``flock``: released by the kernel when the holder
+    dies, however); log once, naming the holder, when another process has it."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(_lock_file(path), "a+") as fh:
+        try:
+            fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            fh.seek(0)
+            holder = fh.read().strip() or "another process"
+            log(f"--env {spec}: waiting for {holder}, which is building it ({fh.name})")
+            fcntl.flock(fh, fcntl.LOCK_EX)
+        fh.seek(0)
+        fh.truncate()
+        fh.write(f"pid {os.getpid()} on {socket.gethostname()}")
+        fh.flush()
+        yield
+
+
+def _sweep(log) -> None:
+    """Remove every environment directory without a stamp whose lock nobody holds: what a
+    build that was killed left."""
+    if not root().is_dir():
+        return
+    for path in root().iterdir():
+        if not path.is_dir() or (path / STAMP).exists():
+            continue
+        with open(_lock_file(path), "a+") as fh:
+            try:
+                fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                continue  # being built now
+            _remove_unfinished(path, log)
+
+
+def _remove_unfinished(path: Path, log) -> None:
+    """Under ``path``'s lock: remove it if it has no stamp."""
+    if path.is_dir() and not (path / STAMP).exists():
+        log(f"--env: removing {path}, left by a build that did not finish")
+        shutil.rmtree(path)
 
 
 def _names(reqs: list[str]) -> set[str]:

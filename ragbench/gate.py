@@ -56,9 +56,20 @@ def to_json(res: GateResult) -> dict:
     return gate_document(res.base, res.head, res.machine, res.comparison)
 
 
-def _resolve(ref: str, store: Store | None, machine: str) -> str:
+# git's notations of a set of commits (A..B, A...B, ^A, A^@, A^!, A^-), where the gate and
+# ``versions --commit`` take one: ``suite.resolve`` expands a range (``run`` measures each), so
+# HEAD~2..HEAD became its oldest commit and HEAD..HEAD~3 an IndexError.
+RANGE = re.compile(r"\.\.|^\^|\^[@!-]")
+
+
+def _resolve(ref: str, store: Store | None = None, machine: str = "") -> str:
     """The full hash of ``ref``: git's, or (comparing stored runs) the one commit of the store
-    that starts with it (results made in another checkout)."""
+    that starts with it (results made in another checkout). GateError for a range."""
+    if RANGE.search(ref):
+        raise GateError(
+            f"{ref!r} is a range of commits, where one commit is expected: pass one revision "
+            "(to gate A..B, pass --base A --head B)"
+        )
     try:
         return suite.resolve([ref])[0]
     except suite.SuiteError as exc:
@@ -67,6 +78,27 @@ def _resolve(ref: str, store: Store | None, machine: str) -> str:
         if len(stored) == 1 and len(ref) >= 7:
             return stored.pop()
         raise GateError(str(exc)) from None
+
+
+def _two_commits(base: str, head: str, base_ref: str, head_ref: str) -> None:
+    """GateError where base and head cannot be what was meant: one commit (against itself a gate
+    judges noise, and passed "X against X"), or head a strict ancestor of base (older than it:
+    swapped, or a base that already holds head). Commits this clone lacks (stored runs of
+    another checkout) are only checked for equality."""
+    if base == head:
+        raise GateError(
+            f"--base {base_ref} and --head {head_ref} are the same commit {base[:12]}: a gate "
+            "compares two commits; pass the pull request's merge base as --base "
+            "(git merge-base origin/main HEAD) and its head as --head"
+        )
+    try:
+        suite.git("merge-base", "--is-ancestor", head, base)
+    except suite.SuiteError:  # not an ancestor (exit 1), or not in this clone
+        return
+    raise GateError(
+        f"--head {head_ref} ({head[:12]}) is older than --base {base_ref} ({base[:12]}), an "
+        "ancestor of it: pass the older commit as --base and the newer as --head"
+    )
 
 
 def _judgeable(comparison: detect.Comparison) -> detect.Comparison:
@@ -149,6 +181,8 @@ def run_gate(
     environments = environments or {}
     t0 = time.perf_counter()
     base, head = (_resolve(r, None if measure else store, machine) for r in (base_ref, head_ref))
+    if not environments:  # ``versions``: one commit under two stacks
+        _two_commits(base, head, base_ref, head_ref)
     rounds = int(rounds if rounds is not None else policies.gate.get("rounds", 2))
     if rounds < 1:
         raise GateError(f"--rounds must be at least 1, got {rounds}")

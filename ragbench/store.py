@@ -84,6 +84,9 @@ LOCK_POLL = 0.02  # seconds between tries for a locked file
 HEADER_BYTES = 3 * 4096
 CREATING_WAIT = 10.0
 GUARD_KEY = "writer"  # the row of ``meta`` that every write transaction rewrites
+# DuckDB 1.4's words, attaching read-only a lake that is not there: its catalog file, or
+# DuckLake's tables in a catalog database (anything else, a role say, stays its own error)
+NO_LAKE = ("read-only mode: database does not exist", "creating a new DuckLake is explicitly")
 
 
 def store_spec(text: str | Path) -> str | Path:
@@ -181,6 +184,10 @@ class StoreLocked(StoreError):
     """Another process held the store for longer than the timeout."""
 
 
+class StoreMissing(StoreError):
+    """No store where one must already be: a reader (or ``create=False``) never makes one."""
+
+
 def _sql_text(text) -> str:
     """``text`` as the inside of a SQL string literal."""
     return str(text).replace("'", "''")
@@ -210,15 +217,17 @@ class Store:
     ``Store(spec)`` creates it (and its schema) if needed, or brings an older schema up to
     date; a file store holds no connection between calls.
 
-    ``read_only=True`` opens an existing store for queries; it raises FileNotFoundError when
-    there is no file (the dashboard says how to fill it). ``branch`` names the history's branch
+    ``read_only=True`` opens an existing store for queries, and ``create=False`` an existing
+    one for writing: neither ever makes a store (a mistyped ``--store`` once left an 800 kB
+    file behind), and a missing one (a file, or a lake a read-only attach cannot find) raises
+    StoreMissing here, a line saying what makes one. ``branch`` names the history's branch
     (default ``history_branch()``). ``name`` is what messages call it (a lake's password
     hidden).
     """
 
     def __init__(self, path: Path | str | None = None, *, read_only: bool = False,
                  lock_timeout: float | None = None, on_wait=None,
-                 branch: str | None = None):  # fmt: skip
+                 branch: str | None = None, create: bool = True):  # fmt: skip
         spec = store_spec(path) if path is not None else default_path()
         self.lake = Lake.parse(spec) if is_lake(spec) else None
         self.path = None if self.lake else Path(spec)
@@ -229,10 +238,13 @@ class Store:
         self.branch = branch or history_branch()
         self._writer = None  # the connection of an open write slice (``writing``)
         self._checked = False  # the schema, checked on the first connection
-        if read_only:
-            if self.path is not None and not self.path.exists():
-                raise FileNotFoundError(f"no results store at {self.path}")
-        else:
+        self.create = create and not read_only
+        if read_only or not create:  # StoreMissing where there is none
+            if self.lake is not None:
+                self._lake_cursor(read_only=True).close()
+            elif not self.path.exists():
+                raise StoreMissing(self._missing())
+        if not read_only:
             if self.path is not None:
                 self.path.parent.mkdir(parents=True, exist_ok=True)
             self._create()
@@ -286,22 +298,33 @@ class Store:
         except OSError:  # gone again: let the next try say
             return True
 
-    def _lake_cursor(self):
+    def _missing(self) -> str:
+        """What a missing store's error says: where, and the commands that make one."""
+        where = f"'{self.name}'" if self.lake else str(self.path)
+        return (f"no results store at {where}: check --store (or ${ENV_VAR}), or make one "
+                f"with `ragbench ingest --store {where} <asv results dir>` (or `make demo`)"
+                )  # fmt: skip
+
+    def _lake_cursor(self, read_only: bool | None = None):
         """A cursor of this process's connection to the lake (made on first use; made again
-        after an error, a dropped catalog connection say)."""
+        after an error, a dropped catalog connection say). Read-only, a lake that does not exist
+        (no catalog file, or a catalog database without DuckLake's tables) is StoreMissing."""
         import duckdb
 
-        key = (self.lake, self.read_only)
+        read_only = self.read_only if read_only is None else read_only
+        key = (self.lake, read_only)
         with _LAKES_LOCK:
             try:
                 con = _LAKES.get(key)
                 if con is None:
-                    con = _LAKES[key] = self.lake.connect(read_only=self.read_only)
+                    con = _LAKES[key] = self.lake.connect(read_only=read_only)
                 cur = con.cursor()
                 cur.execute(f"USE {ALIAS}")
                 return cur
             except (duckdb.Error, RuntimeError) as exc:
                 _LAKES.pop(key, None)
+                if read_only and any(w in str(exc) for w in NO_LAKE):
+                    raise StoreMissing(self._missing()) from None
                 raise StoreError(f"cannot attach the lake {self.name}: {redact(str(exc))}"
                                  ) from None  # fmt: skip
 
@@ -435,8 +458,11 @@ class Store:
                 if self._foreign(con):
                     raise StoreError(f"{self.name} is a {self.kind} of other things, not a "
                                      "ragbench store")  # fmt: skip
-                if self._schema(con) == SCHEMA_VERSION:
+                version = self._schema(con)
+                if version == SCHEMA_VERSION:
                     return
+                if version is None and not self.create:  # an empty file or lake: not a store
+                    raise StoreMissing(self._missing())
                 con.execute("BEGIN TRANSACTION")
                 try:
                     con.execute(lake_ddl(TABLES) if self.lake else TABLES)

@@ -27,7 +27,14 @@ def test_the_candidates_are_the_final_releases_strictly_between():
         ("torch==2.12.1", "torch==2.15.0,triton==3.9.0", "must pin the same packages"),
         ("torch==2.12.1,triton==3.7.1", "torch==2.15.0,triton==3.9.0", "differ in torch, triton"),
         ("torch>=2.12", "torch==2.15.0", "pin torch with =="),
-        ("torch==2.15.0", "torch==2.12.1", "is not older than"),
+        (
+            "torch==2.15.0",
+            "torch==2.12.1",
+            r"is not older than 2\.12\.1: pass the older stack "
+            r"first \(--between torch==2\.12\.1 torch==2\.15\.0\)",
+        ),
+        ("torch==2.12.1,numpy==2.2.6", "numpy==2.2.6,torch==2.12.1", "are the same stack"),
+        ("torch==2.12", "torch==2.12.0", "are the same release"),
     ],
 )
 def test_specs_that_cannot_be_bisected_are_refused(first, last, why):

@@ -7,9 +7,13 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
+
+import pytest
 
 from ragbench import envs
 from ragbench.ingest import ingest
@@ -84,6 +88,23 @@ def test_an_upgrade_to_a_stack_pip_cannot_install_is_unusable_input(tmp_path):
     assert "Traceback" not in out.stderr
 
 
+def test_versions_refuses_a_range_and_one_stack_twice_before_any_build(tmp_path, monkeypatch,
+                                                                        capsys):  # fmt: skip
+    from ragbench import cli
+
+    monkeypatch.setenv("RAGBENCH_ENVS", str(tmp_path))
+    for args, why in (
+        (["--commit", "HEAD~2..HEAD", "--from", SPEC, "--to", "numpy==2.2.6"], "is a range"),
+        (["--commit", "HEAD..HEAD~3", "--bisect", "a.b.c x=1", "--between", SPEC, SPEC],
+         "is a range"),
+        (["--from", SPEC, "--to", f" {SPEC} "], "are the same stack"),
+    ):  # fmt: skip
+        assert cli.main(["versions", *args]) == 2
+        err = capsys.readouterr().err
+        assert why in err and err.count("\n") == 1, err
+    assert not any(tmp_path.iterdir())  # nothing built
+
+
 def test_the_result_file_is_the_one_this_run_wrote(tmp_path):
     """Two environments' results of one commit share a directory: a run whose asv wrote
     nothing (its imports failed) must not take the other environment's file for its own."""
@@ -116,3 +137,158 @@ def test_a_bisect_with_nothing_to_find_measures_the_last_stack_and_says_so(tmp_p
     out = ragbench("versions", "--bisect", shown, "--between", "numpy==2.2.6", SPEC,
                    "--rounds", "1", "--machine", "envs", home=tmp_path)  # fmt: skip
     assert out.returncode == 2 and "is shown, not judged" in out.stderr
+
+
+# --- one build at a time, and nothing left of an interrupted one --------------------------------
+
+# A stack of one tiny local wheel (no index), whose .pth holds the build's kernel check (the
+# last step before the stamp) until the test says go: where a build is, is never a race.
+HOLD = """import os, time
+if os.environ.get("RAGFAKE_GO") and not os.path.exists(os.environ["RAGFAKE_GO"]):
+    open(os.environ["RAGFAKE_READY"], "w").close()
+    for _ in range(6000):  # 300 s at most, should the test be gone
+        if os.path.exists(os.environ["RAGFAKE_GO"]):
+            break
+        time.sleep(0.05)
+"""
+DRIVER = """import sys
+from ragbench import envs
+print(envs.ensure(sys.argv[1], log=lambda m: print(m, file=sys.stderr, flush=True)).path)
+"""
+
+
+def fake_wheel(where: Path, version: str) -> None:
+    import base64
+    import hashlib
+    import zipfile
+
+    info = f"ragfake-{version}.dist-info"
+    files = {
+        "ragfake.py": HOLD,
+        "ragfake.pth": "import ragfake\n",
+        f"{info}/METADATA": f"Metadata-Version: 2.1\nName: ragfake\nVersion: {version}\n",
+        f"{info}/WHEEL": "Wheel-Version: 1.0\nGenerator: test\nRoot-Is-Purelib: true\n"
+        "Tag: py3-none-any\n",
+    }
+
+    def digest(text: str) -> str:
+        return base64.urlsafe_b64encode(hashlib.sha256(text.encode()).digest()).decode().rstrip("=")
+
+    record = [f"{name},sha256={digest(text)},{len(text.encode())}" for name, text in files.items()]
+    record.append(f"{info}/RECORD,,")
+    files[f"{info}/RECORD"] = "\n".join(record) + "\n"
+    where.mkdir(exist_ok=True)
+    with zipfile.ZipFile(where / f"ragfake-{version}-py3-none-any.whl", "w") as whl:
+        for name, text in files.items():
+            whl.writestr(name, text)
+
+
+@pytest.fixture
+def fake_stack(tmp_path, monkeypatch) -> dict:
+    """The environment of processes that build ``ragfake==1.0`` or ``==2.0`` under tmp_path."""
+    for version in ("1.0", "2.0"):
+        fake_wheel(tmp_path / "wheels", version)
+    monkeypatch.setenv("RAGBENCH_ENVS", str(tmp_path / "envs"))  # envs.location here, too
+    return {**os.environ, "PIP_NO_INDEX": "1", "PIP_FIND_LINKS": str(tmp_path / "wheels"),
+            "RAGFAKE_GO": str(tmp_path / "go"),
+            "RAGFAKE_READY": str(tmp_path / "ready")}  # fmt: skip
+
+
+class Build:
+    """``envs.ensure(spec)`` in a process of its own session (killed with its children)."""
+
+    def __init__(self, spec: str, env: dict):
+        self.proc = subprocess.Popen([sys.executable, "-c", DRIVER, spec], cwd=REPO, env=env,
+                                     stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                     start_new_session=True)  # fmt: skip
+        self.lines: list[str] = []
+
+    def line(self, *words: str) -> str:
+        """The first line of its log holding one of ``words`` (read up to it)."""
+        for line in self.proc.stderr:
+            self.lines.append(line)
+            if any(w in line for w in words):
+                return line
+        raise AssertionError(f"no line with {words}: {''.join(self.lines)[-3000:]}")
+
+    def finish(self) -> str:
+        out, err = self.proc.communicate(timeout=600)
+        self.lines.append(err)
+        assert self.proc.returncode == 0, "".join(self.lines)[-3000:]
+        return out.strip()
+
+    @property
+    def log(self) -> str:
+        return "".join(self.lines)
+
+    def kill(self, sig=signal.SIGKILL) -> None:
+        if self.proc.poll() is None:
+            os.killpg(self.proc.pid, sig)
+            self.proc.communicate(timeout=600)
+
+
+def wait_ready(stack: dict, build: Build) -> None:
+    """Until the build holds in its kernel check (its environment made, its stamp not)."""
+    ready = Path(stack["RAGFAKE_READY"])
+    for _ in range(12000):  # 600 s at most
+        if ready.exists():
+            ready.unlink()
+            return
+        assert build.proc.poll() is None, build.proc.communicate()[1][-3000:]
+        time.sleep(0.05)
+    raise AssertionError("the build never reached its kernel check")
+
+
+def test_two_builds_of_one_stack_at_once_build_it_once(fake_stack, tmp_path):
+    """Two ``run --env`` of one stack at once both failed (the second's clean-up deleted the
+    first's directory): the second now waits, says so, and uses what the first built."""
+    first = Build("ragfake==1.0", fake_stack)
+    second = None
+    try:
+        first.line("building")
+        second = Build("ragfake==1.0", fake_stack)
+        assert "waiting for pid" in second.line("waiting for", ": building")
+        Path(fake_stack["RAGFAKE_GO"]).touch()
+        assert first.finish() == second.finish() == str(envs.location("ragfake==1.0"))
+    finally:
+        Path(fake_stack["RAGFAKE_GO"]).touch()
+        for b in (first, second):
+            if b is not None:
+                b.kill()
+    building = "--env ragfake==1.0: building"
+    assert first.log.count(building) == 1 and building not in second.log
+    assert "built by another process meanwhile" in second.log
+    assert (envs.location("ragfake==1.0") / envs.STAMP).exists()
+
+
+def test_an_interrupted_or_killed_build_leaves_nothing_behind(fake_stack, tmp_path):
+    """Ctrl-C: the build removes what it made (a 3.3 GB directory was left). Killed, it cannot:
+    the next ``ensure`` of any stack removes it, and a stack's own is rebuilt."""
+    one, two = envs.location("ragfake==1.0"), envs.location("ragfake==2.0")
+    build = Build("ragfake==1.0", fake_stack)
+    try:
+        wait_ready(fake_stack, build)
+        assert one.is_dir()
+        os.kill(build.proc.pid, signal.SIGINT)  # the process only: it stops its own children
+        build.proc.communicate(timeout=600)
+        assert build.proc.returncode != 0 and not one.exists()
+
+        for spec, path in (("ragfake==1.0", one), ("ragfake==2.0", two)):
+            build = Build(spec, fake_stack)
+            wait_ready(fake_stack, build)
+            build.kill()  # the process and its children, as a cancelled job's
+            assert path.is_dir() and not (path / envs.STAMP).exists()
+            if path == one:  # this stack's leftover: removed, then built
+                Path(fake_stack["RAGFAKE_GO"]).touch()
+                build = Build(spec, fake_stack)
+                assert build.finish() == str(one)
+                assert f"removing {one}, left by a build that did not finish" in build.log
+                assert (one / envs.STAMP).exists()
+                Path(fake_stack["RAGFAKE_GO"]).unlink()
+        build = Build("ragfake==1.0", fake_stack)  # built: another stack's leftover goes
+        assert build.finish() == str(one)
+        assert f"removing {two}, left by a build that did not finish" in build.log
+        assert ": building" not in build.log and not two.exists()
+    finally:
+        Path(fake_stack["RAGFAKE_GO"]).touch()
+        build.kill()

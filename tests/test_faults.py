@@ -587,7 +587,7 @@ def test_nothing_to_judge_is_an_error_not_a_pass(tmp_path):
     out = ragbench("gate", "--stored", "--store", store, "--machine", "m", "--base", "HEAD",
                    "--head", "c" * 40)  # fmt: skip
     assert_clean_exit(out, 2, "no run of base")  # a base with no runs: not a pass
-    out = ragbench("gate", "--base", "HEAD", "--head", "HEAD", "--rounds", "-1", "--store",
+    out = ragbench("gate", "--base", "HEAD~1", "--head", "HEAD", "--rounds", "-1", "--store",
                    tmp_path / "r.duckdb")  # fmt: skip
     assert_clean_exit(out, 2, "--rounds must be at least 1")
 

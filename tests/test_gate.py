@@ -101,6 +101,53 @@ def test_unusable_input_exits_2(tmp_path):
     assert out.returncode == 2 and "not a valid policies file" in out.stderr
 
 
+@pytest.mark.parametrize(
+    ("base", "head", "why"),
+    [
+        ("HEAD", "HEAD", "are the same commit"),  # passed as "X against X - PASS"
+        (HEAD, "HEAD", "are the same commit"),  # the same once resolved
+        ("HEAD~2", "HEAD~2..HEAD", "is a range of commits"),  # compared base with itself
+        ("HEAD~3", "HEAD..HEAD~3", "is a range of commits"),  # internal error: IndexError
+        ("HEAD~2", "HEAD~2...HEAD", "is a range of commits"),
+        ("^HEAD~1", "HEAD", "is a range of commits"),
+        ("HEAD~1^!", "HEAD", "is a range of commits"),
+        ("HEAD", "HEAD~2", "is older than --base"),  # swapped
+    ],
+    ids=[
+        "same",
+        "same-resolved",
+        "range",
+        "empty-range",
+        "symmetric",
+        "caret",
+        "caret-bang",
+        "swapped",
+    ],
+)
+@pytest.mark.parametrize("measure", [True, False])
+def test_nonsense_revisions_are_refused_before_any_work(tmp_path, monkeypatch, base, head, why,
+                                                        measure):  # fmt: skip
+    def measured(*args, **kwargs):
+        raise AssertionError("measured")
+
+    monkeypatch.setattr(gate, "_measure", measured)
+    with Store(tmp_path / "perf.duckdb") as store:
+        for sha in (HEAD, PARENT):
+            add_run(store, sha, gpu_cells())
+        with pytest.raises(gate.GateError, match=why):
+            gate.run_gate(store, base, head, policies=detect.load_policies(), machine="m1",
+                          measure=measure, paired_processes=0, log=lambda m: None)  # fmt: skip
+
+
+def test_nonsense_revisions_exit_2_with_one_line(tmp_path):
+    path = tmp_path / "perf.duckdb"
+    Store(path).close()
+    for head, why in (("HEAD", "are the same commit"), ("HEAD..HEAD~3", "is a range")):
+        out = run_cli(path, "--stored", "--base", "HEAD", "--head", head)
+        assert out.returncode == 2 and why in out.stderr, out.stderr
+        assert len(out.stderr.strip().splitlines()) == 1 and "internal error" not in out.stderr
+
+
 @pytest.mark.parametrize("recheck", ["reproduces", "within", "noisy"])
 def test_flagged_cells_are_measured_again(tmp_path, monkeypatch, recheck):
     """Round runs say head is 10% slower; the re-measurement decides: it reproduces (fail), it

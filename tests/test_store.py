@@ -245,8 +245,30 @@ def test_export_parquet_and_read_only(quick_run, tmp_path, store_spec):
     )
     for name in ("runs", "speedups", "dispatch_floors", "drift", "acceptances"):
         assert (tmp_path / "pq" / f"{name}.parquet").exists()
-    with pytest.raises(FileNotFoundError, match="no results store"):
+    with pytest.raises(StoreError, match="no results store"):
         Store(tmp_path / "missing.duckdb", read_only=True)
+
+
+def test_a_command_that_reads_never_makes_a_store(tmp_path, store_spec, capsys):
+    """``gate --stored --store results/perf.duckbd`` (a typo) made that 800 kB file, then said
+    "the store has no run of head": every command that reads, and maintenance, is exit 2 with
+    one line naming the store and what makes one, and nothing is made (a file, or a lake)."""
+    from ragbench import cli
+
+    store = str(store_spec)
+    for args in (["gate", "--stored", "--base", "HEAD~1", "--head", "HEAD"], ["detect"],
+                 ["export", "--out", str(tmp_path / "pq")], ["store", "info"],
+                 ["store", "maintain"]):  # fmt: skip
+        assert cli.main([*args, "--store", store]) == 2, args
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and "no results store at" in err and store in err, err
+        assert "ragbench ingest --store" in err
+    assert not (tmp_path / "pq").exists()
+    if isinstance(store_spec, Path):
+        assert not store_spec.exists() and list(tmp_path.iterdir()) == []
+    else:  # the lake's catalog was never made: a writer would make it now
+        with pytest.raises(StoreError, match="no results store at"):
+            Store(store_spec, read_only=True).counts()
 
 
 def test_store_from_environment(tmp_path, monkeypatch, store_spec):
@@ -386,7 +408,7 @@ def test_a_reader_never_makes_a_lake_and_a_writer_that_cannot_says_so(tmp_path):
     DuckDB file here, is not created); a data path that cannot be written fails the ingest at
     once with exit 2, not after the writers' ten minutes of retries."""
     catalog = tmp_path / "meta.ducklake"
-    with pytest.raises(StoreError, match="cannot attach the lake"):
+    with pytest.raises(StoreError, match="no results store at"):
         Store(f"ducklake:{catalog}", read_only=True).counts()
     assert not catalog.exists()
     (tmp_path / "afile").write_text("")
