@@ -100,17 +100,22 @@ def _record(args) -> int:
     from .record import record
 
     store = _store(args)
+    # GitHub's commit -> pull request association names the pull request whose acceptances
+    # a main commit gets; with no token (a local run) none is carried
+    client = _client(args) if os.environ.get("GITHUB_TOKEN") else None
     out = record(
         store, before=args.before, after=args.after, machine=_machine(args), mode=args.mode,
         results_dir=args.results, bench=args.bench, branch=store.branch,
-        max_commits=args.max_commits, log=_log,
+        max_commits=args.max_commits, client=client, log=_log,
     )  # fmt: skip
+    carried = f"{out.carried} accepted cell(s) carried" if client else "no GitHub access"
     _log(
         f"ragbench record: {len(out.stored)} commit(s) stored, {len(out.skipped)} already "
         f"there; benchmarks failed on {len(out.benchmark_failures)} (stored as failed), "
-        f"{len(out.refused)} result file(s) refused, {len(out.unmeasured)} not measurable"
+        f"{len(out.refused)} result file(s) refused, {len(out.unmeasured)} not measurable; "
+        f"acceptances of merged pull requests: {carried}"
     )
-    for sha, why in out.unmeasured:
+    for sha, why in out.unmeasured + out.uncarried:
         _log(f"  {sha[:12]}: {why}")
     return out.exit_code
 
@@ -442,11 +447,14 @@ def parser() -> argparse.ArgumentParser:
         description=(
             "Measure main's first-parent commits BEFORE..AFTER, and older ones not yet stored "
             "for this machine, oldest first; ingest each into the store (branch main) as soon "
-            "as it is measured; carry a merged pull request's acceptances to its main commit. "
-            "Exit 0 all stored, 1 a benchmark failed (stored as failed) or a result file was "
-            "refused, 2 a commit the suite could not run, or unusable input."
+            "as it is measured; carry a merged pull request's acceptances to its main commit "
+            "(the pull request GitHub associates with the commit, $GITHUB_TOKEN; none without "
+            "it). Exit 0 all stored, 1 a benchmark failed (stored as failed) or a result file "
+            "was refused, 2 a commit the suite could not run, GitHub could not be asked, or "
+            "unusable input."
         ),
     )
+    rec.add_argument("--repo", default=None, help="owner/name (default $GITHUB_REPOSITORY)")
     rec.add_argument("--before", default=None, help="the push's old tip (GitHub's before)")
     rec.add_argument("--after", default="HEAD", help="the push's new tip (default HEAD)")
     rec.add_argument("--mode", choices=["quick", "full"], default="full", help=MODE_HELP)
@@ -616,9 +624,11 @@ def parser() -> argparse.ArgumentParser:
         description=(
             "The perf-regression-accepted label was added by USER on the PR at --head: if "
             "GitHub says USER may write to the repository, record the acceptance of the "
-            "failures the gate found at that commit, then update the status and the comment. "
+            "failures the trusted verdict recorded at that commit (at most [gate] "
+            "max_accepted of policies.toml), then update the status and the comment. "
             "--withdraw (the label was removed) deletes it. Needs $GITHUB_TOKEN. Exit 0 done, "
-            "2 refused (no write permission, no gate verdict yet) or unusable input."
+            "2 refused (no write permission, no gate verdict yet, more failing cells than "
+            "max_accepted) or unusable input."
         ),
     )
     a.add_argument("--user", required=True, help="who added or removed the label")

@@ -1,5 +1,6 @@
-"""GitHub's REST API, the part the trusted pull-request jobs use: the gate's one comment, the
-``ragbench/gate`` commit status, a user's permission, a label.
+"""GitHub's REST API, the part the trusted jobs use: the gate's one comment, the
+``ragbench/gate`` commit status, a user's permission, a label, and the pull requests GitHub
+associates with a main commit (whose acceptances ``ragbench record`` carries to it).
 
 The client never waits for ever and never hands the token to a stranger:
 - every attempt has one deadline for the whole answer (``timeout``, 30 s, or
@@ -59,7 +60,9 @@ class Client:
         if not token:
             raise GitHubError("no token: set $GITHUB_TOKEN")
         if not repo or repo.count("/") != 1:
-            raise GitHubError(f"repository {repo!r} is not owner/name")
+            raise GitHubError(
+                f"repository {repo!r} is not owner/name: pass --repo or set $GITHUB_REPOSITORY"
+            )
         self.repo, self.token = repo, token
         self.api = (api or os.environ.get("GITHUB_API_URL") or "https://api.github.com").rstrip("/")
         env = os.environ
@@ -167,6 +170,22 @@ class Client:
         answer = self.call("GET", f"/repos/{self.repo}/collaborators/{quoted}/permission",
                            missing_ok=True)  # fmt: skip
         return (answer or {}).get("permission") or "none"
+
+    def commit_pulls(self, sha: str) -> list[dict]:
+        """The pull requests GitHub associates with commit ``sha`` (``GET /repos/{owner}/{repo}/
+        commits/{sha}/pulls``): for a commit on the default branch, the merged pull request
+        that brought it there; elsewhere also open ones. Pull request objects, as GitHub
+        gives them (``number``, ``merged_at``, ``merge_commit_sha``, ``base``, ``head`` ...)."""
+        pulls, page = [], 1
+        while True:
+            answer = self.call("GET", f"/repos/{self.repo}/commits/{sha}/pulls"
+                                      f"?per_page=100&page={page}")  # fmt: skip
+            if not isinstance(answer, list):
+                raise GitHubError(f"the pull requests of commit {sha[:12]}: not a list")
+            pulls += answer
+            if len(answer) < 100:
+                return pulls
+            page += 1
 
     def remove_label(self, pr: int, name: str) -> bool:
         """Take label ``name`` off ``pr``; -> False when it was not there."""

@@ -7,7 +7,10 @@ field, and for the head commit GitHub names, not the one it claims), records it 
 and judges it against the acceptances given on that head commit: the ``ragbench/gate`` commit
 status, one PR comment, and the exit code. ``accept`` records a maintainer's acceptance (the
 ``perf-regression-accepted`` label, added by a user GitHub says may write to the repository)
-for the failures of the head commit it was given on, or withdraws it (the label removed).
+of the failures that verdict recorded for the head commit it was given on, at most
+``[gate] max_accepted`` of them, or withdraws it (the label removed). ``merged_pulls`` names
+the pull request that merged a main commit from GitHub's own association, for ``ragbench
+record`` to carry its acceptances there.
 """
 
 from __future__ import annotations
@@ -16,7 +19,7 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from . import jsonfile
+from . import detect, jsonfile
 from .github import MARKER, Client
 from .store import Store
 from .verdicts import Status, VerdictError, read_gate_document
@@ -25,11 +28,45 @@ LABEL = "perf-regression-accepted"
 WRITERS = ("admin", "maintain", "write")
 
 
+class AcceptanceRefused(ValueError):
+    """More failing cells than one acceptance may cover: nothing is accepted (exit 2)."""
+
+
+def max_accepted(policies: Path | None = None) -> int:
+    """``[gate] max_accepted`` of the policies (the base branch's ragbench/policies.toml in
+    the trusted job): the most failing cells one acceptance may cover."""
+    value = detect.load_policies(policies).gate.get("max_accepted")
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise ValueError(f"policies: [gate] max_accepted is {value!r}, not a whole number >= 0 "
+                         "(ragbench/policies.toml sets it)")  # fmt: skip
+    return value
+
+
+def merged_pulls(client: Client, sha: str, branch: str) -> list[tuple[int, str]]:
+    """(number, head commit) of each pull request that GitHub's commit -> pull request
+    association says was merged into ``branch`` as ``sha``: merged, based on ``branch``, and
+    ``sha`` its ``merge_commit_sha`` (the merge commit, the squash commit, or a rebase's last
+    commit; the earlier commits of a rebase carry nothing). Never read from the commit's
+    subject, which the pull request's author writes ("Fix typo (#7)")."""
+    out = []
+    for p in client.commit_pulls(sha):
+        p = p if isinstance(p, dict) else {}
+        head, base = p.get("head") or {}, p.get("base") or {}
+        if (p.get("merged_at") and p.get("merge_commit_sha") == sha
+                and isinstance(base, dict) and base.get("ref") == branch
+                and isinstance(head, dict) and isinstance(head.get("sha"), str)
+                and isinstance(p.get("number"), int)):  # fmt: skip
+            out.append((p["number"], head["sha"]))
+    return out
+
+
 @dataclass
 class Judgement:
     state: str  # success | failure | error (the commit status)
     description: str
     unaccepted: list[dict]
+    accepted: int = 0  # failing cells covered by an acceptance
+    accepted_by: str = ""  # who gave those acceptances, comma-separated
 
     @property
     def exit_code(self) -> int:
@@ -44,33 +81,53 @@ def accepted_on(store: Store, pr: int, head: str) -> list[dict]:
 
 def judge(failures: list[dict], acceptances: list[dict]) -> Judgement:
     """The gate's failures at one head commit against the acceptances given on it."""
-    accepted = {(a["benchmark"], a["metric"], a["param_key"]) for a in acceptances}
-    left = [f for f in failures if (f["benchmark"], f["metric"], f["param_key"]) not in accepted]
+
+    def cell(row):
+        return row["benchmark"], row["metric"], row["param_key"]
+
+    failing = {cell(f) for f in failures}
+    by = {cell(a): a["accepted_by"] for a in acceptances if cell(a) in failing}
+    left = [f for f in failures if cell(f) not in by]
+    n, who = len(by), ", ".join(sorted(set(by.values())))
     if not failures:
         return Judgement("success", "no regression, no failed or missing cell", [])
     if not left:
-        who = ", ".join(sorted({a["accepted_by"] for a in acceptances}))
-        return Judgement("success", f"{len(failures)} failing cell(s) accepted by {who}", [])
+        return Judgement("success", f"{n} failing cell(s) accepted by {who}", [], n, who)
+    also = f" ({n} accepted by {who})" if n else ""
     if all(f["status"] == Status.INCONCLUSIVE for f in left):
         return Judgement("failure", f"inconclusive: {len(left)} cell(s) could not be judged "
-                         "(too noisy or too few samples); re-run the gate", left)  # fmt: skip
-    return Judgement("failure", f"{len(left)} failing cell(s), not accepted", left)
+                         f"(too noisy or too few samples){also}; re-run the gate", left, n,
+                         who)  # fmt: skip
+    return Judgement("failure", f"{len(left)} failing cell(s), not accepted{also}", left, n, who)
 
 
-def verdict_markdown(j: Judgement, head: str, pr: int) -> str:
-    """The trusted part of the PR comment: the verdict and how to accept."""
+def verdict_markdown(j: Judgement, head: str, pr: int, limit: int | None = None,
+                     note: str = "") -> str:  # fmt: skip
+    """The trusted part of the PR comment: the verdict, how many cells were accepted and by
+    whom, and how to accept (at most ``limit`` cells); ``note``: a line under the verdict."""
     lines = [
         MARKER,
         f"### ragbench verdict for {head[:12]}: **{j.state.upper()}**: {j.description}",
     ]
+    total = j.accepted + len(j.unaccepted)  # the failing cells
+    if j.accepted:
+        lines += ["", f"Accepted: {j.accepted} of {total} failing cell(s), by {j.accepted_by} "
+                      f"(the `{LABEL}` label on {head[:12]})."]  # fmt: skip
+    if note:
+        lines += ["", note]
     if j.unaccepted:
         lines += ["", "| cell | status | change | note |", "|---|---|---|---|"]
         for f in j.unaccepted[:50]:
             change = f"{f['change'] * 100:+.1f}%" if isinstance(f.get("change"), float) else "-"
             lines.append(f"| `{f['benchmark']}.{f['metric']}` {f['param_key']} | {f['status']} | "
                          f"{change} | {str(f.get('note') or '')[:100]} |")  # fmt: skip
-        lines += ["", f"A maintainer (write access) accepts these for {head[:12]} by adding the "
-                      f"`{LABEL}` label; a later push needs a new acceptance."]  # fmt: skip
+        if limit is not None and total > limit:
+            lines += ["", f"{total} failing cells are more than the {limit} one acceptance may "
+                          "cover (`[gate] max_accepted` in ragbench/policies.toml): fix them or "
+                          "split the pull request."]  # fmt: skip
+        else:
+            lines += ["", f"A maintainer (write access) accepts these for {head[:12]} by adding "
+                          f"the `{LABEL}` label; a later push needs a new acceptance."]  # fmt: skip
     return "\n".join(lines)
 
 
@@ -83,10 +140,12 @@ def run_url() -> str | None:
     return None
 
 
-def _publish(client: Client, store: Store, pr: int, head: str, j: Judgement, log) -> None:
+def _publish(client: Client, store: Store, pr: int, head: str, j: Judgement, log,
+             note: str = "") -> None:  # fmt: skip
     gate = store.gate(pr, head)
     report = (gate or {}).get("report") or ""
-    log(client.comment(pr, verdict_markdown(j, head, pr) + ("\n\n" + report if report else "")))
+    text = verdict_markdown(j, head, pr, max_accepted(), note)
+    log(client.comment(pr, text + ("\n\n" + report if report else "")))
     client.status(head, j.state, j.description, run_url())
 
 
@@ -117,9 +176,11 @@ def verdict(store: Store, client: Client | None, *, gate_json: Path, report: Pat
 
 def accept(store: Store, client: Client, *, pr: int, head: str, user: str,
            withdraw: bool = False, log=print) -> Judgement:  # fmt: skip
-    """Record ``user``'s acceptance of the gate's failures at ``head`` (or withdraw it), then
-    publish the new verdict. PermissionError when ``user`` may not write to the repository;
-    VerdictError when no gate verdict for ``head`` is recorded yet."""
+    """Record ``user``'s acceptance of the failures the trusted verdict recorded for ``pr`` at
+    ``head`` (or withdraw it), then publish the new verdict. PermissionError when ``user`` may
+    not write to the repository; VerdictError when no gate verdict for ``head`` is recorded
+    yet; AcceptanceRefused (the reason also in the PR comment) when it has more failing cells
+    than ``[gate] max_accepted``."""
     gate = store.gate(pr, head)
     if withdraw:
         n = store.withdraw(head, pr)
@@ -136,10 +197,25 @@ def accept(store: Store, client: Client, *, pr: int, head: str, user: str,
                 f"no gate verdict of PR #{pr} at {head[:12]} is recorded yet: add the {LABEL} "
                 "label again once the gate has reported"
             )
-        cells = [(f["benchmark"], f["metric"], f["param_key"]) for f in gate["failures"]]
-        if cells:
-            store.accept_cells(head, cells, f"{LABEL} label on PR #{pr}", user, pr=pr)
-        log(f"{user} ({permission}) accepted {len(cells)} failing cell(s) of {head[:12]}")
+        cells = list(dict.fromkeys((f["benchmark"], f["metric"], f["param_key"])
+                                   for f in gate["failures"]))  # fmt: skip
+        limit = max_accepted()
+        if len(cells) > limit:
+            why = (f"PR #{pr} at {head[:12]} has {len(cells)} failing cells, more than the "
+                   f"{limit} one acceptance may cover ([gate] max_accepted): nothing accepted; "
+                   "fix the regressions, split the pull request, or raise max_accepted in "
+                   "ragbench/policies.toml on the base branch")  # fmt: skip
+            j = judge(gate["failures"], accepted_on(store, pr, head))
+            _publish(client, store, pr, head, j, log, f"The `{LABEL}` label by {user} was "
+                     f"refused: {why}.")  # fmt: skip
+            raise AcceptanceRefused(why)
+        if cells:  # replacing an acceptance of an earlier verdict of this head
+            store.accept_cells(head, cells, f"{LABEL} label on PR #{pr}", user, pr=pr,
+                               replace=True)  # fmt: skip
+        log(
+            f"{user} ({permission}) accepted {len(cells)} failing cell(s) of PR #{pr} at "
+            f"{head[:12]} (at most {limit}: [gate] max_accepted)"
+        )
     if gate is None:
         return Judgement("failure", "no gate verdict recorded", [])
     j = judge(gate["failures"], accepted_on(store, pr, head))

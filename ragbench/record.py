@@ -5,7 +5,10 @@ one commit, not the commits it merged), plus any older first-parent commits not 
 store for this machine (a push whose job GitHub cancelled while it waited, or one that failed,
 is caught up by the next). Each commit is measured, then ingested at once with branch ``main``,
 so a later failure loses nothing measured before it; a benchmark that raised is stored as
-failed. Acceptances given on a pull request are carried to the main commit that merged it.
+failed. Acceptances given on a pull request are carried to the main commit that merged it,
+the pull request named by GitHub's commit -> pull request association (``pr.merged_pulls``),
+never by the commit's subject; with no GitHub access (no ``client``: no token, a local run)
+none is carried, and the log says so.
 """
 
 from __future__ import annotations
@@ -15,7 +18,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from . import suite
+from .github import Client, GitHubError
 from .ingest import ingest
+from .pr import merged_pulls
 from .store import Store
 
 ZERO = "0" * 40  # GitHub's ``before`` for a new branch
@@ -29,12 +34,14 @@ class Recorded:
     unmeasured: list[tuple[str, str]] = field(default_factory=list)  # (commit, why)
     skipped: list[str] = field(default_factory=list)  # already in the store
     left_out: int = 0  # older unstored commits beyond max_commits
+    carried: int = 0  # accepted cells carried to main commits
+    uncarried: list[tuple[str, str]] = field(default_factory=list)  # (commit, GitHub's error)
 
     @property
     def exit_code(self) -> int:
         """0 all stored; 1 a benchmark failed or a file was refused; 2 a commit the suite
-        could not run at all."""
-        if self.unmeasured:
+        could not run at all, or whose pull request GitHub could not be asked for."""
+        if self.unmeasured or self.uncarried:
             return 2
         return 1 if self.benchmark_failures or self.refused else 0
 
@@ -72,15 +79,45 @@ def _known(rev: str) -> bool:
     return True
 
 
+def carry(store: Store, client: Client | None, sha: str, branch: str, out: Recorded,
+          log: Callable[[str], None]) -> None:  # fmt: skip
+    """Carry to main commit ``sha`` the acceptances of the pull requests GitHub says merged it
+    into ``branch`` (none without a ``client``)."""
+    if client is None:
+        return
+    try:
+        merged = merged_pulls(client, sha, branch)
+    except GitHubError as exc:
+        out.uncarried.append((sha, str(exc)))
+        log(f"record: {sha[:12]}: GitHub could not say which pull request merged it ({exc}); "
+            "its acceptances are not carried: re-run the job")  # fmt: skip
+        return
+    n = store.carry_acceptances(sha, merged) if merged else 0
+    out.carried += n
+    prs = ", ".join(f"#{number}" for number, _ in merged) or "none"
+    log(f"record: {sha[:12]}: merged pull request(s) per GitHub: {prs}; {n} accepted cell(s) "
+        "carried to it")  # fmt: skip
+
+
 def record(store: Store, *, before: str | None, after: str, machine: str, mode: str,
            results_dir: Path, bench: list[str] = (), branch: str = "main",
-           max_commits: int = 30, log: Callable[[str], None] = print) -> Recorded:  # fmt: skip
+           max_commits: int = 30, client: Client | None = None,
+           log: Callable[[str], None] = print) -> Recorded:  # fmt: skip
+    """Measure and store main's pushed commits (module docstring); with ``client``, carry each
+    one's merged pull request's acceptances to it, also for commits stored before (a re-run
+    carries what a GitHub failure left)."""
     todo, done, left_out = commits(store, machine, before, after, max_commits)
     out = Recorded(skipped=done, left_out=left_out)
+    if client is None:
+        log(
+            "record: no GitHub access ($GITHUB_TOKEN unset): no pull request's acceptance is "
+            "carried to main (its pull request is taken only from GitHub's association)"
+        )
     if left_out:
         log(f"record: {left_out} older unstored commit(s) left out (--max-commits)")
     for sha in done:
         log(f"record: {sha[:12]} is already stored for {machine}: skipped")
+        carry(store, client, sha, branch, out, log)
     for i, sha in enumerate(todo, 1):
         log(f"record: [{i}/{len(todo)}] {sha[:12]}")
         try:
@@ -97,8 +134,5 @@ def record(store: Store, *, before: str | None, after: str, machine: str, mode: 
             out.refused.append(sha)
         else:
             out.stored.append(sha)
-        merged, prs = suite.merged(sha)
-        carried = store.carry_acceptances(sha, merged, prs)
-        if carried:
-            log(f"record: {carried} accepted cell(s) of the merged pull request carried to it")
+        carry(store, client, sha, branch, out, log)
     return out

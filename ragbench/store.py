@@ -548,12 +548,17 @@ class Store:
                           pr=pr, given_on=given_on)  # fmt: skip
 
     def accept_cells(self, commit_hash: str, cells: list[tuple[str, str, str]], reason: str,
-                     accepted_by: str, *, pr: int | None = None,
-                     given_on: str | None = None) -> None:  # fmt: skip
+                     accepted_by: str, *, pr: int | None = None, given_on: str | None = None,
+                     replace: bool = False) -> None:  # fmt: skip
         """``accept`` for many cells (benchmark, metric, param_key) in one transaction; a
-        cell accepted before at this commit is replaced."""
+        cell accepted before at this commit is replaced. ``replace``: every acceptance given
+        on ``pr`` at this commit goes first (one label accepts one verdict's failures, so
+        acceptances of successive verdicts never add up beyond ``[gate] max_accepted``)."""
 
         def work(con):
+            if replace:
+                con.execute("DELETE FROM acceptances WHERE commit_hash = ? AND pr = ?",
+                            [commit_hash, pr])  # fmt: skip
             for bench, metric, key in cells:
                 con.execute(
                     f"DELETE FROM acceptances WHERE {ACCEPTANCE_KEY}", [commit_hash, bench,
@@ -582,33 +587,39 @@ class Store:
 
         return self._write(work)
 
-    def carry_acceptances(self, main_commit: str, merged: list[str], prs: list[int]) -> int:
-        """Copy to ``main_commit`` the acceptances given on the commits it merged, or on the
-        pull requests it names (a squash merge's ``(#12)``): the lookback then sees the change
-        as accepted there (a cell accepted twice: the newer). -> how many cells."""
-        given = (
-            "FROM acceptances WHERE commit_hash <> ? AND "
-            "(list_contains(?::VARCHAR[], commit_hash) OR list_contains(?::INTEGER[], pr))"
-        )
-        args = [main_commit, merged, prs]
+    def carry_acceptances(self, main_commit: str, merged: list[tuple[int, str]]) -> int:
+        """Copy to ``main_commit`` the acceptances given on the pull requests that merged it,
+        ``merged`` as GitHub's commit -> pull request association names them (number, head
+        commit; ragbench.pr.merged_pulls), never as a commit's subject does. Only the cells
+        that the trusted verdict recorded failing at that head are carried (an acceptance of
+        a cell a later verdict of the same head no longer lists stays behind); the lookback
+        then sees the change as accepted there (a cell accepted twice: the newer). -> how many
+        cells."""
+        cols = "benchmark, metric, param_key, reason, accepted_by, accepted_at, pr, given_on"
 
         def work(con):
-            ((n,),) = con.execute(f"SELECT count(*) {given}", args).fetchall()
-            con.execute(
-                "DELETE FROM acceptances a WHERE commit_hash = ? AND EXISTS (SELECT 1 "
-                f"{given} AND benchmark = a.benchmark AND metric = a.metric AND "
-                "param_key = a.param_key)",
-                [main_commit, *args],
-            )
-            con.execute(
-                "INSERT INTO acceptances (commit_hash, benchmark, metric, param_key, reason, "
-                "accepted_by, accepted_at, pr, given_on) SELECT ?, benchmark, metric, "
-                f"param_key, reason, accepted_by, accepted_at, pr, given_on {given} QUALIFY "
-                "row_number() OVER (PARTITION BY benchmark, metric, param_key ORDER BY "
-                "accepted_at DESC) = 1",
-                [main_commit, *args],
-            )
-            return n
+            newest: dict[tuple, tuple] = {}
+            for pr, head in merged:
+                gate = con.execute(
+                    "SELECT failures FROM gates WHERE pr = ? AND head = ?", [pr, head]
+                ).fetchall()
+                if not gate:
+                    continue
+                failing = {(f["benchmark"], f["metric"], f["param_key"])
+                           for f in json.loads(gate[0][0])}  # fmt: skip
+                rows = con.execute(
+                    f"SELECT {cols} FROM acceptances WHERE pr = ? AND commit_hash = ?", [pr, head]
+                ).fetchall()
+                for row in rows:
+                    old = newest.get(row[:3])
+                    if row[:3] in failing and (old is None or row[5] > old[5]):
+                        newest[row[:3]] = row
+            for row in newest.values():
+                con.execute(f"DELETE FROM acceptances WHERE {ACCEPTANCE_KEY}",
+                            [main_commit, *row[:3]])  # fmt: skip
+                con.execute(f"INSERT INTO acceptances (commit_hash, {cols}) VALUES "
+                            "(?, ?, ?, ?, ?, ?, ?, ?, ?)", [main_commit, *row])  # fmt: skip
+            return len(newest)
 
         return self._write(work)
 

@@ -55,19 +55,6 @@ def resolve(revs: list[str], first_parent: bool = False) -> list[str]:
     return list(dict.fromkeys(shas))
 
 
-def merged(sha: str) -> tuple[list[str], list[int]]:
-    """What a commit brought onto its branch: the commits it merged (itself, and for a merge
-    those reachable from its other parents but not its first), and the pull requests its
-    subject names (``Merge pull request #12 ...``, a squash merge's ``... (#12)``)."""
-    parents = git("rev-list", "--parents", "-n", "1", sha).split()[1:]
-    commits = [sha]
-    if len(parents) > 1:
-        commits += git("rev-list", f"{parents[0]}..{sha}").split()
-    subject = git("log", "-1", "--format=%s", sha)
-    prs = [int(n) for n in re.findall(r"(?:Merge pull request #|\(#)(\d+)", subject)]
-    return list(dict.fromkeys(commits)), prs
-
-
 def asv_config(results_dir: Path, work: Path) -> Path:
     """asv.conf.json with absolute paths and the chosen results directory."""
     conf = json.loads(CONFIG.read_text())

@@ -1,13 +1,16 @@
 """A local stand-in for the part of GitHub's REST API that ``ragbench verdict`` and
 ``ragbench accept`` use: a pull request's comments (paged, 100 a page; each with its author),
-commit statuses, a user's permission, labels. For the tests and the workflow rehearsal
-(scripts/rehearse.py), which have no GitHub. It can also misbehave as a real server might:
-answer 5xx, trickle its answer a byte at a time, or redirect to another host.
+commit statuses, a user's permission, labels; and the part ``ragbench record`` uses: the pull
+requests associated with a commit (``gh.pulls[sha]``, objects made by ``pull``). For the tests
+and the workflow rehearsal (scripts/rehearse.py), which have no GitHub. It can also misbehave
+as a real server might: answer 5xx, trickle its answer a byte at a time, or redirect to
+another host.
 
     with FakeGitHub(token="t0ken") as gh:   # gh.url -> http://127.0.0.1:PORT
         ...                                  # GITHUB_API_URL=gh.url ragbench verdict ...
         gh.comments[7]                       # [{"id": 1, "body": "...", "user": {...}}] on PR 7
         gh.statuses[sha]                     # [{"state": "failure", ...}, ...], oldest first
+        gh.pulls[sq] = [pull(9, head=h9, merge_commit_sha=sq)]  # commit sq: PR 9 merged it
 """
 
 from __future__ import annotations
@@ -21,6 +24,21 @@ from urllib.parse import unquote
 BOT = "github-actions[bot]"
 
 
+def pull(number: int, *, head: str, merge_commit_sha: str | None, base: str = "main",
+         merged: bool = True) -> dict:  # fmt: skip
+    """A pull request object as GitHub's REST API gives it (the fields ragbench reads, and a
+    few it does not): merged into ``base`` as ``merge_commit_sha`` (a merge commit, the squash
+    commit, or the last rebased commit), or open (``merged=False``)."""
+    return {
+        "number": number, "state": "closed" if merged else "open",
+        "title": f"pull request {number}", "user": {"login": "author"},
+        "merged_at": "2026-11-30T12:00:00Z" if merged else None,
+        "merge_commit_sha": merge_commit_sha,
+        "head": {"ref": f"feature-{number}", "sha": head},
+        "base": {"ref": base, "sha": "0" * 40},
+    }  # fmt: skip
+
+
 class FakeGitHub:
     def __init__(self, token: str, *, bot: str = BOT, host: str = "127.0.0.1"):
         self.token, self.bot, self.host = token, bot, host
@@ -28,6 +46,7 @@ class FakeGitHub:
         self.statuses: dict[str, list[dict]] = {}  # commit -> statuses posted, oldest first
         self.labels: dict[int, set[str]] = {}  # PR number -> its labels
         self.permissions: dict[str, str] = {}  # user -> admin | write | read (default read)
+        self.pulls: dict[str, list[dict]] = {}  # commit -> its associated pull requests
         self.requests: list[str] = []  # "METHOD path", in order
         self.authorized: list[bool] = []  # per request: did it carry a token at all
         # misbehaviour: the next `server_errors` requests get 502; every answer is sent a
@@ -68,6 +87,9 @@ class FakeGitHub:
         if len(rest) == 2 and rest[0] == "statuses" and method == "POST":
             self.statuses.setdefault(rest[1], []).append(body)
             return 201, {"id": len(self.statuses[rest[1]]), **body}
+        if len(rest) == 3 and rest[0] == "commits" and rest[2] == "pulls" and method == "GET":
+            page = int(path.rsplit("page=", 1)[1]) if "page=" in path else 1
+            return 200, self.pulls.get(rest[1], [])[(page - 1) * 100 : page * 100]
         if len(rest) == 3 and rest[0] == "collaborators" and rest[2] == "permission":
             return 200, {"permission": self.permissions.get(rest[1], "read")}
         if len(rest) == 4 and rest[0] == "issues" and rest[2] == "labels" and method == "DELETE":
