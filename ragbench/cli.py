@@ -299,8 +299,8 @@ def _verdict(args) -> int:
 def _accept(args) -> int:
     from .pr import accept
 
-    j = accept(_store(args), _client(args), pr=args.pr, head=args.head, user=args.user,
-               withdraw=args.withdraw, log=_log)  # fmt: skip
+    j = accept(_store(args, create=False), _client(args), pr=args.pr, head=args.head,
+               user=args.user, withdraw=args.withdraw, log=_log)  # fmt: skip
     print(f"ragbench accept: the verdict is now {j.state.upper()}: {j.description}")
     return 0
 

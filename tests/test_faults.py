@@ -325,6 +325,10 @@ def test_accept_refuses_readers_and_unseen_gates_and_withdraws(tmp_path):
         env = {"GITHUB_TOKEN": "t0ken", "GITHUB_API_URL": gh.url, "GITHUB_REPOSITORY": "o/r"}
         common = ["--store", store, "--pr", 4, "--head", head]
         early = ragbench("accept", *common, "--user", "maintainer", env=env)
+        assert_clean_exit(early, 2, "no results store at")  # a mistyped --store: no new file
+        assert not store.exists()
+        Store(store).close()
+        early = ragbench("accept", *common, "--user", "maintainer", env=env)
         assert_clean_exit(early, 2, "no gate verdict of PR #4")
         verdict = ragbench("verdict", *common, "--gate-json", gate, "--github", env=env)
         assert_clean_exit(verdict, 1, "FAILURE")
