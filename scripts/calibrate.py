@@ -134,19 +134,18 @@ def side_cells(runs: list[dict]):
 
 
 def gate_run(base: list[dict], head: list[dict], recheck: tuple[dict, dict], policies):
-    """What ``ragbench gate`` would decide: -> (flagged keys, confirmed keys)."""
+    """What ``ragbench gate`` would decide on the cells judged across processes (the paired
+    ones are the paired comparison's): -> (flagged keys, the verdicts after the
+    re-measurement of flagged and inconclusive cells, ``detect.remeasured``)."""
     from ragbench import detect
     from ragbench.verdicts import Status
 
-    first = detect.compare(side_cells(base), side_cells(head), policies, detail=False)
-    flagged = {v.key for v in first.verdicts if v.status == Status.REGRESSION}
-    if not flagged:
-        return flagged, set()
-    b, h = side_cells([recheck[0]]), side_cells([recheck[1]])
-    b = {k: c for k, c in b.items() if k in flagged}
-    h = {k: c for k, c in h.items() if k in flagged}
-    again = detect.compare(b, h, policies, detail=False)
-    return flagged, {v.key for v in again.verdicts if v.status == Status.REGRESSION}
+    first = {"base": side_cells(base), "head": side_cells(head)}
+    c = detect.compare(first["base"], first["head"], policies, detail=False)
+    flagged = {v.key for v in c.verdicts if v.status == Status.REGRESSION}
+    again = {"base": side_cells([recheck[0]]), "head": side_cells([recheck[1]])}
+    detect.remeasured(c, first, again, policies, detail=False)
+    return flagged, [v for v in c.verdicts if not v.policy.paired]
 
 
 def trials(runs: list[dict]) -> dict[float, list[tuple[list, list, tuple]]]:
@@ -180,32 +179,43 @@ def is_target(key) -> bool:
 
 def rates(runs: list[dict], policies) -> dict:
     """False alarms per gate run (A/A) and detection of each injected slowdown, in total and
-    per triton cell (with the slowdown the gate's rounds measured there)."""
+    per triton cell (with the slowdown the gate's rounds measured there). Under the rule of
+    evidence (``detect.RULE``) a run also ends inconclusive where a cell other than the
+    injected one is, and an injected cell is caught (regression), inconclusive, or passed."""
+    from ragbench.verdicts import Status
+
     out = {}
     for cond, ts in trials(runs).items():
         if not ts:
             continue
-        alarms = flagged_runs = 0
+        alarms = flagged_runs = inconclusive_runs = 0
         per_cell: dict[str, dict] = {}
         for base, head, recheck in ts:
-            flagged, confirmed = gate_run(base, head, recheck, policies)
+            flagged, verdicts = gate_run(base, head, recheck, policies)
             injected = cond not in (0.0, "aa_windows")
-            alarms += any(not (injected and is_target(k)) for k in confirmed)
+            others = [v for v in verdicts if not (injected and is_target(v.key))]
+            alarm = any(v.status == Status.REGRESSION for v in others)
+            alarms += alarm
+            inconclusive_runs += not alarm and any(v.status == Status.INCONCLUSIVE for v in others)
             flagged_runs += any(not (injected and is_target(k)) for k in flagged)
             if injected:
                 b, h = side_cells(base), side_cells(head)
-                for key in (k for k in h if is_target(k)):
-                    c = per_cell.setdefault(key[2], {"caught": 0, "targets": 0, "measured": []})
+                for v in (v for v in verdicts if is_target(v.key)):
+                    c = per_cell.setdefault(v.key[2], {"caught": 0, "inconclusive": 0,
+                                                       "targets": 0, "measured": []})  # fmt: skip
                     c["targets"] += 1
-                    c["caught"] += key in confirmed
-                    c["measured"].append(statistics.median(h[key].samples)
-                                         / statistics.median(b[key].samples) - 1)  # fmt: skip
+                    c["caught"] += v.status == Status.REGRESSION
+                    c["inconclusive"] += v.status == Status.INCONCLUSIVE
+                    c["measured"].append(statistics.median(h[v.key].samples)
+                                         / statistics.median(b[v.key].samples) - 1)  # fmt: skip
         measured = [m for c in per_cell.values() for m in c["measured"]]
         out[cond] = {
             "gate_runs": len(ts), "false_alarm_runs": alarms,
+            "inconclusive_runs": inconclusive_runs,
             "flagged_before_recheck": flagged_runs,
             "targets": sum(c["targets"] for c in per_cell.values()),
             "caught": sum(c["caught"] for c in per_cell.values()),
+            "inconclusive": sum(c["inconclusive"] for c in per_cell.values()),
             "achieved_slowdown": statistics.median(measured) if measured else None,
             "cells": per_cell,
         }  # fmt: skip
@@ -292,17 +302,21 @@ def analyze(dirs: list[Path], write: Path | None) -> int:
         f"{len(runs)} runs ({len(dirs)} collection(s)), thresholds as in policies.toml.",
         "",
         "| head of the gate run | gate runs | runs with a false alarm (after re-measure) | "
-        "before re-measure | triton gpu_us cells caught | measured slowdown (median) |",
-        "|---|---|---|---|---|---|",
+        "before re-measure | runs inconclusive, no alarm | triton gpu_us cells caught | "
+        "inconclusive | passed (missed) | measured slowdown (median) |",
+        "|---|---|---|---|---|---|---|---|---|",
     ]
     names = {0.0: "A/A (blocks)", "aa_windows": "A/A (sliding windows of A runs)"}
     for cond, v in r.items():
         name = names[cond] if cond in names else f"triton kernel +{cond * 100:.0f}%"
         ach = "-" if v["achieved_slowdown"] is None else f"{v['achieved_slowdown'] * 100:+.1f}%"
+        missed = v["targets"] - v["caught"] - v["inconclusive"]
         lines.append(
             f"| {name} | {v['gate_runs']} | {_pct(v['false_alarm_runs'], v['gate_runs'])} | "
             f"{_pct(v['flagged_before_recheck'], v['gate_runs'])} | "
-            f"{_pct(v['caught'], v['targets'])} | {ach} |"
+            f"{_pct(v['inconclusive_runs'], v['gate_runs'])} | "
+            f"{_pct(v['caught'], v['targets'])} | {_pct(v['inconclusive'], v['targets'])} | "
+            f"{_pct(missed, v['targets'])} | {ach} |"
         )
     lines += ["", f"A/A in all: {aa_alarms} false alarm(s) in {aa_n} gate runs; one-sided 95% "
               f"upper bound {upper_95(aa_alarms, aa_n) * 100:.1f}% per run.", "",
@@ -426,11 +440,11 @@ def paired_rates(sets: list[list[dict]], policies, overlapping: bool = False) ->
     out: dict = {"groups": len(groups)}
     for cond, triples in TRIPLES.items():
         per: dict = {}
-        alarm_runs = runs = 0
+        alarm_runs = inconclusive_runs = runs = 0
         for g, triple in ((g, t) for g in groups for t in triples if set(t) <= g[0]["arms"].keys()):
             cells = paired.collect(_as_gate(g, triple))
             verdicts = paired.judge(cells, policies, paired.TOGETHER, size)
-            alarm = False
+            alarm = inconclusive = False
             for v in verdicts:
                 target = cond != "A/A" and _slowed(v.key)
                 row = per.setdefault((_label(v.key), target),
@@ -438,8 +452,11 @@ def paired_rates(sets: list[list[dict]], policies, overlapping: bool = False) ->
                 row["n"] += 1
                 row[v.status] = row.get(v.status, 0) + 1
                 alarm |= not target and v.status == Status.REGRESSION
+                inconclusive |= not target and v.status == Status.INCONCLUSIVE
             alarm_runs, runs = alarm_runs + alarm, runs + 1
-        out[cond] = {"per": per, "alarm_runs": alarm_runs, "runs": runs}
+            inconclusive_runs += inconclusive and not alarm
+        out[cond] = {"per": per, "alarm_runs": alarm_runs, "runs": runs,
+                     "inconclusive_runs": inconclusive_runs}  # fmt: skip
     return out
 
 
@@ -490,16 +507,21 @@ def paired_analyze(dirs: list[Path], write: Path | None) -> int:
         r = paired_rates(sets, pol)
         title = f"every paired threshold {threshold:.0%}" if threshold else "thresholds in force"
         runs = ", ".join(f"{c} {r[c]['alarm_runs']} of {r[c]['runs']}" for c in TRIPLES)
-        lines += [f"**{title}** (gate runs with a false alarm: {runs})", "",
-                  "| metric | A/A false alarms | A/A inconclusive | +5% caught | +10% caught | "
-                  "planted +5% / +10% measured |", "|---|---|---|---|---|---|"]  # fmt: skip
+        undecided = ", ".join(f"{c} {r[c]['inconclusive_runs']} of {r[c]['runs']}"
+                              for c in TRIPLES)  # fmt: skip
+        lines += [f"**{title}** (gate runs with a false alarm: {runs}; inconclusive without "
+                  f"one: {undecided})", "",
+                  "| metric | A/A false alarms | A/A inconclusive | +5% caught | +5% passed "
+                  "(missed) | +10% caught | +10% passed (missed) | planted +5% / +10% measured |",
+                  "|---|---|---|---|---|---|---|---|"]  # fmt: skip
         for label in sorted({k[0] for k in r["A/A"]["per"]}):
             aa = r["A/A"]["per"].get((label, False), {"n": 0, "regression": 0, "inconclusive": 0})
             fa = aa["regression"]
             caught = []
             for cond in ("+5%", "+10%"):
                 t = r[cond]["per"].get((label, True))
-                caught.append(_pct(t["regression"], t["n"]) if t else "-")
+                missed = t and t["n"] - t["regression"] - t["inconclusive"]
+                caught += [_pct(t["regression"], t["n"]), _pct(missed, t["n"])] if t else ["-"] * 2
             size = sizes.get(label)
             size = f"{size['h05'] * 100:+.1f}% / {size['h10'] * 100:+.1f}%" if size else "-"
             upper = upper_95(fa, aa["n"])
