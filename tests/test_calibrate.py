@@ -60,9 +60,11 @@ def test_analysis_counts_false_alarms_and_detections(tmp_path, capsys):
     assert rates[0.10]["caught"] == rates[0.10]["targets"] == 4  # 2 blocks x 2 triton cells
     assert rates[0.05]["caught"] == 4
     assert rates[0.05]["achieved_slowdown"] == pytest.approx(0.05, abs=0.005)
+    assert rates[0.0]["inconclusive_runs"] == 0 and rates[0.10]["inconclusive"] == 0
     assert calibrate.main(["analyze", str(tmp_path), "--write", str(tmp_path / "c.md")]) == 0
     text = (tmp_path / "c.md").read_text()
     assert "A/A (blocks)" in text and "triton kernel +5%" in text and "Threshold sweep" in text
+    assert "passed (missed)" in text and "runs inconclusive, no alarm" in text
 
 
 def _paired_doc(design: str, rng, slow: dict) -> dict:
@@ -92,6 +94,13 @@ def test_paired_analysis_counts_both_designs():
     assert r["+10%"]["runs"] == 1 and r["+10%"]["per"][("kernel.KernelLatency.host_us", True)][
         "regression"] == 1  # fmt: skip
     assert r["A/A"]["per"][("kernel.KernelLatency.host_us", False)]["n"] == 2 * 5
+    assert r["A/A"]["inconclusive_runs"] == 0
+    # the gate's A/A arm slowed 2%, more than half the 3% threshold: the A/A comparison is
+    # inconclusive (no pass), the planted +10% still caught
+    moved = [_paired_doc("detect", rng, {"aa": 0.02, "h10": 0.10}) for _ in range(3)]
+    r = calibrate.paired_rates([moved], calibrate.detect_policies())
+    assert r["A/A"]["inconclusive_runs"] == 1 and r["A/A"]["alarm_runs"] == 0
+    assert r["+10%"]["per"][("kernel.KernelLatency.host_us", True)]["regression"] == 1
 
 
 def test_the_alone_analysis_reports_what_the_fallback_could_not_judge(tmp_path, capsys):
