@@ -160,7 +160,7 @@ def _gate(args) -> int:
     result = run_gate(
         _store(args), args.base, args.head, policies=policies, machine=_machine(args),
         measure=args.measure, rounds=args.rounds, mode=args.mode, bench=args.bench,
-        paired_processes=args.paired_processes, log=_log,
+        paired_processes=args.paired_processes, log=_log, drift_check=args.drift,
     )  # fmt: skip
     text = gate_markdown(result)
     print(text)
@@ -179,8 +179,9 @@ def _gate(args) -> int:
 def _versions(args) -> int:
     import tempfile
 
+    from . import drift
     from .gate import run_gate
-    from .report import gate_markdown
+    from .report import drift_section, gate_markdown
 
     policies = detect.load_policies(args.policies)
     if args.bisect:
@@ -204,10 +205,14 @@ def _versions(args) -> int:
             rounds=args.rounds, mode=args.mode, bench=args.bench, paired_processes=0,
             log=_log, environments=sides,
         )  # fmt: skip
+        # the outputs of the two stacks, each computed twice by its own Python (ragbench.drift)
+        stacks = drift.compare_stacks(result.head, {s: e.python for s, e in sides.items()},
+                                      Path(tmp), margin=drift.margin_of(policies),
+                                      mode=args.mode, log=_log)  # fmt: skip
     c = result.comparison
     title = (f"ragbench versions: {args.to_spec} against {args.from_spec}, "
              f"{result.head[:12]}")  # fmt: skip
-    text = gate_markdown(result, title=title)
+    text = gate_markdown(result, title=title) + "\n".join(drift_section(stacks)) + "\n"
     changed = [v for v in c.verdicts if v.status in FAILING]
     if c.headline == Headline.PASS:
         last = f"Safe to upgrade from {args.from_spec} to {args.to_spec} on this machine."
@@ -217,6 +222,7 @@ def _versions(args) -> int:
                           for v in changed[:5])  # fmt: skip
         last = (f"Not shown safe ({c.headline}): {len(changed)} cell(s) changed"
                 + (f": {worst}" if worst else "") + ".")  # fmt: skip
+    last += " " + stacks.summary()
     print(text + "\n" + last)
     if args.report:
         args.report.write_text(text + "\n" + last + "\n")
@@ -514,7 +520,9 @@ def parser() -> argparse.ArgumentParser:
             "whose samples could not have shown a change of its threshold is inconclusive; a "
             "run where most gated cells are is INCONCLUSIVE, never a pass. Exit 0 pass, 1 fail "
             "or inconclusive, 2 unusable input. --stored compares what the store already holds "
-            "(the paired comparison still runs)."
+            "(the paired comparison still runs). Where ragged/ differs, head's outputs (logits, "
+            "keep masks, kernel outputs) are compared with base's on the same inputs: one that "
+            "moved beyond base's run-to-run noise is a drift finding, which fails."
         ),
     )
     g.add_argument("--base", required=True, help="base revision (a PR's merge base)")
@@ -532,6 +540,9 @@ def parser() -> argparse.ArgumentParser:
                    help=f"fresh processes of the paired comparison (default {PAIRED_PROCESSES}; "
                    "0: none; the host-time cells then fail only beyond 100%%, else are "
                    "inconclusive)")  # fmt: skip
+    g.add_argument("--no-drift", dest="drift", action="store_false",
+                   help="skip the comparison of head's outputs with base's (ragbench.drift): "
+                   "the numerics then keep only their bounds")  # fmt: skip
     g.add_argument("--mode", choices=["quick", "full"], default="quick", help=MODE_HELP)
     _bench_arg(g)
     g.add_argument("--policies", type=Path, default=None, help="policies file (TOML)")
