@@ -208,7 +208,7 @@ def _versions(args) -> int:
         # the outputs of the two stacks, each computed twice by its own Python (ragbench.drift)
         stacks = drift.compare_stacks(result.head, {s: e.python for s, e in sides.items()},
                                       Path(tmp), margin=drift.margin_of(policies),
-                                      mode=args.mode, log=_log)  # fmt: skip
+                                      mode=args.mode, bench=args.bench, log=_log)  # fmt: skip
     c = result.comparison
     title = (f"ragbench versions: {args.to_spec} against {args.from_spec}, "
              f"{result.head[:12]}")  # fmt: skip
@@ -222,7 +222,6 @@ def _versions(args) -> int:
                           for v in changed[:5])  # fmt: skip
         last = (f"Not shown safe ({c.headline}): {len(changed)} cell(s) changed"
                 + (f": {worst}" if worst else "") + ".")  # fmt: skip
-    last += " " + stacks.summary()
     print(text + "\n" + last)
     if args.report:
         args.report.write_text(text + "\n" + last + "\n")

@@ -20,9 +20,10 @@ head moved) in one process; for each output:
 - an output that head cannot compute and base can fails (``Status.FAILED``).
 
 ``ragbench versions`` compares one commit under two stacks the same way: each stack's own
-Python writes its file (two stacks cannot share a process) with base and ``aa``; the outputs
-of the two stacks are compared, and a difference beyond ``margin`` times the larger of the two
-stacks' run-to-run noise is reported as drift between stacks.
+Python writes its file (two stacks cannot share a process); where the two stacks' outputs
+differ, each stack computes those cells again, twice, in a fresh process, and a difference
+beyond ``margin`` times the larger of the two stacks' run-to-run noise (within and across
+processes) is reported as drift between stacks.
 
     python -m ragbench.drift FILE            # head against base (and aa) of one file
     python -m ragbench.drift FILE_A FILE_B   # between stacks: B's base against A's base
@@ -39,11 +40,13 @@ import shlex
 import subprocess
 import sys
 import time
+import zipfile
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from . import detect, suite
+from .store import param_key
 from .verdicts import Status
 
 REPO = Path(__file__).resolve().parent.parent
@@ -146,10 +149,6 @@ class Output:
                               self.status, note=self.note)  # fmt: skip
 
 
-def param_key(params: dict) -> str:
-    return ",".join(f"{k}={params[k]}" for k in sorted(params))
-
-
 def _noise_text(noise: float, metric: str) -> str:
     return f"{noise:.0f} position(s)" if metric == "keep_masks" else f"{noise:.3g}"
 
@@ -196,9 +195,9 @@ class Outputs:
             self._npz = np.load(self.path, allow_pickle=False)
             self.meta = json.loads(str(self._npz["meta"]))
             if self.meta.get("schema") != 1 or not isinstance(self.meta.get("cells"), list):
-                raise ValueError("not a file of benchmarks._outputs (schema 1)")
-        except (OSError, ValueError, KeyError) as exc:
-            raise DriftError(f"{self.path}: {exc}") from None
+                raise ValueError("no schema-1 meta document")
+        except (OSError, ValueError, KeyError, zipfile.BadZipFile) as exc:
+            raise DriftError(f"{self.path}: not a file of benchmarks._outputs ({exc})") from None
         self.cells = {(c["benchmark"], param_key(c["params"])): (i, c)
                       for i, c in enumerate(self.meta["cells"])}  # fmt: skip
 
@@ -255,21 +254,6 @@ class DriftReport:
     def findings(self) -> list[Output]:
         return [o for o in self.outputs if o.status == Status.DRIFT]
 
-    def summary(self) -> str:
-        """One line: how many outputs drifted, the largest first few."""
-        if self.skipped:
-            return f"Outputs not compared: {self.skipped}."
-        where = "between the stacks" if self.between == "stacks" else "from base's"
-        moved = sorted(self.findings, key=lambda o: -o.moved.measure)
-        if not moved:
-            return f"Numerics: no output drifted {where} beyond run-to-run noise."
-        names = ", ".join(f"{o.benchmark}.{o.metric} {o.key[2]}" for o in moved[:3])
-        more = f" and {len(moved) - 3} more" if len(moved) > 3 else ""
-        return (
-            f"Numerics: {len(moved)} output(s) drifted {where} beyond run-to-run noise: "
-            f"{names}{more}."
-        )
-
     def verdicts(self) -> list[detect.Verdict]:
         return [o.verdict(self.margin) for o in self.outputs]
 
@@ -278,8 +262,9 @@ class DriftReport:
         if self.between == "stacks":
             return (
                 f"An output drifted between the stacks when it differs by more than "
-                f"{self.margin:g}x the larger run-to-run noise of the two (each stack "
-                "computes the commit twice in one process); reported, not a failure."
+                f"{self.margin:g}x the larger run-to-run noise of the two (where they differ, "
+                "each stack computes them again, twice, in a fresh process); reported, not a "
+                "failure."
             )
         return (f"Head's output is a drift finding when it differs from base's, on the same "
                 f"inputs, seeds and stack, by more than {self.margin:g}x what base gives run to "
@@ -378,31 +363,58 @@ def against_base(base: str, head: str, work: Path, *, margin: float = MARGIN,
     return report
 
 
-def stack_outputs(python: Path | str, src: Path, out: Path, *, mode: str = "quick",
-                  log: Callable[[str], None] = print) -> Outputs:  # fmt: skip
-    """One stack's file for ``between_stacks``: ``src`` computed twice (base, aa) by that
-    stack's ``python``."""
-    return run_outputs({"base": src, "aa": src}, out, mode=mode, python=python, log=log)
-
-
 def compare_stacks(commit: str, pythons: dict[str, Path], work: Path, *,
-                   margin: float = MARGIN, mode: str = "quick",
+                   margin: float = MARGIN, mode: str = "quick", bench=(),
                    log: Callable[[str], None] = print) -> DriftReport:  # fmt: skip
     """``ragbench versions``: ``commit`` computed by the Python of each stack (``pythons``:
-    ``base``, the stack upgraded from, and ``head``), compared by ``between_stacks``."""
+    ``base``, the stack upgraded from, and ``head``), the parts ``bench`` selects
+    (``only_for``). Where the two differ, each stack computes those cells again, twice (base
+    and aa), in a fresh process: its run-to-run noise within and across processes."""
+    only = only_for(bench)
+    if only == "":
+        return DriftReport(margin=margin, between="stacks",
+                           skipped="--bench selects no numerics benchmark")  # fmt: skip
     t0 = time.perf_counter()
+    sides = ("base", "head")
     with suite.checkout(commit, work, prefix="drift") as src:
-        a = stack_outputs(pythons["base"], src, work / "outputs-base.npz", mode=mode, log=log)
-        b = stack_outputs(pythons["head"], src, work / "outputs-head.npz", mode=mode, log=log)
-    report = between_stacks(a, b, margin=margin)
+        first = [run_outputs({"base": src}, work / f"outputs-{s}.npz", mode=mode, only=only,
+                             python=pythons[s], log=log) for s in sides]  # fmt: skip
+        moved = [key for key in first[0].cells if _moved(first[0], first[1], key)]
+        again = None
+        if moved:
+            cells = "^(" + "|".join(re.escape(f"{b} {k}") for b, k in moved) + ")$"
+            twice = {"base": src, "aa": src}
+            again = [run_outputs(twice, work / f"again-{s}.npz", mode=mode, only=cells,
+                                 python=pythons[s], log=log) for s in sides]  # fmt: skip
+    report = between_stacks(*first, margin=margin, again=again)
     report.seconds = time.perf_counter() - t0
+    run = "-m benchmarks._outputs --arm base=SRC --arm aa=SRC " + (
+        f"--only {shlex.quote(only)} " if only else "") + "--out"  # fmt: skip
+    report.command = (f"git worktree add SRC {commit[:12]} && RAGBENCH_MODE={mode} "
+                      f"{pythons['base']} {run} A.npz && RAGBENCH_MODE={mode} "
+                      f"{pythons['head']} {run} B.npz && python -m ragbench.drift A.npz "
+                      "B.npz")  # fmt: skip
     return report
 
 
-def between_stacks(a: Outputs, b: Outputs, *, margin: float = MARGIN) -> DriftReport:
-    """Stack B's outputs against stack A's, judged against each stack's run-to-run noise."""
-    outputs = judge((a, "base"), (b, "base"), [((a, "base"), (a, "aa")), ((b, "base"),
-                    (b, "aa"))], margin)  # fmt: skip
+def _moved(a: Outputs, b: Outputs, key) -> bool:
+    """Whether the base arms of ``a`` and ``b`` both computed cell ``key`` and differ."""
+    x, y = a.arrays(key, "base"), b.arrays(key, "base")
+    return bool(x and y) and any(difference(m, x[m], y[m]) is not None for m in x if m in y)
+
+
+def between_stacks(a: Outputs, b: Outputs, *, margin: float = MARGIN,
+                   again: list[Outputs] | None = None) -> DriftReport:  # fmt: skip
+    """Stack B's outputs (arm base) against stack A's, judged against each stack's run-to-run
+    noise: its file's aa arm, or ``again`` (each stack's base and aa from a second process)
+    and how far that second process moved from the first."""
+    if again is None:
+        noise = [((a, "base"), (a, "aa")), ((b, "base"), (b, "aa"))]
+    else:
+        noise = []
+        for first, second in zip((a, b), again, strict=True):
+            noise += [((second, "base"), (second, "aa")), ((first, "base"), (second, "base"))]
+    outputs = judge((a, "base"), (b, "base"), noise, margin)
     device = a.meta.get("device", "")
     return DriftReport(outputs, margin, between="stacks", device=device,
                        command=f"python -m ragbench.drift {a.path} {b.path}")  # fmt: skip

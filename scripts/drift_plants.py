@@ -16,15 +16,17 @@ Each plant is a copy of this checkout's ``ragged/`` with one edit, made under ``
 Each is compared with the unedited copy exactly as the gate compares head with base
 (``drift.compare_trees``: base, head and base again in one process of ``benchmarks._outputs``;
 on a GPU the GPU grid, without one the CPU subset in Triton's interpreter). Printed: each
-comparison's verdict, its outputs that moved and by how much, the run-to-run noise and the wall
-time; written: ``DIR/drift_plants.md`` and ``DIR/drift_plants.json``. Exit 0 when every plant
-ended as expected (scale, pack and prune fail, aa and comment pass), 1 otherwise.
+comparison's verdict, its outputs that moved and by how much, the run-to-run noise, the wall
+time and the runner's CPU time; written: ``DIR/drift_plants.md`` and ``DIR/drift_plants.json``.
+Exit 0 when every plant ended as expected (scale, pack and prune fail, aa and comment pass), 1
+otherwise.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import resource
 import shutil
 import sys
 import time
@@ -96,6 +98,13 @@ def plant(name: str, dest: Path, src: Path = REPO) -> Path:
     return dest
 
 
+def _child_cpu() -> float:
+    """User + system CPU seconds of the finished child processes (the runner): its cost on a
+    loaded machine, where wall time says little."""
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
+
+
 def headline(report: drift.DriftReport) -> Headline:
     """The gate's headline from these verdicts alone."""
     return Headline.FAIL if any(v.status in FAILING for v in report.verdicts()) else Headline.PASS
@@ -123,18 +132,20 @@ def main(argv=None) -> int:
         head = plant(name, trees / name)
         work = args.out / f"work-{name}"
         work.mkdir(parents=True, exist_ok=True)
-        t0 = time.perf_counter()
+        t0, cpu0 = time.perf_counter(), _child_cpu()
         report = drift.compare_trees(base, head, work, margin=margin, mode=args.mode,
                                      log=lambda m: print(m, file=sys.stderr))  # fmt: skip
-        seconds = time.perf_counter() - t0
+        seconds, cpu = time.perf_counter() - t0, _child_cpu() - cpu0
         verdict = headline(report)
         expected = Headline.FAIL if PLANTS[name][3] else Headline.PASS
         ok &= verdict == expected
         mark = "as expected" if verdict == expected else f"NOT AS EXPECTED ({expected})"
-        heading = f"## {name}: {verdict.upper()} ({mark}), {seconds:.1f} s on {report.device}"
+        heading = (f"## {name}: {verdict.upper()} ({mark}), {seconds:.1f} s wall, {cpu:.1f} s "
+                   f"CPU, on {report.device}")  # fmt: skip
         lines += [heading, *drift_section(report), ""]
         rows.append({"plant": name, "verdict": str(verdict), "expected": str(expected),
-                     "seconds": round(seconds, 1), "device": report.device,
+                     "seconds": round(seconds, 1), "cpu_seconds": round(cpu, 1),
+                     "device": report.device,
                      "outputs": [{"output": f"{o.benchmark}.{o.metric} {o.key[2]}",
                                   "status": str(o.status), "note": o.note, "noise": o.noise,
                                   "max_abs_diff": o.moved.measure if o.moved else 0.0}

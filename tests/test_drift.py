@@ -140,7 +140,6 @@ def test_versions_compares_two_stacks_against_each_stack_s_noise(tmp_path):
     assert status == {"noisy": Status.UNCHANGED, "exact": Status.DRIFT, "moved": Status.DRIFT}
     noise = {o.params["backend"]: o.noise for o in report.outputs}
     assert noise["noisy"] == pytest.approx(1e-3, rel=1e-3) and noise["exact"] == 0.0
-    assert "drifted between the stacks" in report.summary()
     out = subprocess.run([sys.executable, "-m", "ragbench.drift", a.path, b.path],
                          capture_output=True, text=True, cwd=REPO)  # fmt: skip
     assert out.returncode == 1, out.stderr
