@@ -25,8 +25,8 @@ differ, each stack computes those cells again, twice, in a fresh process, and a 
 beyond ``margin`` times the larger of the two stacks' run-to-run noise (within and across
 processes) is reported as drift between stacks.
 
-    python -m ragbench.drift FILE            # head against base (and aa) of one file
-    python -m ragbench.drift FILE_A FILE_B   # between stacks: B's base against A's base
+    .venv/bin/python -m ragbench.drift FILE            # head against base (and aa), one file
+    .venv/bin/python -m ragbench.drift FILE_A FILE_B   # between stacks: B's base against A's
 """
 
 from __future__ import annotations
@@ -209,9 +209,10 @@ class Outputs:
         return {name: self._npz[f"c{i}.{arm}.{name}"] for name in cell["arrays"][arm]}
 
     def error(self, key, arm: str) -> str | None:
-        cell = self.cells.get(key, (None, {}))[1]
+        """Why ``arm`` has no arrays in cell ``key``, where the file says."""
+        _, cell = self.cells.get(key, (None, None))
         if cell is None:
-            return "not in the file"
+            return f"no cell {key[0]} {key[1]} in {self.path.name}"
         return cell.get("errors", {}).get(arm) or self.meta.get("errors", {}).get(arm)
 
 
@@ -315,22 +316,30 @@ def only_for(bench: list[str] | tuple[str, ...]) -> str | None:
     return "^(" + "|".join(re.escape(p) for p in parts) + ") " if parts else ""
 
 
+def head_against_base(f: Outputs, margin: float = MARGIN) -> DriftReport:
+    """The arm head of one file against its arm base, the noise from its arm aa."""
+    noise = [((f, "base"), (f, "aa"))]
+    meta = f.meta
+    return DriftReport(judge((f, "base"), (f, "head"), noise, margin), margin,
+                       device=meta.get("device", ""), seconds=meta.get("seconds", 0.0))  # fmt: skip
+
+
 def compare_trees(base: Path, head: Path, work: Path, *, margin: float = MARGIN,
-                  mode: str = "quick", only: str | None = None,
+                  mode: str = "quick", only: str | None = None, shown: tuple | None = None,
                   log: Callable[[str], None] = print) -> DriftReport:  # fmt: skip
-    """Head's tree against base's (each holding ``ragged/``): the gate's comparison."""
+    """Head's tree against base's (each holding ``ragged/``): the gate's comparison.
+    ``shown``: the (base, head) paths its reproducing command names (default: these)."""
     t0 = time.perf_counter()
     out = work / "outputs.npz"
     arms = {"base": base, "head": head, "aa": base}
     f = run_outputs(arms, out, mode=mode, only=only, aa_where_moved=True, log=log)
-    report = DriftReport(judge((f, "base"), (f, "head"), [((f, "base"), (f, "aa"))], margin),
-                         margin, device=f.meta.get("device", ""))  # fmt: skip
+    report = head_against_base(f, margin)
     report.seconds = time.perf_counter() - t0
-    arm_args = " ".join(f"--arm {a}={s}" for a, s in (("base", "BASE"), ("head", "HEAD"),
-                                                        ("aa", "BASE")))  # fmt: skip
-    report.command = (f"RAGBENCH_MODE={mode} python -m benchmarks._outputs {arm_args} "
+    b, h = map(shlex.quote, map(str, shown or (base, head)))
+    report.command = (f"RAGBENCH_MODE={mode} .venv/bin/python -m benchmarks._outputs "
+                      f"--arm base={b} --arm head={h} --arm aa={b} "
                       + (f"--only {shlex.quote(only)} " if only else "")
-                      + "--aa-where-moved --out outputs.npz && python -m ragbench.drift "
+                      + "--aa-where-moved --out outputs.npz && .venv/bin/python -m ragbench.drift "
                       "outputs.npz")  # fmt: skip
     return report
 
@@ -348,18 +357,20 @@ def against_base(base: str, head: str, work: Path, *, margin: float = MARGIN,
     try:
         trees = {suite.git("rev-parse", f"{sha}:ragged") for sha in (base, head)}
     except suite.SuiteError:
-        return DriftReport(margin=margin, skipped="base or head is not in this clone (stored "
-                           "results of another one): outputs not compared")  # fmt: skip
+        why = "base or head is not in this clone (stored results of another), or has no ragged/"
+        return DriftReport(margin=margin, skipped=f"{why}: outputs not compared")
     if len(trees) == 1:
         return DriftReport(margin=margin, skipped="base and head have the same ragged/ tree: "
                            "their outputs cannot differ")  # fmt: skip
     log(f"drift: head's outputs against base's ({mode} grid)")
+    shown = (f"../drift-base-{base[:8]}", f"../drift-head-{head[:8]}")
     with contextlib.ExitStack() as stack:
         b = stack.enter_context(suite.checkout(base, work, prefix="drift"))
         h = stack.enter_context(suite.checkout(head, work, prefix="drift"))
-        report = compare_trees(b, h, work, margin=margin, mode=mode, only=only, log=log)
-    report.command = (f"git worktree add BASE {base[:12]} && git worktree add HEAD "
-                      f"{head[:12]} && {report.command}")  # fmt: skip
+        report = compare_trees(b, h, work, margin=margin, mode=mode, only=only, shown=shown,
+                               log=log)  # fmt: skip
+    report.command = (f"git worktree add --detach {shown[0]} {base[:12]} && git worktree add "
+                      f"--detach {shown[1]} {head[:12]} && {report.command}")  # fmt: skip
     return report
 
 
@@ -392,7 +403,7 @@ def compare_stacks(commit: str, pythons: dict[str, Path], work: Path, *,
         f"--only {shlex.quote(only)} " if only else "") + "--out"  # fmt: skip
     report.command = (f"git worktree add SRC {commit[:12]} && RAGBENCH_MODE={mode} "
                       f"{pythons['base']} {run} A.npz && RAGBENCH_MODE={mode} "
-                      f"{pythons['head']} {run} B.npz && python -m ragbench.drift A.npz "
+                      f"{pythons['head']} {run} B.npz && .venv/bin/python -m ragbench.drift A.npz "
                       "B.npz")  # fmt: skip
     return report
 
@@ -417,10 +428,10 @@ def between_stacks(a: Outputs, b: Outputs, *, margin: float = MARGIN,
     outputs = judge((a, "base"), (b, "base"), noise, margin)
     device = a.meta.get("device", "")
     return DriftReport(outputs, margin, between="stacks", device=device,
-                       command=f"python -m ragbench.drift {a.path} {b.path}")  # fmt: skip
+                       command=f".venv/bin/python -m ragbench.drift {a.path} {b.path}")  # fmt: skip
 
 
-# --- python -m ragbench.drift ------------------------------------------------------------
+# --- the command line (ragbench.drift as a module) ----------------------------------------
 
 
 def main(argv=None) -> int:
@@ -439,9 +450,7 @@ def main(argv=None) -> int:
             f = files[0]
             if not {"base", "head"} <= set(f.meta.get("arms", {})):
                 raise ValueError(f"{f.path} has no arms base and head: give two stacks' files")
-            noise = [((f, "base"), (f, "aa"))]
-            report = DriftReport(judge((f, "base"), (f, "head"), noise, args.margin),
-                                 args.margin, device=f.meta.get("device", ""))  # fmt: skip
+            report = head_against_base(f, args.margin)
         else:
             report = between_stacks(*files, margin=args.margin)
     except (DriftError, ValueError) as exc:

@@ -185,7 +185,7 @@ def drift_section(d) -> list[str]:
             noise = "-" if o.noise is None else _num(o.noise, 3)
             lines.append(f"| `{o.benchmark}.{o.metric}` {o.key[2]} | {o.status} | {what} | "
                          f"{noise} |")  # fmt: skip
-    return [*lines, "", f"Reproduce: `{d.command}`"]
+    return [*lines, "", f"Reproduce: `{d.command}`"] if d.command else lines
 
 
 def sensitivity_line(c: Comparison) -> list[str]:

@@ -149,6 +149,20 @@ def test_versions_compares_two_stacks_against_each_stack_s_noise(tmp_path):
     assert out.returncode == 2 and "no arms base and head" in out.stderr
 
 
+def test_a_stack_moving_between_its_own_processes_is_noise(tmp_path):
+    """versions' second pass: where the stacks differed, each computed those cells again in a
+    fresh process; A's base moving 1.5e-3 from one process to the next makes B's 2e-3 noise."""
+    x = np.ones((4, 4), dtype=np.float32)
+    a = _stack_file(tmp_path / "a.npz", {"c": (x,)}, arms=("base",))
+    b = _stack_file(tmp_path / "b.npz", {"c": (x + 2e-3,)}, arms=("base",))
+    (o,) = drift.between_stacks(a, b).outputs
+    assert o.status == Status.DRIFT and "noise not measured" in o.note  # no second run: fails
+    again = [_stack_file(tmp_path / "a2.npz", {"c": (x + 1.5e-3,) * 2}),
+             _stack_file(tmp_path / "b2.npz", {"c": (x + 2e-3,) * 2})]  # fmt: skip
+    (o,) = drift.between_stacks(a, b, again=again).outputs
+    assert o.status == Status.UNCHANGED and o.noise == pytest.approx(1.5e-3, rel=1e-3)
+
+
 def test_the_gate_s_bench_selects_the_parts_and_same_trees_are_not_run(tmp_path):
     assert drift.only_for([]) is None
     assert drift.only_for([r"^cpu\.KernelError"]) == r"^(drift\.Kernel) "
