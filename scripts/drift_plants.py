@@ -1,7 +1,7 @@
 """Planted numeric changes against the gate's comparison of outputs (``ragbench.drift``).
 
     python -m scripts.drift_plants --out DIR [--plants aa,scale,pack,prune,comment]
-        [--mode quick]
+        [--mode quick] [--keep-outputs]
 
 Each plant is a copy of this checkout's ``ragged/`` with one edit, made under ``DIR/trees``:
 
@@ -15,11 +15,12 @@ Each plant is a copy of this checkout's ``ragged/`` with one edit, made under ``
 
 Each is compared with the unedited copy exactly as the gate compares head with base
 (``drift.compare_trees``: base, head and base again in one process of ``benchmarks._outputs``;
-on a GPU the GPU grid, without one the CPU subset in Triton's interpreter). Printed: each
-comparison's verdict, its outputs that moved and by how much, the run-to-run noise, the wall
-time and the runner's CPU time; written: ``DIR/drift_plants.md`` and ``DIR/drift_plants.json``.
-Exit 0 when every plant ended as expected (scale, pack and prune fail, aa and comment pass), 1
-otherwise.
+on a GPU the GPU grid, without one the CPU subset in Triton's interpreter; ``--mode full``:
+the full grid). Printed: each comparison's verdict, its outputs that moved and by how much,
+the run-to-run noise, the wall time and the runner's CPU time; written: ``DIR/drift_plants.md``
+and ``DIR/drift_plants.json`` (``--keep-outputs``: each comparison's ``outputs.npz`` too, ~25 MB
+on the GPU). Exit 0 when every plant ended as expected (scale, pack and prune fail, aa and
+comment pass), 1 otherwise.
 """
 
 from __future__ import annotations
@@ -116,6 +117,8 @@ def main(argv=None) -> int:
     ap.add_argument("--plants", default=",".join(PLANTS), help="comma-separated, of: "
                     + ", ".join(PLANTS))  # fmt: skip
     ap.add_argument("--mode", default="quick", choices=["quick", "full"], help="the grid")
+    ap.add_argument("--keep-outputs", action="store_true",
+                    help="keep each comparison's outputs.npz under DIR/work-PLANT")  # fmt: skip
     args = ap.parse_args(argv)
     names = [n for n in args.plants.split(",") if n]
     unknown = [n for n in names if n not in PLANTS]
@@ -136,6 +139,8 @@ def main(argv=None) -> int:
         report = drift.compare_trees(base, head, work, margin=margin, mode=args.mode,
                                      log=lambda m: print(m, file=sys.stderr))  # fmt: skip
         seconds, cpu = time.perf_counter() - t0, _child_cpu() - cpu0
+        if not args.keep_outputs:
+            shutil.rmtree(work)
         verdict = headline(report)
         expected = Headline.FAIL if PLANTS[name][3] else Headline.PASS
         ok &= verdict == expected
