@@ -2,9 +2,10 @@
 findings that fail the gate, the same code and a change that does not touch numerics pass; the
 gate runs the comparison in both modes; ``versions`` compares two stacks' files the same way.
 
-The plants are scripts/drift_plants.py's (copies of ragged/ with one edit), computed on the CPU
-subset in Triton's interpreter, on the smallest grid that shows each: DeiT-Ti at BS 2 through
-padded_max and the triton pipeline, and one kernel cell."""
+The plants are scripts/drift_plants.py's (copies of ragged/ with one edit), on the smallest grid
+that shows each: Threshold-L2 through padded_max and the triton pipeline, and one kernel cell;
+on the CPU subset in Triton's interpreter (DeiT-Ti fp32 at BS 2), on a GPU its grid (DeiT-B
+fp16 at BS 32)."""
 
 from __future__ import annotations
 
@@ -14,19 +15,20 @@ import sys
 
 import numpy as np
 import pytest
-from conftest import REPO
+from conftest import HAS_CUDA, REPO
 from test_gate import HEAD, PARENT, add_run, gpu_cells
 
-from benchmarks import _outputs
+from benchmarks import _grids, _outputs
 from ragbench import detect, drift, gate
 from ragbench.report import gate_markdown
 from ragbench.store import Store
 from ragbench.verdicts import Headline, Status, gate_document
 from scripts.drift_plants import plant
 
-PIPELINES = r"^drift\.Pipeline backend=(padded_max|triton),"  # DeiT-Ti, threshold_l2
-TRITON = "backend=triton,method=threshold_l2,model=deit_tiny_224"
-PADDED = "backend=padded_max,method=threshold_l2,model=deit_tiny_224"
+PIPELINES = r"^drift\.Pipeline backend=(padded_max|triton),method=threshold_l2,"
+MODEL = _grids.DRIFT_MODELS[0] if HAS_CUDA else _grids.CPU_MODEL
+TRITON = f"backend=triton,method=threshold_l2,model={MODEL}"
+PADDED = f"backend=padded_max,method=threshold_l2,model={MODEL}"
 HEADS = ("scale", "pack", "prune", "comment")
 
 
@@ -84,7 +86,7 @@ def test_the_gate_s_comparison_computes_base_again_only_where_head_moved(tmp_pat
     """compare_trees as the gate runs it, on one kernel cell that the scale plant moves and
     one it cannot (padded SDPA): base, head, and base again only for the moved one."""
     base, head = plant("aa", tmp_path / "base"), plant("scale", tmp_path / "scale")
-    only = r"^drift\.Kernel backend=(triton|padded_sdpa),dtype=float16"
+    only = r"^drift\.Kernel backend=(triton|padded_sdpa),dtype=float16,lengths=mixed"
     report = drift.compare_trees(base, head, tmp_path, only=only, log=lambda m: None)
     (finding,) = report.findings
     assert finding.key == ("drift.Kernel", "output", "backend=triton,dtype=float16,lengths=mixed")
