@@ -211,16 +211,28 @@ def output_hash(t: torch.Tensor) -> int:
     return int(hashlib.sha256(data).hexdigest()[:12], 16)
 
 
+def pipeline_outputs(model, images, method, name: str) -> tuple[torch.Tensor, list]:
+    """Pipeline ``name``'s logits [B, classes] on ``images`` and its keep masks (bool [B, N],
+    one a prune stage): what ``logit_drift`` compares with ``padded_max`` and ``_outputs``
+    saves raw."""
+    return pipeline(model, method, name).forward(images, return_masks=True)
+
+
+def kernel_output(backend: str, q, k, v, cu_seqlens, max_seqlen) -> torch.Tensor:
+    """``backend``'s attention on packed inputs, checked (``kernel_error`` and ``_outputs``)."""
+    return ragged.varlen_attention(q, k, v, cu_seqlens, max_seqlen, backend=backend)
+
+
 def logit_drift(model, images, method, names) -> dict[str, dict]:
     """Logits of each pipeline in ``names`` against ``padded_max`` over the same keep masks.
 
     -> {name: {max_abs_diff, mean_abs_diff, top1_agreement (share of images), output_hash}};
     a pipeline that ends on different keep masks gets ``skip`` with the reason.
     """
-    ref, ref_masks = pipeline(model, method, "padded_max").forward(images, return_masks=True)
+    ref, ref_masks = pipeline_outputs(model, images, method, "padded_max")
     out = {}
     for name in names:
-        logits, masks = pipeline(model, method, name).forward(images, return_masks=True)
+        logits, masks = pipeline_outputs(model, images, method, name)
         if any(not torch.equal(a, b) for a, b in zip(masks, ref_masks, strict=True)):
             out[name] = {"skip": "keep masks differ from the reference pipeline's"}
             continue
@@ -237,9 +249,7 @@ def logit_drift(model, images, method, names) -> dict[str, dict]:
 def kernel_error(backend: str, q, k, v, cu_seqlens, max_seqlen) -> dict:
     """Max abs error of a backend against the float64 oracle, and that error over eager
     PyTorch's at the same dtype (the tests' budget allows 2)."""
-    import ragged
-
-    out = ragged.varlen_attention(q, k, v, cu_seqlens, max_seqlen, backend=backend)
+    out = kernel_output(backend, q, k, v, cu_seqlens, max_seqlen)
     oracle = varlen_attention_reference(
         q.double(), k.double(), v.double(), cu_seqlens, compute_dtype=torch.float64
     )

@@ -168,7 +168,7 @@ def _gate(args) -> int:
     result = run_gate(
         store, args.base, args.head, policies=policies, machine=_machine(args),
         measure=args.measure, rounds=args.rounds, mode=args.mode, bench=args.bench,
-        paired_processes=args.paired_processes, log=_log,
+        paired_processes=args.paired_processes, log=_log, drift_check=args.drift,
     )  # fmt: skip
     text = gate_markdown(result)
     print(text)
@@ -187,8 +187,9 @@ def _gate(args) -> int:
 def _versions(args) -> int:
     import tempfile
 
+    from . import drift
     from .gate import _resolve, run_gate
-    from .report import gate_markdown
+    from .report import drift_section, gate_markdown
 
     policies = detect.load_policies(args.policies)
     args.commit = _resolve(args.commit)  # one commit (a range is refused) before any build
@@ -216,10 +217,14 @@ def _versions(args) -> int:
             rounds=args.rounds, mode=args.mode, bench=args.bench, paired_processes=0,
             log=_log, environments=sides,
         )  # fmt: skip
+        # the outputs of the two stacks, each computed twice by its own Python (ragbench.drift)
+        stacks = drift.compare_stacks(result.head, {s: e.python for s, e in sides.items()},
+                                      Path(tmp), margin=drift.margin_of(policies),
+                                      mode=args.mode, bench=args.bench, log=_log)  # fmt: skip
     c = result.comparison
     title = (f"ragbench versions: {args.to_spec} against {args.from_spec}, "
              f"{result.head[:12]}")  # fmt: skip
-    text = gate_markdown(result, title=title)
+    text = gate_markdown(result, title=title) + "\n".join(drift_section(stacks)) + "\n"
     changed = [v for v in c.verdicts if v.status in FAILING]
     if c.headline == Headline.PASS:
         last = f"Safe to upgrade from {args.from_spec} to {args.to_spec} on this machine."
@@ -528,7 +533,10 @@ def parser() -> argparse.ArgumentParser:
             "are judged instead from base, head and base again (A/A) timed in the same process, "
             "in randomized interleaved rounds, in --paired-processes fresh processes. "
             f"{detect.RULE} Exit 0 pass, 1 fail or inconclusive, 2 unusable input. --stored "
-            "compares what the store already holds (the paired comparison still runs)."
+            "compares what the store already holds (the paired comparison still runs). Where "
+            "ragged/ differs, head's outputs (logits, keep masks, kernel outputs) are compared "
+            "with base's on the same inputs: one that moved beyond base's run-to-run noise is a "
+            "drift finding, which fails."
         ),
     )
     g.add_argument("--base", required=True, help="base revision (a PR's merge base)")
@@ -546,6 +554,9 @@ def parser() -> argparse.ArgumentParser:
                    help=f"fresh processes of the paired comparison (default {PAIRED_PROCESSES}; "
                    "0: none; the host-time cells then fail only beyond 100%%, else are "
                    "inconclusive)")  # fmt: skip
+    g.add_argument("--no-drift", dest="drift", action="store_false",
+                   help="skip the comparison of head's outputs with base's (ragbench.drift): "
+                   "the numerics then keep only their bounds")  # fmt: skip
     g.add_argument("--mode", choices=["quick", "full"], default="quick", help=MODE_HELP)
     _bench_arg(g)
     g.add_argument("--policies", type=Path, default=None, help="policies file (TOML)")

@@ -19,7 +19,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from . import detect, paired, suite
+from . import detect, drift, paired, suite
 from .ingest import ingest
 from .store import Store
 from .verdicts import Headline, Status, gate_document
@@ -44,6 +44,7 @@ class GateResult:
     paired_method: str | None = None  # paired.TOGETHER or ALONE where it ran
     paired_processes: int = 0
     paired_seconds: float = 0.0
+    drift: drift.DriftReport | None = None  # head's outputs against base's, where compared
 
     @property
     def exit_code(self) -> int:
@@ -159,6 +160,20 @@ def _paired(result: GateResult, policies, *, processes, mode, work, log) -> None
     result.paired_seconds = time.perf_counter() - t0
 
 
+def _drift(result: GateResult, policies, *, mode, bench, work, log) -> None:
+    """Head's outputs against base's (``ragbench.drift``): each output a verdict, a drift
+    finding failing like a regression."""
+    try:
+        result.drift = drift.against_base(result.base, result.head, work, mode=mode,
+                                          margin=drift.margin_of(policies), bench=bench,
+                                          log=log)  # fmt: skip
+    except drift.DriftError as exc:
+        raise GateError(f"the comparison of outputs against base could not run: {exc}") from None
+    if result.drift.skipped:
+        log(f"drift: not compared: {result.drift.skipped}")
+    result.comparison.verdicts += result.drift.verdicts()
+
+
 def run_gate(
     store: Store,
     base_ref: str,
@@ -174,10 +189,13 @@ def run_gate(
     work_dir: Path | None = None,
     log: Callable[[str], None] = print,
     environments: dict | None = None,
+    drift_check: bool = True,
 ) -> GateResult:
     """Base against head (see the module). ``paired_processes=0``: no paired comparison (the
     host-time cells are then inconclusive). ``environments``: the ``envs.Env`` each side
-    (``"base"``, ``"head"``) is measured in (``ragbench versions``: one commit, two stacks)."""
+    (``"base"``, ``"head"``) is measured in (``ragbench versions``: one commit, two stacks).
+    ``drift_check``: compare head's outputs with base's (``ragbench.drift``; never across two
+    environments, which cannot share a process: ``versions`` compares them itself)."""
     environments = environments or {}
     t0 = time.perf_counter()
     base, head = (_resolve(r, None if measure else store, machine) for r in (base_ref, head_ref))
@@ -206,6 +224,9 @@ def run_gate(
             with tempfile.TemporaryDirectory(prefix="ragbench-gate-", dir=work_dir) as tmp:
                 _paired(result, policies, processes=paired_processes, mode=mode,
                         work=Path(tmp), log=log)  # fmt: skip
+        if drift_check and not environments:
+            with tempfile.TemporaryDirectory(prefix="ragbench-drift-", dir=work_dir) as tmp:
+                _drift(result, policies, mode=mode, bench=bench, work=Path(tmp), log=log)
         result.seconds = time.perf_counter() - t0
         return result
 
@@ -234,6 +255,8 @@ def run_gate(
         result.comparison = comparison
         if paired_processes:
             _paired(result, policies, processes=paired_processes, mode=mode, work=work, log=log)
+        if drift_check and not environments:
+            _drift(result, policies, mode=mode, bench=bench, work=work, log=log)
         result.base_runs = store.runs(label=f"{gate_id}:base:%")
         result.head_runs = store.runs(label=f"{gate_id}:head:%")
     result.seconds = time.perf_counter() - t0

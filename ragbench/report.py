@@ -134,6 +134,7 @@ def gate_markdown(res: GateResult, title: str | None = None) -> str:
     if violations:
         lines += ["", "### Bound violations", ""]
         lines += [f"- {_name(v)}: {v.note}" for v in violations]
+    lines += drift_section(res.drift)
     if improvements:
         lines += ["", "### Improvements", "", *_stat_table(improvements)]
     if inconclusive:
@@ -166,6 +167,37 @@ def gate_markdown(res: GateResult, title: str | None = None) -> str:
         lines += ["", "<details><summary>Unchanged cells</summary>", "",
                   *_stat_table(shown), "", "</details>"]  # fmt: skip
     return "\n".join(lines) + "\n"
+
+
+def drift_section(d) -> list[str]:
+    """A ``drift.DriftReport``: which outputs moved against base (or between two stacks), by
+    how much, the run-to-run noise, the rule, and the command that reproduces it."""
+    if d is None:
+        return []
+    title = ("Numeric drift between the stacks" if d.between == "stacks"
+             else "Outputs against base (numeric drift)")  # fmt: skip
+    lines = ["", f"### {title}", ""]
+    if d.skipped:
+        return [*lines, f"Not compared: {d.skipped}."]
+    moved = [o for o in d.outputs if o.moved is not None]
+    failed = [o for o in d.outputs if o.status == Status.FAILED]
+    lines += [
+        f"{len(d.outputs)} outputs compared ({d.device}, {d.seconds:.0f} s): "
+        f"{len(d.outputs) - len(moved) - len(failed)} identical bit for bit, "
+        f"{len(moved) - len(d.findings)} moved within run-to-run noise, "
+        f"{len(d.findings)} drift finding(s), {len(failed)} failed on head.",
+        "",
+        d.rule(),
+    ]
+    if moved or failed:
+        lines += ["", "| output | status | how far it moved | run-to-run noise |",
+                  "|---|---|---|---|"]  # fmt: skip
+        for o in [*moved, *failed]:
+            what = o.moved.describe(o.metric) if o.moved else o.note
+            noise = "-" if o.noise is None else _num(o.noise, 3)
+            lines.append(f"| `{o.benchmark}.{o.metric}` {o.key[2]} | {o.status} | {what} | "
+                         f"{noise} |")  # fmt: skip
+    return [*lines, "", f"Reproduce: `{d.command}`"] if d.command else lines
 
 
 def sensitivity_line(c: Comparison) -> list[str]:

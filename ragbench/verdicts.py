@@ -25,6 +25,7 @@ class Status(StrEnum):
     UNCHANGED = "unchanged"
     INCONCLUSIVE = "inconclusive"
     VIOLATION = "violation"
+    DRIFT = "drift"  # an output moved from base's beyond run-to-run noise (ragbench.drift)
     PRE_EXISTING = "pre-existing"
     FAILED = "failed"
     MISSING = "missing"
@@ -44,6 +45,8 @@ MEANING = {
     "of it on the point estimate",
     Status.INCONCLUSIVE: "no evidence either way (too few or too noisy samples): no pass",
     Status.VIOLATION: "a deterministic bound (drift, kernel error) broken on head",
+    Status.DRIFT: "an output differs from base's on the same inputs beyond what base gives run "
+    "to run (on a deterministic path: any difference)",
     Status.PRE_EXISTING: "the bound was broken on base too",
     Status.FAILED: "the benchmark raised on head",
     Status.MISSING: "base has a value, head none (NaN, skipped or gone)",
@@ -56,9 +59,10 @@ MEANING = {
     Status.INFO: "recorded and shown, never judged (not calibrated)",
 }
 
-# Verdicts that fail a gate: slower or worse beyond the threshold, a bound broken, a cell that
-# failed on head, or one that base has and head does not (NaN, skipped, or gone).
-FAILING = (Status.REGRESSION, Status.VIOLATION, Status.FAILED, Status.MISSING)
+# Verdicts that fail a gate: slower or worse beyond the threshold, a bound broken, an output
+# that drifted from base's, a cell that failed on head, or one that base has and head does not
+# (NaN, skipped, or gone).
+FAILING = (Status.REGRESSION, Status.VIOLATION, Status.DRIFT, Status.FAILED, Status.MISSING)
 
 
 class Headline(StrEnum):

@@ -52,9 +52,11 @@ def gpu_cells(scale: float = 1.0, seed: int = 0, extra: bool = False) -> dict:
 
 
 def run_cli(store: Path, *args) -> subprocess.CompletedProcess:
+    """The gate on stored cells; these tests' gates never compare the outputs of HEAD~1 and
+    HEAD (that would depend on what those commits changed: tests/test_drift.py plants it)."""
     return subprocess.run(
         [sys.executable, "-m", "ragbench", "gate", "--store", str(store), "--machine", "m1",
-         *args], capture_output=True, text=True, cwd=REPO,
+         "--no-drift", *args], capture_output=True, text=True, cwd=REPO,
     )  # fmt: skip
 
 
@@ -82,7 +84,7 @@ def test_stored_gate_exit_codes_and_report(tmp_path):
         add_run(store, HEAD, gpu_cells(seed=4), machine="m2")
     out = subprocess.run(
         [sys.executable, "-m", "ragbench", "gate", "--store", str(path), "--machine", "m2",
-         "--stored", "--base", "HEAD~1"], capture_output=True, text=True, cwd=REPO,
+         "--stored", "--base", "HEAD~1", "--no-drift"], capture_output=True, text=True, cwd=REPO,
     )  # fmt: skip
     assert out.returncode == 0, out.stderr
     assert "PASS" in out.stdout and "| regressions | 0 |" in out.stdout
@@ -170,7 +172,8 @@ def test_flagged_cells_are_measured_again(tmp_path, monkeypatch, recheck):
     monkeypatch.setattr(gate, "_measure", fake_measure)
     with Store(tmp_path / "perf.duckdb") as store:
         res = gate.run_gate(store, "HEAD~1", "HEAD", policies=detect.load_policies(),
-                            machine="m1", rounds=2, log=lambda m: None)  # fmt: skip
+                            machine="m1", rounds=2, log=lambda m: None,
+                            drift_check=False)  # fmt: skip
     sides = [c[0] for c in calls]
     assert sides == ["base", "head", "base", "head", "base", "head"]  # alternating, then again
     assert calls[-1][2] == [r"^kernel\.KernelLatency\.track_gpu_us(\(|$)"]  # only what was flagged
@@ -231,7 +234,7 @@ def test_a_flagged_cell_that_breaks_when_measured_again_still_fails(tmp_path, mo
     monkeypatch.setattr(gate, "_measure", fake_measure)
     res = gate.run_gate(Store(tmp_path / "perf.duckdb"), "HEAD~1", "HEAD",
                         policies=detect.load_policies(), machine="m1", rounds=1,
-                        log=lambda m: None)  # fmt: skip
+                        log=lambda m: None, drift_check=False)  # fmt: skip
     (v,) = [v for v in res.comparison.verdicts if v.params.get("backend") == "triton"
             and v.key[1] == "gpu_us"]  # fmt: skip
     assert v.rechecked and v.status == then and res.exit_code == 1
