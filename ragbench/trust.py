@@ -17,9 +17,9 @@ line: the first finding and what to do) when
    where pip fetches it (``PYTHONPATH``, ``PIP_INDEX_URL``, ``GIT_CONFIG_*``, ``LD_PRELOAD``,
    ...): pip's and git's own settings belong in /etc/pip.conf and /etc/gitconfig, root's;
 2. the home holds a file of git's, pip's or Python's user configuration (``~/.gitconfig``,
-   ``~/.config/pip/pip.conf``, a ``.pth`` in the user site, ...) that this user could have
-   written: one is accepted only when another user (the admin: root) owns it and this user
-   cannot write it;
+   ``~/.config/pip/pip.conf``, a ``.pth`` in the user site, ...) that a job could have
+   written: one is accepted only when root owns it, only root may write it, and the trusted
+   user is not root (the admin put it there);
 3. a cache that trusted jobs load code or launch settings from (the ragged build and tuning
    directories, Triton's and pip's caches) holds an entry owned by another user, writable by
    group or others, or a symbolic link;
@@ -118,8 +118,10 @@ def check_env(env: dict) -> list[Finding]:
             for k in bad]  # fmt: skip
 
 
-def _writable_by_us(st: os.stat_result, uid: int) -> bool:
-    return uid == 0 or st.st_uid == uid or bool(st.st_mode & (stat.S_IWGRP | stat.S_IWOTH))
+def the_admins(st: os.stat_result, uid: int) -> bool:
+    """A file root owns and only root may write, read by a trusted user ``uid`` who is not
+    root: no job of that user's (nor of another non-root user's) could have written it."""
+    return st.st_uid == 0 != uid and not st.st_mode & (stat.S_IWGRP | stat.S_IWOTH)
 
 
 def check_home(home: Path, env: dict, uid: int) -> list[Finding]:
@@ -136,13 +138,14 @@ def check_home(home: Path, env: dict, uid: int) -> list[Finding]:
             st = path.lstat()
         except FileNotFoundError:
             continue
-        if stat.S_ISLNK(st.st_mode) or _writable_by_us(st, uid):
+        if stat.S_ISLNK(st.st_mode) or not the_admins(st, uid):
             owner = "a symbolic link" if stat.S_ISLNK(st.st_mode) else f"owned by uid {st.st_uid}"
-            out.append(Finding(_shown(path, home), f"{owner}, which a job running as uid {uid} "
-                               "could have written (git, pip or Python reads it)",
+            out.append(Finding(_shown(path, home), f"{owner}, not a read-only file of root's "
+                               f"(the trusted user is uid {uid}): a job could have written it, "
+                               "and git, pip or Python reads it",
                                f"delete it (rm {path}); if the runner's admin put it there, make "
-                               "it root's and read-only (sudo chown root: FILE; sudo chmod 644 "
-                               "FILE), or move it to /etc"))  # fmt: skip
+                               f"it root's and read-only (sudo chown root: {path}; sudo chmod "
+                               f"644 {path}), or move it to /etc"))  # fmt: skip
     return out
 
 

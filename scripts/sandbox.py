@@ -268,6 +268,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--venv", type=Path, required=True, help="the environment the gate uses")
     ap.add_argument("--out", type=Path, required=True, help="where gate.json and gate.md go")
     args = ap.parse_args(argv)
+    # a cancelled job (SIGTERM after SIGINT) still throws the sandbox away (gate's finally)
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     try:
         return gate(args)
     except SandboxError as exc:

@@ -2,7 +2,7 @@
 of this working tree): a NaN kernel on a pull request through asv, acceptance by label, a later
 push, a fork that rewrites bench-pr.yml and plants files for the trusted jobs, a push GitHub
 cancelled while it waited, and what the pull request's code could reach. Its own file: make
-test's workers take whole files, and this one's ~7 minutes run beside the rest."""
+test's workers take whole files, and this one's ~6 minutes run beside the rest."""
 
 from __future__ import annotations
 

@@ -302,10 +302,15 @@ def test_the_trust_check_refuses_what_a_pull_requests_job_could_plant(tmp_path):
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text("[core]\n\tfsmonitor = echo planted\n")
         assert found() == ["~/" + str(path.relative_to(home))]
-        # a file the admin put there, which this user cannot write: accepted
-        path.chmod(0o644)
-        assert found(as_uid=uid + 1) == []
+        if uid == 0:  # a read-only file of root's, for a trusted user who is not root
+            path.chmod(0o644)
+            assert found(as_uid=1000) == []
         path.unlink()
+    # the rule itself: root's and read-only, for a trusted user who is not root
+    assert trust.the_admins(os.stat_result((0o100644, 0, 0, 1, 0, 0, 9, 0, 0, 0)), 1000)
+    for mode, owner, user in ((0o100664, 0, 1000), (0o100644, 1000, 1000), (0o100644, 999, 1000),
+                              (0o100644, 0, 0)):  # fmt: skip
+        assert not trust.the_admins(os.stat_result((mode, 0, 0, 1, owner, 0, 9, 0, 0, 0)), user)
     env = {"PYTHONPATH": "/x", "PIP_INDEX_URL": "https://pypi.invalid", "GIT_CONFIG_COUNT": "1",
            "LD_PRELOAD": "/x.so", "PIP_NO_CACHE_DIR": "1", "PATH": "/usr/bin"}  # fmt: skip
     assert found(env) == ["$GIT_CONFIG_COUNT", "$LD_PRELOAD", "$PIP_INDEX_URL", "$PYTHONPATH"]
