@@ -116,12 +116,20 @@ class User:
             raise SandboxError(f"the sandbox user {name!r} is root or this runner's own user: "
                                "it must be a user of its own")  # fmt: skip
         self.name, self.home = name, Path(entry.pw_dir)
+        try:
+            ok = self._as_user(["true"]).returncode == 0
+        except FileNotFoundError:  # no sudo
+            ok = False
+        if not ok:
+            raise SandboxError(f"sudo -n -u {name} true failed: the runner's user needs sudo and "
+                               "the sudo rule of docs/runner.md")  # fmt: skip
+        if self._leftover():
+            self._clean()  # a job before this one was not cleaned up
+        if left := self._leftover():
+            raise SandboxError(f"{name}'s home is not empty and cannot be emptied ({left}): "
+                               "the admin removes what is left before the next job")  # fmt: skip
         self.shared = Path(tempfile.mkdtemp(prefix="ragbench-sandbox-"))
         self.shared.chmod(0o755)  # the bundle: readable by NAME, written by us only
-        if self._as_user(["true"]).returncode != 0:
-            raise SandboxError(f"sudo -n -u {name} refused: the runner's user needs the sudo "
-                               "rule of docs/runner.md")  # fmt: skip
-        self._empty_home()
 
     def describe(self) -> str:
         return f"user {self.name} (home {self.home})"
@@ -130,16 +138,10 @@ class User:
         return subprocess.run(["sudo", "-n", "-u", self.name, "--", *argv], capture_output=True,
                               **kw)  # fmt: skip
 
-    def _empty_home(self) -> None:
-        left = self._as_user(["find", str(self.home), "-mindepth", "1", "-print", "-quit"],
-                             text=True).stdout.strip()  # fmt: skip
-        if left:
-            self._clean()  # a job before this one was not cleaned up
-            left = self._as_user(["find", str(self.home), "-mindepth", "1", "-print", "-quit"],
-                                 text=True).stdout.strip()  # fmt: skip
-        if left:
-            raise SandboxError(f"{self.name}'s home is not empty and cannot be emptied ({left}): "
-                               "the admin removes what is left before the next job")  # fmt: skip
+    def _leftover(self) -> str:
+        """A path in NAME's home, or "" when it is empty."""
+        find = ["find", str(self.home), "-mindepth", "1", "-print", "-quit"]
+        return self._as_user(find, text=True).stdout.strip()
 
     def share(self, path: Path) -> None:
         path.chmod(0o644)
@@ -172,10 +174,7 @@ class User:
     def destroy(self) -> None:
         self._clean()
         shutil.rmtree(self.shared, ignore_errors=True)
-        left = self._as_user(
-            ["find", str(self.home), "-mindepth", "1", "-print", "-quit"], text=True
-        ).stdout.strip()
-        if left:
+        if left := self._leftover():
             raise SandboxError(f"{self.name}'s home could not be emptied ({left})")
 
 
@@ -272,7 +271,7 @@ def main(argv: list[str] | None = None) -> int:
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     try:
         return gate(args)
-    except SandboxError as exc:
+    except (SandboxError, OSError) as exc:  # OSError: no git
         print(f"sandbox: error: {exc}", file=sys.stderr)
         return 2
 

@@ -395,3 +395,18 @@ def test_a_pull_requests_code_runs_for_writers_and_the_bench_gpu_label():
         env.pop("GITHUB_TOKEN")
         out = subprocess.run([*cmd, "dev"], env=env, cwd=REPO, capture_output=True, text=True)
         assert out.returncode == 2 and "Traceback" not in out.stderr
+
+
+def test_the_sandbox_refuses_to_run_without_a_throwaway_environment(tmp_path):
+    """scripts/sandbox.py (make gate-sandbox): RAGBENCH_SANDBOX unset, unknown, a user that
+    does not exist, or the rehearsal's same-user home outside a rehearsal: exit 2, one line,
+    before anything of the pull request's is fetched."""
+    cmd = [sys.executable, "-m", "scripts.sandbox", "--pr", "1", "--base", "b" * 40, "--head",
+           "h" * 40, "--venv", sys.prefix, "--out", str(tmp_path / "out"), "--backend"]  # fmt: skip
+    env = {"PATH": os.environ["PATH"], "HOME": str(tmp_path)}
+    for backend, says in (("", "expected user:NAME"), ("docker:x", "expected user:NAME"),
+                          ("user:ragbench-no-such-user", "no user"),
+                          ("rehearsal", "RAGBENCH_REHEARSAL=1")):  # fmt: skip
+        out = subprocess.run([*cmd, backend], cwd=REPO, env=env, capture_output=True, text=True)
+        assert out.returncode == 2 and says in out.stderr, out.stderr
+        assert len(out.stderr.strip().splitlines()) == 1 and not (tmp_path / "out").exists()
