@@ -6,7 +6,7 @@ BIN := $(VENV)/bin
 # then the project with its dev extras.
 TORCH := torch==2.14.1 torchvision==0.29.1
 
-.PHONY: setup test lint format demo tour dashboard screenshots bench bench-full bench-self bench-kernel bench-pipeline browser postgres store-maintain bench-main bench-summary gate gate-pr gate-verdict gate-accept rehearse clean
+.PHONY: setup test lint format demo tour dashboard screenshots bench bench-full bench-self bench-kernel bench-pipeline browser postgres store-maintain bench-main bench-summary gate gate-pr gate-approve gate-sandbox gate-verdict gate-accept trust rehearse clean
 
 # The stamp is named by pyproject.toml's content, not dated by it: a fresh checkout dates
 # every file now, which would rebuild a .venv that CI restored from its cache.
@@ -85,6 +85,20 @@ postgres:
 	  S=$$([ "$$(id -u)" = 0 ] || echo sudo); \
 	  $$S apt-get update -qq && $$S apt-get install -y -qq postgresql >/dev/null; }
 
+# The trusted jobs' tripwire (ragbench/trust.py; docs/runner.md): exit 2 when the environment,
+# the home or this checkout holds what a pull request's job could have planted. The system's
+# python3, before the .venv is built or used (pip would read a planted pip.conf), without the
+# user site or PYTHON* settings (-s -E: a planted .pth would run first). In a GitHub job every
+# trusted target below runs it first (TRUST); `make trust` runs it anywhere.
+trust:
+	$(PYTHON) -s -E -m ragbench.trust check --list --workspace .
+TRUST := $(if $(GITHUB_ACTIONS),trust)
+
+# GPU_LOCK (the runner's RAGBENCH_GPU_LOCK, a file root owns): the jobs that measure take it, so
+# the trusted runner's and the sandbox runner's jobs never measure on one GPU at once.
+GPU_LOCK ?= $(RAGBENCH_GPU_LOCK)
+LOCKED = $(if $(GPU_LOCK),flock '$(GPU_LOCK)')
+
 # BENCH (regexes, as asv run --bench) narrows bench-main and gate, ROUNDS sets the gate's
 # alternating rounds (default: policies.toml); the workflows leave both empty, the test's
 # short rehearsal (scripts/rehearse.py --bench) sets them to stay short.
@@ -96,16 +110,16 @@ ROUNDS ?=
 # older ones the store lacks, each ingested into STORE as soon as it is measured; a snapshot
 # for the artifact whatever happened. Exit 1 when a benchmark failed (stored as failed).
 AFTER ?= HEAD
-bench-main: setup
+bench-main: $(TRUST) setup
 	mkdir -p results
-	$(BIN)/python -m ragbench record --store "$(STORE)" --after $(AFTER) \
+	$(LOCKED) $(BIN)/python -m ragbench record --store "$(STORE)" --after $(AFTER) \
 	  $(if $(BEFORE),--before $(BEFORE)) --results results/asv $(BENCH_ARGS); \
 	rc=$$?; if [ -f "$(STORE)" ]; then cp "$(STORE)" results/store-snapshot.duckdb; fi; exit $$rc
 
 # main's history into the summary; a regression on main (exit 1) is reported, not a failure
 # of the step, a detect that could not run (exit 2) is both (and says so in the summary).
 SUMMARY ?= $(or $(GITHUB_STEP_SUMMARY),/dev/stdout)
-bench-summary: setup
+bench-summary: $(TRUST) setup
 	$(BIN)/python -m ragbench detect --store "$(STORE)" >> $(SUMMARY) || test $$? = 1
 
 # pull requests: the gate on the merge base of BASE_SHA and HEAD_SHA against HEAD_SHA, into a
@@ -122,27 +136,42 @@ gate: setup
 	mkdir -p results
 	$(GATE)
 
-# bench-pr's job, the pull request's own code: exit 1 (it fails) is left to the trusted
-# verdict, which knows the acceptances; a gate that could not judge (2) fails the job.
+# What the sandbox runs: the pull request's own code (scripts/sandbox.py calls the pull
+# request's `make gate-pr`). Exit 1 (it fails) is left to the trusted verdict, which knows the
+# acceptances; a gate that could not judge (2) fails the job.
 gate-pr: setup
 	mkdir -p results
 	$(GATE) || test $$? = 1
+
+# bench-pr's three jobs (docs/runner.md). approve (trusted): may this pull_request_target event
+# (ACTION by SENDER, LABEL) run PR's code? Exit 1 when not, and a stale bench-gpu label comes
+# off. gate-sandbox (the sandbox runner): the PR's head HEAD_SHA, fetched as data, gated by its
+# own `make gate-pr` in the throwaway environment RAGBENCH_SANDBOX with this .venv read-only;
+# its gate.json and gate.md copied into results/. The verdict is gate-verdict below.
+gate-approve: $(TRUST)
+	$(PYTHON) -s -E -m ragbench.trust approve --pr $(PR) --user "$$SENDER" --action "$$ACTION" \
+	  $(if $(LABEL),--label "$$LABEL")
+
+gate-sandbox: setup
+	mkdir -p results
+	$(LOCKED) $(PYTHON) -m scripts.sandbox --backend "$$RAGBENCH_SANDBOX" --pr $(PR) \
+	  --base $(BASE_SHA) --head $(HEAD_SHA) --venv $(abspath $(VENV)) --out results
 
 # The trusted jobs (the base branch's code, $GITHUB_TOKEN): the gate's artifact judged
 # against the acceptances of HEAD_SHA, posted as PR PR's comment and the ragbench/gate status;
 # and the perf-regression-accepted label, added (or removed: LABEL_ACTION=unlabeled) by
 # LABEL_USER, recorded if GitHub says LABEL_USER may write to the repository.
-gate-verdict: setup
+gate-verdict: $(TRUST) setup
 	$(BIN)/python -m ragbench verdict --github --store "$(STORE)" --gate-json results/gate.json \
 	  --report results/gate.md --pr $(PR) --head $(HEAD_SHA)
 
-gate-accept: setup
+gate-accept: $(TRUST) setup
 	$(BIN)/python -m ragbench accept --store "$(STORE)" --pr $(PR) --head $(HEAD_SHA) \
 	  --user $(LABEL_USER) $(if $(filter unlabeled,$(LABEL_ACTION)),--withdraw)
 
 # store-maintain's job (weekly): a lake's small files merged, old snapshots expired, unread
 # files deleted; a file store checkpointed (docs/store.md).
-store-maintain: setup
+store-maintain: $(TRUST) setup
 	$(BIN)/python -m ragbench store maintain --store "$(STORE)"
 
 # bench-versions' job (weekly): the upgrade report of HEAD from the pinned stack (this .venv's
@@ -152,10 +181,10 @@ store-maintain: setup
 FROM ?= pinned
 TO ?= newest
 VERSIONS_REPORT ?= results/versions.md
-bench-versions: setup
+bench-versions: $(TRUST) setup
 	mkdir -p $(dir $(VERSIONS_REPORT))
-	$(BIN)/python -m ragbench versions --from $(FROM) --to $(TO) --report $(VERSIONS_REPORT) \
-	  $(BENCH_ARGS) >> $(SUMMARY) || test $$? = 1
+	$(LOCKED) $(BIN)/python -m ragbench versions --from $(FROM) --to $(TO) \
+	  --report $(VERSIONS_REPORT) $(BENCH_ARGS) >> $(SUMMARY) || test $$? = 1
 
 # The push and pull-request workflows' steps run here, in order, from a fresh clone, through
 # a push and four pull-request events, with no GitHub (scripts/rehearse.py --help).

@@ -17,7 +17,7 @@ import time
 import traceback
 from pathlib import Path
 
-from . import detect, envs, fingerprint, suite
+from . import detect, envs, fingerprint, suite, trust
 from .paired import PROCESSES as PAIRED_PROCESSES
 from .store import (
     BRANCH_VAR,
@@ -663,6 +663,7 @@ def parser() -> argparse.ArgumentParser:
     d.add_argument("--last", type=int, default=200, help="commits per series (default 200)")
     d.add_argument("--policies", type=Path, default=None, help="policies file (TOML)")
     d.set_defaults(func=_detect)
+    trust.add_parser(sub)  # ragbench/trust.py: the trusted jobs' tripwire, who may run a PR
     return p
 
 

@@ -1,6 +1,6 @@
 """The trusted side of a pull request's gate: what the base branch's code does with the gate's
-output, in jobs that never run the pull request's code (``bench-pr-verdict.yml`` on
-``workflow_run``, ``bench-accept.yml`` on ``pull_request_target``; docs/runner.md).
+output, in jobs that never run the pull request's code (``bench-pr.yml``'s verdict job and
+``bench-accept.yml``, both on ``pull_request_target`` on the trusted runner; docs/runner.md).
 
 ``verdict`` reads the gate's JSON (an artifact the pull request's code wrote: checked field by
 field, and for the head commit GitHub names, not the one it claims), records it in the store,

@@ -1,6 +1,13 @@
-"""A self-hosted runner for scripts/rehearse.py: GitHub events, which workflows they trigger,
-and each job's steps run in one reused workspace (checkout, cache, artifacts, setup-python
-stood in for; ``run:`` steps in bash with GitHub's environment)."""
+"""Self-hosted runners for scripts/rehearse.py: GitHub events, which workflows they trigger,
+which runner takes each job, and its steps run in that runner's reused workspace (checkout,
+cache, artifacts, setup-python stood in for; ``run:`` steps in bash with GitHub's environment
+and the runner's own home).
+
+Two runners, as docs/runner.md sets the GPU machine up: ``trusted`` (labels ``[self-hosted,
+linux, gpu, trusted]``: the store, the token) and ``sandbox`` (``[..., sandbox]``: the pull
+request's gate). Each is in a runner group that runs only the jobs of its selected workflow
+files as main has them (``OWNER/REPO/.github/workflows/FILE.yml@refs/heads/main``): a job of
+any other file or ref, whatever its labels, finds no runner (on GitHub it stays queued)."""
 
 from __future__ import annotations
 
@@ -21,11 +28,21 @@ from pathlib import Path
 
 import yaml
 
+from ragbench import trust
 from scripts.workflow_expressions import RehearsalError, condition, contains, interpolate, to_text
 
 REPO = Path(__file__).resolve().parent.parent
 REPOSITORY = "rehearsal/ragged"
 TOKEN = "rehearsal-token"
+MAIN = "refs/heads/main"
+# The runner groups of docs/runner.md: a runner's labels, and the workflow files (as main has
+# them) whose jobs its group runs.
+GROUPS = {
+    "trusted": (("self-hosted", "linux", "gpu", "trusted"),
+                ("bench-main", "bench-pr", "bench-accept", "store-maintain", "bench-versions")),
+    "sandbox": (("self-hosted", "linux", "gpu", "sandbox"), ("bench-pr",)),
+}  # fmt: skip
+FOLDERS = ("runner", "sandbox-runner")  # each service's home and work folder, under the root
 
 
 def log(msg: str) -> None:
@@ -54,19 +71,51 @@ class Event:
     run: bool = True  # False: a run GitHub cancelled while it was pending
 
 
+def workflow_ref(stem: str, ref: str) -> str:
+    """How a runner group's "selected workflows" name a workflow file at a ref."""
+    return f"{REPOSITORY}/.github/workflows/{stem}.yml@{ref}"
+
+
+@dataclass
+class Service:
+    """One runner service on the machine: its group's labels and selected workflows, its own
+    user's home and work folder."""
+
+    name: str
+    labels: frozenset
+    workflows: frozenset  # workflow_ref()s its group runs
+    home: Path
+    workspace: Path
+
+    def takes(self, runs_on, ref: str) -> bool:
+        wanted = {runs_on} if isinstance(runs_on, str) else set(runs_on)
+        return wanted <= self.labels and ref in self.workflows
+
+
 @dataclass
 class JobResult:
     workflow: str
     job: str
-    conclusion: str  # success, failure, skipped
+    conclusion: str  # success, failure, skipped, no runner
     seconds: float = 0.0
     steps: list[tuple[str, str, float]] = field(default_factory=list)  # (step, outcome, s)
     summary: str = ""
     envs: list[dict] = field(default_factory=list)  # each run step's environment
+    source: str = "main"  # where the workflow file came from: main, or the PR's merge commit
+    runner: str = ""  # the service that ran it
+
+    @property
+    def key(self) -> str:
+        """``workflow/job``, ``pr:workflow/job`` for a file from the pull request."""
+        return f"{'pr:' if self.source == 'pr' else ''}{self.workflow}/{self.job}"
 
 
 def load_workflow(path: Path) -> dict:
-    data = yaml.safe_load(path.read_text())
+    return load_workflow_text(path.read_text())
+
+
+def load_workflow_text(text: str) -> dict:
+    data = yaml.safe_load(text)
     data["on"] = data.pop(True, data.get("on"))  # YAML 1.1 reads the key `on` as True
     return data
 
@@ -95,7 +144,8 @@ def triggers(flow: dict, event: Event) -> bool:
 
 
 class Runner:
-    """A self-hosted runner's directories, and one job at a time."""
+    """The machine's runner services (``GROUPS``) and GitHub's side of them (caches, artifacts,
+    run ids); one job at a time."""
 
     def __init__(
         self,
@@ -108,15 +158,39 @@ class Runner:
     ):
         self.root, self.origin, self.api_url = root, origin, api_url
         self.bench, self.verbose, self.warm_venv = bench, verbose, warm_venv
-        self.workspace = root / "runner" / "work" / "ragged"
+        self.services = [
+            Service(name, frozenset(labels),
+                    frozenset(workflow_ref(stem, MAIN) for stem in stems),
+                    root / folder / "home", root / folder / "work" / "ragged")
+            for (name, (labels, stems)), folder in zip(GROUPS.items(), FOLDERS, strict=True)
+        ]  # fmt: skip
+        self.trusted = self.services[0]
+        for service in self.services:
+            service.home.mkdir(parents=True, exist_ok=True)
+        self.service = self.trusted  # the one running the current job
+        self.workspace = self.trusted.workspace
         self.cache = root / "runner" / "cache"
-        self.store = root / "runner" / "perf.duckdb"
+        self.store = root / "runner" / "perf.duckdb"  # beside the trusted runner's home
         self.artifacts = root / "artifacts"
         self.logs = root / "logs"
         self.jobs_run = 0
+        self.deleting: list[subprocess.Popen] = []  # old workspaces, removed meanwhile
         self.run_id = 0  # the workflow run the job belongs to (its artifacts)
         for d in (self.cache, self.artifacts, self.logs):
             d.mkdir(parents=True, exist_ok=True)
+
+    def _clear(self, path: Path) -> None:
+        """Take ``path`` away at once and delete it meanwhile: a restored .venv is ~58,000 hard
+        links, ~19 s to unlink on the loaded 2-core machine (1 s of it CPU), once a job."""
+        if path.exists():
+            trash = self.root / f".deleting-{len(self.deleting)}"
+            path.rename(trash)
+            self.deleting.append(subprocess.Popen(["rm", "-rf", str(trash)]))
+
+    def close(self) -> None:
+        """Wait until every old workspace is deleted."""
+        for proc in self.deleting:
+            proc.wait()
 
     def contexts(self, event: Event) -> dict:
         return {
@@ -125,7 +199,8 @@ class Runner:
                 "ref": event.ref, "repository": REPOSITORY, "actor": event.actor,
                 "workspace": str(self.workspace), "run_id": self.run_id,
             },
-            "vars": {"RAGBENCH_STORE": str(self.store), "RAGBENCH_MACHINE": "rehearsal"},
+            "vars": {"RAGBENCH_STORE": str(self.store), "RAGBENCH_MACHINE": "rehearsal",
+                     "RAGBENCH_SANDBOX": "rehearsal"},
             "secrets": {"GITHUB_TOKEN": TOKEN},
             "runner": {"os": "Linux", "temp": str(self.root / "runner" / "temp")},
             "env": {},
@@ -154,28 +229,58 @@ class Runner:
             "cancelled": lambda: False,
         }
 
-    def base_env(self) -> dict:
-        """The runner service's environment: this one, less what belongs to the caller (its
-        virtualenv, make, pytest, Triton's interpreter switch, ragbench's settings)."""
-        drop = ("GITHUB_", "RUNNER_", "RAGBENCH_", "PYTEST_", "MAKE")
+    def base_env(self, service: Service | None = None) -> dict:
+        """A runner service's environment: this one, less what belongs to the caller (its
+        virtualenv, make, pytest, Triton's, ragged's and ragbench's settings, its pip, git and
+        XDG settings: a runner's admin sets none, ragbench.trust refuses them), with
+        the service user's own HOME. RAGBENCH_REHEARSAL=1 lets the sandbox be a new home for
+        the same user (scripts/sandbox.py)."""
+        drop = ("GITHUB_", "RUNNER_", "RAGBENCH_", "RAGGED_", "TRITON_", "PYTEST_", "MAKE",
+                "XDG_", *trust.ENV_PREFIXES)  # fmt: skip
         env = {k: v for k, v in os.environ.items()
-               if not k.startswith(drop) and k not in {
-                   "VIRTUAL_ENV", "PYTHONPATH", "PYTHONHOME", "TRITON_INTERPRET", "MFLAGS",
-                   "ASV_PYTHONPATH"}}  # fmt: skip
+               if not k.startswith(drop) and k not in trust.ENV_NAMES | {
+                   "VIRTUAL_ENV", "MFLAGS", "ASV_PYTHONPATH"}}  # fmt: skip
         venv = os.environ.get("VIRTUAL_ENV")
         if venv:
             path = env.get("PATH", "").split(os.pathsep)
             env["PATH"] = os.pathsep.join(p for p in path if not p.startswith(venv))
+        env["HOME"] = str((service or self.service).home)
+        env["RAGBENCH_REHEARSAL"] = "1"
         return env
 
-    def run_job(self, wf_name: str, job_id: str, job: dict, event: Event) -> JobResult:
-        state = {"failed": False}
+    def run_job(self, wf_name: str, job_id: str, job: dict, event: Event, *, ref: str = MAIN,
+                source: str = "main", needs: dict | None = None) -> JobResult:  # fmt: skip
+        """``needs``: the results of the jobs this one needs (job id -> conclusion); ``ref``:
+        where the workflow file came from, which decides the runner group."""
+        missing = set(_needs(job)) - set(needs or {})
+        if missing:
+            raise RehearsalError(f"{wf_name} / {job_id} needs {sorted(missing)}, not run before it")
+        needs = {k: v for k, v in (needs or {}).items() if k in _needs(job)}
+        state = {"failed": any(v != "success" for v in needs.values())}  # the job-level if
         ctx, fns = self.contexts(event), self.functions(state)
-        result = JobResult(wf_name, job_id, "success")
-        if "if" in job and not condition(job["if"], ctx, fns):
+        ctx["needs"] = {k: {"result": v, "outputs": {}} for k, v in needs.items()}
+        result = JobResult(wf_name, job_id, "success", source=source)
+        if not condition(job.get("if", "success()"), ctx, fns):
             result.conclusion = "skipped"
-            log(f"  {wf_name} / {job_id}: skipped (if: {job['if']})")
+            log(f"  {wf_name} / {job_id}: skipped (if: {job.get('if', 'success()')})")
             return result
+        state["failed"] = False
+        labels = job["runs-on"]
+        if "self-hosted" not in ([labels] if isinstance(labels, str) else labels):
+            result.conclusion = "not rehearsed (GitHub-hosted)"
+            return result
+        service = next((s for s in self.services if s.takes(labels, workflow_ref(wf_name, ref))),
+                       None)  # fmt: skip
+        if service is None:  # GitHub leaves it queued; no runner group selects this file
+            result.conclusion = "no runner"
+            log(
+                f"  {wf_name} / {job_id} on {labels}: no runner takes it (its file is "
+                f"{workflow_ref(wf_name, ref)}; the groups select main's files only)"
+            )
+            return result
+        self.service, self.workspace = service, service.workspace
+        ctx["github"]["workspace"] = str(service.workspace)
+        result.runner = service.name
         self.jobs_run += 1
         logs = self.logs / f"{self.jobs_run:02d}-{event.title}-{wf_name}-{job_id}"
         logs.mkdir(parents=True, exist_ok=True)
@@ -183,8 +288,10 @@ class Runner:
         shutil.rmtree(temp, ignore_errors=True)
         temp.mkdir(parents=True)
         (temp / "event.json").write_text(json.dumps(event.payload))
-        labels = job["runs-on"]
-        log(f"  {wf_name} / {job_id} on {labels}, timeout {job.get('timeout-minutes', 360)} min")
+        log(
+            f"  {wf_name} / {job_id} on the {service.name} runner ({labels}), timeout "
+            f"{job.get('timeout-minutes', 360)} min"
+        )
         t0 = time.perf_counter()
         deadline = t0 + 60 * float(job.get("timeout-minutes", 360))
         job_env = {k: interpolate(v, ctx, fns) for k, v in (job.get("env") or {}).items()}
@@ -281,7 +388,7 @@ class Runner:
         note = ""
         if action == "actions/checkout":
             ref = args.get("ref") or ctx["github"]["sha"]
-            shutil.rmtree(self.workspace, ignore_errors=True)  # checkout cleans the workspace
+            self._clear(self.workspace)  # checkout cleans the workspace
             self.workspace.parent.mkdir(parents=True, exist_ok=True)
             git("clone", "--quiet", self.origin, self.workspace, cwd=self.root)
             git("checkout", "--quiet", "--detach", ref, cwd=self.workspace)
@@ -335,6 +442,11 @@ class Runner:
         if self.verbose:
             log(f"      | {note}")
         return True
+
+
+def _needs(job: dict) -> list[str]:
+    needs = job.get("needs") or []
+    return [needs] if isinstance(needs, str) else list(needs)
 
 
 def seed_venv(venv: Path, dest: Path, final: Path) -> None:

@@ -1,8 +1,8 @@
 """The workflows' fault cases, read from one rehearsal (scripts/rehearse.py, from a fresh copy
 of this working tree): a NaN kernel on a pull request through asv, acceptance by label, a later
-push, a fork, a push GitHub cancelled while it waited, and what the pull request's code could
-reach. Its own file: make test's workers take whole files, and this one's ~6 minutes run
-beside the rest."""
+push, a fork that rewrites bench-pr.yml and plants files for the trusted jobs, a push GitHub
+cancelled while it waited, and what the pull request's code could reach. Its own file: make
+test's workers take whole files, and this one's ~6 minutes run beside the rest."""
 
 from __future__ import annotations
 
@@ -16,6 +16,8 @@ from conftest import fresh_copy
 from test_faults import KERNEL_ERROR
 
 from ragbench.store import Store
+from scripts.rehearse import PLANTED
+from scripts.workflow_runner import TOKEN
 
 
 class Rehearsal:
@@ -31,6 +33,11 @@ class Rehearsal:
     def row(self, event: str, job: str) -> str:
         rows = [ln for ln in self.stdout.splitlines() if ln.startswith(f"| {event} |")]
         return "\n".join(r for r in rows if job in r)
+
+    def cell(self, event: str, job: str) -> str:
+        """The conclusion of ``job`` (``workflow / job``, as the table names it) in ``event``."""
+        (row,) = [r for r in self.row(event, f"| {job} |").splitlines()]
+        return row.split(" | ")[2]
 
     def gate_json(self, key: str) -> dict:
         for path in self.work.glob("artifacts/*/ragbench-gate/gate.json"):
@@ -62,8 +69,8 @@ def test_the_rehearsal_ended_as_expected(rehearsal):
     """Every event's jobs ended as expected and the rehearsal's own checks held (the store,
     the one comment, the statuses, the artifacts, the summary)."""
     assert "make bench-main: success" in rehearsal.row("push", "bench-main / bench")
-    assert "| skipped |" in rehearsal.row("pr-fork", "bench-pr / gate")
-    assert "bench-pr-verdict / verdict | skipped" in rehearsal.row("pr-fork", "verdict")
+    assert rehearsal.cell("pr-fork", "bench-pr / gate") == "skipped"
+    assert rehearsal.cell("pr-fork", "bench-pr / verdict") == "skipped"
 
 
 def test_a_push_github_dropped_is_measured_by_the_next(rehearsal):
@@ -81,8 +88,8 @@ def test_the_nan_kernel_fails_the_gate_through_asv_and_the_workflows(rehearsal):
     assert missing == {(metric, f"backend=triton,dtype={dtype}")
                        for metric in ("error_ratio", "max_abs_error")
                        for dtype in ("float32", "float16")}  # fmt: skip
-    assert rehearsal.row("pr-nan", "bench-pr / gate").count("make gate-pr: success")
-    assert "| failure |" in rehearsal.row("pr-nan", "bench-pr-verdict / verdict")
+    assert "make gate-sandbox: success" in rehearsal.row("pr-nan", "| bench-pr / gate |")
+    assert rehearsal.cell("pr-nan", "bench-pr / verdict") == "failure"
     assert rehearsal.github["statuses"][rehearsal.sha("nan")][0]["state"] == "failure"
 
 
@@ -104,7 +111,8 @@ def test_acceptance_needs_write_access_and_holds_for_its_commit_only(rehearsal):
     assert not s.acceptances(later)  # the later push needs a new acceptance
     assert "| failure |" in rehearsal.row("pr-label-outsider", "bench-accept / accept")
     assert "| skipped |" in rehearsal.row("pr-label-other", "bench-accept / accept")
-    assert "bench-pr /" not in rehearsal.row("pr-label-other", "")  # no gate on a label
+    for job in ("approve", "gate", "verdict"):  # no gate on another label
+        assert rehearsal.cell("pr-label-other", f"bench-pr / {job}") == "skipped"
     states = [st["state"] for st in rehearsal.github["statuses"][nan]]
     assert states == ["failure", "failure", "success", "failure", "success"]
     assert "perf-regression-accepted" not in rehearsal.github["labels"]["1"]  # stale: taken off
@@ -123,3 +131,34 @@ def test_the_warm_venv_runs_the_workspace_code_and_leaves_ours_alone(rehearsal):
                          check=True, cwd=rehearsal.work)  # fmt: skip
     assert out.stdout.startswith(workspace + "/")
     assert (venv / "bin" / "ragbench").read_text().startswith(f"#!{venv}/bin/python")
+
+
+def test_a_forks_workflow_and_code_never_reach_the_trusted_runner(rehearsal):
+    """PR 2, from a fork, rewrites bench-pr.yml (on its own pull request, no approval, a job on
+    the trusted labels) and makes its gate plant ~/.gitconfig, ~/.config/pip/pip.conf and a
+    ragged build module. Its own file finds no runner (the runner groups take main's files
+    only) and main's bench-pr does not run its code for a reader's push. Once a maintainer adds
+    bench-gpu, its code runs in the sandbox: with no token, no store and nothing of GitHub's in
+    its environment, and what it planted is gone with the sandbox's home. The trusted jobs
+    after it (the verdict, store maintenance) pass their trust check, neither runner's home
+    holds a planted file, and the check refuses once the files are put in the trusted home."""
+    assert rehearsal.cell("pr-fork", "bench-pr / gate (the PR's file)") == "no runner"
+    assert rehearsal.cell("pr-fork", "bench-pr / own (the PR's file)") == "no runner"
+    assert rehearsal.cell("pr-fork", "bench-pr / approve") == "failure"
+    assert rehearsal.cell("pr-fork-approved", "bench-pr / approve") == "success"
+    assert "make gate-sandbox: failure" in rehearsal.row("pr-fork-approved", "| bench-pr / gate |")
+    assert rehearsal.cell("pr-fork-approved", "bench-pr / verdict") == "failure"
+    assert rehearsal.github["statuses"][rehearsal.sha("fork")][0]["state"] == "error"
+    (report,) = [p.read_text() for p in rehearsal.work.glob("artifacts/*/ragbench-gate/gate.md")
+                 if "\nHOME=" in p.read_text()]  # fmt: skip
+    env = dict(line.split("=", 1) for line in report.splitlines() if "=" in line)
+    assert not [k for k, v in env.items() if TOKEN in v or "perf.duckdb" in v]
+    assert not [k for k in env if k.startswith(("GITHUB_", "ACTIONS_", "RUNNER_"))]
+    assert not Path(env["HOME"]).exists()  # the sandbox's home, with what was planted in it
+    for folder in ("runner", "sandbox-runner"):
+        assert not [rel for rel in PLANTED if (rehearsal.work / folder / "home" / rel).exists()]
+    assert "make store-maintain: success" in rehearsal.row("maintain", "store-maintain")
+    assert (
+        "`make trust` exits 2: ragbench trust: error: not running a trusted step: "
+        "~/.gitconfig" in rehearsal.stdout
+    )
