@@ -47,7 +47,7 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .lake import ALIAS, CONFLICT, Lake, is_lake, redact
+from .lake import ALIAS, CONFLICT, Lake, is_lake, is_unanswered, one_line, redact
 from .lake import files as lake_files
 from .lake import maintain as lake_maintain
 from .lake import snapshot as lake_snapshot
@@ -302,8 +302,28 @@ class Store:
                 return cur
             except (duckdb.Error, RuntimeError) as exc:
                 _LAKES.pop(key, None)
-                raise StoreError(f"cannot attach the lake {self.name}: {redact(str(exc))}"
-                                 ) from None  # fmt: skip
+                raise StoreError(f"cannot attach the lake {self.name}: "
+                                 f"{redact(one_line(str(exc)))}") from None  # fmt: skip
+
+    @contextlib.contextmanager
+    def _watched(self) -> Iterator[None]:
+        """Around one operation: on a lake, ``Lake.watch``, and a catalog that did not answer
+        (the watch cut it off, or libpq's connect_timeout) is a StoreError that says so, and
+        this process's connection to the lake is made again next time."""
+        if self.lake is None:
+            yield
+            return
+        with self.lake.watch() as fired:
+            try:
+                yield
+            except Exception as exc:
+                if fired or is_unanswered(exc):
+                    raise StoreError(self.lake.unanswered()) from None
+                raise
+            finally:
+                if fired:
+                    with _LAKES_LOCK:
+                        _LAKES.pop((self.lake, self.read_only), None)
 
     @contextlib.contextmanager
     def _connect(self, write: bool = False) -> Iterator:
@@ -311,23 +331,24 @@ class Store:
         ``writing()`` the write slice's own connection. DuckDB's errors become StoreError."""
         import duckdb
 
-        own = self._writer is None
-        if own and write and self.read_only:
-            raise StoreError(f"{self.name} was opened read-only")
-        con = self._open(write) if own else self._writer
-        try:
-            if not self._checked and not write:
-                self._check_schema(con)
-                self._checked = True
-            yield con
-        except duckdb.Error as exc:
-            raise StoreError(
-                f"{self.name} cannot be used as a ragbench store (DuckDB {type(exc).__name__}: "
-                f"{redact(str(exc))})"
-            ) from None
-        finally:
-            if own:
-                con.close()
+        with self._watched():
+            own = self._writer is None
+            if own and write and self.read_only:
+                raise StoreError(f"{self.name} was opened read-only")
+            con = self._open(write) if own else self._writer
+            try:
+                if not self._checked and not write:
+                    self._check_schema(con)
+                    self._checked = True
+                yield con
+            except duckdb.Error as exc:
+                raise StoreError(
+                    f"{self.name} cannot be used as a ragbench store (DuckDB "
+                    f"{type(exc).__name__}: {redact(one_line(str(exc)))})"
+                ) from None
+            finally:
+                if own:
+                    con.close()
 
     def _write(self, work):
         """``work(con)`` in one write transaction -> its value; ``_Rollback(value)`` from it
@@ -651,8 +672,8 @@ class Store:
                     con.execute(f"ATTACH '{_sql_text(source.path)}' AS {alias} (READ_ONLY)")
                 return self._write(work)
             except duckdb.Error as exc:
-                raise StoreError(f"copying {source.name} into {self.name}: {redact(str(exc))}"
-                                 ) from None  # fmt: skip
+                raise StoreError(f"copying {source.name} into {self.name}: "
+                                 f"{redact(one_line(str(exc)))}") from None  # fmt: skip
             finally:
                 with contextlib.suppress(duckdb.Error):
                     con.execute(f"DETACH {alias}")

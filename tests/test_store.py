@@ -4,6 +4,7 @@ a reader during a write, views, Parquet export, copies between the two, maintena
 
 from __future__ import annotations
 
+import contextlib
 import json
 import shutil
 import subprocess
@@ -467,3 +468,114 @@ def test_a_store_file_another_process_is_creating_is_waited_for(tmp_path, monkey
         Store(garbage)
     assert time.perf_counter() - t0 < 0.2  # a file of a header's length fails at once
     assert path.exists() and stuck.read_bytes() == b""
+
+
+# --- a catalog that stops answering (issue 34) --------------------------------------------------
+
+
+def test_a_lakes_catalog_gets_timeouts_unless_the_string_sets_its_own(postgres, tmp_path):
+    from ragbench.lake import Lake
+
+    lake = Lake.parse("ducklake:postgres:dbname=perf host=db user=r data_path=/d/")
+    assert "connect_timeout='10'" in lake.conninfo and "statement_timeout=60s" in lake.conninfo
+    own = Lake.parse("ducklake:postgres:dbname=perf connect_timeout=3 options='-c "
+                     "statement_timeout=5s'")  # fmt: skip
+    assert own.conninfo == own.catalog and own.timeout == 3
+    uri = Lake.parse("ducklake:postgres:postgresql://r@db:6543/perf?connect_timeout=4")
+    assert uri.timeout == 4 and uri.port == 6543
+    assert "options=-c%20statement_timeout" in uri.conninfo
+    for given, expected in (("", ("1min", "30s")), (" options='-c statement_timeout=5s'",
+                                                    ("5s", "0"))):  # fmt: skip
+        spec = postgres.lake(tmp_path).replace(" data_path=", f"{given} data_path=")
+        with Store(spec)._connect() as con:
+            got = con.execute("SELECT * FROM postgres_query('__ducklake_metadata_lake', 'SELECT "
+                              "current_setting(''statement_timeout'') s, "
+                              "current_setting(''lock_timeout'') l')").fetchall()  # fmt: skip
+        assert got == [expected], given
+
+
+@pytest.fixture
+def frozen_postgres():
+    """A PostgreSQL server of this test alone, to stop (``freeze``): thawed and stopped after."""
+    import os
+    import signal
+    import tempfile
+
+    from scripts.pgserver import Postgres
+
+    root = Path(tempfile.mkdtemp(prefix="ragbench-pg-"))
+    server = Postgres(root).start()
+    frozen = []
+
+    def freeze(everything: bool = False) -> None:
+        """SIGSTOP the postmaster (new connections hang), or every process of the server."""
+        postmaster = int((server.data / "postmaster.pid").read_text().split()[0])
+        pids = [postmaster]
+        if everything:
+            for stat in Path("/proc").glob("[0-9]*/stat"):
+                try:
+                    if int(stat.read_text().rsplit(")", 1)[1].split()[1]) == postmaster:
+                        pids.append(int(stat.parent.name))
+                except (OSError, IndexError, ValueError):
+                    continue
+        for pid in pids:
+            os.kill(pid, signal.SIGSTOP)
+            frozen.append(pid)
+
+    server.freeze = freeze
+    yield server
+    for pid in frozen:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGCONT)
+    server.stop()
+    shutil.rmtree(root, ignore_errors=True)
+
+
+def assert_unanswered(out_or_err: str, code: int, took: float, record_property) -> None:
+    """Exit 2 with one line naming the catalog and what to check, well within the bound: the
+    default connect_timeout is 10 s and a stopped server fails an operation after at most two
+    of them (the operation's own wait, then the watch's question) plus the process's start,
+    ~25 s on a loaded 2-core machine; 60 s leaves that margin twice over."""
+    last = out_or_err.strip().splitlines()[-1]
+    assert code == 2 and "Traceback" not in out_or_err, out_or_err[-3000:]
+    assert "did not answer within 10 s" in last and "pg_isready" in last, out_or_err[-3000:]
+    assert took < 60, took
+    record_property("measured", f"exit 2 after {took:.1f} s")
+
+
+def test_a_catalog_whose_postmaster_stopped_is_exit_2_in_seconds(frozen_postgres, tmp_path,
+                                                                  record_property):  # fmt: skip
+    """``store info`` and ``ingest`` against a lake whose PostgreSQL postmaster is stopped
+    (SIGSTOP: connections are accepted and never answered) hung for ever; now libpq's
+    connect_timeout ends them, with one line saying what to check."""
+    lake = frozen_postgres.lake(tmp_path)
+    ingest(Store(lake), [synth.write_history(tmp_path / "h", 2)], branch="main")
+    frozen_postgres.freeze()
+    t0 = time.perf_counter()
+    procs = [
+        subprocess.Popen([sys.executable, "-m", "ragbench", *args, "--store", lake], cwd=REPO,
+                         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        for args in (["store", "info"], ["ingest", str(tmp_path / "h")])
+    ]  # fmt: skip
+    for p in procs:
+        out = p.communicate(timeout=120)[0]
+        assert_unanswered(out, p.returncode, time.perf_counter() - t0, record_property)
+
+
+def test_a_catalog_that_freezes_mid_ingest_is_exit_2_in_seconds(frozen_postgres, tmp_path,
+                                                                 record_property):  # fmt: skip
+    """Every process of the catalog's server stopped while an ingest writes: the server
+    enforces no statement timeout then, and the ingest waited on its connection for ever. Now
+    the watch asks the server, hears nothing, and cuts the connection: exit 2, one line."""
+    lake = frozen_postgres.lake(tmp_path)
+    Store(lake)
+    history = synth.write_history(tmp_path / "h", 400)
+    writer = subprocess.Popen([sys.executable, "-m", "ragbench", "ingest", "--store", lake,
+                               str(history)], cwd=REPO, stderr=subprocess.PIPE,
+                              text=True)  # fmt: skip
+    first = writer.stderr.readline()  # the first progress line: it is writing
+    assert first.startswith("["), first
+    frozen_postgres.freeze(everything=True)
+    t0 = time.perf_counter()
+    err = writer.communicate(timeout=120)[1]
+    assert_unanswered(err, writer.returncode, time.perf_counter() - t0, record_property)
