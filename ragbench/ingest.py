@@ -1,14 +1,17 @@
 """Result files into the store: asv result files (with the fingerprint beside them) and
 pytest-benchmark JSON (``pytest --benchmark-json``).
 
-Each file is read, parsed and checked completely, alone, before anything of it is written,
-then stored in one transaction: a bad file is reported with the reason and skipped, and every
-good file of the same call is still stored. What a file must hold (``validate``): a git commit
-hash, plausible dates, at least one measurement, and finite non-negative numbers wherever
-numbers belong (medians, quartiles, samples: lists of them). A cell asv recorded as null (the
-benchmark or its setup raised) is stored as ``failed``; one it recorded as NaN (skipped, or
-no value) is not stored. A run already stored (same source, machine, commit, environment and
-start time) is skipped: ingesting twice changes nothing.
+Each file is read, parsed and checked completely, alone, before the store is opened for
+writing, then stored (``Store.add_run``: one transaction, or slices of one that show together):
+a bad file is reported with the reason and skipped without ever taking the store's lock, and
+every good file of the same call is still stored. Files are read in batches of about
+``BATCH_ROWS`` rows, each batch written with one connection, which is never held while a file
+is read. What a file must hold (``validate``): a git commit hash, plausible dates, at least one
+measurement, and finite non-negative numbers wherever numbers belong (medians, quartiles,
+samples: lists of them). A cell asv recorded as null (the benchmark or its setup raised) is
+stored as ``failed``; one it recorded as NaN (skipped, or no value) is not stored. A run
+already stored (same source, machine, commit, environment and start time) is skipped: ingesting
+twice changes nothing.
 """
 
 from __future__ import annotations
@@ -23,7 +26,7 @@ from datetime import datetime
 from pathlib import Path
 
 from . import asv_results, fingerprint, jsonfile
-from .store import FAILED, OK, Measurement, Run, Store, param_key
+from .store import FAILED, OK, Columns, Measurement, Run, Store, param_key
 
 # asv writes these beside its result files; they are not results.
 NOT_RESULTS = {"benchmarks.json", "machine.json"}
@@ -31,6 +34,9 @@ COMMIT = re.compile(r"[0-9a-f]{40}(?:[0-9a-f]{24})?")  # SHA-1, or SHA-256 repos
 # Plausible dates: after git existed, and not in the future (a day's clock skew allowed).
 EARLIEST = datetime(2005, 4, 1).timestamp()
 SKEW = 86400.0
+# Rows read and checked before they are written with one connection (170 synthetic files of 59
+# rows), so that opening the file (~15 ms) is paid about once per ``WRITE_SLICE``, not per file.
+BATCH_ROWS = 10_000
 
 
 @dataclass
@@ -300,32 +306,42 @@ def ingest(
     report = Report()
     t0 = time.perf_counter()
     every = max(1, len(files) // 20)  # progress: each file for small ingests, ~5% steps else
-    with store.writing():
-        for i, path in enumerate(files, 1):
-            try:
-                run, rows = parse(path)
-            except ValueError as exc:
-                report.failed.append((path, str(exc)))
-                log(f"ragbench ingest: refused {path}: {exc}")
-                continue
+    batch: list[tuple[int, Path, Run, Columns]] = []
+
+    def refuse(path: Path, why: str) -> None:
+        report.failed.append((path, why))
+        log(f"ragbench ingest: refused {path}: {why}")
+
+    def write() -> None:
+        with store.writing():
+            for i, path, run, cols in batch:
+                try:
+                    added = store.add_run(run, cols)
+                except ValueError as exc:  # what DuckDB refused of this file's data
+                    refuse(path, str(exc))
+                    continue
+                store.yield_slice()
+                if added is None:
+                    report.duplicate.append(path)
+                else:
+                    report.stored.append(path)
+                    report.rows += added
+                if i % every == 0 or i == len(files):
+                    what = "already stored" if added is None else f"{added} rows"
+                    rate = report.rows / (time.perf_counter() - t0)
+                    log(f"[{i}/{len(files)}] {path.name}: {what} ({report.rows} in all, "
+                        f"{rate:.0f} rows/s)")  # fmt: skip
+        batch.clear()
+
+    for i, path in enumerate(files, 1):
+        try:
+            run, rows = parse(path)
             run.label = label if label is not None else run.label
             run.branch = branch if branch is not None else run.branch
-            try:
-                added = store.add_run(run, rows)
-            except ValueError as exc:  # what DuckDB refused of this file's data
-                report.failed.append((path, str(exc)))
-                log(f"ragbench ingest: refused {path}: {exc}")
-                continue
-            store.yield_slice()
-            if added is None:
-                report.duplicate.append(path)
-            else:
-                report.stored.append(path)
-                report.rows += added
-            if i % every == 0 or i == len(files):
-                what = "already stored" if added is None else f"{added} rows"
-                rate = report.rows / (time.perf_counter() - t0)
-                log(f"[{i}/{len(files)}] {path.name}: {what} ({report.rows} in all, "
-                    f"{rate:.0f} rows/s)")  # fmt: skip
+            batch.append((i, path, run, Columns(run.run_id, rows)))
+        except ValueError as exc:
+            refuse(path, str(exc))
+        if batch and (i == len(files) or sum(len(b[3]) for b in batch) >= BATCH_ROWS):
+            write()
     report.seconds = time.perf_counter() - t0
     return report

@@ -17,18 +17,32 @@ DuckDB's ``httpfs`` and makes a DuckDB secret of the ``AWS_*`` variables (``_s3_
 DuckDB loads the ``ducklake``, ``postgres_scanner`` and ``httpfs`` extensions from the
 ``duckdb-ext-*`` wheels where they are installed (the ``lake`` extra; no download), else
 ``INSTALL``s them (a runner with network).
+
+A postgres catalog is attached with timeouts (``Lake.conninfo``): libpq's ``connect_timeout``
+(``CONNECT_TIMEOUT``) and the server's ``statement_timeout`` and ``lock_timeout``
+(``OPTIONS``), each unless the string gives its own. A server that stops answering altogether
+(its processes stopped) enforces no timeout of its own and libpq waits for ever on a
+connection made before, so every store operation is also watched (``Lake.watch``): one that
+runs past ``connect_timeout`` seconds makes ragbench ask the server on a new connection (a
+plain socket), and when that is not answered either, this process's connections to it are
+shut, which fails the operation instead of leaving it waiting.
 """
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import os
 import random
 import re
+import socket
+import struct
+import threading
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from urllib.parse import urlparse
+from urllib.parse import parse_qs, quote, unquote, urlencode, urlparse
 
 PREFIX = "ducklake:"
 ALIAS = "lake"  # the lake's name in the connection; ``USE lake`` makes it the default
@@ -36,6 +50,16 @@ ALIAS = "lake"  # the lake's name in the connection; ``USE lake`` makes it the d
 # with this in DuckDB's message; the loser retries its whole transaction.
 CONFLICT = "conflict"
 OBJECT_STORES = ("s3://", "s3a://", "r2://", "gcs://", "gs://")  # what httpfs reads
+# A postgres catalog's timeouts unless the lake string sets them (docs/store.md). connect, in
+# seconds (libpq takes no less than 2): a server that answers does so in well under one; the
+# watch's question is a new connection too, so a server that stopped answering fails an
+# operation after about twice this (20-25 s here), within the 30 s that issue 34 asks.
+CONNECT_TIMEOUT = 10
+# The server's: a catalog statement takes milliseconds (DuckLake's commit of a run is about
+# ten of them, 60 ms in all), a lock is held for one commit.
+OPTIONS = "-c statement_timeout=60s -c lock_timeout=30s"
+URI = ("postgres://", "postgresql://")
+SSL_REQUEST = struct.pack("!ii", 8, 80877103)  # PostgreSQL's protocol: "may I speak TLS?"
 
 
 def is_lake(spec) -> bool:
@@ -80,6 +104,119 @@ class Lake:
         return self.catalog.startswith(("postgres:", "postgresql:"))
 
     @property
+    def _libpq(self) -> str:
+        """The postgres catalog's libpq connection string, as given."""
+        return self.catalog.partition(":")[2]
+
+    def _setting(self, key: str) -> str | None:
+        """A libpq keyword's value in the string (key=value words, or a URI's query)."""
+        info = self._libpq
+        if info.startswith(URI):
+            parsed = urlparse(info)
+            if key == "host" and parsed.hostname:
+                return parsed.hostname
+            if key == "port" and parsed.port:
+                return str(parsed.port)
+            return (parse_qs(parsed.query).get(key) or [None])[0]
+        found = re.search(rf"(?:^|\s){key}\s*=\s*('[^']*'|\S+)", info)
+        return found.group(1).strip("'") if found else None
+
+    @property
+    def conninfo(self) -> str:
+        """The catalog as DuckLake attaches it: a postgres one with ``connect_timeout`` and the
+        server's timeouts (``OPTIONS``) where the string gives none."""
+        if not self.postgres:
+            return self.catalog
+        add = {k: v for k, v in (("connect_timeout", str(CONNECT_TIMEOUT)), ("options", OPTIONS))
+               if self._setting(k) is None}  # fmt: skip
+        if not add:
+            return self.catalog
+        if self._libpq.startswith(URI):
+            query = urlencode(add, quote_via=quote)
+            return self.catalog + ("&" if "?" in self.catalog else "?") + query
+        return self.catalog + "".join(f" {k}='{v}'" for k, v in add.items())
+
+    @property
+    def timeout(self) -> int:
+        """How long the catalog may take to answer, in seconds: its ``connect_timeout``."""
+        try:
+            return max(2, int(self._setting("connect_timeout") or CONNECT_TIMEOUT))
+        except ValueError:
+            return CONNECT_TIMEOUT
+
+    @property
+    def port(self) -> int:
+        ports = self._setting("port") or os.environ.get("PGPORT") or "5432"
+        first = ports.split(",")[0]  # a list of hosts' ports: the first one's
+        return int(first) if first.isdigit() else 5432
+
+    def unanswered(self) -> str:
+        """What to say when the catalog did not answer: one line, what to check."""
+        host = self._setting("host") or os.environ.get("PGHOST") or "localhost"
+        return (f"the lake's catalog, PostgreSQL at {host} port {self.port}, did not answer "
+                f"within {self.timeout} s: check that the server is running and reachable "
+                f"(pg_isready -h {host} -p {self.port}); connect_timeout= in the store string "
+                "sets the wait")  # fmt: skip
+
+    def _addresses(self) -> list[tuple]:
+        """Where libpq connects to (the first host): (family, address) of each candidate."""
+        host = self._setting("hostaddr") or self._setting("host") or os.environ.get("PGHOST")
+        host = unquote(host.split(",")[0]) if host else None
+        if not host or host.startswith("/"):  # a Unix socket: libpq's default directories
+            dirs = [host] if host else ["/var/run/postgresql", "/tmp"]
+            return [(socket.AF_UNIX, f"{d}/.s.PGSQL.{self.port}") for d in dirs]
+        try:
+            found = socket.getaddrinfo(host, self.port, type=socket.SOCK_STREAM)
+        except OSError:
+            return []
+        return [(family, address) for family, _, _, _, address in found]
+
+    def answers(self) -> bool:
+        """Whether the catalog's server answers a new connection within ``timeout`` seconds:
+        its first message (an SSLRequest, which a server answers at once, before any password),
+        sent without libpq, so that no thread is left inside DuckDB when the process ends. Only
+        silence is no answer: a refused connection, or an address that cannot be read, is one
+        (the operation's own error then says more)."""
+        for family, address in self._addresses():
+            try:
+                with socket.socket(family, socket.SOCK_STREAM) as sock:
+                    sock.settimeout(self.timeout)
+                    sock.connect(address)
+                    sock.sendall(SSL_REQUEST)
+                    sock.recv(1)
+                return True
+            except TimeoutError:
+                return False
+            except OSError:  # no such socket, refused: the next address
+                continue
+        return True
+
+    @contextlib.contextmanager
+    def watch(self) -> Iterator[list]:
+        """Around one operation on the lake: when it runs past ``timeout`` seconds and the
+        catalog does not answer a new connection (``answers``) either, this process's
+        connections to the catalog's port are shut (``cut``), so that the operation fails at
+        once. Yields a list that holds True once that happened."""
+        fired: list = []
+        if not self.postgres:
+            yield fired
+            return
+        done = threading.Event()
+
+        def guard():
+            while not done.wait(self.timeout):
+                if not self.answers() and not done.is_set():
+                    fired.append(True)
+                    cut(self.port)
+                    return
+
+        threading.Thread(target=guard, daemon=True, name="ragbench-catalog-watch").start()
+        try:
+            yield fired
+        finally:
+            done.set()
+
+    @property
     def object_store(self) -> bool:
         return (self.data_path or "").startswith(OBJECT_STORES) or bool(
             os.environ.get("AWS_ACCESS_KEY_ID")
@@ -103,7 +240,7 @@ class Lake:
         opts = f" ({', '.join(options)})" if options else ""
         for attempt in range(20):
             try:
-                con.execute(f"ATTACH {_quote(PREFIX + self.catalog)} AS {alias}{opts}")
+                con.execute(f"ATTACH {_quote(PREFIX + self.conninfo)} AS {alias}{opts}")
                 return
             except duckdb.Error as exc:
                 # runners that attach a new lake at once race to make its catalog tables:
@@ -143,6 +280,41 @@ def _s3_secret() -> str | None:
         text += [f"ENDPOINT {_quote(url.netloc)}", "URL_STYLE 'path'",
                  f"USE_SSL {str(url.scheme == 'https').lower()}"]  # fmt: skip
     return f"CREATE OR REPLACE SECRET ragbench_s3 (TYPE s3, {', '.join(text)})"
+
+
+def is_unanswered(exc: BaseException) -> bool:
+    """Whether an error is libpq's connect_timeout: the server did not answer."""
+    return "timeout expired" in str(exc)
+
+
+def cut(port: int) -> int:
+    """Shut this process's sockets connected to PostgreSQL's ``port`` (TCP, or its Unix socket
+    ``.s.PGSQL.<port>``): a call waiting on one then fails with "server closed the connection".
+    Shutting a socket, unlike closing it, leaves the file descriptor to its owner (libpq), which
+    closes it as usual. -> how many."""
+    fds = "/proc/self/fd" if os.path.isdir("/proc/self/fd") else "/dev/fd"
+    shut = 0
+    for name in os.listdir(fds):
+        try:
+            sock = socket.socket(fileno=os.dup(int(name)))
+        except (ValueError, OSError):  # not a socket (or closed meanwhile)
+            continue
+        with sock:  # closes the duplicate only
+            try:
+                peer = sock.getpeername()
+            except OSError:
+                continue
+            if (isinstance(peer, str) and peer.endswith(f".s.PGSQL.{port}")) or (
+                isinstance(peer, tuple) and peer[1] == port
+            ):
+                sock.shutdown(socket.SHUT_RDWR)
+                shut += 1
+    return shut
+
+
+def one_line(text: str) -> str:
+    """An error's text on one line (DuckDB's quote SQL and libpq's end in blank lines)."""
+    return " ".join(text.split())
 
 
 def redact(text: str) -> str:

@@ -24,9 +24,12 @@ of one branch, ``main`` unless ``$RAGBENCH_BRANCH`` or ``branch=`` says otherwis
 gate job's runs. ``any_branch=True`` lifts the branch filter (the gate's stored comparison).
 
 File connections are short: a reader opens the file read-only for one query, a writer
-read-write for one transaction (ingest keeps its connection for a slice of files, at most
-``WRITE_SLICE`` seconds). DuckDB lets one process write a file, or many read it, at a time;
-whoever finds it locked waits (``lock_timeout``), so a reader waits at most one writer's slice.
+read-write for one transaction of at most ``SLICE_ROWS`` measurements (ingest keeps its
+connection for a slice of transactions, at most ``WRITE_SLICE`` seconds, and never while it
+reads a file). DuckDB lets one process write a file, or many read it, at a time; whoever finds
+it locked waits (``lock_timeout``), so a reader waits at most one writer's slice. A run of more
+rows than a transaction takes is written in slices under a claim in ``meta`` and shows when
+its ``runs`` row, written last, does (``_add_in_slices``); until then no query sees its rows.
 
 A lake has no lock: readers read a snapshot, and writers of many processes and machines commit
 optimistically. DuckLake has no primary keys, so every write transaction also rewrites one row
@@ -41,13 +44,15 @@ import hashlib
 import json
 import os
 import random
+import socket
 import threading
 import time
+import uuid
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .lake import ALIAS, CONFLICT, Lake, is_lake, redact
+from .lake import ALIAS, CONFLICT, Lake, is_lake, is_unanswered, one_line, redact
 from .lake import files as lake_files
 from .lake import maintain as lake_maintain
 from .lake import snapshot as lake_snapshot
@@ -76,6 +81,15 @@ OK, FAILED = "ok", "failed"
 # How long a writer may keep the file between transactions before it lets readers in: opening
 # the file costs ~15 ms, so one connection per file would make a 1,000-file ingest 3x slower.
 WRITE_SLICE = 0.25
+# The most measurements one insert statement takes, and one write transaction of a file
+# unless it is a slice of a larger run (``WRITE_SLICE`` seconds of such statements): 100,000
+# took 1.2 s to insert and 0.16 s to commit here idle, and 10 s to insert with the machine's
+# two cores shared by five other jobs; 2,000 take 1/50 of that. A full run is 750 at most.
+SLICE_ROWS = 2_000
+CLAIM = "ingest:"  # ``meta`` key of a run being written in slices: CLAIM + run_id
+# A claim whose writer has not written a slice for this long is taken over (a writer on
+# another host, or one whose process id was reused); a dead local process's at once.
+CLAIM_STALE = 300.0
 LOCK_POLL = 0.02  # seconds between tries for a locked file
 # DuckDB creates a new file empty and then writes its header (3 blocks of 4 KiB); another
 # process opening it in between gets "not a valid DuckDB database file" (found by four
@@ -176,6 +190,28 @@ class Measurement:
         )  # fmt: skip
 
 
+class Columns:
+    """A run's measurements as the store's columns (``schema.MEASUREMENT_COLUMNS``), built
+    before the store is opened: 0.7 s for 100,000 rows here, which no writer should hold the
+    file for."""
+
+    def __init__(self, run_id: str, measurements: Iterable[Measurement]):
+        rows = [m.row(run_id) for m in measurements]
+        self.n = len(rows)
+        self.data = [list(c) for c in zip(*rows, strict=True)] if rows else []
+
+    def __len__(self) -> int:
+        return self.n
+
+    def slice(self, start: int, stop: int) -> list[list]:
+        return [c[start:stop] for c in self.data]
+
+
+# The rows no query sees until their run is stored: a run being written in slices, or one whose
+# writer died mid-way (``Store._add_in_slices``).
+STORED = "run_id IN (SELECT run_id FROM runs)"
+
+
 class StoreError(RuntimeError):
     """The store cannot be used: not a DuckDB file, not a ragbench store, a newer schema."""
 
@@ -203,6 +239,46 @@ def _ts(seconds: float | None):
 # extensions' load (~0.1 s), a cursor of it nothing. Each query or transaction takes a cursor.
 _LAKES: dict[tuple[Lake, bool], object] = {}  # (lake, read-only) -> connection
 _LAKES_LOCK = threading.Lock()
+
+
+# The claims this process's sliced writes hold (``Store._add_in_slices``): any other claim of
+# this process is one a failed write left.
+_CLAIMS: set[str] = set()
+
+
+def _stale(claim: str) -> bool:
+    """Whether a claim (``host pid token time``) is no longer its writer's: not renewed for
+    ``CLAIM_STALE`` seconds, or made by a process of this host that is gone."""
+    try:
+        host, pid, token, beat = claim.split()
+        if time.time() - float(beat) > CLAIM_STALE:
+            return True
+    except ValueError:  # not a claim this code wrote
+        return True
+    if host != socket.gethostname():
+        return False
+    if int(pid) == os.getpid():
+        return f"{host} {pid} {token}" not in _CLAIMS
+    try:
+        os.kill(int(pid), 0)
+    except ProcessLookupError:
+        return True
+    except PermissionError:  # another user's live process
+        return False
+    return False
+
+
+@contextlib.contextmanager
+def _refused():
+    """What DuckDB refuses of a file's data (a key twice, a value no column takes) as a
+    ValueError: the file is refused, the store goes on."""
+    import duckdb
+
+    try:
+        yield
+    except (duckdb.ConstraintException, duckdb.ConversionException,
+            duckdb.InvalidInputException) as exc:  # fmt: skip
+        raise ValueError(f"the store refused its data ({type(exc).__name__}: {exc})") from None
 
 
 class _Rollback(Exception):
@@ -236,12 +312,14 @@ class Store:
         self.lock_timeout = (60.0 if read_only else 600.0) if lock_timeout is None else lock_timeout
         self.on_wait = on_wait
         self.branch = branch or history_branch()
+        self._writing = False  # inside ``writing()``
         self._writer = None  # the connection of an open write slice (``writing``)
         self._checked = False  # the schema, checked on the first connection
         self.create = create and not read_only
         if read_only or not create:  # StoreMissing where there is none
             if self.lake is not None:
-                self._lake_cursor(read_only=True).close()
+                with self._watched():
+                    self._lake_cursor(read_only=True).close()
             elif not self.path.exists():
                 raise StoreMissing(self._missing())
         if not read_only:
@@ -325,8 +403,28 @@ class Store:
                 _LAKES.pop(key, None)
                 if read_only and any(w in str(exc) for w in NO_LAKE):
                     raise StoreMissing(self._missing()) from None
-                raise StoreError(f"cannot attach the lake {self.name}: {redact(str(exc))}"
-                                 ) from None  # fmt: skip
+                raise StoreError(f"cannot attach the lake {self.name}: "
+                                 f"{redact(one_line(str(exc)))}") from None  # fmt: skip
+
+    @contextlib.contextmanager
+    def _watched(self) -> Iterator[None]:
+        """Around one operation: on a lake, ``Lake.watch``, and a catalog that did not answer
+        (the watch cut it off, or libpq's connect_timeout) is a StoreError that says so, and
+        this process's connection to the lake is made again next time."""
+        if self.lake is None:
+            yield
+            return
+        with self.lake.watch() as fired:
+            try:
+                yield
+            except Exception as exc:
+                if fired or is_unanswered(exc):
+                    raise StoreError(self.lake.unanswered()) from None
+                raise
+            finally:
+                if fired:
+                    with _LAKES_LOCK:
+                        _LAKES.pop((self.lake, self.read_only), None)
 
     @contextlib.contextmanager
     def _connect(self, write: bool = False) -> Iterator:
@@ -334,23 +432,26 @@ class Store:
         ``writing()`` the write slice's own connection. DuckDB's errors become StoreError."""
         import duckdb
 
-        own = self._writer is None
-        if own and write and self.read_only:
+        if write and self.read_only:
             raise StoreError(f"{self.name} was opened read-only")
-        con = self._open(write) if own else self._writer
-        try:
-            if not self._checked and not write:
-                self._check_schema(con)
-                self._checked = True
-            yield con
-        except duckdb.Error as exc:
-            raise StoreError(
-                f"{self.name} cannot be used as a ragbench store (DuckDB {type(exc).__name__}: "
-                f"{redact(str(exc))})"
-            ) from None
-        finally:
-            if own:
-                con.close()
+        with self._watched():
+            if write and self._writing:
+                self._held()
+            own = self._writer is None
+            con = self._open(write) if own else self._writer
+            try:
+                if not self._checked and not write:
+                    self._check_schema(con)
+                    self._checked = True
+                yield con
+            except duckdb.Error as exc:
+                raise StoreError(
+                    f"{self.name} cannot be used as a ragbench store (DuckDB "
+                    f"{type(exc).__name__}: {redact(one_line(str(exc)))})"
+                ) from None
+            finally:
+                if own:
+                    con.close()
 
     def _write(self, work):
         """``work(con)`` in one write transaction -> its value; ``_Rollback(value)`` from it
@@ -384,25 +485,36 @@ class Store:
 
     @contextlib.contextmanager
     def writing(self) -> Iterator[Store]:
-        """Keep one write connection for a series of transactions (an ingest of many files),
-        handing the file to waiting readers every ``WRITE_SLICE`` seconds (``yield_slice``)."""
-        self._writer = self._open(write=True)
-        self._slice_started = time.monotonic()
+        """Share one write connection among a series of transactions (an ingest's files),
+        opened by the first of them and handed to waiting readers every ``WRITE_SLICE`` seconds
+        (``yield_slice``); closed at the end."""
+        self._writing = True
         try:
             yield self
         finally:
+            self._writing = False
+            self._release()
+
+    def _held(self):
+        """Inside ``writing()``: its connection, opened now if it is not open."""
+        if self._writer is None:
+            self._writer = self._open(write=True)
+            self._slice_started = time.monotonic()
+        return self._writer
+
+    def _release(self) -> None:
+        if self._writer is not None:
             self._writer.close()
             self._writer = None
 
     def yield_slice(self) -> None:
-        """Between two transactions of ``writing()``: close and reopen a file's connection once
-        the slice is used up, so that readers get the file in between (a lake has no lock)."""
+        """Between two transactions of ``writing()``: close a file's connection once the slice
+        is used up, so that readers get the file before the next transaction opens it again
+        (a lake has no lock)."""
         if (self._writer is not None and self.lake is None
                 and time.monotonic() - self._slice_started > WRITE_SLICE):  # fmt: skip
-            self._writer.close()
+            self._release()
             time.sleep(LOCK_POLL * 2)  # long enough for a waiting reader's next try
-            self._writer = self._open(write=True)
-            self._slice_started = time.monotonic()
 
     def _schema(self, con) -> int | None:
         """The store's schema version, None when it has no ``meta`` table; StoreError when it
@@ -502,43 +614,128 @@ class Store:
 
     # --- writing --------------------------------------------------------------------------
 
-    def add_run(self, run: Run, measurements: Iterable[Measurement]) -> int | None:
-        """Store a run and its measurements in one transaction; -> rows added, or None when
-        the run was already stored (nothing changes). On any error nothing of it is stored."""
-        import duckdb
-
-        run_id = run.run_id
-        rows = [m.row(run_id) for m in measurements]
-        fp = run.fingerprint or {}
+    def add_run(self, run: Run, measurements: Iterable[Measurement] | Columns) -> int | None:
+        """Store a run and its measurements; -> rows added, or None when the run was already
+        stored (nothing changes). What the store refuses of its data is a ValueError, and
+        nothing of it is stored then. One transaction, or on a file, for more than
+        ``SLICE_ROWS`` rows, one per slice of them (``_add_in_slices``)."""
+        cols = (
+            measurements if isinstance(measurements, Columns) else Columns(run.run_id, measurements)
+        )
+        if self.lake is None and len(cols) > SLICE_ROWS:
+            return self._add_in_slices(run, cols)
 
         def work(con):
-            if con.execute("SELECT 1 FROM runs WHERE run_id = ?", [run_id]).fetchall():
+            if self._stored(con, run.run_id):
                 raise _Rollback(None)
-            try:
-                con.execute(
-                    "INSERT INTO runs (run_id, source, commit_hash, commit_time, branch, "
-                    "machine, env_name, env_key, gpu, driver, cuda, torch, triton, timm, python, "
-                    "harness_version, mode, fingerprint, started_at, ended_at, ingested_at, "
-                    "label, source_file) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, "
-                    "?, ?, ?, ?, ?, ?, ?)",
-                    [run_id, run.source, run.commit_hash, _ts(run.commit_time), run.branch,
-                     run.machine, run.env_name, env_key(fp), *(fp.get(k) for k in
-                     ("gpu", "driver", "cuda", "torch", "triton", "timm", "python")),
-                     run.harness_version, run.mode, json.dumps(fp, sort_keys=True),
-                     _ts(run.started_at), _ts(run.ended_at), _ts(time.time()), run.label,
-                     run.source_file],
-                )  # fmt: skip
-                if rows:  # one statement of column lists: 40x faster than executemany
-                    con.execute(INSERT_COLUMNS, [list(col) for col in zip(*rows, strict=True)])
-            except (duckdb.ConstraintException, duckdb.ConversionException,
-                    duckdb.InvalidInputException) as exc:  # fmt: skip
-                # the file's data: it is refused, the store goes on
-                raise ValueError(
-                    f"the store refused its data ({type(exc).__name__}: {exc})"
-                ) from None
-            return len(rows)
+            with _refused():
+                self._insert_run(con, run)
+                self._insert_rows(con, cols, 0, len(cols))
+            return len(cols)
 
         return self._write(work)
+
+    @staticmethod
+    def _stored(con, run_id: str) -> bool:
+        return bool(con.execute("SELECT 1 FROM runs WHERE run_id = ?", [run_id]).fetchall())
+
+    @staticmethod
+    def _insert_run(con, run: Run) -> None:
+        fp = run.fingerprint or {}
+        con.execute(
+            "INSERT INTO runs (run_id, source, commit_hash, commit_time, branch, "
+            "machine, env_name, env_key, gpu, driver, cuda, torch, triton, timm, python, "
+            "harness_version, mode, fingerprint, started_at, ended_at, ingested_at, "
+            "label, source_file) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, "
+            "?, ?, ?, ?, ?, ?, ?)",
+            [run.run_id, run.source, run.commit_hash, _ts(run.commit_time), run.branch,
+             run.machine, run.env_name, env_key(fp), *(fp.get(k) for k in
+             ("gpu", "driver", "cuda", "torch", "triton", "timm", "python")),
+             run.harness_version, run.mode, json.dumps(fp, sort_keys=True),
+             _ts(run.started_at), _ts(run.ended_at), _ts(time.time()), run.label,
+             run.source_file],
+        )  # fmt: skip
+
+    @staticmethod
+    def _insert_rows(con, cols: Columns, start: int, stop: int) -> None:
+        if stop > start:  # one statement of column lists: 40x faster than executemany
+            con.execute(INSERT_COLUMNS, cols.slice(start, stop))
+
+    def _add_in_slices(self, run: Run, cols: Columns) -> int | None:
+        """``add_run`` of a large run into a file: its rows in transactions of ``WRITE_SLICE``
+        seconds (statements of ``SLICE_ROWS`` rows until the time is used), readers let in
+        between (``yield_slice``), and its ``runs`` row with the last slice, so that no query
+        sees the run before it is whole. The first slice claims the run in
+        ``meta`` (``CLAIM``); another writer of the same run waits for the claim to go (the
+        run is then stored: a duplicate), or takes it over when its writer is dead
+        (``_stale``), deleting the rows that writer left. A slice that finds the claim gone
+        (taken over, or a ``store copy`` stored the run) ends the run as a duplicate if it is
+        stored, else starts it again. On an error the rows written so far are deleted."""
+        run_id, key = run.run_id, CLAIM + run.run_id
+        mine = f"{socket.gethostname()} {os.getpid()} {uuid.uuid4().hex[:12]}"
+        deadline = time.monotonic() + self.lock_timeout
+
+        def holder(con) -> str | None:
+            rows = con.execute("SELECT value FROM meta WHERE key = ?", [key]).fetchall()
+            return rows[0][0] if rows else None
+
+        def write(con, start):
+            began = time.monotonic()
+            if start == 0:
+                if self._stored(con, run_id):
+                    raise _Rollback(None)
+                other = holder(con)
+                if other is not None and not _stale(other):
+                    raise _Rollback(other)  # another writer's: wait for it
+                con.execute("DELETE FROM measurements WHERE run_id = ?", [run_id])  # its leftovers
+            elif not (holder(con) or "").startswith(mine):
+                raise _Rollback(self._stored(con, run_id) or "lost")
+            con.execute("DELETE FROM meta WHERE key = ?", [key])
+            stop = start
+            with _refused():
+                while stop < len(cols) and (stop == start
+                                            or time.monotonic() - began < WRITE_SLICE):  # fmt: skip
+                    self._insert_rows(con, cols, stop, min(stop + SLICE_ROWS, len(cols)))
+                    stop = min(stop + SLICE_ROWS, len(cols))
+                if stop == len(cols):
+                    self._insert_run(con, run)
+                    return stop
+            con.execute("INSERT INTO meta VALUES (?, ?)", [key, f"{mine} {time.time():.0f}"])
+            return stop
+
+        _CLAIMS.add(mine)
+        start = 0
+        try:
+            while start < len(cols):
+                done = self._write(lambda con, start=start: write(con, start))
+                if done is None or done is True:
+                    return None  # stored by another writer
+                if isinstance(done, str):  # claimed by another writer, or lost to one
+                    start = 0
+                    self._release()
+                    if time.monotonic() > deadline:
+                        raise StoreLocked(
+                            f"run {run_id} stayed claimed by another writer of "
+                            f"{self.name} ({done}) for {self.lock_timeout:.0f} s"
+                        )
+                    time.sleep(random.uniform(0.05, 0.2))
+                    continue
+                start = done
+                self.yield_slice()
+            return len(cols)
+        except BaseException:
+            with contextlib.suppress(Exception):  # else the next claimer deletes them
+                self._write(lambda con: self._drop_claim(con, run_id, mine))
+            raise
+        finally:
+            _CLAIMS.discard(mine)
+
+    def _drop_claim(self, con, run_id: str, mine: str) -> None:
+        """After a sliced write failed: the rows it wrote and its claim, while still its."""
+        rows = con.execute("SELECT value FROM meta WHERE key = ?", [CLAIM + run_id]).fetchall()
+        if rows and rows[0][0].startswith(mine) and not self._stored(con, run_id):
+            con.execute("DELETE FROM measurements WHERE run_id = ?", [run_id])
+            con.execute("DELETE FROM meta WHERE key = ?", [CLAIM + run_id])
 
     def accept(self, commit_hash: str, benchmark: str, metric: str, param_key: str,
                reason: str, accepted_by: str, pr: int | None = None,
@@ -648,7 +845,9 @@ class Store:
             for name in ("meta", "runs", "measurements", "acceptances", "gates", "series",
                          "speedups", "dispatch_floors", "drift"):  # fmt: skip
                 path = out_dir / f"{name}.parquet"
-                con.table(name).write_parquet(str(path))  # the path never enters SQL
+                table = (con.sql(f"SELECT * FROM measurements WHERE {STORED}")
+                         if name == "measurements" else con.table(name))  # fmt: skip
+                table.write_parquet(str(path))  # the path never enters SQL
                 paths.append(path)
         return paths
 
@@ -660,7 +859,8 @@ class Store:
 
         source.counts()  # a readable ragbench store of this schema, or StoreError
         alias = f"source_{os.getpid()}_{threading.get_ident()}"
-        new_runs = f"SELECT * FROM {alias}.{{t}} WHERE run_id NOT IN (SELECT run_id FROM runs)"
+        new_runs = (f"SELECT * FROM {alias}.{{t}} WHERE run_id NOT IN (SELECT run_id FROM runs) "
+                    f"AND run_id IN (SELECT run_id FROM {alias}.runs)")  # fmt: skip
         missing = ("SELECT * FROM {a}.{t} s WHERE NOT EXISTS (SELECT 1 FROM {t} d WHERE "
                    "{on})")  # fmt: skip
 
@@ -668,6 +868,12 @@ class Store:
             return " AND ".join(f"d.{c} = s.{c}" for c in cols)
 
         def work(con):
+            # what a sliced write of a copied run left here, or is writing: the copy stores it
+            # (that write then finds its claim gone and the run stored)
+            con.execute(f"DELETE FROM measurements WHERE NOT {STORED} AND run_id IN "
+                        f"(SELECT run_id FROM {alias}.runs)")  # fmt: skip
+            con.execute(f"DELETE FROM meta WHERE key IN (SELECT '{CLAIM}' || run_id FROM "
+                        f"{alias}.runs)")  # fmt: skip
             added = {}
             for table, select in (
                 ("measurements", new_runs.format(t="measurements")),  # before their runs
@@ -680,7 +886,7 @@ class Store:
             return added
 
         with self.writing():
-            con = self._writer
+            con = self._held()
             try:
                 if source.lake is not None:
                     source.lake.attach(con, alias, read_only=True)
@@ -688,20 +894,23 @@ class Store:
                     con.execute(f"ATTACH '{_sql_text(source.path)}' AS {alias} (READ_ONLY)")
                 return self._write(work)
             except duckdb.Error as exc:
-                raise StoreError(f"copying {source.name} into {self.name}: {redact(str(exc))}"
-                                 ) from None  # fmt: skip
+                raise StoreError(f"copying {source.name} into {self.name}: "
+                                 f"{redact(one_line(str(exc)))}") from None  # fmt: skip
             finally:
                 with contextlib.suppress(duckdb.Error):
                     con.execute(f"DETACH {alias}")
 
     def maintain(self, keep_days: float = 30) -> dict:
         """Keep the store small: on a lake, DuckLake's maintenance (small files merged,
-        snapshots older than ``keep_days`` expired, unread files deleted); on a file, a
-        checkpoint. Raw samples stay. -> files and bytes before and after."""
+        snapshots older than ``keep_days`` expired, unread files deleted); on a file, the rows
+        a sliced write left when its process died deleted, and a checkpoint. Raw samples stay.
+        -> files and bytes before and after."""
         if not 1 <= keep_days <= 36500:
             raise ValueError("keep between a day and a century of snapshots (a reader may be "
                              f"on one), not {keep_days}")  # fmt: skip
         before = self.size()
+        if self.lake is None:
+            self._write(self._drop_leftovers)
         with self._connect(write=True) as con:
             if self.lake is not None:
                 lake_maintain(con, keep_days)
@@ -710,6 +919,17 @@ class Store:
         after = self.size()
         return {"files_before": before[0], "bytes_before": before[1],
                 "files_after": after[0], "bytes_after": after[1]}  # fmt: skip
+
+    @staticmethod
+    def _drop_leftovers(con) -> None:
+        """The rows and claims of sliced writes whose writer died (``_stale``)."""
+        claims = con.execute("SELECT key, value FROM meta WHERE starts_with(key, ?)",
+                             [CLAIM]).fetchall()  # fmt: skip
+        live = [k.removeprefix(CLAIM) for k, v in claims if not _stale(v)]
+        con.execute(f"DELETE FROM measurements WHERE NOT {STORED} AND NOT list_contains(?, "
+                    "run_id)", [live])  # fmt: skip
+        con.execute("DELETE FROM meta WHERE starts_with(key, ?) AND NOT list_contains(?, key)",
+                    [CLAIM, [CLAIM + r for r in live]])  # fmt: skip
 
     # --- queries ---------------------------------------------------------------------------
 
@@ -740,10 +960,10 @@ class Store:
     def counts(self) -> dict[str, int]:
         """Rows per table, in one statement: one snapshot of a lake that writers change."""
         tables = ("runs", "measurements", "acceptances", "gates")
+        where = {"measurements": f" WHERE {STORED}"}
+        counts = [f"(SELECT count(*) FROM {t}{where.get(t, '')})" for t in tables]
         with self._connect() as con:
-            (row,) = con.execute(
-                "SELECT " + ", ".join(f"(SELECT count(*) FROM {t})" for t in tables)
-            ).fetchall()
+            (row,) = con.execute("SELECT " + ", ".join(counts)).fetchall()
         return dict(zip(tables, row, strict=True))
 
     @property

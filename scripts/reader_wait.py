@@ -1,13 +1,20 @@
-"""How long a dashboard page waits while a large ingest writes the store.
+"""How long a reader of the store waits while an ingest writes it.
 
-    python -m scripts.reader_wait [--commits 1000] [--seconds 3]
+    python -m scripts.reader_wait [--case big|refused|files] ... [--commits 1000]
 
-A store of ``--commits`` synthetic main commits (ragbench.synth) is ingested by one process
-while another loads a dashboard page over and over: a fresh read-only store, then the queries
-the Overview and Dispatch-floors pages make (runs, series of one metric, dispatch floors,
-drift). The page's time is measured for ``--seconds`` before the ingest (no writer) and for the
-whole ingest. Writers hold the file for one transaction, and keep a connection for at most
-``ragbench.store.WRITE_SLICE`` seconds, so a page should wait at most about that long.
+A store of 50 synthetic main commits (ragbench.synth) is read by another process every
+~100 ms (a fresh ``Store(read_only=True)`` and one query, ``counts``), before and during an
+ingest by this process of:
+
+- ``big``: one asv result file of 100,000 cells (1.7 MB: a value and its quartiles a cell);
+- ``refused``: 12 result files of 5.3 MB (300,000 cells each), each refused at its last cell
+  (a negative value) after the whole file was read and checked;
+- ``files``: ``--commits`` synthetic result files (59 rows each).
+
+Each row gives the reads' median and worst time, the part of it spent waiting for the file's
+lock, and how many reads failed (StoreLocked: a reader gives up after 60 s). A reader waits for
+the lock while a writer holds the file: at most one write slice (``ragbench.store.WRITE_SLICE``
+of transactions, then the connection's close).
 """
 
 from __future__ import annotations
@@ -23,68 +30,132 @@ from pathlib import Path
 
 from ragbench import synth
 from ragbench.ingest import ingest
-from ragbench.store import WRITE_SLICE, Store
-
-PAGE = """
-import json, os, sys, time
 from ragbench.store import Store
+
+# The reader: each read's whole time, and the part of it spent opening the file (waiting for
+# the lock while a writer holds it); the rest is the query, slow only on a busy CPU.
+READER = """
+import json, os, sys, time
+from ragbench.store import Store, StoreError
 path, go, stop = sys.argv[1], sys.argv[2], sys.argv[3]
-times = []
-while not os.path.exists(stop):
+opening = []
+_open = Store._open
+def timed_open(self, write):
     t = time.perf_counter()
-    s = Store(path, read_only=True)
-    s.runs(machine="synthetic")
-    s.series(machine="synthetic", benchmark="kernel.KernelLatency", metric="gpu_us",
-             params={"backend": "triton"})
-    s.dispatch_floors(machine="synthetic")
-    s.drift(machine="synthetic")
-    times.append((os.path.exists(go), time.perf_counter() - t))
-print(json.dumps(times))
+    try:
+        return _open(self, write)
+    finally:
+        opening.append(time.perf_counter() - t)
+Store._open = timed_open
+reads = []
+while not os.path.exists(stop):
+    during = os.path.exists(go)
+    opening.clear()
+    t = time.perf_counter()
+    try:
+        Store(path, read_only=True).counts()
+        ok = True
+    except StoreError:
+        ok = False
+    reads.append((during, time.perf_counter() - t, sum(opening), ok))
+    time.sleep(0.1)
+print(json.dumps(reads))
 """
+BENCH = "kernel.Big.track_gpu_us"
+
+
+def big_result(out: Path, cells: int, index: int = 0, refuse: bool = False) -> Path:
+    """An asv results directory under ``out`` holding one result file of ``cells`` cells of one
+    benchmark (two axes), each a value and its quartiles; ``refuse``: the last cell's value is
+    negative, so the file is refused only after all of it was read and checked. -> the file."""
+    side = int(cells**0.5)
+    axes = [list(range(side)), list(range(cells // side))]
+    n = len(axes[0]) * len(axes[1])
+    (out / synth.MACHINE).mkdir(parents=True, exist_ok=True)
+    bench = {"name": BENCH, "param_names": ["batch", "tokens"], "unit": "us", "type": "track",
+             "params": [[repr(v) for v in a] for a in axes], "version": "big-1"}  # fmt: skip
+    (out / "benchmarks.json").write_text(json.dumps({BENCH: bench, "version": 2}))
+    values = [round(10 + (i * 7919 % 1000) / 100, 2) for i in range(n)]
+    if refuse:
+        values[-1] = -1.0
+    t = 1.77e9 + index * 3600
+    row = [values, bench["params"], "big-1", int(t * 1e3), 1.0, None, None,
+           [round(v * 0.98, 2) for v in values], [round(v * 1.02, 2) for v in values],
+           None, None, None, None]  # fmt: skip
+    data = {"commit_hash": synth.commit(100_000 + index), "env_name": "big", "date": int(t * 1e3),
+            "params": {"machine": synth.MACHINE}, "python": "3.12", "requirements": {},
+            "env_vars": {}, "result_columns": synth.COLUMNS, "results": {BENCH: row},
+            "durations": {}, "version": 2}  # fmt: skip
+    path = out / synth.MACHINE / f"{data['commit_hash'][:8]}-big.json"
+    path.write_text(json.dumps(data, separators=(",", ":")))
+    return path
+
+
+def _inputs(case: str, tmp: Path, commits: int) -> tuple[list[Path], str]:
+    if case == "big":
+        path = big_result(tmp / "big", 100_000)
+        return [tmp / "big"], f"one file of 100,000 cells ({path.stat().st_size / 1e6:.1f} MB)"
+    if case == "refused":
+        for i in range(12):
+            path = big_result(tmp / "refused", 300_000, index=i, refuse=True)
+        return [tmp / "refused"], f"12 refused files of {path.stat().st_size / 1e6:.1f} MB"
+    history = synth.write_history(tmp / "history", commits, seed=1)
+    for p in (history / synth.MACHINE).glob("*.json"):  # other runs than the seed's
+        d = json.loads(p.read_text())
+        d["env_name"] = "many"
+        p.write_text(json.dumps(d))
+    return [history], f"{commits} result files"
+
+
+def measure(case: str, commits: int = 1000, before: float = 2.0) -> dict:
+    """Reads of another process before and during one ingest of ``case``."""
+    with tempfile.TemporaryDirectory() as tmp:
+        tmp = Path(tmp)
+        store = tmp / "perf.duckdb"
+        ingest(Store(store), [synth.write_history(tmp / "seed", 50)], branch="main")
+        paths, what = _inputs(case, tmp, commits)
+        go, stop = tmp / "go", tmp / "stop"
+        reader = subprocess.Popen([sys.executable, "-c", READER, str(store), str(go), str(stop)],
+                                  stdout=subprocess.PIPE, text=True)  # fmt: skip
+        time.sleep(before)
+        go.touch()
+        t0 = time.perf_counter()
+        report = ingest(Store(store), paths, branch="main")
+        seconds = time.perf_counter() - t0
+        time.sleep(0.3)  # a read that began during the ingest ends
+        stop.touch()
+        reads = json.loads(reader.communicate(timeout=600)[0])
+    busy = [r for r in reads if r[0]]
+    return {
+        "case": case, "what": what, "ingest_s": seconds, "summary": report.summary(),
+        "alone_ms": statistics.median(t for during, t, _, _ in reads if not during) * 1e3,
+        "reads": len(busy), "failed": sum(not ok for _, _, _, ok in busy),
+        **{f"{name}_{stat}_ms": f([r[i] for r in busy]) * 1e3 for i, name in ((1, "read"),
+           (2, "lock")) for stat, f in (("median", statistics.median), ("max", max))},
+    }  # fmt: skip
 
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--commits", type=int, default=1000, help="files in the ingest")
-    ap.add_argument("--seconds", type=float, default=3.0, help="page loads before it, s")
-    args = ap.parse_args(argv)
-    with tempfile.TemporaryDirectory() as tmp:
-        tmp = Path(tmp)
-        seed = synth.write_history(tmp / "seed", 50)
-        history = synth.write_history(tmp / "history", args.commits, seed=1)
-        for p in (history / synth.MACHINE).glob("*.json"):  # other runs than the seed's
-            d = json.loads(p.read_text())
-            d["env_name"] = "big"
-            p.write_text(json.dumps(d))
-        store = tmp / "perf.duckdb"
-        ingest(Store(store), [seed], branch="main")
-        go, stop = tmp / "go", tmp / "stop"
-        reader = subprocess.Popen([sys.executable, "-c", PAGE, str(store), str(go), str(stop)],
-                                  stdout=subprocess.PIPE, text=True)  # fmt: skip
-        time.sleep(args.seconds)
-        go.touch()
-        t0 = time.perf_counter()
-        report = ingest(Store(store), [history], branch="main")
-        seconds = time.perf_counter() - t0
-        stop.touch()
-        times = json.loads(reader.communicate(timeout=300)[0])
-    alone = [t * 1e3 for during, t in times if not during]
-    busy = [t * 1e3 for during, t in times if during]
-
-    def row(name, xs):
-        xs = sorted(xs)
-        p95 = xs[min(len(xs) - 1, int(0.95 * len(xs)))]
-        return (f"| {name} | {len(xs)} | {statistics.median(xs):.0f} | {p95:.0f} | "
-                f"{max(xs):.0f} |")  # fmt: skip
-
-    print(
-        f"Ingest of {len(report.stored)} files ({report.rows} rows) in {seconds:.1f} s; "
-        f"write slice {WRITE_SLICE * 1e3:.0f} ms.\n"
+    ap.add_argument(
+        "--case",
+        action="append",
+        choices=["big", "refused", "files"],
+        help="what is ingested (repeatable; default: big and refused)",
     )
-    print("| page loads | n | median ms | p95 ms | max ms |")
-    print("|---|---|---|---|---|")
-    print(row("no writer", alone))
-    print(row("during the ingest", busy))
+    ap.add_argument("--commits", type=int, default=1000, help="files of --case files")
+    args = ap.parse_args(argv)
+    print(
+        "| ingest | its time | reads | read median / worst ms | of which waiting for the "
+        "lock, median / worst ms | failed | a read with no writer, ms |"
+    )
+    print("|---|---|---|---|---|---|---|")
+    for case in args.case or ["big", "refused"]:
+        r = measure(case, args.commits)
+        print(f"| {r['what']} ({r['summary']}) | {r['ingest_s']:.1f} s | {r['reads']} | "
+              f"{r['read_median_ms']:.0f} / {r['read_max_ms']:.0f} | {r['lock_median_ms']:.0f} "
+              f"/ {r['lock_max_ms']:.0f} | {r['failed']} | {r['alone_ms']:.0f} |",
+              flush=True)  # fmt: skip
     return 0
 
 

@@ -4,8 +4,11 @@ a reader during a write, views, Parquet export, copies between the two, maintena
 
 from __future__ import annotations
 
+import contextlib
+import itertools
 import json
 import shutil
+import socket
 import subprocess
 import sys
 import time
@@ -489,3 +492,372 @@ def test_a_store_file_another_process_is_creating_is_waited_for(tmp_path, monkey
         Store(garbage)
     assert time.perf_counter() - t0 < 0.2  # a file of a header's length fails at once
     assert path.exists() and stuck.read_bytes() == b""
+
+
+# --- readers never wait for a parse, a refused file or a large write (issue 34) -----------------
+
+
+class WriteConnections:
+    """``duckdb.connect`` watched: how many read-write connections to a file are open now, and
+    how many were opened."""
+
+    def __init__(self, monkeypatch):
+        import duckdb
+
+        self.open = self.opened = 0
+        connect = duckdb.connect
+        watch = self
+
+        class Held:
+            def __init__(self, con):
+                self._con = con
+
+            def close(self):
+                watch.open -= 1
+                self._con.close()
+
+            def __getattr__(self, name):
+                return getattr(self._con, name)
+
+        def connecting(database=":memory:", read_only=False, **kw):
+            con = connect(database, read_only=read_only, **kw)
+            if read_only or database == ":memory:":
+                return con
+            watch.open += 1
+            watch.opened += 1
+            return Held(con)
+
+        monkeypatch.setattr(duckdb, "connect", connecting)
+
+
+def big_and_refused(dest: Path, cells: int) -> tuple[Path, Path]:
+    """A results directory of one good file of ``cells`` cells and a synthetic history of 3
+    files, and another of 3 large files each refused at its last cell."""
+    from scripts.reader_wait import big_result
+
+    big_result(dest / "good", cells)
+    synth.write_history(dest / "good" / "history", 3)
+    for i in range(3):
+        big_result(dest / "refused", 2_000, index=i + 1, refuse=True)
+    return dest / "good", dest / "refused"
+
+
+def test_files_are_read_before_the_store_is_opened_and_refused_ones_never_open_it(
+    tmp_path, monkeypatch
+):
+    """Reading and checking a file (a 100,000-cell one took 3 s here) never happens while the
+    ingest holds the file for writing, whatever the files: a reader waits for writes only.
+    Files that are all refused never open it at all."""
+    import ragbench.ingest as ingest_module
+
+    good, refused = big_and_refused(tmp_path, 3_000)
+    path = tmp_path / "s.duckdb"
+    store = Store(path)
+    watch = WriteConnections(monkeypatch)
+    held_while_read = []
+    parse = ingest_module.parse
+
+    def parsing(p):
+        held_while_read.append(watch.open)
+        return parse(p)
+
+    monkeypatch.setattr(ingest_module, "parse", parsing)
+    report = ingest(store, [refused])
+    assert len(report.failed) == 3 and all("not a finite non-negative" in why
+                                           for _, why in report.failed)  # fmt: skip
+    assert watch.opened == 0, "an ingest of refused files opened the store for writing"
+    report = ingest(store, [refused, good], branch="main")
+    assert len(report.stored) == 4 and len(report.failed) == 3
+    assert len(held_while_read) == 3 + 7 and not any(held_while_read), held_while_read
+    assert watch.open == 0 and Store(path, read_only=True).counts()["runs"] == 4
+
+
+def test_a_large_run_is_written_in_slices_each_its_own_connection(tmp_path, monkeypatch):
+    """A run of more rows than ``SLICE_ROWS`` is written in transactions of at most that many;
+    with no time to share a connection (``WRITE_SLICE`` 0), each one opens and closes the file,
+    so a reader waits for one slice at most. The run shows whole, and a second ingest of it
+    stores nothing."""
+    import ragbench.store as S
+    from scripts.reader_wait import big_result
+
+    monkeypatch.setattr(S, "SLICE_ROWS", 1_000)
+    monkeypatch.setattr(S, "WRITE_SLICE", 0.0)
+    big_result(tmp_path / "big", 4_500)
+    path = tmp_path / "s.duckdb"
+    store = Store(path)
+    sizes = []
+    insert = S.Store._insert_rows
+
+    def inserting(con, cols, start, stop):
+        sizes.append(stop - start)
+        insert(con, cols, start, stop)
+
+    monkeypatch.setattr(S.Store, "_insert_rows", staticmethod(inserting))
+    watch = WriteConnections(monkeypatch)
+    report = ingest(store, [tmp_path / "big"], branch="main")
+    n = report.rows
+    assert report.stored and n > 4 * 1_000 and sizes == [1_000] * (n // 1_000) + [n % 1_000]
+    assert watch.opened >= len(sizes) and watch.open == 0
+    assert Store(path, read_only=True).counts() == {"runs": 1, "measurements": n,
+                                                    "acceptances": 0, "gates": 0}  # fmt: skip
+    assert ingest(store, [tmp_path / "big"], branch="main").duplicate
+
+
+SLICED = """
+import os, signal, sys
+import ragbench.store as S
+S.SLICE_ROWS, S.WRITE_SLICE = 500, 0.0  # a transaction of 500 rows, and a connection each
+die_at = int(os.environ.get("DIE_AT_SLICE", "0"))
+insert, calls = S.Store._insert_rows, []
+def inserting(con, cols, start, stop):
+    calls.append(start)
+    if len(calls) == die_at:
+        os.kill(os.getpid(), signal.SIGKILL)
+    insert(con, cols, start, stop)
+S.Store._insert_rows = staticmethod(inserting)
+from ragbench.cli import main
+sys.exit(main(sys.argv[1:]))
+"""
+
+
+def sliced_ingest(store: Path, *paths: Path, die_at: int = 0, wait: bool = True):
+    """``ragbench ingest`` in a process that writes a large run 500 rows a transaction, each
+    with a connection of its own (and kills itself at slice ``die_at``)."""
+    import os
+
+    proc = subprocess.Popen([sys.executable, "-c", SLICED, "ingest", "--branch", "main",
+                             "--store", str(store), *map(str, paths)], cwd=REPO,
+                            stderr=subprocess.PIPE, text=True,
+                            env={**os.environ, "DIE_AT_SLICE": str(die_at)})  # fmt: skip
+    if not wait:
+        return proc
+    proc.communicate(timeout=300)
+    return proc
+
+
+def raw_rows(path: Path) -> tuple[int, list]:
+    """Every measurement row of a file store, stored or not, and its ``meta`` claims."""
+    import duckdb
+
+    con = duckdb.connect(str(path), read_only=True)
+    try:
+        ((n,),) = con.execute("SELECT count(*) FROM measurements").fetchall()
+        return n, con.execute("SELECT key FROM meta WHERE key LIKE 'ingest:%'").fetchall()
+    finally:
+        con.close()
+
+
+def test_a_reader_never_sees_half_a_sliced_run_and_two_writers_store_it_once(tmp_path):
+    """Two processes ingest the same 6,000-cell run in slices of 500 (and a run of their own)
+    while this one reads: every read sees whole runs; the shared run is stored once (the
+    second writer waits for the first's claim, then finds it stored)."""
+    from scripts.reader_wait import big_result
+
+    shared, mine = tmp_path / "shared", [tmp_path / "a", tmp_path / "b"]
+    big_result(shared, 6_000)
+    for i, d in enumerate(mine):
+        big_result(d, 1_200, index=i + 1)
+    path = tmp_path / "s.duckdb"
+    Store(path)
+    writers = [sliced_ingest(path, shared, d, wait=False) for d in mine]
+    seen = []
+    while any(w.poll() is None for w in writers) or not seen:
+        seen.append(Store(path, read_only=True).counts()["measurements"])
+    errors = [w.communicate(timeout=300)[1] for w in writers]
+    assert [w.returncode for w in writers] == [0, 0], errors
+    with Store(path, read_only=True) as s:
+        sizes = [len(s.measurements([r["run_id"]])) for r in s.runs()]
+    assert len(sizes) == 3 and sum("1 already stored" in e for e in errors) == 1, errors
+    whole = {sum(c) for k in range(4) for c in itertools.combinations(sizes, k)}
+    assert set(seen) <= whole, f"a read saw half a run: {sorted(set(seen) - whole)}"
+    assert raw_rows(path) == (sum(sizes), [])
+
+
+def test_a_writer_killed_mid_run_leaves_nothing_seen_and_nothing_kept(tmp_path):
+    """A writer killed after 3 of 12 slices: no reader sees its rows, ``store maintain``
+    deletes them; killed again, the next ingest of the file takes its claim over and stores
+    the run whole."""
+    from scripts.reader_wait import big_result
+
+    big_result(tmp_path / "big", 6_000)
+    path = tmp_path / "s.duckdb"
+    Store(path)
+    assert sliced_ingest(path, tmp_path / "big", die_at=4).returncode == -9
+    assert raw_rows(path)[0] == 1_500 and len(raw_rows(path)[1]) == 1
+    assert Store(path, read_only=True).counts()["measurements"] == 0
+    out = subprocess.run([sys.executable, "-m", "ragbench", "store", "maintain", "--store",
+                          str(path)], capture_output=True, text=True, cwd=REPO)  # fmt: skip
+    assert out.returncode == 0, out.stderr
+    assert raw_rows(path) == (0, [])
+    assert sliced_ingest(path, tmp_path / "big", die_at=6).returncode == -9
+    done = sliced_ingest(path, tmp_path / "big")
+    assert done.returncode == 0
+    n = Store(path, read_only=True).counts()["measurements"]
+    assert n > 5_000 and raw_rows(path) == (n, [])
+
+
+def test_a_live_writers_claim_is_waited_for_and_a_dead_ones_taken_over(tmp_path, monkeypatch):
+    """A run another live process claimed is not written beside it: the ingest waits, and
+    after its lock timeout says who holds it; once that process is gone the claim is stale
+    and the ingest stores the run."""
+    import duckdb
+
+    import ragbench.store as S
+    from ragbench.ingest import parse
+    from scripts.reader_wait import big_result
+
+    monkeypatch.setattr(S, "SLICE_ROWS", 1_000)
+    path = big_result(tmp_path / "big", 3_000)
+    store_path = tmp_path / "s.duckdb"
+    Store(store_path)
+    run = parse(path)[0]
+    run.branch = "main"
+    holder = subprocess.Popen(["sleep", "60"])
+    con = duckdb.connect(str(store_path))
+    con.execute("INSERT INTO meta VALUES (?, ?)", [S.CLAIM + run.run_id,
+                f"{socket.gethostname()} {holder.pid} t0k3n {time.time():.0f}"])  # fmt: skip
+    con.close()
+    try:
+        with pytest.raises(S.StoreLocked, match=f"stayed claimed .*{holder.pid} t0k3n"):
+            ingest(Store(store_path, lock_timeout=0.5), [path], branch="main")
+    finally:
+        holder.kill()
+        holder.wait()
+    report = ingest(Store(store_path), [path], branch="main")
+    assert report.stored and raw_rows(store_path) == (report.rows, [])
+
+
+def test_a_slice_the_store_refuses_refuses_the_file_and_leaves_no_row(tmp_path, monkeypatch):
+    import duckdb
+
+    import ragbench.store as S
+    from scripts.reader_wait import big_result
+
+    monkeypatch.setattr(S, "SLICE_ROWS", 1_000)
+    big_result(tmp_path / "big", 4_000)
+    synth.write_history(tmp_path / "small", 2)
+    insert, calls = S.Store._insert_rows, []
+
+    def inserting(con, cols, start, stop):
+        calls.append(start)
+        if len(calls) == 3:
+            raise duckdb.ConversionException("a value no column takes")
+        insert(con, cols, start, stop)
+
+    monkeypatch.setattr(S.Store, "_insert_rows", staticmethod(inserting))
+    path = tmp_path / "s.duckdb"
+    report = ingest(Store(path), [tmp_path / "big", tmp_path / "small"], branch="main")
+    (why,) = [w for _, w in report.failed]
+    assert "the store refused its data" in why and len(report.stored) == 2
+    assert raw_rows(path) == (2 * 59, [])
+
+
+# --- a catalog that stops answering (issue 34) --------------------------------------------------
+
+
+def test_a_lakes_catalog_gets_timeouts_unless_the_string_sets_its_own(postgres, tmp_path):
+    from ragbench.lake import Lake
+
+    lake = Lake.parse("ducklake:postgres:dbname=perf host=db user=r data_path=/d/")
+    assert "connect_timeout='10'" in lake.conninfo and "statement_timeout=60s" in lake.conninfo
+    own = Lake.parse("ducklake:postgres:dbname=perf connect_timeout=3 options='-c "
+                     "statement_timeout=5s'")  # fmt: skip
+    assert own.conninfo == own.catalog and own.timeout == 3
+    uri = Lake.parse("ducklake:postgres:postgresql://r@db:6543/perf?connect_timeout=4")
+    assert uri.timeout == 4 and uri.port == 6543
+    assert "options=-c%20statement_timeout" in uri.conninfo
+    for given, expected in (("", ("1min", "30s")), (" options='-c statement_timeout=5s'",
+                                                    ("5s", "0"))):  # fmt: skip
+        spec = postgres.lake(tmp_path).replace(" data_path=", f"{given} data_path=")
+        with Store(spec)._connect() as con:
+            got = con.execute("SELECT * FROM postgres_query('__ducklake_metadata_lake', 'SELECT "
+                              "current_setting(''statement_timeout'') s, "
+                              "current_setting(''lock_timeout'') l')").fetchall()  # fmt: skip
+        assert got == [expected], given
+
+
+@pytest.fixture
+def frozen_postgres():
+    """A PostgreSQL server of this test alone, to stop (``freeze``): thawed and stopped after."""
+    import os
+    import signal
+    import tempfile
+
+    from scripts.pgserver import Postgres
+
+    root = Path(tempfile.mkdtemp(prefix="ragbench-pg-"))
+    server = Postgres(root).start()
+    frozen = []
+
+    def freeze(everything: bool = False) -> None:
+        """SIGSTOP the postmaster (new connections hang), or every process of the server."""
+        postmaster = int((server.data / "postmaster.pid").read_text().split()[0])
+        pids = [postmaster]
+        if everything:
+            for stat in Path("/proc").glob("[0-9]*/stat"):
+                try:
+                    if int(stat.read_text().rsplit(")", 1)[1].split()[1]) == postmaster:
+                        pids.append(int(stat.parent.name))
+                except (OSError, IndexError, ValueError):
+                    continue
+        for pid in pids:
+            os.kill(pid, signal.SIGSTOP)
+            frozen.append(pid)
+
+    server.freeze = freeze
+    yield server
+    for pid in frozen:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGCONT)
+    server.stop()
+    shutil.rmtree(root, ignore_errors=True)
+
+
+def assert_unanswered(out_or_err: str, code: int, took: float, record_property) -> None:
+    """Exit 2 with one line naming the catalog and what to check, well within the bound: the
+    default connect_timeout is 10 s and a stopped server fails an operation after at most two
+    of them (the operation's own wait, then the watch's question) plus the process's start,
+    ~25 s on a loaded 2-core machine; 60 s leaves that margin twice over."""
+    last = out_or_err.strip().splitlines()[-1]
+    assert code == 2 and "Traceback" not in out_or_err, out_or_err[-3000:]
+    assert "did not answer within 10 s" in last and "pg_isready" in last, out_or_err[-3000:]
+    assert took < 60, took
+    record_property("measured", f"exit 2 after {took:.1f} s")
+
+
+def test_a_catalog_whose_postmaster_stopped_is_exit_2_in_seconds(frozen_postgres, tmp_path,
+                                                                  record_property):  # fmt: skip
+    """``store info`` and ``ingest`` against a lake whose PostgreSQL postmaster is stopped
+    (SIGSTOP: connections are accepted and never answered) hung for ever; now libpq's
+    connect_timeout ends them, with one line saying what to check."""
+    lake = frozen_postgres.lake(tmp_path)
+    ingest(Store(lake), [synth.write_history(tmp_path / "h", 2)], branch="main")
+    frozen_postgres.freeze()
+    t0 = time.perf_counter()
+    procs = [
+        subprocess.Popen([sys.executable, "-m", "ragbench", *args, "--store", lake], cwd=REPO,
+                         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        for args in (["store", "info"], ["ingest", str(tmp_path / "h")])
+    ]  # fmt: skip
+    for p in procs:
+        out = p.communicate(timeout=120)[0]
+        assert_unanswered(out, p.returncode, time.perf_counter() - t0, record_property)
+
+
+def test_a_catalog_that_freezes_mid_ingest_is_exit_2_in_seconds(frozen_postgres, tmp_path,
+                                                                 record_property):  # fmt: skip
+    """Every process of the catalog's server stopped while an ingest writes: the server
+    enforces no statement timeout then, and the ingest waited on its connection for ever. Now
+    the watch asks the server, hears nothing, and cuts the connection: exit 2, one line."""
+    lake = frozen_postgres.lake(tmp_path)
+    Store(lake)
+    history = synth.write_history(tmp_path / "h", 400)
+    writer = subprocess.Popen([sys.executable, "-m", "ragbench", "ingest", "--store", lake,
+                               str(history)], cwd=REPO, stderr=subprocess.PIPE,
+                              text=True)  # fmt: skip
+    first = writer.stderr.readline()  # the first progress line: it is writing
+    assert first.startswith("["), first
+    frozen_postgres.freeze(everything=True)
+    t0 = time.perf_counter()
+    err = writer.communicate(timeout=120)[1]
+    assert_unanswered(err, writer.returncode, time.perf_counter() - t0, record_property)
