@@ -34,10 +34,8 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
-import os
 import re
 import shlex
-import subprocess
 import sys
 import time
 import zipfile
@@ -49,7 +47,6 @@ from . import detect, suite
 from .store import param_key
 from .verdicts import Status
 
-REPO = Path(__file__).resolve().parent.parent
 MARGIN = 2.0  # default of [gate] drift_margin: beyond twice the run-to-run noise
 METRICS = {"drift.Pipeline": ("logits", "keep_masks"), "drift.Kernel": ("output",)}
 UNITS = {"logits": "logit", "keep_masks": "positions", "output": "abs"}
@@ -288,20 +285,12 @@ def run_outputs(arms: dict[str, Path], out: Path, *, mode: str = "quick", only: 
                 aa_where_moved: bool = False, python: Path | str | None = None,
                 log: Callable[[str], None] = print) -> Outputs:  # fmt: skip
     """``benchmarks._outputs`` in a fresh process of ``python`` (default this one)."""
-    cmd = [str(python or sys.executable), "-m", "benchmarks._outputs", "--out", str(out)]
-    for arm, src in arms.items():
-        cmd += ["--arm", f"{arm}={src}"]
-    if only:
-        cmd += ["--only", only]
-    if aa_where_moved:
-        cmd.append("--aa-where-moved")
-    path = os.pathsep.join(p for p in (str(REPO), os.environ.get("PYTHONPATH")) if p)
-    env = {**os.environ, "RAGBENCH_MODE": mode, "PYTHONPATH": path}
-    res = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True)
-    if res.returncode != 0 or not out.is_file():
-        tail = res.stderr.strip().splitlines()[-1:] or ["no message"]
-        raise DriftError(f"the outputs runner exited with {res.returncode}: {tail[0][:300]}")
-    log(res.stderr.strip().splitlines()[-1] if res.stderr.strip() else "outputs: done")
+    args = ["--out", str(out), *(["--only", only] if only else []),
+            *(["--aa-where-moved"] if aa_where_moved else [])]  # fmt: skip
+    code, last = suite.runner("benchmarks._outputs", arms, args, mode=mode, python=python)
+    if code != 0 or not out.is_file():
+        raise DriftError(f"the outputs runner exited with {code}: {last or 'no message'}")
+    log(last or "outputs: done")
     return Outputs(out)
 
 

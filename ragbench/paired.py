@@ -20,19 +20,15 @@ from __future__ import annotations
 
 import json
 import math
-import os
 import statistics
-import subprocess
-import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from . import detect, stats
+from . import detect, stats, suite
 from .store import param_key
 from .verdicts import Status
 
-REPO = Path(__file__).resolve().parent.parent
 PROCESSES = 3  # fresh processes a comparison pools (calibrated: docs/calibration.md)
 ARMS = ("base", "aa", "head")
 TOGETHER, ALONE = "paired", "processes"  # how a cell was measured (Verdict.method)
@@ -63,19 +59,14 @@ class PairedCell:
 
 def _process(arms: dict[str, Path], out: Path, *, seed: int, mode: str, rounds: int | None,
              pipeline_rounds: int | None) -> dict:  # fmt: skip
-    cmd = [sys.executable, "-m", "benchmarks._paired", "--out", str(out), "--seed", str(seed)]
-    for arm, src in arms.items():
-        cmd += ["--arm", f"{arm}={src}"]
+    args = ["--out", str(out), "--seed", str(seed)]
     if rounds:
-        cmd += ["--rounds", str(rounds)]
+        args += ["--rounds", str(rounds)]
     if pipeline_rounds:
-        cmd += ["--pipeline-rounds", str(pipeline_rounds)]
-    path = os.pathsep.join(p for p in (str(REPO), os.environ.get("PYTHONPATH")) if p)
-    env = {**os.environ, "RAGBENCH_MODE": mode, "PYTHONPATH": path}
-    res = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True)
-    if res.returncode != 0 or not out.is_file():
-        tail = res.stderr.strip().splitlines()[-1:] or ["no message"]
-        raise PairedError(f"the paired runner exited with {res.returncode}: {tail[0][:300]}")
+        args += ["--pipeline-rounds", str(pipeline_rounds)]
+    code, last = suite.runner("benchmarks._paired", arms, args, mode=mode)
+    if code != 0 or not out.is_file():
+        raise PairedError(f"the paired runner exited with {code}: {last or 'no message'}")
     try:
         return json.loads(out.read_text())
     except ValueError as exc:

@@ -42,6 +42,26 @@ def git(*args: str, cwd: Path | None = None) -> str:
     return out.stdout.strip()
 
 
+def runner(
+    module: str,
+    arms: dict[str, Path],
+    args: list[str],
+    *,
+    mode: str,
+    python: Path | str | None = None,
+) -> tuple[int, str]:
+    """``python -m module --arm NAME=SRC ... args`` from this repository (its ``benchmarks``
+    runners: the paired comparison's, the drift comparison's) in a fresh process of ``python``
+    (default this one), on ``mode``'s grid. -> (exit code, the last line it wrote on stderr)."""
+    cmd = [str(python or sys.executable), "-m", module]
+    for arm, src in arms.items():
+        cmd += ["--arm", f"{arm}={src}"]
+    path = os.pathsep.join(p for p in (str(REPO), os.environ.get("PYTHONPATH")) if p)
+    env = {**os.environ, "RAGBENCH_MODE": mode, "PYTHONPATH": path}
+    res = subprocess.run([*cmd, *args], cwd=REPO, env=env, capture_output=True, text=True)
+    return res.returncode, (res.stderr.strip().splitlines()[-1:] or [""])[0][:300]
+
+
 def resolve(revs: list[str], first_parent: bool = False) -> list[str]:
     """Full commit hashes, oldest first; a range ``A..B`` expands to its commits (with
     ``first_parent``, only those on B's first-parent line: a merge is one commit, not the

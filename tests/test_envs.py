@@ -151,7 +151,10 @@ if os.environ.get("RAGFAKE_GO") and not os.path.exists(os.environ["RAGFAKE_GO"])
             break
         time.sleep(0.05)
 """
-DRIVER = """import sys
+# The build as a user's `ragbench run --env` at a terminal: Ctrl-C raises KeyboardInterrupt
+# (a process started by pytest-xdist's worker inherits SIGINT ignored, and would finish).
+DRIVER = """import signal, sys
+signal.signal(signal.SIGINT, signal.default_int_handler)
 from ragbench import envs
 print(envs.ensure(sys.argv[1], log=lambda m: print(m, file=sys.stderr, flush=True)).path)
 """

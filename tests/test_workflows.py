@@ -176,7 +176,9 @@ def test_every_trusted_target_checks_the_runner_first():
     anything else (before the .venv: pip would read a planted pip.conf)."""
     for target in ("bench-main", "bench-summary", "gate-verdict", "gate-accept",
                    "store-maintain", "bench-versions", "gate-approve"):  # fmt: skip
-        out = subprocess.run(["make", "-n", target, "GITHUB_ACTIONS=true", "PR=1"],
+        # --no-print-directory: under `make test` make says "Entering directory" first
+        out = subprocess.run(["make", "--no-print-directory", "-n", target,
+                              "GITHUB_ACTIONS=true", "PR=1"],
                              capture_output=True, text=True, cwd=REPO)  # fmt: skip
         assert out.returncode == 0, out.stderr
         assert out.stdout.splitlines()[0] == (
