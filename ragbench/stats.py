@@ -2,7 +2,7 @@
 
 mann_whitney      two-sided Mann-Whitney U test (scipy.stats.mannwhitneyu: exact when a sample
                   has at most 8 values and no ties, else the tie-corrected normal approximation)
-holm              Holm's step-down adjustment of many p-values (statsmodels' multipletests)
+holm              Holm's step-down adjustment of many p-values
 ratio_interval    bootstrap interval of median(head) / median(base) (scipy.stats.bootstrap)
 min_detectable    the smallest slowdown a comparison of these samples would have flagged
 sign_test         two-sided sign test of paired ratios against 1 (scipy.stats.binomtest)
@@ -47,12 +47,18 @@ def mann_whitney(base, head) -> tuple[float, float]:
 
 def holm(pvalues: list[float]) -> list[float]:
     """Holm-adjusted p-values: reject where adjusted < alpha keeps the family-wise error of
-    all the tests together at alpha."""
-    if not len(pvalues):
+    all the tests together at alpha. Sorted ascending, the i-th (from 0) of n is multiplied by
+    n - i, made non-decreasing, and capped at 1 (statsmodels' ``multipletests(method="holm")``
+    gives the same, tests/test_detect.py; it also runs a full ``gc.collect()`` on every call:
+    48 ms in a process that imported torch, 60% of the calibration's analysis)."""
+    p = np.asarray(pvalues, float)
+    if p.size == 0:
         return []
-    from statsmodels.stats.multitest import multipletests  # 0.5 s to import: where needed
-
-    return [float(p) for p in multipletests(pvalues, method="holm")[1]]
+    order = np.argsort(p, kind="stable")
+    adjusted = np.minimum(1.0, np.maximum.accumulate(p[order] * np.arange(p.size, 0, -1)))
+    out = np.empty_like(adjusted)
+    out[order] = adjusted
+    return [float(x) for x in out]
 
 
 def ratio_interval(base, head, *, confidence=0.95, resamples=1000, seed=0) -> tuple[float, float]:

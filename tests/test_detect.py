@@ -34,6 +34,13 @@ def test_mann_whitney_known_values():
 
 def test_holm():
     assert stats.holm([0.01, 0.04, 0.03, 0.5]) == pytest.approx([0.04, 0.09, 0.09, 0.5])
+    assert stats.holm([]) == [] and stats.holm([0.6, 0.7]) == [1.0, 1.0]
+    from statsmodels.stats.multitest import multipletests
+
+    rng = np.random.default_rng(9)
+    for n in (1, 2, 7, 40):  # ties included: statsmodels' own Holm gives the same
+        p = np.round(rng.uniform(0, 0.2, n) ** 2, 4)
+        assert stats.holm(list(p)) == pytest.approx(list(multipletests(p, method="holm")[1]))
 
 
 def test_ratio_interval_covers_the_true_ratio():
