@@ -93,8 +93,11 @@ CLAIM_STALE = 300.0
 LOCK_POLL = 0.02  # seconds between tries for a locked file
 # DuckDB creates a new file empty and then writes its header (3 blocks of 4 KiB); another
 # process opening it in between gets "not a valid DuckDB database file" (found by four
-# concurrent ingests into a new store on CI). A file shorter than a header is taken as one being
-# created, for up to CREATING_WAIT seconds; then, and for any longer file, it is unusable.
+# concurrent ingests into a new store on CI), and one that opens it to create it too truncates
+# it under the first (four ingests then all failed: "not a valid DuckDB database file", CI,
+# 2026-11-25). So a new store is made aside and linked into place (``_make_file``); a file
+# shorter than a header (made by other means) is taken as one being created, for up to
+# CREATING_WAIT seconds; then, and for any longer file, it is unusable.
 HEADER_BYTES = 3 * 4096
 CREATING_WAIT = 10.0
 GUARD_KEY = "writer"  # the row of ``meta`` that every write transaction rewrites
@@ -341,6 +344,8 @@ class Store:
 
         if self.path.exists() and not self.path.is_file():  # a FIFO would hang DuckDB
             raise StoreError(f"{self.path} is not a regular file")
+        if write and not self.path.exists():
+            self._make_file()
         start = time.monotonic()
         deadline = start + self.lock_timeout
         waited = False
@@ -366,6 +371,23 @@ class Store:
                     self.on_wait(f"waiting for the lock on {self.path} (another writer?)")
                 waited = True
                 time.sleep(LOCK_POLL)
+
+    def _make_file(self) -> None:
+        """A new, empty DuckDB file at ``path``, whole from the first moment: made under a name
+        of this process's and linked into place (``link`` fails where another process's came
+        first: that one is used). DuckDB never opens ``path`` to create it (see HEADER_BYTES)."""
+        import duckdb
+
+        aside = self.path.with_name(f".{self.path.name}.{os.getpid()}.new")
+        try:
+            duckdb.connect(str(aside)).close()
+            os.link(aside, self.path)
+        except FileExistsError:
+            pass
+        except (duckdb.Error, OSError) as exc:
+            raise StoreError(f"cannot make a store at {self.path}: {exc}") from None
+        finally:
+            aside.unlink(missing_ok=True)
 
     def _being_created(self, exc: Exception) -> bool:
         """Whether DuckDB refused the file as one shorter than its header (see HEADER_BYTES)."""

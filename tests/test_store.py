@@ -861,3 +861,35 @@ def test_a_catalog_that_freezes_mid_ingest_is_exit_2_in_seconds(frozen_postgres,
     t0 = time.perf_counter()
     err = writer.communicate(timeout=120)[1]
     assert_unanswered(err, writer.returncode, time.perf_counter() - t0, record_property)
+
+
+def test_a_new_file_store_is_made_aside_and_linked_whole(tmp_path, monkeypatch):
+    """DuckDB truncates a file it opens to create; two processes creating one store at once
+    could leave a file without a header (four concurrent ingests all failed on CI). DuckDB is
+    never asked to open the store's path before it exists; a store made aside meanwhile by
+    another process is used as it is."""
+    import duckdb
+
+    path = tmp_path / "perf.duckdb"
+    opened = []
+    connect = duckdb.connect
+
+    def watching(database, *args, **kwargs):
+        opened.append((Path(database).name, Path(database).exists()))
+        return connect(database, *args, **kwargs)
+
+    monkeypatch.setattr(duckdb, "connect", watching)
+    with Store(path) as store:
+        assert store.counts()["runs"] == 0
+    assert (path.name, False) not in opened and (path.name, True) in opened
+    assert [p.name for p in tmp_path.iterdir()] == [path.name]  # nothing left aside
+    second = tmp_path / "second.duckdb"
+
+    def beaten(src, dst):  # another process links its own file in first
+        connect(str(dst)).close()
+        raise FileExistsError(dst)
+
+    monkeypatch.setattr("os.link", beaten)
+    with Store(second) as store:
+        assert store.counts()["runs"] == 0  # its file, given the schema
+    assert sorted(p.name for p in tmp_path.iterdir()) == [path.name, second.name]
