@@ -88,8 +88,10 @@ def test_a_kernel_that_raises_fails_the_gate_and_is_stored_and_shown_as_failed(t
     assert failed and {r["commit_hash"] for r in failed} == {head}
     assert {r["variant"] for r in failed} == {"triton", "padded_sdpa"}  # its setup_cache raised
 
+    # --no-drift: the outputs of a raising head are test_drift's (19 s of CPU here)
     gate = ragbench("gate", "--stored", "--store", store, "--machine", "ci", "--base", base,
-                    "--head", head, "--json", tmp_path / "gate.json", cwd=repo)  # fmt: skip
+                    "--head", head, "--json", tmp_path / "gate.json", "--no-drift",
+                    cwd=repo)  # fmt: skip
     assert_clean_exit(gate, 1, "FAIL", "### Failed on head", "raised in 1 head run(s)")
     doc = json.loads((tmp_path / "gate.json").read_text())
     assert doc["verdict"] == "fail" and {f["status"] for f in doc["failures"]} == {"failed"}
