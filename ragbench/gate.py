@@ -119,6 +119,16 @@ def environment_of(run: dict) -> str:
     return run.get("environment") or run["env_key"]
 
 
+def _described(runs: list[dict]) -> str:
+    """The environments of ``runs`` in words: this suite's with what its key hashes."""
+    words = set()
+    for r in runs:
+        fields = ", ".join(f"{k} {r[k]}" for k in ("gpu", "torch", "triton", "python") if r.get(k))
+        own = r.get("environment") is None and fields
+        words.add(f"{environment_of(r)} ({fields})" if own else environment_of(r))
+    return ", ".join(sorted(words))
+
+
 def _like_with_like(base_runs: list[dict], head_runs: list[dict], *, environment: str | None,
                     across: bool, command: str) -> tuple[list[dict], list[dict]]:  # fmt: skip
     """Base's and head's stored runs of one environment: those of ``environment`` where it
@@ -135,9 +145,8 @@ def _like_with_like(base_runs: list[dict], head_runs: list[dict], *, environment
         picked = chosen(base_runs), chosen(head_runs)
         for side, runs, kept in (("base", base_runs, picked[0]), ("head", head_runs, picked[1])):
             if not kept:
-                envs = ", ".join(sorted({environment_of(r) for r in runs}))
                 raise GateError(f"{side} has no run in environment {environment!r} (its "
-                                f"environments: {envs})")  # fmt: skip
+                                f"environments: {_described(runs)})")  # fmt: skip
         return picked
     envs = [sorted({environment_of(r) for r in runs}) for runs in (base_runs, head_runs)]
     keys = {r["env_key"] for r in base_runs + head_runs}
@@ -149,7 +158,7 @@ def _like_with_like(base_runs: list[dict], head_runs: list[dict], *, environment
                f"{', '.join(common)}), or pool them: --across-environments")  # fmt: skip
     else:
         fix = f"no environment in common; to compare them anyway: {command} --across-environments"
-    raise GateError(f"base ran in {', '.join(envs[0])} and head in {', '.join(envs[1])}: "
+    raise GateError(f"base ran in {_described(base_runs)} and head in {_described(head_runs)}: "
                     f"different environments are not compared; {fix}")  # fmt: skip
 
 
