@@ -353,9 +353,7 @@ def series(ctx):
         def cause(i):
             if i in report.accepted:
                 return "accepted (the new baseline)"
-            return (
-                ("environment: " + report.describe_change(i)) if i in report.env_changes else "code"
-            )
+            return report.describe_change(i)  # environment, asv's number, or code
 
         cps = pd.DataFrame(
             [

@@ -2,7 +2,8 @@
 
 An asv result file (``results/<machine>/<commit>-<env>.json``) holds, per benchmark, columns
 (``result_columns``) whose entries are lists over the cross product of the parameter axes, in
-``itertools.product`` order; parameter values are stored as their ``repr``.
+``itertools.product`` order; parameter values are stored as their ``repr``. A cell's identity
+is its benchmark's name and those texts (``param_values``).
 """
 
 from __future__ import annotations
@@ -32,6 +33,8 @@ class Cell:
     q75: object
     version: str | None
     failed: bool = False
+    stats_number: object = None  # asv's ``number`` and ``repeat`` for the cell (how it timed)
+    stats_repeat: object = None
 
 
 def load(path: Path) -> dict:
@@ -53,11 +56,28 @@ def check(data) -> dict:
     return data
 
 
-def _literal(text: str) -> object:
-    try:
-        return ast.literal_eval(text)
-    except (ValueError, SyntaxError):
+def _literal(text) -> object:
+    """The value a repr text stands for, where it is a plain value (str, number, bool, None)
+    whose repr is that very text; else the text as asv wrote it (a tuple, an object, ...)."""
+    if not isinstance(text, str):
         return text
+    try:
+        value = ast.literal_eval(text)
+    except (ValueError, SyntaxError, TypeError, MemoryError, RecursionError):
+        return text
+    plain = value is None or isinstance(value, (str, int, float, bool))
+    return value if plain and repr(value) == text else text
+
+
+def param_values(axis: list) -> list:
+    """One axis's values as the cell identity uses them: the texts asv wrote, read as plain
+    values where each reads back to its own text (``'triton'`` -> triton, ``64`` -> 64), so
+    that this suite's cells keep their keys. Where two texts would then print alike (``'1'`` and
+    ``1``, ``'None'`` and ``None``) the axis keeps asv's texts: two cells, never one."""
+    values = [_literal(t) for t in axis]
+    if len({str(v) for v in values}) < len({str(t) for t in axis}):
+        return list(axis)
+    return values
 
 
 def _value(x):
@@ -79,7 +99,7 @@ def cells(data: dict, param_names: dict[str, list[str]] | None = None) -> Iterat
             raise ValueError(f"{name}: malformed params {str(axes)[:80]}")
         if len(set(map(str, names))) != len(names) or len(names) != len(axes):
             raise ValueError(f"{name}: parameter names {str(names)[:80]} for {len(axes)} axes")
-        combos = list(itertools.product(*axes)) if axes else [()]
+        combos = list(itertools.product(*map(param_values, axes))) if axes else [()]
         results = col.get("result")
         if results is not None and not isinstance(results, list):
             raise ValueError(f"{name}: malformed result {str(results)[:80]}")
@@ -89,13 +109,15 @@ def cells(data: dict, param_names: dict[str, list[str]] | None = None) -> Iterat
             raw = results[i] if results is not None else None  # null: the whole benchmark failed
             yield Cell(
                 benchmark=name,
-                params={n: _literal(v) for n, v in zip(names, combo, strict=True)},
+                params=dict(zip(names, combo, strict=True)),
                 value=_value(raw),
                 samples=_entry(col, "samples", i),
                 q25=_value(_entry(col, "stats_q_25", i)),
                 q75=_value(_entry(col, "stats_q_75", i)),
                 version=col.get("version"),
                 failed=raw is None,
+                stats_number=_entry(col, "stats_number", i),
+                stats_repeat=_entry(col, "stats_repeat", i),
             )
 
 

@@ -90,8 +90,10 @@ def _ingest(args) -> int:
     missing = [p for p in args.paths if not p.exists()]
     if missing:
         raise suite.SuiteError(f"no such file or directory: {', '.join(map(str, missing))}")
+    policies = detect.load_policies(args.policies)  # its [machines] name the runners
     store = _store(args)
-    report = ingest(store, args.paths, label=args.label, branch=args.branch, log=_log)
+    report = ingest(store, args.paths, label=args.label, branch=args.branch,
+                    machines=policies.machine, log=_log)  # fmt: skip
     _log(f"ragbench ingest: {report.summary()} into {store.name}")
     return 1 if report.failed else 0
 
@@ -169,6 +171,7 @@ def _gate(args) -> int:
         store, args.base, args.head, policies=policies, machine=_machine(args),
         measure=args.measure, rounds=args.rounds, mode=args.mode, bench=args.bench,
         paired_processes=args.paired_processes, log=_log, drift_check=args.drift,
+        environment=args.environment, across_environments=args.across_environments,
     )  # fmt: skip
     text = gate_markdown(result)
     print(text)
@@ -318,17 +321,26 @@ def _detect(args) -> int:
     machine = _machine(args)
     everything = store.series(machine=machine, status=None)
     if not everything:
-        branches = ", ".join(f"{b or '(none)'}: {n}" for b, n in store.branches().items())
-        raise suite.SuiteError(
-            f"the store has no runs of machine {machine!r} on branch {store.branch!r} "
-            f"(runs per branch: {branches or 'none'}); ingest with --branch, or pass --branch"
-        )
+        raise suite.SuiteError(_no_runs(store, machine))
     newest = everything[-1]["commit_hash"]
     rows = [r for r in everything if r["status"] != FAILED]
     failed = [r for r in everything if r["status"] == FAILED and r["commit_hash"] == newest]
     reports = detect.histories(rows, policies, last=args.last, acceptances=store.acceptances())
     print(history_markdown(reports, machine, failed))
     return 1 if failed or any(r.status == Status.REGRESSION for r in reports) else 0
+
+
+def _no_runs(store: Store, machine: str) -> str:
+    """Why ``detect`` has nothing: the machines that have runs on the history's branch (pass
+    one), else the branches that have runs (ingest with --branch, or pass it)."""
+    here = f"the store has no runs of machine {machine!r} on branch {store.branch!r}"
+    machines = sorted({r["machine"] for r in store.runs()})
+    if machines:
+        return (f"{here}; its machines on that branch: {', '.join(machines)}: pass "
+                f"--machine {machines[0]}")  # fmt: skip
+    branches = ", ".join(f"{b or '(none)'}: {n}" for b, n in store.branches().items())
+    return (f"{here} (runs per branch: {branches or 'none'}); ingest with --branch, or pass "
+            "--branch")  # fmt: skip
 
 
 # --- arguments ------------------------------------------------------------------------------
@@ -444,6 +456,9 @@ def parser() -> argparse.ArgumentParser:
     i.add_argument("--label", default=None, help="tag the runs (e.g. gate:<id>:base:0)")
     i.add_argument("--branch", default=None,
                    help="record the runs as made on this branch (history is main's)")  # fmt: skip
+    i.add_argument("--policies", type=Path, default=None,
+                   help="policies file (TOML); its [machines] map runner names to machines "
+                   "(hosted CI runners, each named after its node, as one machine)")  # fmt: skip
     i.set_defaults(func=_ingest)
 
     rec = sub.add_parser(
@@ -549,6 +564,12 @@ def parser() -> argparse.ArgumentParser:
         action="store_false",
         help="compare the runs already in the store instead of measuring (no re-measurement)",
     )
+    g.add_argument("--environment", default=None, metavar="ENV",
+                   help="--stored: compare the runs of this environment only (asv's env_name, "
+                   "pytest-benchmark's 'python 3.12, <CPU>', or an env_key)")  # fmt: skip
+    g.add_argument("--across-environments", action="store_true",
+                   help="--stored: pool runs of different environments (refused otherwise: a "
+                   "Python 3.8 run against a 3.10 one is no code change)")  # fmt: skip
     g.add_argument("--rounds", type=int, default=None, help="alternating rounds (policies: 2)")
     g.add_argument("--paired-processes", type=int, default=PAIRED_PROCESSES, metavar="N",
                    help=f"fresh processes of the paired comparison (default {PAIRED_PROCESSES}; "

@@ -44,6 +44,14 @@ class Policies:
     gate: dict
     main: dict
 
+    # ``[machines]``: runner-name glob -> machine, first match (hosted CI runners, each named
+    # after its node, are one machine)
+    machines: dict[str, str] = field(default_factory=dict)
+
+    def machine(self, runner: str) -> str:
+        """The machine a runner's results belong to (``[machines]``), else its own name."""
+        return next((m for p, m in self.machines.items() if fnmatch.fnmatchcase(runner, p)), runner)
+
     def for_metric(self, benchmark: str, metric: str) -> Policy:
         name = f"{benchmark}.{metric}"
         for rule in self.rules:
@@ -63,7 +71,12 @@ def load_policies(path: Path | None = None) -> Policies:
     for rule in rules:
         if rule.kind not in (*STATISTICAL, "bound", "hash", "info"):
             raise ValueError(f"{path}: unknown kind {rule.kind!r} for {rule.match!r}")
-    return Policies(rules, data.get("gate", {}), data.get("main", {}))
+    machines = data.get("machines", {})
+    if not isinstance(machines, dict) or not all(isinstance(v, str) and v
+                                                 for v in machines.values()):  # fmt: skip
+        raise ValueError(f"{path}: [machines] maps runner-name patterns to machine names "
+                         '(\'"fv-az*" = "github-ubuntu"\')')  # fmt: skip
+    return Policies(rules, data.get("gate", {}), data.get("main", {}), machines)
 
 
 Key = tuple[str, str, str]  # (benchmark, metric, param_key)
@@ -497,6 +510,31 @@ class Point:
     value: float
     env_key: str | None
     env: dict  # the ENV_FIELDS of the run, to say what changed
+    timing: dict = field(default_factory=dict)  # asv's ``number`` and ``repeat`` for the cell
+
+
+# asv calibrates ``number`` (and ``repeat``) each run unless a benchmark sets it: Django's
+# form_clean ran with number 412 to 427 over 400 runs of one environment, and then 1 once the
+# project fixed it. A factor of 2 or more is a change of how it is timed, not that jitter.
+TIMING_FACTOR = 2
+
+
+def change_cause(before: Point, after: Point) -> str:
+    """What moved between two points of a series besides the code: the environment
+    (``environment: torch 2.10.0 -> 2.11.0``), how asv timed the cell (``asv number 100 ->
+    10``, by ``TIMING_FACTOR`` or more: another number of calls per sample moves the figure by
+    itself: caches, warm-up), both, or ``code`` where neither did."""
+    causes = []
+    if before.env_key != after.env_key:
+        a, b = before.env, after.env
+        moved = [f"{k} {a.get(k)} -> {b.get(k)}" for k in sorted(a) if a.get(k) != b.get(k)]
+        causes.append("environment: " + (", ".join(moved) or "another environment"))
+    a, b = before.timing, after.timing
+    timed = [f"{k} {a[k]} -> {b[k]}" for k in ("number", "repeat") if a.get(k) and b.get(k)
+             and max(a[k], b[k]) >= TIMING_FACTOR * min(a[k], b[k])]  # fmt: skip
+    if timed:
+        causes.append("asv " + ", ".join(timed))
+    return "; ".join(causes) or "code"
 
 
 @dataclass
@@ -512,11 +550,13 @@ class SeriesReport:
     # regression | accepted | improvement | unchanged | short | env-change | info
     status: Status = Status.UNCHANGED
     accepted: list[int] = field(default_factory=list)  # points whose change was accepted
+    # the environment another harness defines (asv's env_name ...): one series each; None for
+    # this suite's runs, whose environment changes along one series
+    environment: str | None = None
 
     def describe_change(self, i: int) -> str:
-        a, b = self.points[i - 1].env, self.points[i].env
-        moved = [f"{k} {a.get(k)} -> {b.get(k)}" for k in sorted(a) if a.get(k) != b.get(k)]
-        return ", ".join(moved) or "same environment"
+        """The cause of the change at point ``i`` (``change_cause``)."""
+        return change_cause(self.points[i - 1], self.points[i])
 
 
 def change_points_of(values, policies: Policies) -> list[int]:
@@ -579,7 +619,9 @@ def histories(rows: list[dict], policies: Policies, last: int = 200, change_poin
               acceptances: Iterable[dict] = ()) -> list[SeriesReport]:  # fmt: skip
     """Series reports from ``Store.series`` rows (one machine): one point per commit and
     environment (the median over its runs), in commit order, the newest ``last`` commits.
-    ``acceptances``: ``Store.acceptances()`` rows (see ``history``)."""
+    ``acceptances``: ``Store.acceptances()`` rows (see ``history``). A cell measured in
+    several environments of another harness (asv's env_name: py3.12 and py3.13) is a series
+    per environment."""
     from .store import ENV_FIELDS
 
     accepted: dict[Key, set[str]] = {}
@@ -587,14 +629,16 @@ def histories(rows: list[dict], policies: Policies, last: int = 200, change_poin
         accepted.setdefault((a["benchmark"], a["metric"], a["param_key"]), set()).add(
             a["commit_hash"]
         )
-    grouped: dict[Key, dict[tuple, list[dict]]] = {}
+    grouped: dict[tuple[Key, str], dict[tuple, list[dict]]] = {}
     for row in rows:
         if row["median"] is None:
             continue
         key = (row["benchmark"], row["metric"], row["param_key"])
-        grouped.setdefault(key, {}).setdefault((row["commit_hash"], row["env_key"]), []).append(row)
+        series = (key, row.get("environment") or "")
+        grouped.setdefault(series, {}).setdefault((row["commit_hash"], row["env_key"]),
+                                                  []).append(row)  # fmt: skip
     reports = []
-    for key, by_commit in sorted(grouped.items()):
+    for (key, environment), by_commit in sorted(grouped.items()):
         policy = policies.for_metric(key[0], key[1])
         if policy.kind in ("info", "hash"):
             continue
@@ -603,10 +647,13 @@ def histories(rows: list[dict], policies: Policies, last: int = 200, change_poin
             points.append(Point(
                 commit, runs[0]["commit_time"], statistics.median(r["median"] for r in runs),
                 env, {k: runs[0].get(k) for k in ENV_FIELDS},
+                {k: runs[0].get(f"stats_{k}") for k in ("number", "repeat")},
             ))  # fmt: skip
         first = next(iter(by_commit.values()))[0]
-        reports.append(history(points[-last:], key, json.loads(first["params"]), first["unit"],
-                               policies, change_points, accepted.get(key, ())))  # fmt: skip
+        report = history(points[-last:], key, json.loads(first["params"]), first["unit"],
+                         policies, change_points, accepted.get(key, ()))  # fmt: skip
+        report.environment = environment or None
+        reports.append(report)
     return reports
 
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import re
+import shlex
 import tempfile
 import time
 from collections.abc import Callable
@@ -112,6 +113,67 @@ def _judgeable(comparison: detect.Comparison) -> detect.Comparison:
     return comparison
 
 
+def environment_of(run: dict) -> str:
+    """A stored run's environment as ``--environment`` names it: another harness's
+    (``environment``: asv's env_name ...), else this suite's ``env_key``."""
+    return run.get("environment") or run["env_key"]
+
+
+def _described(runs: list[dict]) -> str:
+    """The environments of ``runs`` in words: this suite's with what its key hashes."""
+    words = set()
+    for r in runs:
+        fields = ", ".join(f"{k} {r[k]}" for k in ("gpu", "torch", "triton", "python") if r.get(k))
+        own = r.get("environment") is None and fields
+        words.add(f"{environment_of(r)} ({fields})" if own else environment_of(r))
+    return ", ".join(sorted(words))
+
+
+def _like_with_like(base_runs: list[dict], head_runs: list[dict], *, environment: str | None,
+                    across: bool, command: str) -> tuple[list[dict], list[dict]]:  # fmt: skip
+    """Base's and head's stored runs of one environment: those of ``environment`` where it
+    is given (an environment's name or an ``env_key``), else all of them where they share one.
+    GateError, one line with the command that compares like with like, where they span
+    several and ``across`` (``--across-environments``) is not given: a Python 3.8 run against a
+    3.10 one, or two Pythons' samples pooled, reads as a change of the code."""
+    if environment is not None:
+
+        def chosen(runs):
+            return [r for r in runs
+                    if environment in (r.get("environment"), r["env_key"])]  # fmt: skip
+
+        picked = chosen(base_runs), chosen(head_runs)
+        for side, runs, kept in (("base", base_runs, picked[0]), ("head", head_runs, picked[1])):
+            if not kept:
+                raise GateError(f"{side} has no run in environment {environment!r} (its "
+                                f"environments: {_described(runs)})")  # fmt: skip
+        return picked
+    envs = [sorted({environment_of(r) for r in runs}) for runs in (base_runs, head_runs)]
+    keys = {r["env_key"] for r in base_runs + head_runs}
+    if len(keys) <= 1 or across:
+        return base_runs, head_runs
+    common = [e for e in envs[1] if e in envs[0]]
+    if common:
+        fix = (f"compare one: {command} --environment {shlex.quote(common[-1])} (in common: "
+               f"{', '.join(common)}), or pool them: --across-environments")  # fmt: skip
+    else:
+        fix = f"no environment in common; to compare them anyway: {command} --across-environments"
+    raise GateError(f"base ran in {_described(base_runs)} and head in {_described(head_runs)}: "
+                    f"different environments are not compared; {fix}")  # fmt: skip
+
+
+def differences(base_runs: list[dict], head_runs: list[dict]) -> list[str]:
+    """What differs between base's and head's runs besides the code, in words: the runners a
+    ``[machines]`` mapping made one machine, the Pythons (``--across-environments``)."""
+    lines = []
+    for what, col in (("runner", "runner"), ("Python", "python"), ("environment", "environment")):
+        b = sorted({str(r.get(col)) for r in base_runs if r.get(col)})
+        h = sorted({str(r.get(col)) for r in head_runs if r.get(col)})
+        if b and h and b != h:
+            lines.append(f"Base ran on {what} {', '.join(b)}, head on {', '.join(h)}.")
+    return lines
+
+
 def _bench_regex(keys: list[detect.Key]) -> list[str]:
     """asv --bench patterns that select exactly the benchmarks of these cells. asv matches a
     parameterized benchmark as ``name(param0, param1, ...)``: the name ends at ``(`` or at the
@@ -190,12 +252,15 @@ def run_gate(
     log: Callable[[str], None] = print,
     environments: dict | None = None,
     drift_check: bool = True,
+    environment: str | None = None,
+    across_environments: bool = False,
 ) -> GateResult:
     """Base against head (see the module). ``paired_processes=0``: no paired comparison (the
     host-time cells are then inconclusive). ``environments``: the ``envs.Env`` each side
     (``"base"``, ``"head"``) is measured in (``ragbench versions``: one commit, two stacks).
     ``drift_check``: compare head's outputs with base's (``ragbench.drift``; never across two
-    environments, which cannot share a process: ``versions`` compares them itself)."""
+    environments, which cannot share a process: ``versions`` compares them itself).
+    ``environment``, ``across_environments``: the stored runs compared (``_like_with_like``)."""
     environments = environments or {}
     t0 = time.perf_counter()
     base, head = (_resolve(r, None if measure else store, machine) for r in (base_ref, head_ref))
@@ -214,6 +279,16 @@ def run_gate(
                     f"the store has no run of {side} {sha[:12]} on machine {machine!r}: run "
                     "the suite first (ragbench run), or gate without --stored"
                 )
+        command = (f"ragbench gate --stored --store {shlex.quote(store.name)} --base "
+                   f"{shlex.quote(base_ref)} --head {shlex.quote(head_ref)} --machine "
+                   f"{shlex.quote(machine)}")  # fmt: skip
+        base_runs, head_runs = _like_with_like(
+            base_runs,
+            head_runs,
+            environment=environment,
+            across=across_environments,
+            command=command,
+        )
         result.base_runs, result.head_runs = base_runs, head_runs
         result.comparison = _judgeable(detect.compare(
             detect.cells(store, [r["run_id"] for r in base_runs]),

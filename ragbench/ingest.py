@@ -110,11 +110,15 @@ def parse_asv(path: Path, data: dict) -> tuple[Run, list[Measurement]]:
     if date is not None and not _is_number(date):
         raise ValueError(f"date {str(date)[:40]!r} is not a number of milliseconds")
     machine = (data.get("params") or {}).get("machine") or fp.get("machine") or path.parent.name
+    env_name, python = data.get("env_name"), data.get("python")
     run = Run(
         source="asv", commit_hash=data["commit_hash"], machine=machine, started_at=started,
         ended_at=ended, commit_time=date / 1e3 if date else None,
-        env_name=data.get("env_name"), fingerprint=fp,
+        env_name=env_name, fingerprint=fp,
         harness_version=fp.get("harness_version"), mode=fp.get("mode"),
+        # asv's environment is its env_name (python and requirements); this suite's own runs
+        # are defined by their fingerprint (a torch upgrade moves them, not a new series)
+        environment=None if fp else env_name, python=python if isinstance(python, str) else None,
     )  # fmt: skip
     rows = []
     for cell in asv_results.cells(data, names):
@@ -125,6 +129,7 @@ def parse_asv(path: Path, data: dict) -> tuple[Run, list[Measurement]]:
             benchmark=bench, metric=metric, params=cell.params, unit=units.get(cell.benchmark),
             median=cell.value, q25=cell.q25, q75=cell.q75, samples=cell.samples or None,
             version=cell.version, status=FAILED if cell.failed else OK,
+            stats_number=cell.stats_number, stats_repeat=cell.stats_repeat,
         ))  # fmt: skip
     return run, rows
 
@@ -132,6 +137,25 @@ def parse_asv(path: Path, data: dict) -> tuple[Run, list[Measurement]]:
 def _unit_of(key: str) -> str | None:
     """extra_info ``rows_per_s`` -> ``rows/s``."""
     return f"{key.removesuffix('_per_s')}/s" if key.endswith("_per_s") else None
+
+
+def pytest_environment(python, cpu) -> str | None:
+    """pytest-benchmark's environment, from its ``machine_info``: ``python 3.12, <CPU>``
+    (Python's minor version: a patch release of a CI image is no new series). The store's
+    migration computes the same from a run's ``python`` and fingerprint's ``cpu`` (schema.py)."""
+    minor = re.match(r"\d+\.\d+", python) if isinstance(python, str) else None
+    parts = [f"python {minor.group(0)}" if minor else None, cpu if isinstance(cpu, str) else None]
+    return ", ".join(p for p in parts if p) or None
+
+
+def _param_id(bench: dict, name: str) -> str | None:
+    """pytest's id of a benchmark's parameters (``param``: ``obj0-3``), else the bracket of its
+    name; None where it has none. The ``params`` values are no identity: pytest-benchmark
+    writes objects as their repr, which holds a memory address that every run changes."""
+    param = bench.get("param")
+    if param is None and name.endswith("]") and "[" in name:
+        param = name.split("[", 1)[1][:-1]
+    return None if param is None else str(param)
 
 
 def parse_pytest_benchmark(path: Path, data: dict) -> tuple[Run, list[Measurement]]:
@@ -149,13 +173,15 @@ def parse_pytest_benchmark(path: Path, data: dict) -> tuple[Run, list[Measuremen
         source="pytest-benchmark", commit_hash=commit["id"],
         machine=machine_info.get("node") or "unknown", started_at=_iso(data.get("datetime")),
         commit_time=_iso(commit.get("time")), branch=commit.get("branch"), fingerprint=fp,
+        environment=pytest_environment(fp["python"], fp["cpu"]),
     )  # fmt: skip
     rows = []
     for b in data["benchmarks"]:
         stats = b["stats"]
         name = b.get("fullname") or b["name"]
         bench = name.split("[", 1)[0]
-        params = dict(b.get("params") or {})
+        param = _param_id(b, name)
+        params = {} if param is None else {"param": param}
         rows.append(Measurement(
             benchmark=bench, metric="time", params=params, unit="s", median=stats["median"],
             q25=stats.get("q1"), q75=stats.get("q3"), samples=stats.get("data"),
@@ -209,6 +235,8 @@ def validate(run: Run, rows: list[Measurement]) -> None:
         raise ValueError(f"commit hash {str(run.commit_hash)[:50]!r} is not a git commit hash")
     _text(run.machine, "machine", empty=False)
     _text(run.env_name, "env_name")
+    _text(run.environment, "the environment")
+    _text(run.python, "python")
     _text(run.branch, "branch")
     for what in ("commit_time", "started_at", "ended_at"):
         _check_date(getattr(run, what), what)
@@ -228,6 +256,10 @@ def validate(run: Run, rows: list[Measurement]) -> None:
         _text(m.metric, "a metric name", empty=False)
         _text(m.unit, f"{where}: the unit")
         _text(m.version, f"{where}: the version")
+        for n, what in ((m.stats_number, "number"), (m.stats_repeat, "repeat")):
+            small = _is_number(n) and math.isfinite(n) and n == int(n) and 0 <= n < 2**31
+            if n is not None and not small:
+                raise ValueError(f"{where}: asv's {what} {str(n)[:40]!r} is not a small integer")
         if not isinstance(m.params, dict) or not all(
             isinstance(k, str) and k and (isinstance(v, (str, int, float, bool)) or v is None)
             for k, v in m.params.items()
@@ -299,9 +331,12 @@ def ingest(
     *,
     label: str | None = None,
     branch: str | None = None,
+    machines: Callable[[str], str] | None = None,
     log: Callable[[str], None] = lambda msg: None,
 ) -> Report:
-    """Store every result file under ``paths``; -> what happened to each."""
+    """Store every result file under ``paths``; -> what happened to each. ``machines`` names
+    the machine of a runner (``Policies.machine``: the policies' ``[machines]``); the runner's
+    own name is kept (``runner``), and the run is the same run whatever it is called."""
     files = discover(paths)
     report = Report()
     t0 = time.perf_counter()
@@ -338,6 +373,9 @@ def ingest(
             run, rows = parse(path)
             run.label = label if label is not None else run.label
             run.branch = branch if branch is not None else run.branch
+            named = machines(run.machine) if machines else run.machine
+            if named != run.machine:
+                run.runner, run.machine = run.machine, named
             batch.append((i, path, run, Columns(run.run_id, rows)))
         except ValueError as exc:
             refuse(path, str(exc))

@@ -8,7 +8,7 @@ from collections import defaultdict
 
 from . import paired
 from .detect import RULE, Comparison, SeriesReport, Verdict, powered
-from .gate import GateResult
+from .gate import GateResult, differences
 from .verdicts import Status
 
 
@@ -78,6 +78,7 @@ def gate_markdown(res: GateResult, title: str | None = None) -> str:
     ]
     if _env(res.base_runs) != _env(res.head_runs):
         lines.append(f"Base ran in another environment: {_env(res.base_runs)}.")
+    lines += differences(res.base_runs, res.head_runs)
     if res.measured:
         lines.append(
             f"Base and head measured in this job, alternating, {res.rounds} round(s) each; "
@@ -239,6 +240,12 @@ def sensitivity(verdicts: list[Verdict]) -> list[str]:
     return lines
 
 
+def _series(r: SeriesReport) -> str:
+    """A series' name: its cell, and its environment where another harness defines one."""
+    name = f"`{r.key[0]}.{r.key[1]}` {r.key[2]}".rstrip()
+    return f"{name} ({r.environment})" if r.environment else name
+
+
 def history_markdown(reports: list[SeriesReport], machine: str, failed: list[dict] = ()) -> str:
     """Main's history; ``failed``: the newest commit's cells that failed (store rows)."""
     flagged = [
@@ -264,7 +271,7 @@ def history_markdown(reports: list[SeriesReport], machine: str, failed: list[dic
         lines += ["", "| series | newest | change | robust z | status |", "|---|---|---|---|---|"]
         for r in flagged:
             lines.append(
-                f"| `{r.key[0]}.{r.key[1]}` {r.key[2]} | {_num(r.points[-1].value)} | "
+                f"| {_series(r)} | {_num(r.points[-1].value)} | "
                 f"{_pct(r.latest_change)} | {_num(r.latest_z, 3)} | {r.status} |"
             )
     if moved:
@@ -275,9 +282,9 @@ def history_markdown(reports: list[SeriesReport], machine: str, failed: list[dic
             for j, i in enumerate(r.change_points):
                 before = statistics.median(p.value for p in r.points[bounds[j] : i])
                 after = statistics.median(p.value for p in r.points[i : bounds[j + 2]])
-                cause = ("environment: " + r.describe_change(i)) if i in r.env_changes else "code"
+                cause = r.describe_change(i)
                 lines.append(
-                    f"| `{r.key[0]}.{r.key[1]}` {r.key[2]} | {r.points[i].commit_hash[:12]} | "
+                    f"| {_series(r)} | {r.points[i].commit_hash[:12]} | "
                     f"{_num(before)} -> {_num(after)} | {cause} |"
                 )
     return "\n".join(lines) + "\n"

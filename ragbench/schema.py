@@ -73,19 +73,41 @@ CREATE TABLE IF NOT EXISTS gates (
     PRIMARY KEY (pr, head)
 );
 """
+# Schema 2 -> 3: environments as other harnesses define them (``Run.environment``: asv's
+# env_name, pytest-benchmark's Python and CPU) and their keys, the runner a machine was renamed
+# from, asv's number and repeat per cell. An older store's runs get theirs from what it kept
+# (this suite's own runs, those with a fingerprint, keep their keys).
+MIGRATE_ENVIRONMENTS = r"""
+ALTER TABLE runs ADD COLUMN IF NOT EXISTS environment VARCHAR;
+ALTER TABLE runs ADD COLUMN IF NOT EXISTS runner VARCHAR;
+ALTER TABLE measurements ADD COLUMN IF NOT EXISTS stats_number INTEGER;
+ALTER TABLE measurements ADD COLUMN IF NOT EXISTS stats_repeat INTEGER;
+UPDATE runs SET runner = machine WHERE runner IS NULL;
+UPDATE runs SET environment = env_name
+ WHERE environment IS NULL AND source = 'asv' AND fingerprint::VARCHAR = '{}';
+UPDATE runs SET environment = nullif(concat_ws(', ',
+        'python ' || nullif(regexp_extract(coalesce(python, ''), '^\d+\.\d+'), ''),
+        nullif(json_extract_string(fingerprint, '$.cpu'), '')), '')
+ WHERE environment IS NULL AND source = 'pytest-benchmark';
+UPDATE runs SET env_key = left(sha256(environment), 12) WHERE environment IS NOT NULL;
+"""
 # Schema 1 -> 2: a status per measurement; acceptances name their pull request and the commit
 # they were given on (a main commit's carried copy names the PR head).
-MIGRATIONS = """
+MIGRATIONS = (
+    """
 ALTER TABLE measurements ADD COLUMN IF NOT EXISTS status VARCHAR DEFAULT 'ok';
 ALTER TABLE acceptances ADD COLUMN IF NOT EXISTS pr INTEGER;
 ALTER TABLE acceptances ADD COLUMN IF NOT EXISTS given_on VARCHAR;
 """
+    + MIGRATE_ENVIRONMENTS
+)
+
 
 VIEWS = f"""
 CREATE OR REPLACE VIEW series AS
 SELECT m.*, r.commit_hash, r.commit_time, r.branch, r.machine, r.env_key, r.gpu, r.driver,
        r.cuda, r.torch, r.triton, r.python, r.harness_version, r.mode, r.label, r.started_at,
-       r.source
+       r.source, r.environment
 FROM measurements m JOIN runs r USING (run_id);
 
 CREATE OR REPLACE VIEW speedups AS
@@ -139,10 +161,10 @@ OURS = {"meta", "runs", "measurements", "acceptances", "gates", "series", "speed
 
 MEASUREMENT_COLUMNS = (
     "run_id", "benchmark", "metric", "params", "param_key", "variant", "group_key", "unit",
-    "version", "median", "q25", "q75", "n", "samples", "status",
+    "version", "median", "q25", "q75", "n", "samples", "status", "stats_number", "stats_repeat",
 )  # fmt: skip
 COLUMN_TYPES = (*["VARCHAR"] * 3, "JSON", *["VARCHAR"] * 5, *["DOUBLE"] * 3, "INTEGER",
-                 "DOUBLE[]", "VARCHAR")  # fmt: skip
+                 "DOUBLE[]", "VARCHAR", "INTEGER", "INTEGER")  # fmt: skip
 ACCEPTANCE_KEY = "commit_hash = ? AND benchmark = ? AND metric = ? AND param_key = ?"
 INSERT_COLUMNS = f"INSERT INTO measurements ({', '.join(MEASUREMENT_COLUMNS)}) SELECT " + ", ".join(
     f"unnest(?::{t}[])" for t in COLUMN_TYPES

@@ -5,13 +5,15 @@ No SQL lives outside this module, its schema (``schema.py``) and the lake's call
 ingest, the gate, detection and the dashboard call the functions below. Schema
 (``SCHEMA_VERSION``; docs/store.md describes every column):
 
-    runs          one row per result file: commit, commit time, branch, machine, the
-                  environment (fingerprint JSON and its main fields, ``env_key`` = a hash of
-                  GPU, driver, CUDA, torch, triton, Python), harness version, mode, times, and a
-                  ``label`` for runs a gate job made (``gate:<id>:base:0`` ...)
+    runs          one row per result file: commit, commit time, branch, machine (and the
+                  ``runner`` the file names, where ``[machines]`` maps it), the environment
+                  (fingerprint JSON and its main fields; ``environment``, the one another
+                  harness defines; ``env_key``, see ``Run.env_key``), harness version, mode,
+                  times, and a ``label`` for runs a gate job made (``gate:<id>:base:0`` ...)
     measurements  one row per run x benchmark x parameter cell x metric: the parameters (JSON
-                  and a canonical ``param_key``), unit, median, quartiles, raw samples, and a
-                  ``status``: ``ok``, or ``failed`` where the benchmark raised (no value)
+                  and a canonical ``param_key``), unit, median, quartiles, raw samples, asv's
+                  ``stats_number``/``stats_repeat``, and a ``status``: ``ok``, or ``failed``
+                  where the benchmark raised (no value)
     acceptances   failures a maintainer accepted on a pull request (the label), per cell and
                   commit; carried to the main commit that merged them
     gates         the verdict of each pull-request gate the trusted workflow read
@@ -71,7 +73,7 @@ DEFAULT_PATH = Path("results/perf.duckdb")
 ENV_VAR = "RAGBENCH_STORE"
 BRANCH_VAR = "RAGBENCH_BRANCH"
 HISTORY_BRANCH = "main"
-SCHEMA_VERSION = 2  # a new table, column or view needs a new version: that is what migrates
+SCHEMA_VERSION = 3  # a new table, column or view needs a new version: that is what migrates
 # The environment fields that move figures: a change of any is an environment change.
 ENV_FIELDS = ("gpu", "driver", "cuda", "torch", "triton", "python")
 # Parameters that name the thing being compared (a backend or a pipeline) in a cell.
@@ -132,6 +134,13 @@ def env_key(fields: dict) -> str:
     return hashlib.sha256(text.encode()).hexdigest()[:12]
 
 
+def environment_key(environment: str) -> str:
+    """The ``env_key`` of a run whose environment another harness defines: a short hash of
+    ``environment`` (the same as the store's ``left(sha256(environment), 12)``, which migrates
+    an older store's runs)."""
+    return hashlib.sha256(environment.encode()).hexdigest()[:12]
+
+
 def lower_is_better(unit: str | None) -> bool:
     return unit not in HIGHER_IS_BETTER
 
@@ -154,13 +163,27 @@ class Run:
     mode: str | None = None
     label: str | None = None
     source_file: str | None = None
+    # The environment as another harness defines it (asv's ``env_name``; pytest-benchmark's
+    # Python and CPU); None for this suite's runs, whose fingerprint defines theirs.
+    environment: str | None = None
+    python: str | None = None  # where no fingerprint says (asv's ``python``)
+    runner: str | None = None  # the machine the file names, where ``[machines]`` renamed it
+
+    @property
+    def env_key(self) -> str:
+        """Equal keys, same environment: the hash of the fingerprint's ``ENV_FIELDS`` for this
+        suite's runs (unchanged since schema 1), of ``environment`` for another harness's."""
+        if self.environment is not None:
+            return environment_key(self.environment)
+        return env_key(self.fingerprint or {})
 
     @property
     def run_id(self) -> str:
         """The same for the same file on main (or on the branch it names); a file ingested
         for another branch too is another run, so a pull request's ingest can never make
         main's ingest of the same file read as 'already stored'."""
-        ident = f"{self.source}|{self.machine}|{self.commit_hash}|{self.env_name}|{self.started_at}"
+        machine = self.runner or self.machine  # a file is one run whatever its machine is called
+        ident = f"{self.source}|{machine}|{self.commit_hash}|{self.env_name}|{self.started_at}"
         if self.branch != HISTORY_BRANCH:
             ident += f"|branch={self.branch}"
         return hashlib.sha256(ident.encode()).hexdigest()[:20]
@@ -181,6 +204,8 @@ class Measurement:
     samples: list[float] | None = None
     version: str | None = None
     status: str = OK
+    stats_number: int | None = None  # asv's ``number``: calls per sample
+    stats_repeat: int | None = None  # asv's ``repeat``: samples
 
     def row(self, run_id: str) -> tuple:
         variant = next((str(self.params[p]) for p in VARIANT_PARAMS if p in self.params), None)
@@ -189,7 +214,8 @@ class Measurement:
         return (
             run_id, self.benchmark, self.metric, json.dumps(self.params, sort_keys=True),
             param_key(self.params), variant, param_key(group), self.unit, self.version,
-            self.median, self.q25, self.q75, n, self.samples, self.status,
+            self.median, self.q25, self.q75, n, self.samples, self.status, self.stats_number,
+            self.stats_repeat,
         )  # fmt: skip
 
 
@@ -668,14 +694,15 @@ class Store:
             "INSERT INTO runs (run_id, source, commit_hash, commit_time, branch, "
             "machine, env_name, env_key, gpu, driver, cuda, torch, triton, timm, python, "
             "harness_version, mode, fingerprint, started_at, ended_at, ingested_at, "
-            "label, source_file) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, "
-            "?, ?, ?, ?, ?, ?, ?)",
+            "label, source_file, environment, runner) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, "
+            "?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
             [run.run_id, run.source, run.commit_hash, _ts(run.commit_time), run.branch,
-             run.machine, run.env_name, env_key(fp), *(fp.get(k) for k in
-             ("gpu", "driver", "cuda", "torch", "triton", "timm", "python")),
-             run.harness_version, run.mode, json.dumps(fp, sort_keys=True),
-             _ts(run.started_at), _ts(run.ended_at), _ts(time.time()), run.label,
-             run.source_file],
+             run.machine, run.env_name, run.env_key, *(fp.get(k) for k in
+             ("gpu", "driver", "cuda", "torch", "triton", "timm")),
+             fp.get("python") or run.python, run.harness_version, run.mode,
+             json.dumps(fp, sort_keys=True), _ts(run.started_at), _ts(run.ended_at),
+             _ts(time.time()), run.label, run.source_file, run.environment,
+             run.runner or run.machine],
         )  # fmt: skip
 
     @staticmethod

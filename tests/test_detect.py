@@ -306,7 +306,7 @@ def test_history_change_points_and_environment_changes():
     key = ("kernel.KernelLatency", "gpu_us", "backend=triton")
     rep = detect.history(points(list(values), envs), key, {}, "us", POLICIES)
     assert rep.change_points == [30, 60] and rep.env_changes == [60]
-    assert rep.describe_change(60) == "torch torch-2.10 -> torch-2.11"
+    assert rep.describe_change(60) == "environment: torch torch-2.10 -> torch-2.11"
     assert rep.status == "unchanged"  # the newest run matches its own environment's lookback
 
 

@@ -114,6 +114,8 @@ def test_head_cells_that_failed_are_nan_or_missing_fail_the_stored_gate(tmp_path
     rows["pipeline.Throughput.track_img_per_s"][0][1] = math.nan  # no value (NaN)
     del rows["numerics.Drift.track_top1_agreement"]  # gone
     (head / "eeeeeeee-synthetic.json").write_text(json.dumps(data))
+    # the same environment as base's (a file without it is another: the gate would refuse)
+    shutil.copy(base_file.with_suffix(".fingerprint"), head / "eeeeeeee-synthetic.fingerprint")
     store = tmp_path / "s.duckdb"
     ingest(Store(store), [base_file, head], branch="main")
     before = counts(store)

@@ -219,7 +219,7 @@ def test_pytest_benchmark_json(tmp_path, store_spec):
         rows = {r["metric"]: r for r in store.series(samples=True)}
         assert rows["time"]["benchmark"] == "selfbench/x.py::test_ingest"
         assert rows["time"]["samples"] == [0.1, 0.2, 0.3] and rows["time"]["unit"] == "s"
-        assert json.loads(rows["time"]["params"]) == {"rows": 100}
+        assert json.loads(rows["time"]["params"]) == {"param": "100"}  # pytest's own id
         assert rows["rows_per_s"]["median"] == 12345.0 and rows["rows_per_s"]["unit"] == "rows/s"
         assert ingest(store, [path]).duplicate == [path]
     no_commit = json.loads(path.read_text())
