@@ -1,14 +1,17 @@
 """Build tests/data/public/ from two PyPI source distributions (see its README.md).
 
     pip download --no-deps --no-binary :all: asv==0.6.6 pytest-benchmark==5.3.1 -d DIR
-    (cd DIR && tar xzf asv-0.6.6.tar.gz && tar xzf pytest_benchmark-5.3.1.tar.gz)
+    pip download --no-deps --no-binary :all: --no-build-isolation lagom==1.7.1 -d DIR  # flit<3.10
+    (cd DIR && for f in *.tar.gz; do tar xzf $f; done)
     python scripts/public_sample.py DIR tests/data/public
 
 asv's ``test/example_results`` (astropy's benchmarks measured on the machine "cheetah" in
 2012-2014, pre-0.5 result files) is converted by asv itself (``asv update``); the sample keeps
 the 12 latest commits of the environment py2.7-Cython-numpy1.8, every file of the two other
 environments, and two files as asv 0.4 wrote them. pytest-benchmark's ``tests/test_storage``
-(pytest-benchmark 2.5.0's ``--benchmark-autosave`` files) keeps its first and last four runs.
+(pytest-benchmark 2.5.0's ``--benchmark-autosave`` files) keeps its first and last four runs;
+lagom's ``.benchmarks`` (its GitHub Actions job's pytest-benchmark 3.4.1 JSON, three Pythons)
+is copied whole.
 """
 
 from __future__ import annotations
@@ -20,7 +23,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-ASV, PYTEST_BENCHMARK = "asv-0.6.6", "pytest_benchmark-5.3.1"
+ASV, PYTEST_BENCHMARK, LAGOM = "asv-0.6.6", "pytest_benchmark-5.3.1", "lagom-1.7.1"
 MAIN_ENV, COMMITS = "py2.7-Cython-numpy1.8", 12
 PRE_05 = ("05d283b9-py2.7-Cython-numpy1.8.json", "b96fcc53-py2.7-Cython-numpy1.8.json")
 # Files of asv's fixture that are not results of a real run: unreadable JSON (aaaaaaaa), no
@@ -66,6 +69,9 @@ def pytest_benchmark_sample(src: Path, dst: Path) -> None:
     for p in runs[:4] + runs[-4:]:
         shutil.copyfile(p, out / p.name)
     shutil.copyfile(src / PYTEST_BENCHMARK / "LICENSE", out / "LICENSE")
+    out = dst / "pytest-benchmark-lagom"
+    shutil.copytree(src / LAGOM / ".benchmarks", out / ".benchmarks", dirs_exist_ok=True)
+    shutil.copyfile(src / LAGOM / "LICENSE", out / "LICENSE")
 
 
 if __name__ == "__main__":
