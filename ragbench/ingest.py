@@ -28,8 +28,18 @@ from pathlib import Path
 from . import asv_results, fingerprint, jsonfile
 from .store import FAILED, OK, Columns, Measurement, Run, Store, param_key
 
-# asv writes these beside its result files; they are not results.
-NOT_RESULTS = {"benchmarks.json", "machine.json"}
+# asv writes these beside its result files, and a project's root holds its config: not results.
+NOT_RESULTS = {"asv.conf.json", "benchmarks.json", "machine.json"}
+ASV_CONFIG = "asv.conf.json"
+# The directories of an asv project that hold no results but JSON of their own (the published
+# site's graphs, the environments' installed packages), as its config names them, else asv's
+# defaults (asv 0.6's template: .asv/...; older projects: html/, env/).
+ASV_OTHER_DIRS = {"html_dir": ("html", ".asv/html"), "env_dir": ("env", ".asv/env")}
+ASV_RESULTS_DIRS = ("results", ".asv/results")
+OLD_ASV = (
+    "an asv result file from before asv 0.5 (no result_columns): run `asv update` in the asv "
+    "project (it rewrites its results in the current format), then ingest it again"
+)
 COMMIT = re.compile(r"[0-9a-f]{40}(?:[0-9a-f]{24})?")  # SHA-1, or SHA-256 repositories
 # Plausible dates: after git existed, and not in the future (a day's clock skew allowed).
 EARLIEST = datetime(2005, 4, 1).timestamp()
@@ -58,14 +68,72 @@ class Report:
 
 
 def discover(paths: Iterable[Path]) -> list[Path]:
-    """Result files under ``paths`` (files, or directories searched recursively)."""
+    """Result files under ``paths`` (files, or directories searched recursively; in an asv
+    project, its config, ``benchmarks.json``, ``machine.json`` and the html and env
+    directories are left out)."""
     found: list[Path] = []
     for path in map(Path, paths):
         if path.is_dir():
-            found += sorted(p for p in path.rglob("*.json") if p.name not in NOT_RESULTS)
+            skip = {d for conf in path.rglob(ASV_CONFIG) for d in _asv_other_dirs(conf)}
+            found += sorted(
+                p for p in path.rglob("*.json")
+                if p.name not in NOT_RESULTS and not skip.intersection(p.parents)
+            )  # fmt: skip
         else:
             found.append(path)
     return list(dict.fromkeys(found))
+
+
+def asv_config(path: Path) -> dict:
+    """An ``asv.conf.json`` as asv reads it (JSON5: comments and trailing commas allowed);
+    ValueError when it is not one."""
+    import json5
+
+    try:
+        config = json5.loads(jsonfile.read_text(path))
+    except ValueError as exc:
+        raise ValueError(f"{path}: not readable as asv's config ({exc})") from None
+    if not isinstance(config, dict):
+        raise ValueError(f"{path}: not readable as asv's config (not an object)")
+    return config
+
+
+def _asv_dirs(conf: Path, config: dict, key: str, defaults: tuple[str, ...]) -> set[Path]:
+    named = config.get(key)
+    return {conf.parent / d for d in ((named,) if isinstance(named, str) else defaults)}
+
+
+def _asv_other_dirs(conf: Path) -> set[Path]:
+    try:
+        config = asv_config(conf)
+    except ValueError:
+        config = {}
+    return {d for key, defaults in ASV_OTHER_DIRS.items()
+            for d in _asv_dirs(conf, config, key, defaults)}  # fmt: skip
+
+
+def asv_project(paths: Iterable[Path]) -> dict[str, str]:
+    """``project`` and ``project_url`` of the asv project whose results ``paths`` are (its
+    root, its results directory or a file in it: the config is looked for there and in the
+    directories above); {} when none, or when the paths are of projects with other names."""
+    found = {}
+    for path in map(Path, paths):
+        start = path if path.is_dir() else path.parent
+        for root in [start, *start.parents][:4]:
+            conf = root / ASV_CONFIG
+            if not conf.is_file():
+                continue
+            try:
+                config = asv_config(conf)
+            except ValueError:
+                break
+            results = _asv_dirs(conf, config, "results_dir", ASV_RESULTS_DIRS)
+            if root == start or results.intersection([start, *start.parents]):
+                described = {k: config[k] for k in ("project", "project_url")
+                             if isinstance(config.get(k), str) and config[k]}  # fmt: skip
+                found[described.get("project")] = described
+            break
+    return next(iter(found.values())) if len(found) == 1 else {}
 
 
 def _iso(text) -> float | None:
@@ -80,8 +148,10 @@ def _iso(text) -> float | None:
 
 
 def _metric(asv_name: str) -> tuple[str, str]:
-    """``kernel.KernelLatency.track_call_us`` -> (``kernel.KernelLatency``, ``call_us``)."""
+    """``kernel.KernelLatency.track_call_us`` -> (``kernel.KernelLatency``, ``call_us``); a
+    benchmark at the top of asv's benchmark directory (``time_import``) is its own benchmark."""
     bench, _, method = asv_name.rpartition(".")
+    bench = bench or method
     for prefix in ("track_", "time_", "peakmem_", "mem_"):
         if method.startswith(prefix):
             return bench, method.removeprefix("track_")
@@ -277,6 +347,8 @@ def parse(path: Path) -> tuple[Run, list[Measurement]]:
             run, rows = parse_asv(Path(path), asv_results.check(data))
         elif isinstance(data, dict) and "benchmarks" in data and "machine_info" in data:
             run, rows = parse_pytest_benchmark(Path(path), data)
+        elif isinstance(data, dict) and {"commit_hash", "results"} <= set(data):
+            raise ValueError(OLD_ASV)
         else:
             raise ValueError("neither an asv result file nor pytest-benchmark JSON")
         validate(run, rows)
@@ -301,7 +373,9 @@ def ingest(
     branch: str | None = None,
     log: Callable[[str], None] = lambda msg: None,
 ) -> Report:
-    """Store every result file under ``paths``; -> what happened to each."""
+    """Store every result file under ``paths``; -> what happened to each. The asv project's
+    name and URL (``asv_project``) go into the store's ``meta`` when any file is stored."""
+    paths = list(paths)
     files = discover(paths)
     report = Report()
     t0 = time.perf_counter()
@@ -344,4 +418,7 @@ def ingest(
         if batch and (i == len(files) or sum(len(b[3]) for b in batch) >= BATCH_ROWS):
             write()
     report.seconds = time.perf_counter() - t0
+    described = asv_project(paths) if report.stored or report.duplicate else {}
+    if described:  # the dashboard's title: the project these results are of
+        store.describe(**described)
     return report
