@@ -119,6 +119,7 @@ def asv_project(paths: Iterable[Path]) -> dict[str, str]:
     found = {}
     for path in map(Path, paths):
         start = path if path.is_dir() else path.parent
+        # the config is at most 3 levels up: ROOT/.asv/results/<machine>/<file>
         for root in [start, *start.parents][:4]:
             conf = root / ASV_CONFIG
             if not conf.is_file():
