@@ -112,13 +112,12 @@ def _asv_other_dirs(conf: Path) -> set[Path]:
             for d in _asv_dirs(conf, config, key, defaults)}  # fmt: skip
 
 
-def asv_project(paths: Iterable[Path]) -> dict[str, str]:
-    """``project`` and ``project_url`` of the asv project whose results ``paths`` are (its
-    root, its results directory or a file in it: the config is looked for there and in the
-    directories above); {} when none, or when the paths are of projects with other names."""
+def asv_project(files: Iterable[Path]) -> dict[str, str]:
+    """``project`` and ``project_url`` of the asv project whose results ``files`` are (the
+    config above them whose results directory holds them); {} when none, or when the files are
+    of projects with other names."""
     found = {}
-    for path in map(Path, paths):
-        start = path if path.is_dir() else path.parent
+    for start in {Path(f).parent for f in files}:
         # the config is at most 3 levels up: ROOT/.asv/results/<machine>/<file>
         for root in [start, *start.parents][:4]:
             conf = root / ASV_CONFIG
@@ -128,8 +127,7 @@ def asv_project(paths: Iterable[Path]) -> dict[str, str]:
                 config = asv_config(conf)
             except ValueError:
                 break
-            results = _asv_dirs(conf, config, "results_dir", ASV_RESULTS_DIRS)
-            if root == start or results.intersection([start, *start.parents]):
+            if _asv_dirs(conf, config, "results_dir", ASV_RESULTS_DIRS) & {start, *start.parents}:
                 described = {k: config[k] for k in ("project", "project_url")
                              if isinstance(config.get(k), str) and config[k]}  # fmt: skip
                 found[described.get("project")] = described
@@ -374,9 +372,7 @@ def ingest(
     branch: str | None = None,
     log: Callable[[str], None] = lambda msg: None,
 ) -> Report:
-    """Store every result file under ``paths``; -> what happened to each. The asv project's
-    name and URL (``asv_project``) go into the store's ``meta`` when any file is stored."""
-    paths = list(paths)
+    """Store every result file under ``paths``; -> what happened to each."""
     files = discover(paths)
     report = Report()
     t0 = time.perf_counter()
@@ -419,7 +415,8 @@ def ingest(
         if batch and (i == len(files) or sum(len(b[3]) for b in batch) >= BATCH_ROWS):
             write()
     report.seconds = time.perf_counter() - t0
-    described = asv_project(paths) if report.stored or report.duplicate else {}
-    if described:  # the dashboard's title: the project these results are of
+    # the dashboard's title: the asv project whose results these are
+    described = asv_project(report.stored + report.duplicate)
+    if described:
         store.describe(**described)
     return report
