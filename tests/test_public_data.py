@@ -122,8 +122,8 @@ def test_detect_judges_another_projects_history(store, capsys):
     assert series and int(series.group(1)) >= 12, out  # the newest run's 12 benchmarks
 
 
-def gate(capsys, store: Path, base: str, head: str, *more) -> tuple[int, str]:
-    return ragbench(capsys, "gate", "--stored", "--store", store, "--machine", "cheetah",
+def gate(capsys, store: Path, base: str, head: str, *more, machine="cheetah") -> tuple[int, str]:
+    return ragbench(capsys, "gate", "--stored", "--store", store, "--machine", machine,
                     "--base", base, "--head", head, "--no-drift", *more)  # fmt: skip
 
 
@@ -161,6 +161,23 @@ def test_gate_in_one_environment_of_a_commit_measured_in_two(store, capsys):
     code, out = gate(capsys, store, "fcf8c079", "22b920c6", "--environment", OTHER_ENV)
     assert code == 1 and "ragbench gate: FAIL" in out, out
     assert "time_AAA_failure" in out
+
+
+def test_hosted_ci_runners_are_one_machine_and_each_python_an_environment(tmp_path, capsys):
+    """lagom's CI ran its benchmarks on three hosted runners (nodes fv-az96-416, ...), one per
+    Python: with ``[machines]`` in the policies they are one machine, and each Python (with
+    its runner's CPU) is an environment of its own, never one series."""
+    policies = tmp_path / "policies.toml"
+    shipped = Path(cli.__file__).with_name("policies.toml").read_text()
+    policies.write_text(f'{shipped}\n[machines]\n"fv-az*" = "ubuntu-latest"\n')
+    path = tmp_path / "perf.duckdb"
+    code, out = ragbench(capsys, "ingest", "--store", path, "--branch", "main", "--policies",
+                         policies, LAGOM)  # fmt: skip
+    assert code == 0 and "3 file(s) stored" in out, out
+    store = Store(path, read_only=True)
+    assert store.machines() == ["ubuntu-latest"]
+    environments = sorted(r["environment"] for r in store.runs())
+    assert [e.split(",")[0] for e in environments] == ["python 3.10", "python 3.8", "python 3.9"]
 
 
 def page_at(store: Path, page: str, machine: str):
