@@ -95,6 +95,8 @@ def cells(data: dict, param_names: dict[str, list[str]] | None = None) -> Iterat
         col = dict(zip(columns, row, strict=False))
         axes = col.get("params") or []
         names = (param_names or {}).get(name) or [f"p{i}" for i in range(len(axes))]
+        if not axes and col.get("result") is None:  # failed before asv knew its parameters
+            names = []
         if not isinstance(axes, list) or not all(isinstance(a, list) for a in axes):
             raise ValueError(f"{name}: malformed params {str(axes)[:80]}")
         if len(set(map(str, names))) != len(names) or len(names) != len(axes):

@@ -28,8 +28,18 @@ from pathlib import Path
 from . import asv_results, fingerprint, jsonfile
 from .store import FAILED, OK, Columns, Measurement, Run, Store, param_key
 
-# asv writes these beside its result files; they are not results.
-NOT_RESULTS = {"benchmarks.json", "machine.json"}
+# asv writes these beside its result files, and a project's root holds its config: not results.
+NOT_RESULTS = {"asv.conf.json", "benchmarks.json", "machine.json"}
+ASV_CONFIG = "asv.conf.json"
+# The directories of an asv project that hold no results but JSON of their own (the published
+# site's graphs, the environments' installed packages), as its config names them, else asv's
+# defaults (asv 0.6's template: .asv/...; older projects: html/, env/).
+ASV_OTHER_DIRS = {"html_dir": ("html", ".asv/html"), "env_dir": ("env", ".asv/env")}
+ASV_RESULTS_DIRS = ("results", ".asv/results")
+OLD_ASV = (
+    "an asv result file from before asv 0.5 (no result_columns): run `asv update` in the asv "
+    "project (it rewrites its results in the current format), then ingest it again"
+)
 COMMIT = re.compile(r"[0-9a-f]{40}(?:[0-9a-f]{24})?")  # SHA-1, or SHA-256 repositories
 # Plausible dates: after git existed, and not in the future (a day's clock skew allowed).
 EARLIEST = datetime(2005, 4, 1).timestamp()
@@ -58,14 +68,71 @@ class Report:
 
 
 def discover(paths: Iterable[Path]) -> list[Path]:
-    """Result files under ``paths`` (files, or directories searched recursively)."""
+    """Result files under ``paths`` (files, or directories searched recursively; in an asv
+    project, its config, ``benchmarks.json``, ``machine.json`` and the html and env
+    directories are left out)."""
     found: list[Path] = []
     for path in map(Path, paths):
         if path.is_dir():
-            found += sorted(p for p in path.rglob("*.json") if p.name not in NOT_RESULTS)
+            skip = {d for conf in path.rglob(ASV_CONFIG) for d in _asv_other_dirs(conf)}
+            found += sorted(
+                p for p in path.rglob("*.json")
+                if p.name not in NOT_RESULTS and not skip.intersection(p.parents)
+            )  # fmt: skip
         else:
             found.append(path)
     return list(dict.fromkeys(found))
+
+
+def asv_config(path: Path) -> dict:
+    """An ``asv.conf.json`` as asv reads it (JSON5: comments and trailing commas allowed);
+    ValueError when it is not one."""
+    import json5
+
+    try:
+        config = json5.loads(jsonfile.read_text(path))
+    except ValueError as exc:
+        raise ValueError(f"{path}: not readable as asv's config ({exc})") from None
+    if not isinstance(config, dict):
+        raise ValueError(f"{path}: not readable as asv's config (not an object)")
+    return config
+
+
+def _asv_dirs(conf: Path, config: dict, key: str, defaults: tuple[str, ...]) -> set[Path]:
+    named = config.get(key)
+    return {conf.parent / d for d in ((named,) if isinstance(named, str) else defaults)}
+
+
+def _asv_other_dirs(conf: Path) -> set[Path]:
+    try:
+        config = asv_config(conf)
+    except ValueError:
+        config = {}
+    return {d for key, defaults in ASV_OTHER_DIRS.items()
+            for d in _asv_dirs(conf, config, key, defaults)}  # fmt: skip
+
+
+def asv_project(files: Iterable[Path]) -> dict[str, str]:
+    """``project`` and ``project_url`` of the asv project whose results ``files`` are (the
+    config above them whose results directory holds them); {} when none, or when the files are
+    of projects with other names."""
+    found = {}
+    for start in {Path(f).parent for f in files}:
+        # the config is at most 3 levels up: ROOT/.asv/results/<machine>/<file>
+        for root in [start, *start.parents][:4]:
+            conf = root / ASV_CONFIG
+            if not conf.is_file():
+                continue
+            try:
+                config = asv_config(conf)
+            except ValueError:
+                break
+            if _asv_dirs(conf, config, "results_dir", ASV_RESULTS_DIRS) & {start, *start.parents}:
+                described = {k: config[k] for k in ("project", "project_url")
+                             if isinstance(config.get(k), str) and config[k]}  # fmt: skip
+                found[described.get("project")] = described
+            break
+    return next(iter(found.values())) if len(found) == 1 else {}
 
 
 def _iso(text) -> float | None:
@@ -80,8 +147,10 @@ def _iso(text) -> float | None:
 
 
 def _metric(asv_name: str) -> tuple[str, str]:
-    """``kernel.KernelLatency.track_call_us`` -> (``kernel.KernelLatency``, ``call_us``)."""
+    """``kernel.KernelLatency.track_call_us`` -> (``kernel.KernelLatency``, ``call_us``); a
+    benchmark at the top of asv's benchmark directory (``time_import``) is its own benchmark."""
     bench, _, method = asv_name.rpartition(".")
+    bench = bench or method
     for prefix in ("track_", "time_", "peakmem_", "mem_"):
         if method.startswith(prefix):
             return bench, method.removeprefix("track_")
@@ -309,6 +378,8 @@ def parse(path: Path) -> tuple[Run, list[Measurement]]:
             run, rows = parse_asv(Path(path), asv_results.check(data))
         elif isinstance(data, dict) and "benchmarks" in data and "machine_info" in data:
             run, rows = parse_pytest_benchmark(Path(path), data)
+        elif isinstance(data, dict) and {"commit_hash", "results"} <= set(data):
+            raise ValueError(OLD_ASV)
         else:
             raise ValueError("neither an asv result file nor pytest-benchmark JSON")
         validate(run, rows)
@@ -382,4 +453,8 @@ def ingest(
         if batch and (i == len(files) or sum(len(b[3]) for b in batch) >= BATCH_ROWS):
             write()
     report.seconds = time.perf_counter() - t0
+    # the dashboard's title: the asv project whose results these are
+    described = asv_project(report.stored + report.duplicate)
+    if described:
+        store.describe(**described)
     return report

@@ -885,6 +885,17 @@ class Store:
 
         self._write(work)
 
+    def describe(self, **values: str) -> None:
+        """Keep facts about the results in ``meta`` (ingest: asv's ``project`` and
+        ``project_url``), each replacing the value stored before under its key."""
+
+        def work(con):
+            for key, value in values.items():
+                con.execute("DELETE FROM meta WHERE key = ?", [key])
+                con.execute("INSERT INTO meta VALUES (?, ?)", [key, value])
+
+        self._write(work)
+
     def export_parquet(self, out_dir: Path) -> list[Path]:
         """Every table and view as ``<name>.parquet`` under ``out_dir``."""
         out_dir = Path(out_dir)
