@@ -44,6 +44,20 @@ from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import parse_qs, quote, unquote, urlencode, urlparse
 
+# Every connection, the file's and the lake's: no extension is ever loaded on its own (a SQLite
+# or Parquet file must not make DuckDB download one and open it).
+DUCKDB_CONFIG = {"autoload_known_extensions": False, "autoinstall_known_extensions": False}
+
+
+def quiet(con):
+    """``con`` without DuckDB's progress bar, which it draws on stdout for a query past 2 s: a
+    loaded machine gets there, and the bar corrupted a reader's JSON output
+    (tests/test_faults.py::test_two_writers_and_a_reader, at load ~20). A connection setting
+    only: DuckDB refuses it in the connect config."""
+    con.execute("SET enable_progress_bar = false")
+    return con
+
+
 PREFIX = "ducklake:"
 ALIAS = "lake"  # the lake's name in the connection; ``USE lake`` makes it the default
 # Conflicting commits (two writers deleted the same row of ``meta``: ``Store._guard``) fail
@@ -255,9 +269,7 @@ class Lake:
         lake, nor writes a catalog) and in use."""
         import duckdb
 
-        con = duckdb.connect(config={
-            "autoload_known_extensions": False, "autoinstall_known_extensions": False,
-        })  # fmt: skip
+        con = quiet(duckdb.connect(config=DUCKDB_CONFIG))
         self.attach(con, read_only=read_only)
         con.execute(f"USE {ALIAS}")
         return con

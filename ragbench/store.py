@@ -54,7 +54,17 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .lake import ALIAS, CONFLICT, Lake, is_lake, is_unanswered, one_line, redact
+from .lake import (
+    ALIAS,
+    CONFLICT,
+    DUCKDB_CONFIG,
+    Lake,
+    is_lake,
+    is_unanswered,
+    one_line,
+    quiet,
+    redact,
+)
 from .lake import files as lake_files
 from .lake import maintain as lake_maintain
 from .lake import snapshot as lake_snapshot
@@ -377,11 +387,9 @@ class Store:
         waited = False
         while True:
             try:
-                # no extension is ever loaded on its own: a SQLite or Parquet file must not
-                # make DuckDB download one and open it
-                return duckdb.connect(str(self.path), read_only=not write, config={
-                    "autoload_known_extensions": False, "autoinstall_known_extensions": False,
-                })  # fmt: skip
+                return quiet(
+                    duckdb.connect(str(self.path), read_only=not write, config=DUCKDB_CONFIG)
+                )
             except duckdb.Error as exc:
                 if self._being_created(exc) and time.monotonic() < start + CREATING_WAIT:
                     time.sleep(LOCK_POLL)

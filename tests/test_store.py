@@ -252,6 +252,34 @@ def test_export_parquet_and_read_only(quick_run, tmp_path, store_spec):
         Store(tmp_path / "missing.duckdb", read_only=True)
 
 
+PROGRESS_SETTING = """
+import sys
+from ragbench.store import Store
+with Store(sys.argv[1]).writing() as s, s._connect(write=True) as con:
+    print(con.execute("SELECT current_setting('enable_progress_bar')").fetchone()[0])
+with Store(sys.argv[1], read_only=True)._connect() as con:
+    print(con.execute("SELECT current_setting('enable_progress_bar')").fetchone()[0])
+"""
+
+
+def test_no_connection_draws_a_progress_bar(tmp_path, store_spec):
+    """DuckDB draws a progress bar on stdout for a query past 2 s where it thinks a terminal is
+    there (on by default under a terminal): on a loaded machine it broke a reader's JSON output
+    (test_faults.py::test_two_writers_and_a_reader). Every connection, the file's and the
+    lake's, reading and writing, has it off, under a terminal too."""
+    import os
+    import pty
+
+    main, child = pty.openpty()
+    out = subprocess.run([sys.executable, "-c", PROGRESS_SETTING, str(store_spec)], stdin=child,
+                         stdout=child, stderr=subprocess.PIPE, cwd=REPO, timeout=300)  # fmt: skip
+    os.close(child)
+    text = os.read(main, 4096).decode()
+    os.close(main)
+    assert out.returncode == 0, out.stderr.decode()[-2000:]
+    assert text.split() == ["False", "False"]
+
+
 def test_a_command_that_reads_never_makes_a_store(tmp_path, store_spec, capsys):
     """``gate --stored --store results/perf.duckbd`` (a typo) made that 800 kB file, then said
     "the store has no run of head": every command that reads, and maintenance, is exit 2 with
