@@ -125,6 +125,7 @@ def parse_asv(path: Path, data: dict) -> tuple[Run, list[Measurement]]:
             benchmark=bench, metric=metric, params=cell.params, unit=units.get(cell.benchmark),
             median=cell.value, q25=cell.q25, q75=cell.q75, samples=cell.samples or None,
             version=cell.version, status=FAILED if cell.failed else OK,
+            ci_99_a=cell.ci_99_a, ci_99_b=cell.ci_99_b,
         ))  # fmt: skip
     return run, rows
 
@@ -244,9 +245,14 @@ def validate(run: Run, rows: list[Measurement]) -> None:
         if m.status == FAILED:
             continue
         _check_value(m.median, f"{where}: the value")
-        for q, name in ((m.q25, "q25"), (m.q75, "q75")):
+        for q, name in ((m.q25, "q25"), (m.q75, "q75"), (m.ci_99_a, "stats_ci_99_a"),
+                        (m.ci_99_b, "stats_ci_99_b")):  # fmt: skip
             if q is not None:
                 _check_value(q, f"{where}: {name}")
+        if (m.ci_99_a is None) != (m.ci_99_b is None) or (
+            m.ci_99_a is not None and m.ci_99_a > m.ci_99_b
+        ):
+            raise ValueError(f"{where}: the interval {m.ci_99_a!r}-{m.ci_99_b!r} is not one")
         if m.samples is not None:
             if not isinstance(m.samples, list):
                 raise ValueError(f"{where}: samples are {type(m.samples).__name__}, not a list")

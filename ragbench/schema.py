@@ -74,11 +74,15 @@ CREATE TABLE IF NOT EXISTS gates (
 );
 """
 # Schema 1 -> 2: a status per measurement; acceptances name their pull request and the commit
-# they were given on (a main commit's carried copy names the PR head).
+# they were given on (a main commit's carried copy names the PR head). Schema 2 -> 3: asv's 99%
+# confidence interval of each value (``stats_ci_99_a``/``_b``), which judges a cell without raw
+# samples as ``asv compare`` does (``detect.compare``).
 MIGRATIONS = """
 ALTER TABLE measurements ADD COLUMN IF NOT EXISTS status VARCHAR DEFAULT 'ok';
 ALTER TABLE acceptances ADD COLUMN IF NOT EXISTS pr INTEGER;
 ALTER TABLE acceptances ADD COLUMN IF NOT EXISTS given_on VARCHAR;
+ALTER TABLE measurements ADD COLUMN IF NOT EXISTS ci_99_a DOUBLE;
+ALTER TABLE measurements ADD COLUMN IF NOT EXISTS ci_99_b DOUBLE;
 """
 
 VIEWS = f"""
@@ -139,10 +143,10 @@ OURS = {"meta", "runs", "measurements", "acceptances", "gates", "series", "speed
 
 MEASUREMENT_COLUMNS = (
     "run_id", "benchmark", "metric", "params", "param_key", "variant", "group_key", "unit",
-    "version", "median", "q25", "q75", "n", "samples", "status",
+    "version", "median", "q25", "q75", "n", "samples", "status", "ci_99_a", "ci_99_b",
 )  # fmt: skip
 COLUMN_TYPES = (*["VARCHAR"] * 3, "JSON", *["VARCHAR"] * 5, *["DOUBLE"] * 3, "INTEGER",
-                 "DOUBLE[]", "VARCHAR")  # fmt: skip
+                 "DOUBLE[]", "VARCHAR", "DOUBLE", "DOUBLE")  # fmt: skip
 ACCEPTANCE_KEY = "commit_hash = ? AND benchmark = ? AND metric = ? AND param_key = ?"
 INSERT_COLUMNS = f"INSERT INTO measurements ({', '.join(MEASUREMENT_COLUMNS)}) SELECT " + ", ".join(
     f"unnest(?::{t}[])" for t in COLUMN_TYPES

@@ -11,7 +11,8 @@ ingest, the gate, detection and the dashboard call the functions below. Schema
                   ``label`` for runs a gate job made (``gate:<id>:base:0`` ...)
     measurements  one row per run x benchmark x parameter cell x metric: the parameters (JSON
                   and a canonical ``param_key``), unit, median, quartiles, raw samples, and a
-                  ``status``: ``ok``, or ``failed`` where the benchmark raised (no value)
+                  ``status``: ``ok``, or ``failed`` where the benchmark raised (no value), and
+                  asv's 99% confidence interval of the value (``ci_99_a``, ``ci_99_b``)
     acceptances   failures a maintainer accepted on a pull request (the label), per cell and
                   commit; carried to the main commit that merged them
     gates         the verdict of each pull-request gate the trusted workflow read
@@ -71,7 +72,7 @@ DEFAULT_PATH = Path("results/perf.duckdb")
 ENV_VAR = "RAGBENCH_STORE"
 BRANCH_VAR = "RAGBENCH_BRANCH"
 HISTORY_BRANCH = "main"
-SCHEMA_VERSION = 2  # a new table, column or view needs a new version: that is what migrates
+SCHEMA_VERSION = 3  # a new table, column or view needs a new version: that is what migrates
 # The environment fields that move figures: a change of any is an environment change.
 ENV_FIELDS = ("gpu", "driver", "cuda", "torch", "triton", "python")
 # Parameters that name the thing being compared (a backend or a pipeline) in a cell.
@@ -169,7 +170,8 @@ class Run:
 @dataclass
 class Measurement:
     """One benchmark cell's metric in one run; ``samples`` None where only a value exists;
-    ``status`` ``failed`` (and no value) where the benchmark raised."""
+    ``status`` ``failed`` (and no value) where the benchmark raised; ``ci_99_a``/``ci_99_b``
+    asv's 99% confidence interval of the value, where it gives one."""
 
     benchmark: str
     metric: str
@@ -181,6 +183,8 @@ class Measurement:
     samples: list[float] | None = None
     version: str | None = None
     status: str = OK
+    ci_99_a: float | None = None
+    ci_99_b: float | None = None
 
     def row(self, run_id: str) -> tuple:
         variant = next((str(self.params[p]) for p in VARIANT_PARAMS if p in self.params), None)
@@ -189,7 +193,8 @@ class Measurement:
         return (
             run_id, self.benchmark, self.metric, json.dumps(self.params, sort_keys=True),
             param_key(self.params), variant, param_key(group), self.unit, self.version,
-            self.median, self.q25, self.q75, n, self.samples, self.status,
+            self.median, self.q25, self.q75, n, self.samples, self.status, self.ci_99_a,
+            self.ci_99_b,
         )  # fmt: skip
 
 
