@@ -336,15 +336,16 @@ def by_interval(v: Verdict, base_ci: tuple[float, float], head_ci: tuple[float, 
     it on the point estimate, else inconclusive (``RULE``)."""
     (b_lo, b_hi), (h_lo, h_hi) = base_ci, head_ci
     v.method = INTERVAL
-    v.interval = (h_lo / b_hi if b_hi else math.inf, h_hi / b_lo if b_lo else math.inf)
+    # a bound at or below 0 (asv's, from few samples) allows any ratio on that side
+    v.interval = (max(h_lo, 0) / b_hi if b_hi > 0 else 0.0, h_hi / b_lo if b_lo > 0 else math.inf)
     different = h_lo > b_hi or h_hi < b_lo
     v.note = "no raw samples: asv's 99% intervals " + (
         "do not overlap" if different else "overlap (not significant)"
     )
     if v.policy.kind == "latency":  # head slowed by d: its interval starts at h_lo/h * b(1+d)
-        need = (b_hi * v.head) / (h_lo * v.base) if h_lo and v.base else math.inf
+        need = (b_hi * v.head) / (h_lo * v.base) if h_lo > 0 and v.base else math.inf
     else:  # head's throughput cut by 1/(1+d): its interval ends at h_hi/h * b/(1+d)
-        need = (h_hi * v.base) / (v.head * b_lo) if b_lo and v.head else math.inf
+        need = (h_hi * v.base) / (v.head * b_lo) if b_lo > 0 and v.head else math.inf
     v.detectable = max(need - 1, v.policy.threshold)
     v.status = _by_threshold(v.change, _threshold(v.policy), significant=different)
     if not _across_processes(v) and v.status == Status.UNCHANGED:

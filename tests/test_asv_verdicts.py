@@ -255,6 +255,18 @@ def test_an_interval_that_is_not_one_refuses_the_file(tmp_path, capsys):
     asv_result(results, BASE, {NAME: (1.0, None, (1.1, 0.9))})
     code, out = run(capsys, "ingest", "--store", tmp_path / "s.duckdb", results)
     assert code == 1 and "is not one" in out, out
+    asv_result(results, BASE, {NAME: (1.0, None, (-0.04, 2.0))})  # asv's, from few samples
+    code, out = run(capsys, "ingest", "--store", tmp_path / "s.duckdb", results)
+    assert code == 0, out
+
+
+def test_an_interval_reaching_below_zero_shows_no_power():
+    """asv extends the interval of few samples below 0 (the suite's own CPU img/s: -0.039):
+    such a side allows any ratio, and the cell could detect nothing."""
+    (v,) = detect.compare(side(NAME, 1.0, (0.99, 1.01)), side(NAME, 1.0, (-0.04, 2.0)),
+                          detect.load_policies()).verdicts  # fmt: skip
+    assert v.interval == (0.0, 2.0 / 0.99) and v.detectable == float("inf")
+    assert v.status == Status.INCONCLUSIVE
 
 
 # --- a gate that judged nothing ---------------------------------------------------------------
