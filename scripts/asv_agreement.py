@@ -134,8 +134,13 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--work", type=Path, required=True, help="for the asv config copy")
     p.add_argument("--asv", type=Path, default=Path(sys.executable).with_name("asv"))
     p.add_argument("--policies", type=Path, default=None)
-    p.add_argument("--pair", nargs=4, action="append", metavar=("MACHINE", "ENV", "BASE", "HEAD"),
-                   help="a pair of commits (8-digit prefixes); default: the three above")
+    p.add_argument(
+        "--pair",
+        nargs=4,
+        action="append",
+        metavar=("MACHINE", "ENV", "BASE", "HEAD"),
+        help="a pair of commits (8-digit prefixes); default: the three above",
+    )
     args = p.parse_args(argv)
     args.work.mkdir(parents=True, exist_ok=True)
     conf = asv_config(args.data, args.work)
