@@ -9,8 +9,9 @@ project's asv.conf.json whose ``results_dir`` is the data's). asv needs the proj
 repository only to name the commits: an empty one stands in (nothing here reaches GitHub).
 Prints one table per pair, side by side, and how often the two agree.
 
-    .venv/bin/python -m scripts.asv_agreement --data /work/data35/django-asv \\
-        --store /work/scratch35/verdict/django.duckdb --work /work/scratch35/verdict/asv
+    git clone https://github.com/django/django-asv   # its results/ and asv.conf.json
+    .venv/bin/python -m scripts.asv_agreement --data django-asv --store django.duckdb \\
+        --work asv-work
 """
 
 from __future__ import annotations
