@@ -23,7 +23,10 @@ class Cell:
     """One benchmark at one parameter cell, its entries as asv wrote them (ingest checks their
     types). ``failed``: asv recorded null, the benchmark (or its setup) raised. ``value`` is
     None where asv has no value: failed, or NaN (skipped: its setup raised NotImplementedError,
-    or it returned NaN). ``samples`` is None where asv kept no raw samples."""
+    or it returned NaN). ``samples`` is None where asv kept no raw samples. ``ci_99_a`` and
+    ``ci_99_b``: asv's 99% confidence interval of the value (``stats_ci_99_a``/``_b``), None where
+    asv has none or an infinite one (too few samples: asv's ``get_weight`` treats it as missing
+    too); what ``asv compare`` judges a cell by where it has no raw samples."""
 
     benchmark: str
     params: dict[str, object]
@@ -35,6 +38,8 @@ class Cell:
     failed: bool = False
     stats_number: object = None  # asv's ``number`` and ``repeat`` for the cell (how it timed)
     stats_repeat: object = None
+    ci_99_a: object = None
+    ci_99_b: object = None
 
 
 def load(path: Path) -> dict:
@@ -85,6 +90,12 @@ def _value(x):
     return None if x is None or (isinstance(x, float) and math.isnan(x)) else x
 
 
+def _finite(x):
+    """An interval's bound, None where asv wrote none, NaN or infinity (no interval)."""
+    x = _value(x)
+    return None if isinstance(x, float) and math.isinf(x) else x
+
+
 def cells(data: dict, param_names: dict[str, list[str]] | None = None) -> Iterator[Cell]:
     """Every cell of every benchmark. ``param_names`` (from asv's ``benchmarks.json``) names
     the axes; without it they are ``p0``, ``p1``, ..."""
@@ -120,6 +131,8 @@ def cells(data: dict, param_names: dict[str, list[str]] | None = None) -> Iterat
                 failed=raw is None,
                 stats_number=_entry(col, "stats_number", i),
                 stats_repeat=_entry(col, "stats_repeat", i),
+                ci_99_a=_finite(_entry(col, "stats_ci_99_a", i)),
+                ci_99_b=_finite(_entry(col, "stats_ci_99_b", i)),
             )
 
 

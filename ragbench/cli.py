@@ -1,10 +1,11 @@
 """``ragbench``: the command line of the benchmark suite (``.venv/bin/ragbench --help``).
 
 Exit codes, for every command: 0 ok; 1 a regression or failure found (``run``: a benchmark
-failed; ``ingest``: a file refused; ``gate``, ``verdict``: the gate fails; ``detect``: the
-newest main run regressed or failed); 2 unusable input or an internal error, always with a
-one-line message and never a traceback (``RAGBENCH_DEBUG=1`` prints it). When a command fails
-with 2 inside a GitHub job, it says so in the job's summary too.
+failed; ``ingest``: a file refused; ``gate``, ``verdict``: the gate fails or is inconclusive;
+``detect``: the newest main run regressed or failed, or nothing was judged); 2 unusable input
+or an internal error, always with a one-line message and never a traceback
+(``RAGBENCH_DEBUG=1`` prints it). When a command fails with 2 inside a GitHub job, it says so
+in the job's summary too.
 """
 
 from __future__ import annotations
@@ -294,27 +295,31 @@ def _client(args):
 
 
 def _verdict(args) -> int:
-    from .pr import verdict
+    from .pr import max_accepted, verdict
 
+    max_accepted(args.policies)  # a policies file that cannot be read stops it here (exit 2)
     j = verdict(
         _store(args), _client(args) if args.github else None, gate_json=args.gate_json,
         report=args.report, pr=args.pr, head=args.head, machine=args.machine, log=_log,
+        policies=args.policies,
     )  # fmt: skip
     print(f"ragbench verdict: {j.state.upper()}: {j.description}")
     return j.exit_code
 
 
 def _accept(args) -> int:
-    from .pr import accept
+    from .pr import accept, max_accepted
 
+    max_accepted(args.policies)
     j = accept(_store(args, create=False), _client(args), pr=args.pr, head=args.head,
-               user=args.user, withdraw=args.withdraw, log=_log)  # fmt: skip
+               user=args.user, withdraw=args.withdraw, log=_log,
+               policies=args.policies)  # fmt: skip
     print(f"ragbench accept: the verdict is now {j.state.upper()}: {j.description}")
     return 0
 
 
 def _detect(args) -> int:
-    from .report import history_markdown
+    from .report import history_markdown, judged
 
     policies = detect.load_policies(args.policies)
     store = _store(args, read_only=True)
@@ -327,7 +332,8 @@ def _detect(args) -> int:
     failed = [r for r in everything if r["status"] == FAILED and r["commit_hash"] == newest]
     reports = detect.histories(rows, policies, last=args.last, acceptances=store.acceptances())
     print(history_markdown(reports, machine, failed))
-    return 1 if failed or any(r.status == Status.REGRESSION for r in reports) else 0
+    nothing = not judged(reports)  # every metric info: no verdict, never an all-clear
+    return 1 if failed or nothing or any(r.status == Status.REGRESSION for r in reports) else 0
 
 
 def _no_runs(store: Store, machine: str) -> str:
@@ -379,6 +385,16 @@ def _bench_arg(p: argparse.ArgumentParser) -> None:
     )
 
 
+def _policies_arg(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--policies",
+        type=Path,
+        default=None,
+        help="policies file (TOML) in place of ragbench/policies.toml: each metric's kind and "
+        "threshold, the gate's and main's settings (docs/store.md, Detection)",
+    )
+
+
 def _pr_number(text: str) -> int:
     n = int(text)
     if not 1 <= n < 2**31:
@@ -391,6 +407,7 @@ def _pr_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--head", required=True, help="the pull request's head commit (full hash)")
     p.add_argument("--repo", default=None, help="owner/name (default $GITHUB_REPOSITORY)")
     _store_arg(p)
+    _policies_arg(p)  # its [gate] max_accepted
 
 
 def parser() -> argparse.ArgumentParser:
@@ -580,7 +597,7 @@ def parser() -> argparse.ArgumentParser:
                    "the numerics then keep only their bounds")  # fmt: skip
     g.add_argument("--mode", choices=["quick", "full"], default="quick", help=MODE_HELP)
     _bench_arg(g)
-    g.add_argument("--policies", type=Path, default=None, help="policies file (TOML)")
+    _policies_arg(g)
     g.add_argument("--report", type=Path, default=None, help="also write the report here")
     g.add_argument("--json", type=Path, default=None,
                    help="write the verdict and failing cells here (ragbench verdict)")  # fmt: skip
@@ -627,7 +644,7 @@ def parser() -> argparse.ArgumentParser:
     u.add_argument("--rounds", type=int, default=None, help="alternating rounds (policies: 2)")
     u.add_argument("--mode", choices=["quick", "full"], default="quick", help=MODE_HELP)
     _bench_arg(u)
-    u.add_argument("--policies", type=Path, default=None, help="policies file (TOML)")
+    _policies_arg(u)
     u.add_argument("--report", type=Path, default=None, help="also write the report here")
     u.set_defaults(func=_versions)
 
@@ -676,13 +693,14 @@ def parser() -> argparse.ArgumentParser:
             "the median and MAD of the previous runs in the same environment (from the newest "
             "accepted change on), and E-Divisive change points over the history, each marked "
             "as an environment change (torch/triton/driver/GPU) or code. Cells that failed on "
-            "the newest commit are listed. Exit 1 when the newest run regressed or failed."
+            "the newest commit are listed. Exit 1 when the newest run regressed or failed, or "
+            "when the policies judge none of the machine's metrics (no verdict)."
         ),
     )
     _store_arg(d, history=True)
     _machine_arg(d)
     d.add_argument("--last", type=int, default=200, help="commits per series (default 200)")
-    d.add_argument("--policies", type=Path, default=None, help="policies file (TOML)")
+    _policies_arg(d)
     d.set_defaults(func=_detect)
     trust.add_parser(sub)  # ragbench/trust.py: the trusted jobs' tripwire, who may run a PR
     return p

@@ -36,6 +36,17 @@ class Policy:
     paired: bool = False  # includes host time: judged from base and head in one process
     history_only: bool = False  # judged on main's history, shown but never gated in a PR
     min_samples: int | None = None  # a side needs this many to be judged ([gate] min_samples)
+    metric: str = "*"  # a glob of the metric's own name (``time_*``: asv's time benchmarks)
+    unit: tuple[str, ...] | None = None  # only metrics of these units (globs); None: any
+
+    def applies(self, benchmark: str, metric: str, unit: str | None) -> bool:
+        """Whether this rule judges ``benchmark.metric`` of ``unit``."""
+        if not (fnmatch.fnmatchcase(f"{benchmark}.{metric}", self.match)
+                and fnmatch.fnmatchcase(metric, self.metric)):  # fmt: skip
+            return False
+        return self.unit is None or (
+            unit is not None and any(fnmatch.fnmatchcase(unit, u) for u in self.unit)
+        )
 
 
 @dataclass(frozen=True)
@@ -52,12 +63,11 @@ class Policies:
         """The machine a runner's results belong to (``[machines]``), else its own name."""
         return next((m for p, m in self.machines.items() if fnmatch.fnmatchcase(runner, p)), runner)
 
-    def for_metric(self, benchmark: str, metric: str) -> Policy:
-        name = f"{benchmark}.{metric}"
-        for rule in self.rules:
-            if fnmatch.fnmatchcase(name, rule.match):
-                return rule
-        return Policy("*", "info")
+    def for_metric(self, benchmark: str, metric: str, unit: str | None = None) -> Policy:
+        """The first rule that applies to ``benchmark.metric`` of ``unit`` (None: unknown, and
+        no rule that names units applies); ``info`` where none does."""
+        rules = (r for r in self.rules if r.applies(benchmark, metric, unit))
+        return next(rules, Policy("*", "info"))
 
 
 def load_policies(path: Path | None = None) -> Policies:
@@ -65,7 +75,7 @@ def load_policies(path: Path | None = None) -> Policies:
     path = Path(path) if path else POLICIES
     try:
         data = tomllib.loads(jsonfile.read_text(path, limit=2**20))
-        rules = tuple(Policy(**p) for p in data.get("policy", []))
+        rules = tuple(_rule(p) for p in data.get("policy", []))
     except (ValueError, tomllib.TOMLDecodeError, TypeError) as exc:
         raise ValueError(f"{path}: not a valid policies file ({exc})") from None
     for rule in rules:
@@ -79,6 +89,18 @@ def load_policies(path: Path | None = None) -> Policies:
     return Policies(rules, data.get("gate", {}), data.get("main", {}), machines)
 
 
+def _rule(entry: dict) -> Policy:
+    """One ``[[policy]]``; TypeError when a field is unknown or ``unit`` no list of texts."""
+    if not isinstance(entry, dict):
+        raise TypeError(f"a [[policy]] must be a table, not {str(entry)[:40]!r}")
+    unit = entry.get("unit")
+    if unit is not None:
+        if not isinstance(unit, list) or not all(isinstance(u, str) for u in unit):
+            raise TypeError(f"unit of {entry.get('match')!r} must be a list of texts")
+        entry = {**entry, "unit": tuple(unit)}
+    return Policy(**entry)
+
+
 Key = tuple[str, str, str]  # (benchmark, metric, param_key)
 SIDES = ("base", "head")
 
@@ -86,7 +108,9 @@ SIDES = ("base", "head")
 @dataclass
 class Cell:
     """One benchmark cell's metric on one side of a comparison: samples pooled over runs, how
-    many of those runs failed there (the benchmark raised: no value), and how many had none."""
+    many of those runs failed there (the benchmark raised: no value), how many had none, and
+    asv's 99% confidence interval of the value where every run has one (over several runs:
+    the hull of theirs, wider than any, so never more sure than asv was)."""
 
     benchmark: str
     metric: str
@@ -96,6 +120,7 @@ class Cell:
     samples: list[float]  # raw samples, or the runs' single values
     failures: int = 0
     absent: int = 0  # runs of this side that have no row of it (NaN or skipped there)
+    ci: tuple[float, float] | None = None  # (ci_99_a, ci_99_b)
 
     @property
     def key(self) -> Key:
@@ -112,13 +137,18 @@ def pool(cells: Iterable[Cell]) -> dict[Key, Cell]:
     out: dict[Key, Cell] = {}
     for cell in cells:
         if cell.key in out:
-            out[cell.key].samples.extend(cell.samples)
-            out[cell.key].failures += cell.failures
-            out[cell.key].absent += cell.absent
+            into = out[cell.key]
+            into.samples.extend(cell.samples)
+            into.failures += cell.failures
+            into.absent += cell.absent
+            into.ci = (
+                (min(into.ci[0], cell.ci[0]), max(into.ci[1], cell.ci[1]))
+                if into.ci and cell.ci else None
+            )  # fmt: skip
         else:
             out[cell.key] = Cell(cell.benchmark, cell.metric, cell.param_key, cell.params,
                                  cell.unit, list(cell.samples), cell.failures,
-                                 cell.absent)  # fmt: skip
+                                 cell.absent, cell.ci)  # fmt: skip
     return out
 
 
@@ -129,7 +159,8 @@ class Verdict:
     unchanged, violation, pre-existing, hash-changed, failed (the benchmark raised on head),
     missing (base has a value, head none), new (head has a value, base none), inconclusive
     (the samples could not have shown a change of the threshold, or were too noisy), info.
-    ``method``: asv (runs of each side, pooled), paired or processes (``ragbench.paired``)."""
+    ``method``: asv (runs of each side, pooled), interval (too few raw samples: asv's 99%
+    confidence intervals, ``by_interval``), paired or processes (``ragbench.paired``)."""
 
     key: Key
     params: dict
@@ -221,7 +252,7 @@ def compare(
     for key in sorted(set(base) | set(head)):
         b, h = base.get(key), head.get(key)
         cell = h or b
-        policy = policies.for_metric(cell.benchmark, cell.metric)
+        policy = policies.for_metric(cell.benchmark, cell.metric, cell.unit)
         v = Verdict(key, cell.params, cell.unit, policy, Status.INFO)
         v.base = b.median if b else None
         v.head = h.median if h else None
@@ -258,10 +289,13 @@ def compare(
             v.ratio = _ratio(v.head, v.base)
             v.change = _bad_change(v.ratio, lower)
             need = min_samples(policy, policies)
-            if min(len(b.samples), len(h.samples)) < need:
+            fewest = min(len(b.samples), len(h.samples))
+            if (fewest < need or fewest < 2) and b.ci and h.ci:  # too few for the test
+                by_interval(v, b.ci, h.ci)
+            elif fewest < need:
                 v.status = Status.INCONCLUSIVE
                 v.note = too_few(len(b.samples), len(h.samples), need)
-            elif len(b.samples) >= 2 and len(h.samples) >= 2:
+            elif fewest >= 2:
                 v.p = stats.mann_whitney(b.samples, h.samples)[1]
                 if detail:
                     v.interval = stats.ratio_interval(
@@ -297,6 +331,39 @@ RULE = (
     "enough samples that the test could have flagged it); a cell without that evidence is "
     "inconclusive, and so is the run (exit 1)."
 )
+
+INTERVAL = "interval"  # Verdict.method of a cell judged by asv's confidence intervals
+
+
+def by_interval(v: Verdict, base_ci: tuple[float, float], head_ci: tuple[float, float]) -> None:
+    """Judge ``v`` (its ``change`` set) from asv's 99% confidence intervals of base's and
+    head's values, where a side has too few raw samples for the test: as ``asv compare`` does
+    (asv's ``_stats.is_different``), the change is significant only when the two intervals do
+    not overlap, and then counts beyond the threshold. Per cell, as asv has it: no correction
+    over the cells of the run (asv puts such a test's p between 0.00027 and 0.01).
+
+    ``interval``: the head/base ratios both intervals allow; ``detectable``: the smallest
+    change in the bad direction that would have separated intervals as wide as these (never
+    below the threshold, as ``stats.min_detectable``). So ``evidence`` applies as to tested
+    cells: unchanged with power when that is within the threshold, else only within half of
+    it on the point estimate, else inconclusive (``RULE``)."""
+    (b_lo, b_hi), (h_lo, h_hi) = base_ci, head_ci
+    v.method = INTERVAL
+    # a bound at or below 0 (asv's, from few samples) allows any ratio on that side
+    v.interval = (max(h_lo, 0) / b_hi if b_hi > 0 else 0.0, h_hi / b_lo if b_lo > 0 else math.inf)
+    different = h_lo > b_hi or h_hi < b_lo
+    v.note = "no raw samples: asv's 99% intervals " + (
+        "do not overlap" if different else "overlap (not significant)"
+    )
+    if v.policy.kind == "latency":  # head slowed by d: its interval starts at h_lo/h * b(1+d)
+        need = (b_hi * v.head) / (h_lo * v.base) if h_lo > 0 and v.base else math.inf
+    else:  # head's throughput cut by 1/(1+d): its interval ends at h_hi/h * b/(1+d)
+        need = (h_hi * v.base) / (v.head * b_lo) if b_lo > 0 and v.head else math.inf
+    v.detectable = max(need - 1, v.policy.threshold)
+    v.status = _by_threshold(v.change, _threshold(v.policy), significant=different)
+    if not _across_processes(v) and v.status == Status.UNCHANGED:
+        evidence(v, v.detectable)
+
 
 # Below 5 values a side, Mann-Whitney at alpha 0.01 can never be significant (5 and 5: the
 # smallest two-sided p is 2 / C(10, 5) = 0.008; 4 and 4: 0.029), so such a cell could never
@@ -581,7 +648,7 @@ def history(points: list[Point], key: Key, params: dict, unit: str | None,
     the newest of them (its level is the new baseline), and a regression of the newest point
     that was accepted reads ``accepted``."""
     conf = policies.main
-    policy = policies.for_metric(key[0], key[1])
+    policy = policies.for_metric(key[0], key[1], unit)
     cps = (
         change_points_of([p.value for p in points], policies)
         if change_points and not policy.paired  # host time of separate runs: means nothing
@@ -639,7 +706,8 @@ def histories(rows: list[dict], policies: Policies, last: int = 200, change_poin
                                                   []).append(row)  # fmt: skip
     reports = []
     for (key, environment), by_commit in sorted(grouped.items()):
-        policy = policies.for_metric(key[0], key[1])
+        first = next(iter(by_commit.values()))[0]
+        policy = policies.for_metric(key[0], key[1], first["unit"])
         if policy.kind in ("info", "hash"):
             continue
         points = []
@@ -649,7 +717,6 @@ def histories(rows: list[dict], policies: Policies, last: int = 200, change_poin
                 env, {k: runs[0].get(k) for k in ENV_FIELDS},
                 {k: runs[0].get(f"stats_{k}") for k in ("number", "repeat")},
             ))  # fmt: skip
-        first = next(iter(by_commit.values()))[0]
         report = history(points[-last:], key, json.loads(first["params"]), first["unit"],
                          policies, change_points, accepted.get(key, ()))  # fmt: skip
         report.environment = environment or None
@@ -663,7 +730,8 @@ def cells(store: Store, run_ids: list[str]) -> dict[Key, Cell]:
     rows = store.measurements(run_ids)
     pooled = pool(
         Cell(row["benchmark"], row["metric"], row["param_key"], json.loads(row["params"]),
-             row["unit"], _samples(row), failures=int(row["status"] == FAILED))
+             row["unit"], _samples(row), failures=int(row["status"] == FAILED),
+             ci=(row["ci_99_a"], row["ci_99_b"]) if row["ci_99_a"] is not None else None)
         for row in rows
     )  # fmt: skip
     seen = Counter((r["benchmark"], r["metric"], r["param_key"]) for r in rows)

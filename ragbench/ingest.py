@@ -199,6 +199,7 @@ def parse_asv(path: Path, data: dict) -> tuple[Run, list[Measurement]]:
             median=cell.value, q25=cell.q25, q75=cell.q75, samples=cell.samples or None,
             version=cell.version, status=FAILED if cell.failed else OK,
             stats_number=cell.stats_number, stats_repeat=cell.stats_repeat,
+            ci_99_a=cell.ci_99_a, ci_99_b=cell.ci_99_b,
         ))  # fmt: skip
     return run, rows
 
@@ -348,12 +349,24 @@ def validate(run: Run, rows: list[Measurement]) -> None:
         for q, name in ((m.q25, "q25"), (m.q75, "q75")):
             if q is not None:
                 _check_value(q, f"{where}: {name}")
+        _check_interval(m.ci_99_a, m.ci_99_b, where)
         if m.samples is not None:
             if not isinstance(m.samples, list):
                 raise ValueError(f"{where}: samples are {type(m.samples).__name__}, not a list")
             for x in m.samples:
                 _check_value(x, f"{where}: a sample")
             _check_median(m, where)
+
+
+def _check_interval(a, b, where: str) -> None:
+    """asv's 99% interval: both bounds or neither, finite numbers, a <= b. A lower bound below
+    0 is asv's: with few samples it extends the interval by a fitted distribution (the suite's
+    own CPU img/s: -0.039)."""
+    if a is None and b is None:
+        return
+    ok = all(_is_number(x) and math.isfinite(x) for x in (a, b)) and a <= b
+    if not ok:
+        raise ValueError(f"{where}: the interval {str(a)[:20]}-{str(b)[:20]} is not one")
 
 
 def _check_median(m: Measurement, where: str) -> None:

@@ -137,7 +137,7 @@ def judge(cells: dict[detect.Key, PairedCell], policies: detect.Policies, method
     alpha = float(policies.gate.get("alpha", 0.01))
     verdicts, tested = [], []
     for key, cell in sorted(cells.items()):
-        policy = policies.for_metric(cell.benchmark, cell.metric)
+        policy = policies.for_metric(cell.benchmark, cell.metric, cell.unit)
         if not policy.paired:
             continue
         v = detect.Verdict(key, cell.params, cell.unit, policy, Status.INFO, method=method)

@@ -141,18 +141,20 @@ def run_url() -> str | None:
 
 
 def _publish(client: Client, store: Store, pr: int, head: str, j: Judgement, log,
-             note: str = "") -> None:  # fmt: skip
+             note: str = "", policies: Path | None = None) -> None:  # fmt: skip
     gate = store.gate(pr, head)
     report = (gate or {}).get("report") or ""
-    text = verdict_markdown(j, head, pr, max_accepted(), note)
+    text = verdict_markdown(j, head, pr, max_accepted(policies), note)
     log(client.comment(pr, text + ("\n\n" + report if report else "")))
     client.status(head, j.state, j.description, run_url())
 
 
 def verdict(store: Store, client: Client | None, *, gate_json: Path, report: Path | None,
-            pr: int, head: str, machine: str | None, log=print) -> Judgement:  # fmt: skip
+            pr: int, head: str, machine: str | None, log=print,
+            policies: Path | None = None) -> Judgement:  # fmt: skip
     """Judge the gate's output for ``pr`` at ``head``; with a ``client``, post the comment and
-    the status (and take a stale acceptance label off a failing head)."""
+    the status (and take a stale acceptance label off a failing head). ``policies``: the file
+    whose ``max_accepted`` the comment states (default: ragbench's)."""
     try:
         doc = read_gate_document(gate_json, head)
     except VerdictError as exc:
@@ -168,19 +170,20 @@ def verdict(store: Store, client: Client | None, *, gate_json: Path, report: Pat
                       text)  # fmt: skip
     j = judge(doc["failures"], accepted_on(store, pr, head))
     if client is not None:
-        _publish(client, store, pr, head, j, log)
+        _publish(client, store, pr, head, j, log, policies=policies)
         if j.state == "failure" and client.remove_label(pr, LABEL):
             log(f"took the stale {LABEL} label off PR #{pr}: it was given on an earlier commit")
     return j
 
 
 def accept(store: Store, client: Client, *, pr: int, head: str, user: str,
-           withdraw: bool = False, log=print) -> Judgement:  # fmt: skip
+           withdraw: bool = False, log=print,
+           policies: Path | None = None) -> Judgement:  # fmt: skip
     """Record ``user``'s acceptance of the failures the trusted verdict recorded for ``pr`` at
     ``head`` (or withdraw it), then publish the new verdict. PermissionError when ``user`` may
     not write to the repository; VerdictError when no gate verdict for ``head`` is recorded
     yet; AcceptanceRefused (the reason also in the PR comment) when it has more failing cells
-    than ``[gate] max_accepted``."""
+    than ``[gate] max_accepted`` (of ``policies``, default ragbench's)."""
     gate = store.gate(pr, head)
     if withdraw:
         n = store.withdraw(head, pr)
@@ -199,7 +202,7 @@ def accept(store: Store, client: Client, *, pr: int, head: str, user: str,
             )
         cells = list(dict.fromkeys((f["benchmark"], f["metric"], f["param_key"])
                                    for f in gate["failures"]))  # fmt: skip
-        limit = max_accepted()
+        limit = max_accepted(policies)
         if len(cells) > limit:
             why = (f"PR #{pr} at {head[:12]} has {len(cells)} failing cells, more than the "
                    f"{limit} one acceptance may cover ([gate] max_accepted): nothing accepted; "
@@ -207,7 +210,7 @@ def accept(store: Store, client: Client, *, pr: int, head: str, user: str,
                    "ragbench/policies.toml on the base branch")  # fmt: skip
             j = judge(gate["failures"], accepted_on(store, pr, head))
             _publish(client, store, pr, head, j, log, f"The `{LABEL}` label by {user} was "
-                     f"refused: {why}.")  # fmt: skip
+                     f"refused: {why}.", policies)  # fmt: skip
             raise AcceptanceRefused(why)
         if cells:  # replacing an acceptance of an earlier verdict of this head
             store.accept_cells(head, cells, f"{LABEL} label on PR #{pr}", user, pr=pr,
@@ -219,5 +222,5 @@ def accept(store: Store, client: Client, *, pr: int, head: str, user: str,
     if gate is None:
         return Judgement("failure", "no gate verdict recorded", [])
     j = judge(gate["failures"], accepted_on(store, pr, head))
-    _publish(client, store, pr, head, j, log)
+    _publish(client, store, pr, head, j, log, policies=policies)
     return j

@@ -7,7 +7,7 @@ import statistics
 from collections import defaultdict
 
 from . import paired
-from .detect import RULE, Comparison, SeriesReport, Verdict, powered
+from .detect import INTERVAL, RULE, Comparison, SeriesReport, Verdict, powered
 from .gate import GateResult, differences
 from .verdicts import Status
 
@@ -32,18 +32,23 @@ def _name(v: Verdict) -> str:
 
 
 def _env(runs: list[dict]) -> str:
+    """The first run's environment, as far as it was recorded (another project's results
+    carry no GPU, torch or triton: they are left out, never printed as None)."""
     if not runs:
         return "no runs"
     r = runs[0]
-    gpu = r.get("gpu") or "CPU"
-    driver = f", driver {r['driver']}" if r.get("driver") else ""  # none on a CPU machine
-    return f"{gpu}, torch {r.get('torch')}, triton {r.get('triton')}{driver}"
+    parts = [r["gpu"]] if r.get("gpu") else []
+    parts += [f"{k} {r[k]}" for k in ("torch", "triton", "driver", "python") if r.get(k)]
+    if r.get("env_name"):
+        parts.append(f"environment {r['env_name']}")
+    return ", ".join(parts) or "environment not recorded"
 
 
 def _stat_table(verdicts: list[Verdict]) -> list[str]:
     lines = [
-        "| cell | base | head | change | interval of head/base (paired: family-wise) | p (Holm) "
-        "| could detect | threshold |",
+        "| cell | base | head | change | interval of head/base (95% bootstrap; paired: "
+        "family-wise; no samples: from asv's 99% intervals) | p (Holm) | could detect | "
+        "threshold |",
         "|---|---|---|---|---|---|---|---|",
     ]
     for v in verdicts:
@@ -107,7 +112,7 @@ def gate_markdown(res: GateResult, title: str | None = None) -> str:
         "",
         f"Significance: Mann-Whitney U on raw samples (paired cells: a sign test of the "
         f"per-round ratios), Holm-corrected, family-wise alpha {c.alpha}; a change counts only "
-        "beyond its metric's threshold.",
+        "beyond its metric's threshold." + _by_intervals(c),
         "",
         "| | cells |",
         "|---|---|",
@@ -143,9 +148,16 @@ def gate_markdown(res: GateResult, title: str | None = None) -> str:
                   *_stat_table(inconclusive[:50])]  # fmt: skip
         if len(inconclusive) > 50:
             lines.append(f"- ... and {len(inconclusive) - 50} more")
+        if not res.measured:
+            lines += ["", "To settle them: measure base and head again in one job "
+                      "(`ragbench gate` without `--stored`); asv results kept without raw "
+                      "samples get them with `asv run --record-samples`."]  # fmt: skip
     if not c.judged():
         lines += ["", f"### Nothing was judged: the policies gate none of the "
-                      f"{len(c.verdicts)} cell(s), so no pass"]  # fmt: skip
+                      f"{len(c.verdicts)} cell(s), so no pass", "",
+                  "Every cell's policy is `info` (shown, never judged). Give these metrics a "
+                  "kind and threshold in a policies file and pass it: `ragbench gate "
+                  "--policies FILE` (docs/store.md, Detection)."]  # fmt: skip
     pre = c.by_status(Status.PRE_EXISTING)
     if pre:
         lines += ["", "### Bounds broken on base as well", ""]
@@ -205,15 +217,32 @@ def sensitivity_line(c: Comparison) -> list[str]:
     """One line: the smallest change the run could detect, host-time (paired) and the other
     gated metrics apart (median and worst cell)."""
     parts = []
-    for label, paired_cells in (("host-time metrics", True), ("device and other metrics", False)):
-        values = [v.detectable for v in c.gated()
+    gated = c.gated()
+    for label, paired_cells in (("host-time metrics ", True), ("the other metrics ", False)):
+        values = [v.detectable for v in gated
                   if v.detectable is not None and v.policy.paired == paired_cells]  # fmt: skip
         if values:
-            parts.append(f"{label} {_pct(statistics.median(values))} (median of {len(values)} "
+            label = label if parts or any(v.policy.paired for v in gated) else ""
+            parts.append(f"{label}{_pct(statistics.median(values))} (median of {len(values)} "
                          f"cells), {_pct(max(values))} at worst")  # fmt: skip
-    if not parts:
-        return ["Sensitivity: no timing was judged (the gated cells are deterministic bounds)."]
-    return ["Sensitivity (smallest change this run could detect): " + "; ".join(parts) + "."]
+    if parts:
+        return ["Sensitivity (smallest change this run could detect): " + "; ".join(parts) + "."]
+    bounds = len(c.judged()) - len(gated)
+    what = (f"{len(gated)} timed cell(s) had too few samples to be tested" if gated
+            else "no timed cell was judged")  # fmt: skip
+    return [f"Sensitivity: none to state: {what}; {bounds} deterministic bound(s) judged."]
+
+
+def _by_intervals(c: Comparison) -> str:
+    """The sentence on cells judged by asv's confidence intervals, where there are any."""
+    n = sum(v.method == INTERVAL for v in c.verdicts)
+    if not n:
+        return ""
+    return (
+        f" {n} cell(s) without enough raw samples: judged by asv's 99% confidence intervals "
+        "as `asv compare` does (a change counts only where they do not overlap; per cell, "
+        "no correction over the run)."
+    )
 
 
 def sensitivity(verdicts: list[Verdict]) -> list[str]:
@@ -246,6 +275,12 @@ def _series(r: SeriesReport) -> str:
     return f"{name} ({r.environment})" if r.environment else name
 
 
+def judged(reports: list[SeriesReport]) -> list[SeriesReport]:
+    """The series whose newest point was judged or could be (not ``info``: a bound, a
+    host-time metric, a metric no policy judges)."""
+    return [r for r in reports if r.status != Status.INFO]
+
+
 def history_markdown(reports: list[SeriesReport], machine: str, failed: list[dict] = ()) -> str:
     """Main's history; ``failed``: the newest commit's cells that failed (store rows)."""
     flagged = [
@@ -262,6 +297,11 @@ def history_markdown(reports: list[SeriesReport], machine: str, failed: list[dic
         f"{len(moved)} series with change points; {len(failed)} cell(s) failed on the newest "
         "commit.",
     ]
+    if not judged(reports):
+        lines += ["", "### Nothing was judged, so no verdict", "", "The policies judge none of "
+                  "this machine's metrics (each `info`, or a bound that only the gate checks): "
+                  "give them a kind and threshold in a policies file and pass it: `ragbench "
+                  "detect --policies FILE` (docs/store.md, Detection)."]  # fmt: skip
     if failed:
         lines += ["", f"### Failed on the newest commit {failed[0]['commit_hash'][:12]}", ""]
         lines += [f"- `{r['benchmark']}.{r['metric']}` {r['param_key']}" for r in failed[:50]]

@@ -92,12 +92,16 @@ UPDATE runs SET environment = nullif(concat_ws(', ',
 UPDATE runs SET env_key = left(sha256(environment), 12) WHERE environment IS NOT NULL;
 """
 # Schema 1 -> 2: a status per measurement; acceptances name their pull request and the commit
-# they were given on (a main commit's carried copy names the PR head).
+# they were given on (a main commit's carried copy names the PR head). Schema 2 -> 3 also:
+# asv's 99% confidence interval of each value (``stats_ci_99_a``/``_b``), which judges a cell
+# without raw samples as ``asv compare`` does (``detect.compare``).
 MIGRATIONS = (
     """
 ALTER TABLE measurements ADD COLUMN IF NOT EXISTS status VARCHAR DEFAULT 'ok';
 ALTER TABLE acceptances ADD COLUMN IF NOT EXISTS pr INTEGER;
 ALTER TABLE acceptances ADD COLUMN IF NOT EXISTS given_on VARCHAR;
+ALTER TABLE measurements ADD COLUMN IF NOT EXISTS ci_99_a DOUBLE;
+ALTER TABLE measurements ADD COLUMN IF NOT EXISTS ci_99_b DOUBLE;
 """
     + MIGRATE_ENVIRONMENTS
 )
@@ -162,9 +166,10 @@ OURS = {"meta", "runs", "measurements", "acceptances", "gates", "series", "speed
 MEASUREMENT_COLUMNS = (
     "run_id", "benchmark", "metric", "params", "param_key", "variant", "group_key", "unit",
     "version", "median", "q25", "q75", "n", "samples", "status", "stats_number", "stats_repeat",
+    "ci_99_a", "ci_99_b",
 )  # fmt: skip
 COLUMN_TYPES = (*["VARCHAR"] * 3, "JSON", *["VARCHAR"] * 5, *["DOUBLE"] * 3, "INTEGER",
-                 "DOUBLE[]", "VARCHAR", "INTEGER", "INTEGER")  # fmt: skip
+                 "DOUBLE[]", "VARCHAR", "INTEGER", "INTEGER", "DOUBLE", "DOUBLE")  # fmt: skip
 ACCEPTANCE_KEY = "commit_hash = ? AND benchmark = ? AND metric = ? AND param_key = ?"
 INSERT_COLUMNS = f"INSERT INTO measurements ({', '.join(MEASUREMENT_COLUMNS)}) SELECT " + ", ".join(
     f"unnest(?::{t}[])" for t in COLUMN_TYPES

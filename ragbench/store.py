@@ -12,8 +12,9 @@ ingest, the gate, detection and the dashboard call the functions below. Schema
                   times, and a ``label`` for runs a gate job made (``gate:<id>:base:0`` ...)
     measurements  one row per run x benchmark x parameter cell x metric: the parameters (JSON
                   and a canonical ``param_key``), unit, median, quartiles, raw samples, asv's
-                  ``stats_number``/``stats_repeat``, and a ``status``: ``ok``, or ``failed``
-                  where the benchmark raised (no value)
+                  ``stats_number``/``stats_repeat`` and its 99% confidence interval of the value
+                  (``ci_99_a``, ``ci_99_b``), and a ``status``: ``ok``, or ``failed`` where the
+                  benchmark raised (no value)
     acceptances   failures a maintainer accepted on a pull request (the label), per cell and
                   commit; carried to the main commit that merged them
     gates         the verdict of each pull-request gate the trusted workflow read
@@ -202,7 +203,8 @@ class Run:
 @dataclass
 class Measurement:
     """One benchmark cell's metric in one run; ``samples`` None where only a value exists;
-    ``status`` ``failed`` (and no value) where the benchmark raised."""
+    ``status`` ``failed`` (and no value) where the benchmark raised; ``ci_99_a``/``ci_99_b``
+    asv's 99% confidence interval of the value, where it gives one."""
 
     benchmark: str
     metric: str
@@ -216,6 +218,8 @@ class Measurement:
     status: str = OK
     stats_number: int | None = None  # asv's ``number``: calls per sample
     stats_repeat: int | None = None  # asv's ``repeat``: samples
+    ci_99_a: float | None = None
+    ci_99_b: float | None = None
 
     def row(self, run_id: str) -> tuple:
         variant = next((str(self.params[p]) for p in VARIANT_PARAMS if p in self.params), None)
@@ -225,7 +229,7 @@ class Measurement:
             run_id, self.benchmark, self.metric, json.dumps(self.params, sort_keys=True),
             param_key(self.params), variant, param_key(group), self.unit, self.version,
             self.median, self.q25, self.q75, n, self.samples, self.status, self.stats_number,
-            self.stats_repeat,
+            self.stats_repeat, self.ci_99_a, self.ci_99_b,
         )  # fmt: skip
 
 
