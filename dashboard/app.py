@@ -11,6 +11,7 @@ the overview's links lead). Everything is read through ``ragbench``'s store API 
 
 from __future__ import annotations
 
+import re
 import sys
 from pathlib import Path
 from urllib.parse import urlencode
@@ -34,22 +35,27 @@ from dashboard.draw import (
     cell_params,
     chart,
     download,
+    environment,
     filtered,
     legend,
     narrow,
     pick,
     pick_series,
     shown,
+    stack_fields,
     worse_by,
 )
 from dashboard.read import (
     CHANGE_POINT_COMMITS,
     LOOKBACK_COMMITS,
-    POLICIES,
+    SUITE_PAGES,
     comparison,
     histories,
+    policies,
+    project,
     query,
     store_path,
+    suite_pages,
 )
 from ragbench import detect
 from ragbench.report import sensitivity_line
@@ -67,13 +73,11 @@ def overview(ctx):
     for _, run in latest.iterrows():
         m = run["machine"]
         mine = runs[runs["machine"] == m]
-        gpu = run["gpu"] if pd.notna(run["gpu"]) else "CPU"
-        driver = run["driver"] if pd.notna(run["driver"]) else "none"
-        st.subheader(f"{m}: {gpu}")
-        st.caption(
-            f"latest commit {run['commit_hash'][:12]} ({run['commit_time']}), torch "
-            f"{run['torch']}, triton {run['triton']}, driver {driver}"
-        )
+        # this suite's CPU runs name torch and no GPU; another project's runs name neither
+        gpu = run["gpu"] if pd.notna(run["gpu"]) else "CPU" if pd.notna(run["torch"]) else None
+        st.subheader(f"{m}: {gpu}" if gpu else m)
+        st.caption(f"latest commit {run['commit_hash'][:12]} ({run['commit_time']}), "
+                   + environment(run, skip=("gpu",)))  # fmt: skip
         commits = mine["commit_hash"].unique()
         if len(commits) >= 2:
             head = tuple(mine[mine["commit_hash"] == commits[0]]["run_id"])
@@ -154,6 +158,12 @@ FOUND = (
 )
 
 
+def md_cell(text: str) -> str:
+    """``text`` as it shows in a markdown table's cell and a link's text: a ``|`` (asv param
+    values hold them, e.g. ``'a|b'``) would end the cell, a bracket or backslash the link."""
+    return re.sub(r"([\\|\[\]])", r"\\\1", text)
+
+
 def links(machine: str, found: list[tuple]) -> None:
     """A table of flagged cells, each linking to its series page."""
     if not found:
@@ -162,8 +172,8 @@ def links(machine: str, found: list[tuple]) -> None:
     for (bench, metric, cell), status, change in found:
         query = {"page": "Series", "machine": machine, "benchmark": bench, "metric": metric,
                  "cell": cell}  # fmt: skip
-        lines.append(f"| [{bench}.{metric} {cell}](?{urlencode(query)}) | {status} | "
-                     f"{worse_by(change)} |")  # fmt: skip
+        text = md_cell(f"{bench}.{metric} {cell}")
+        lines.append(f"| [{text}](?{urlencode(query)}) | {status} | {worse_by(change)} |")
     st.markdown("\n".join(lines))
     legend([status for _, status, _ in found])
 
@@ -259,7 +269,7 @@ def numeric_drift(ctx):
         return
     df, bench = narrow(df, "benchmark", "benchmark", "benchmark")
     df, _ = narrow(df, "group_key", "model and method", "cell")
-    bound = POLICIES.for_metric(bench, "max_abs_diff")
+    bound = ctx["policies"].for_metric(bench, "max_abs_diff")
     rules = [(f"bound {bound.max}", bound.max, "red")] if bound.max is not None else []
     if ctx["paper"]:
         rules.append(("paper's largest (BS 4)", paper.MAX_ABS_LOGIT_DIFF, "grey"))
@@ -315,6 +325,14 @@ def compare(ctx):
         for v in c.verdicts
         if v.status != Status.INFO
     ]
+    if not rows:  # every cell's policy is info: nothing was judged, and nothing passed
+        st.markdown(f"**{c.headline.upper()}**: no cell of these commits is judged")
+        st.info(
+            f"All {len(c.verdicts)} cell(s) are info under the policies: shown on the "
+            "Series page, never judged. Give the dashboard a policies file that judges "
+            "them: `python -m dashboard --policies FILE` (`make dashboard POLICIES=FILE`)."
+        )
+        return
     df = pd.DataFrame(rows).sort_values("_rank", kind="stable").drop(columns="_rank")
     # the notes are sentences, the same for many rows: numbered in the table, written below it
     # (a note column cut the table's right edge at a 1400 px window)
@@ -376,7 +394,7 @@ def series(ctx):
         f"{bench}.{metric} {cell}",
         change_points=cps,
         key="series",
-        y_title=str(df["unit"].iloc[0]) if not df.empty else None,
+        y_title=unit_of(df, metric),
     )
     st.caption("Grey dotted lines: the stack (torch, triton) changed at that commit; the "
                "hover says from what to what.")  # fmt: skip
@@ -388,16 +406,25 @@ def series(ctx):
         )
 
 
+def unit_of(df: pd.DataFrame, metric: str) -> str:
+    """A series' axis title: its unit, or where the results record none, the metric's name
+    and that it has no unit."""
+    units = df["unit"].dropna() if "unit" in df else pd.Series(dtype=object)
+    return str(units.iloc[0]) if len(units) else f"{metric} (no unit recorded)"
+
+
 if set(RENDER) != set(PAGES):  # a page in the sidebar that nothing draws, or the reverse
     raise RuntimeError(f"pages without a function: {set(PAGES) ^ set(RENDER)}")
 
 
+NEUTRAL = "Performance"  # the title where the store names no project
+
+
 def main() -> None:
-    st.set_page_config(page_title="ragged performance", layout="wide")
     path = store_path()
-    st.sidebar.title("ragged performance")
     if isinstance(path, Path) and not path.exists():
-        st.title("ragged performance")
+        st.set_page_config(page_title=NEUTRAL, layout="wide")
+        st.title(NEUTRAL)
         st.info(
             f"No results store at `{path}`. Fill it: `make demo` (benchmarks the last "
             "commits here), or `.venv/bin/ragbench ingest <asv results dir>`; point the "
@@ -415,6 +442,15 @@ def show(path: str | Path) -> None:
     """The sidebar and the chosen page over the store at ``path`` (a file or a lake)."""
     store = Store(path, read_only=True)
     mtime = store.mtime  # the file's time, or the lake's snapshot
+    name = project(str(path), mtime)
+    heading = f"{name} performance" if name else NEUTRAL
+    st.set_page_config(page_title=heading, layout="wide")
+    st.sidebar.title(heading)
+    try:
+        judge = policies()
+    except ValueError as exc:  # a malformed --policies file: said before any page is drawn
+        st.error(f"The policies cannot be read: {exc}")
+        return
     branches = query(str(path), mtime, "", "branches")
     named = [b for b in branches if b is not None]
     default = history_branch() if history_branch() in named else (named or [history_branch()])[0]
@@ -424,7 +460,7 @@ def show(path: str | Path) -> None:
     )  # fmt: skip
     runs = query(str(path), mtime, branch, "runs")
     if runs.empty:
-        st.title("ragged performance")
+        st.title(heading)
         unnamed = branches.get(None, 0)
         st.info(
             f"The store `{path}` holds no runs of branch `{branch}` yet. Fill it: `make demo`, "
@@ -432,12 +468,14 @@ def show(path: str | Path) -> None:
             + (f" ({unnamed} run(s) were ingested without a branch.)" if unnamed else "")
         )
         return
+    ours = suite_pages(str(path), mtime)
+    pages = [p for p in PAGES if p not in SUITE_PAGES or p in ours]
     wanted = st.query_params.get("page", "Overview")
-    page = st.sidebar.radio("page", PAGES, index=PAGES.index(wanted) if wanted in PAGES else 0)
-    gpus = runs.drop_duplicates("machine").set_index("machine")["gpu"].fillna("CPU").to_dict()
-    machine = pick("machine", list(gpus), "machine") if page != "Overview" else None
+    page = st.sidebar.radio("page", pages, index=pages.index(wanted) if wanted in pages else 0)
+    latest = runs.drop_duplicates("machine").set_index("machine")
+    machine = pick("machine", list(latest.index), "machine") if page != "Overview" else None
     if machine:
-        st.sidebar.caption(f"GPU: {gpus[machine]}")
+        st.sidebar.caption(environment(latest.loc[machine]))
     mine = runs if machine is None else runs[runs["machine"] == machine]
     times = pd.to_datetime(mine["commit_time"]).dt.date
     with st.sidebar:
@@ -445,9 +483,11 @@ def show(path: str | Path) -> None:
         picked = st.date_input("commit dates", (since, until), min_value=since, max_value=until)
         if isinstance(picked, tuple) and len(picked) == 2:
             since, until = picked
-        torch_v = st.multiselect("torch", sorted(mine["torch"].dropna().unique()))
-        triton_v = st.multiselect("triton", sorted(mine["triton"].dropna().unique()))
-        overlay = st.checkbox("the paper's figures (RTX 4000 Ada)", value=False)
+        # a filter per environment field the runs name (torch and triton for this suite,
+        # python for an asv project's environments)
+        envs = {f: st.multiselect(f, sorted(mine[f].dropna().unique()))
+                for f in stack_fields(mine)}  # fmt: skip
+        overlay = ours and st.checkbox("the paper's figures (RTX 4000 Ada)", value=False)
         st.checkbox(
             f"mark change points on every chart (E-Divisive, newest {CHANGE_POINT_COMMITS} "
             "commits; seconds on first use)", value=False, key="mark_change_points",
@@ -461,9 +501,9 @@ def show(path: str | Path) -> None:
         "machine": machine,
         "since": since,
         "until": until,
-        "torch": torch_v,
-        "triton": triton_v,
+        "env": {f: v for f, v in envs.items() if v},
         "paper": overlay,
+        "policies": judge,
     }
     RENDER[page](ctx)
 

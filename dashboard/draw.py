@@ -51,7 +51,7 @@ def chart(
         alt.Tooltip("commit_time:T", title="commit time", format="%Y-%m-%d %H:%M"),
         alt.Tooltip(f"{y}:Q", format=".4g"),
     ]
-    tooltip += [c for c in ("q25", "q75", "torch", "triton") if c in df]
+    tooltip += [c for c in ("q25", "q75", *stack_fields(df)) if c in df]
     if color:
         tooltip.append(color)
     scale = alt.Scale(type="log") if log else alt.Scale(zero=False)
@@ -101,7 +101,7 @@ def chart(
 def stack_changes(df: pd.DataFrame) -> pd.DataFrame:
     """The commits (``commit #``) whose runs' stacks differ from the previous commit's, and
     what changed; drawn on every chart over commits as grey dotted lines."""
-    if not {"torch", "triton"} <= set(df) or df.empty:
+    if not stack_fields(df) or df.empty:
         return pd.DataFrame(columns=["commit #", "stack change"])
     per = df.assign(stack=stacks(df)).groupby("commit #")["stack"].agg(
         lambda x: " + ".join(sorted(set(x))))  # fmt: skip
@@ -123,10 +123,9 @@ def filtered(df: pd.DataFrame, f: dict) -> pd.DataFrame:
         return df
     t = pd.to_datetime(df["commit_time"])
     keep = (t.dt.date >= f["since"]) & (t.dt.date <= f["until"])
-    if f["torch"]:
-        keep &= df["torch"].isin(f["torch"])
-    if f["triton"]:
-        keep &= df["triton"].isin(f["triton"])
+    for field, values in f["env"].items():
+        if field in df:
+            keep &= df[field].isin(values)
     return df[keep]
 
 
@@ -202,9 +201,42 @@ def pick_series(ctx):
     return df, bench, metric, cell
 
 
+# The environment fields a run's stack is named by: this suite's torch and triton, or, where
+# the runs name neither (another project's asv results), the python of asv's environment, else
+# its name.
+STACK_FIELDS = ("torch", "triton", "python", "env_name")
+
+
+def stack_fields(df: pd.DataFrame) -> list[str]:
+    """``["torch", "triton"]`` where the rows name either, else the first of python and
+    env_name that they name, else none."""
+    named = [f for f in STACK_FIELDS if f in df and df[f].notna().any()]
+    return ["torch", "triton"] if {"torch", "triton"} & set(named) else named[:1]
+
+
 def stacks(runs: pd.DataFrame) -> pd.Series:
-    """Each run's stack, as the Versions page names it: ``torch 2.15.0, triton 3.9.0``."""
-    return "torch " + runs["torch"].fillna("?") + ", triton " + runs["triton"].fillna("?")
+    """Each run's stack, as the Versions page names it: ``torch 2.15.0, triton 3.9.0`` (or
+    ``python 3.12``, ``env_name py2.7-numpy1.8``)."""
+    fields = stack_fields(runs)
+    if not fields:
+        return pd.Series("environment not recorded", index=runs.index)
+    return pd.Series([", ".join(f"{f} {v}" for f, v in zip(fields, row, strict=True))
+                      for row in runs[fields].fillna("?").itertuples(index=False)],
+                     index=runs.index)  # fmt: skip
+
+
+# A run's environment in words: (field, label), where the run names it.
+ENVIRONMENT = (("gpu", "GPU"), ("driver", "driver"), ("cuda", "CUDA"), ("torch", "torch"),
+               ("triton", "triton"), ("python", "python"),
+               ("env_name", "asv environment"))  # fmt: skip
+
+
+def environment(run, skip: tuple[str, ...] = ()) -> str:
+    """``GPU H100, driver 580.00, torch 2.11.0, ...``: the fields ``run`` names (a row of
+    ``runs``), none made up."""
+    parts = [f"{label} {run[f]}" for f, label in ENVIRONMENT
+             if f not in skip and f in run and pd.notna(run[f])]  # fmt: skip
+    return ", ".join(parts) or "environment not recorded"
 
 
 def version_key(stack: str) -> tuple:

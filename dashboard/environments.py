@@ -13,6 +13,7 @@ from dashboard.draw import (
     narrow,
     pick_series,
     shown,
+    stack_fields,
     stacks,
     version_key,
     worse_by,
@@ -31,9 +32,9 @@ def versions(ctx):
     if commits:
         upgrade_reports(ctx, runs, commits)
     else:
-        st.info("No commit on this machine was measured under more than one stack yet: "
-                "`ragbench run --env SPEC` runs the suite under another torch/triton "
-                "(docs/versions.md).")  # fmt: skip
+        st.info("No commit on this machine was measured under more than one stack yet"
+                + (": `ragbench run --env SPEC` runs the suite under another torch/triton "
+                   "(docs/versions.md)." if "torch" in stack_fields(runs) else "."))  # fmt: skip
     stack_heatmap(ctx)
 
 
@@ -88,27 +89,33 @@ def stack_heatmap(ctx) -> None:
     import altair as alt  # 0.4 s of imports, paid only once a page draws a chart
 
     st.subheader("One metric across all commits")
-    st.caption("torch x triton on this machine (median over runs)")
     picked = pick_series(ctx)
     if picked is None:
         return
     df, bench, metric, cell = picked
-    grid = df.groupby(["torch", "triton"], dropna=False)["median"].agg(["median", "count"])
-    grid = grid.reset_index().rename(columns={"median": "value", "count": "runs"})
+    runs = ctx["runs"].set_index("run_id")
+    df = df.assign(env_name=df["run_id"].map(runs["env_name"]))
+    # torch x triton for this suite; one row of asv's environments for another project's runs
+    fields = stack_fields(df) or ["env_key"]
+    y, x = (fields * 2)[:2]
+    st.caption(f"{' x '.join(fields)} on this machine (median over runs)")
+    grid = df.assign(**{f: df[f].fillna("?") for f in fields}).groupby(fields)["median"]
+    grid = grid.agg(["median", "count"]).reset_index()
+    grid = grid.rename(columns={"median": "value", "count": "runs"})
     heat = (
         alt.Chart(grid)
         .mark_rect()
         .encode(
-            x="triton:N",
-            y="torch:N",
+            x=f"{x}:N",
+            y=f"{y}:N",
             color=alt.Color("value:Q", scale=alt.Scale(scheme="viridis")),
-            tooltip=["torch", "triton", alt.Tooltip("value:Q", format=".4g"), "runs"],
+            tooltip=[*fields, alt.Tooltip("value:Q", format=".4g"), "runs"],
         )
     )
     text = (
         alt.Chart(grid)
         .mark_text(color="white")
-        .encode(x="triton:N", y="torch:N", text=alt.Text("value:Q", format=".4g"))
+        .encode(x=f"{x}:N", y=f"{y}:N", text=alt.Text("value:Q", format=".4g"))
     )
     st.altair_chart(
         (heat + text).properties(title=f"{bench}.{metric} {cell}", height=240),
@@ -147,9 +154,13 @@ def machines(ctx):
     both = query(ctx["path"], ctx["mtime"], ctx["branch"], "series", benchmark=bench,
                  metric=metric)  # fmt: skip
     both = both[both["machine"].isin([ctx["machine"], other])]
-    same = ["commit_hash", "torch", "triton", "param_key"]
+    stack = stack_fields(both)
+    same = ["commit_hash", *stack, "param_key"]
+    # pivot_table drops a row whose key has a NaN: another project's runs name no torch, its
+    # results may name no unit
+    both = both.assign(**{f: both[f].fillna("?") for f in (*stack, "unit")})
     per = (
-        both.groupby([*same, "machine"], dropna=False)
+        both.groupby([*same, "machine"])
         .agg(value=("median", "median"), commit_time=("commit_time", "max"), unit=("unit", "first"))
         .reset_index()
     )
@@ -157,17 +168,18 @@ def machines(ctx):
                            dropna=True).dropna()  # fmt: skip
     if wide.empty or {ctx["machine"], other} - set(wide.columns):
         st.info(f"No commit of {bench}.{metric} was measured on {ctx['machine']} and {other} "
-                "under the same torch and triton.")  # fmt: skip
+                f"under the same {' and '.join(stack) or 'environment'}.")  # fmt: skip
         return
     wide = wide.reset_index()
     wide["commit_time"] = wide["commit_hash"].map(per.groupby("commit_hash")["commit_time"].max())
     wide["ratio"] = wide[other] / wide[ctx["machine"]]
     newest = wide[wide["commit_time"] == wide["commit_time"].max()]
+    named = ", ".join(f"{f} {newest[f].iloc[0]}" for f in stack)
     st.caption(
         f"Newest commit measured on both under one stack: "
-        f"{newest['commit_hash'].iloc[0][:12]} (torch {newest['torch'].iloc[0]}, triton "
-        f"{newest['triton'].iloc[0]}). ratio = {other} / {ctx['machine']}: above 1, "
-        f"{other}'s value is larger (slower for a time, faster for a throughput)."
+        f"{newest['commit_hash'].iloc[0][:12]}{f' ({named})' if named else ''}. ratio = {other}"
+        f" / {ctx['machine']}: above 1, {other}'s value is larger (slower for a time, faster "
+        "for a throughput)."
     )
     table = newest[["param_key", "unit", ctx["machine"], other, "ratio"]].rename(
         columns={"param_key": "cell"}
@@ -181,8 +193,7 @@ def machines(ctx):
             x=alt.X("commit_time:T", title="commit time"),
             y=alt.Y("ratio:Q", title=f"{other} / {ctx['machine']}", scale=alt.Scale(zero=False)),
             color=alt.Color("param_key:N", title="cell"),
-            tooltip=["commit_hash", "torch", "triton", "param_key",
-                     alt.Tooltip("ratio:Q", format=".3f")],
+            tooltip=["commit_hash", *stack, "param_key", alt.Tooltip("ratio:Q", format=".3f")],
         )
     )  # fmt: skip
     st.altair_chart(line.properties(title=f"{bench}.{metric}: {other} / {ctx['machine']}",

@@ -1005,6 +1005,19 @@ class Store:
         with self._connect() as con:
             return lake_files(con)
 
+    def meta(self, key: str) -> str | None:
+        """The store's ``meta`` value of ``key`` (e.g. ``project``, asv's project name that
+        ingest keeps), or None."""
+        rows = self._rows("SELECT value FROM meta WHERE key = ?", [key])
+        return rows[0]["value"] if rows else None
+
+    def metrics(self, *, frame: bool = False):
+        """Each benchmark and metric the store holds, with its unit and whether any of its
+        cells names a variant (a backend or pipeline: what a speedup compares)."""
+        return self._rows("SELECT benchmark, metric, any_value(unit) AS unit, "
+                          "bool_or(variant IS NOT NULL) AS variants FROM measurements "
+                          f"WHERE {STORED} GROUP BY ALL ORDER BY 1, 2", frame=frame)  # fmt: skip
+
     def machines(self) -> list[str]:
         return [r["machine"] for r in self._rows("SELECT DISTINCT machine FROM runs ORDER BY 1")]
 
