@@ -59,6 +59,7 @@ from dashboard.read import (
 )
 from ragbench import detect
 from ragbench.report import sensitivity_line
+from ragbench.schema import SPEED_UNITS
 from ragbench.store import FAILED, Store, StoreError, history_branch
 from ragbench.verdicts import Status
 
@@ -213,23 +214,24 @@ def speedups(ctx):
         "same run and cell: >1 means the candidate is faster"
     )
     candidate = st.selectbox("candidate", catalogue.candidates(), key="candidate")
-    df = filtered(
-        query(
-            ctx["path"],
-            ctx["mtime"],
-            ctx["branch"],
-            "speedups",
-            candidate=candidate,
-            machine=ctx["machine"],
-        ),
-        ctx,
-    )
-    if df.empty:
+    # the pickers from the machine's catalogue of cells, then one cell's speedups (every
+    # speedup of a machine over years: millions of rows)
+    cells = query(ctx["path"], ctx["mtime"], ctx["branch"], "cells", machine=ctx["machine"])
+    cells = cells[(cells["variant"] == candidate) & cells["unit"].isin(SPEED_UNITS)]
+    if cells.empty:
         st.info("No speedups for this candidate on this machine.")
         return
-    df, bench = narrow(df, "benchmark", "benchmark", "benchmark")
-    df, metric = narrow(df, "metric", "metric", "metric")
-    df, cell = narrow(df, "group_key", "cell (model, batch size, pruning method ...)", "cell")
+    cells, bench = narrow(cells, "benchmark", "benchmark", "benchmark")
+    cells, metric = narrow(cells, "metric", "metric", "metric")
+    _, cell = narrow(cells, "group_key", "cell (model, batch size, pruning method ...)", "cell")
+    df = filtered(
+        query(ctx["path"], ctx["mtime"], ctx["branch"], "speedups", candidate=candidate,
+              machine=ctx["machine"], benchmark=bench, metric=metric, group_key=cell),
+        ctx,
+    )  # fmt: skip
+    if df.empty:
+        st.info(f"No speedups of {candidate} in {bench}.{metric} {cell} for these filters.")
+        return
     baselines = sorted(df["baseline"].unique())
     chosen = [b for b in catalogue.DEFAULT_BASELINES if b in baselines] or baselines
     chosen = st.multiselect("against", baselines, default=chosen, key="baselines")
@@ -383,7 +385,7 @@ def series(ctx):
             ]
         )  # fmt: skip
     failed = query(ctx["path"], ctx["mtime"], ctx["branch"], "series", machine=ctx["machine"],
-                   benchmark=bench, metric=metric, params=params, status=FAILED)  # fmt: skip
+                   benchmark=bench, metric=metric, cell=cell, status=FAILED)  # fmt: skip
     if not failed.empty:
         st.error("Failed (the benchmark raised) on " + ", ".join(
             sorted({c[:12] for c in failed["commit_hash"]})))  # fmt: skip

@@ -8,6 +8,7 @@ import streamlit as st
 
 from dashboard import draws
 from dashboard.draw import (
+    chart,
     download,
     legend,
     narrow,
@@ -127,9 +128,8 @@ def stack_heatmap(ctx) -> None:
 @draws("Machines")
 def machines(ctx):
     """The sidebar's machine against another on the commits both measured under the same
-    stack: each cell's value on both, and their ratio over the commits."""
-    import altair as alt
-
+    stack: each cell's value on both at the newest such commit, and one cell's ratio over the
+    commits."""
     st.header("Machines")
     names = sorted(ctx["runs"]["machine"].unique())
     others = [n for n in names if n != ctx["machine"]]
@@ -145,57 +145,53 @@ def machines(ctx):
     wanted = st.query_params.get("other")
     other = st.selectbox("against", others, key="other",
                          index=others.index(wanted) if wanted in others else 0)  # fmt: skip
-    df = query(ctx["path"], ctx["mtime"], ctx["branch"], "series", machine=ctx["machine"])
-    if df.empty:
+    pair = (ctx["machine"], other)
+    cells = query(ctx["path"], ctx["mtime"], ctx["branch"], "cells", machine=ctx["machine"])
+    if cells.empty:
         st.info("No runs on this machine.")
         return
-    df, bench = narrow(df, "benchmark", "benchmark", "benchmark")
-    _, metric = narrow(df, "metric", "metric", "metric")
-    both = query(ctx["path"], ctx["mtime"], ctx["branch"], "series", benchmark=bench,
-                 metric=metric)  # fmt: skip
-    both = both[both["machine"].isin([ctx["machine"], other])]
-    stack = stack_fields(both)
-    same = ["commit_hash", *stack, "param_key"]
-    # pivot_table drops a row whose key has a NaN: another project's runs name no torch, its
-    # results may name no unit
-    both = both.assign(**{f: both[f].fillna("?") for f in (*stack, "unit")})
-    per = (
-        both.groupby([*same, "machine"])
-        .agg(value=("median", "median"), commit_time=("commit_time", "max"), unit=("unit", "first"))
-        .reset_index()
-    )
-    wide = per.pivot_table(index=[*same, "unit"], columns="machine", values="value",
-                           dropna=True).dropna()  # fmt: skip
-    if wide.empty or {ctx["machine"], other} - set(wide.columns):
-        st.info(f"No commit of {bench}.{metric} was measured on {ctx['machine']} and {other} "
-                f"under the same {' and '.join(stack) or 'environment'}.")  # fmt: skip
+    cells, bench = narrow(cells, "benchmark", "benchmark", "benchmark")
+    cells, metric = narrow(cells, "metric", "metric", "metric")
+    # the newest commit both measured under one stack, from the runs (a query of its rows
+    # only: a metric's every cell over years is millions of rows)
+    both = runs[runs["machine"].isin(pair)].assign(stack=stacks(runs))
+    per_stack = both.groupby(["commit_hash", "stack"])["machine"].nunique()
+    common = per_stack[per_stack == 2].reset_index()
+    if common.empty:
+        st.info(f"No commit was measured on {ctx['machine']} and {other} under the same "
+                f"{' and '.join(stack_fields(both)) or 'environment'}.")  # fmt: skip
         return
-    wide = wide.reset_index()
-    wide["commit_time"] = wide["commit_hash"].map(per.groupby("commit_hash")["commit_time"].max())
-    wide["ratio"] = wide[other] / wide[ctx["machine"]]
-    newest = wide[wide["commit_time"] == wide["commit_time"].max()]
-    named = ", ".join(f"{f} {newest[f].iloc[0]}" for f in stack)
+    times = both.groupby("commit_hash")["commit_time"].max()
+    newest = max(common["commit_hash"], key=times.get)
+    stack = common[common["commit_hash"] == newest]["stack"].iloc[0]
+    ids = set(both[(both["commit_hash"] == newest) & (both["stack"] == stack)]["run_id"])
+    rows = query(ctx["path"], ctx["mtime"], ctx["branch"], "series", benchmark=bench,
+                 metric=metric, since=times[newest])  # fmt: skip
+    rows = rows[rows["run_id"].isin(ids)].assign(unit=lambda d: d["unit"].fillna(""))
+    table = rows.pivot_table(index=["param_key", "unit"], columns="machine", values="median")
+    if table.empty or set(pair) - set(table.columns):
+        st.info(f"{bench}.{metric} was not measured on both at {newest[:12]} ({stack}).")
+        return
+    table = table.reset_index().rename(columns={"param_key": "cell"})
+    table["ratio"] = table[other] / table[ctx["machine"]]
     st.caption(
-        f"Newest commit measured on both under one stack: "
-        f"{newest['commit_hash'].iloc[0][:12]}{f' ({named})' if named else ''}. ratio = {other}"
-        f" / {ctx['machine']}: above 1, {other}'s value is larger (slower for a time, faster "
-        "for a throughput)."
+        f"Newest commit measured on both under one stack: {newest[:12]} ({stack}). ratio = "
+        f"{other} / {ctx['machine']}: above 1, {other}'s value is larger (slower for a time, "
+        "faster for a throughput)."
     )
-    table = newest[["param_key", "unit", ctx["machine"], other, "ratio"]].rename(
-        columns={"param_key": "cell"}
-    )
+    table = table[["cell", "unit", ctx["machine"], other, "ratio"]]
     st.dataframe(table, width="stretch", hide_index=True)
     download(table, "machines, newest commit", "machines-newest")
-    line = (
-        alt.Chart(wide)
-        .mark_line(point=True)
-        .encode(
-            x=alt.X("commit_time:T", title="commit time"),
-            y=alt.Y("ratio:Q", title=f"{other} / {ctx['machine']}", scale=alt.Scale(zero=False)),
-            color=alt.Color("param_key:N", title="cell"),
-            tooltip=["commit_hash", *stack, "param_key", alt.Tooltip("ratio:Q", format=".3f")],
-        )
-    )  # fmt: skip
-    st.altair_chart(line.properties(title=f"{bench}.{metric}: {other} / {ctx['machine']}",
-                                    height=320), width="stretch")  # fmt: skip
-    download(wide, "machines over the commits", "machines")
+    _, cell = narrow(cells, "param_key", "cell (the ratio over the commits)", "cell")
+    line = query(ctx["path"], ctx["mtime"], ctx["branch"], "series", benchmark=bench,
+                 metric=metric, cell=cell)  # fmt: skip
+    line = line[line["machine"].isin(pair)].assign(stack=lambda d: stacks(d))
+    per = line.groupby(["commit_hash", "stack", "machine"])["median"].median()
+    per = per.unstack("machine").dropna()
+    if per.empty or set(pair) - set(per.columns):
+        return
+    times = line.groupby("commit_hash")["commit_time"].max()
+    ratio = per.reset_index().assign(commit_time=lambda d: d["commit_hash"].map(times),
+                                     ratio=lambda d: d[other] / d[ctx["machine"]])  # fmt: skip
+    chart(ratio, "ratio", None, f"{bench}.{metric} {cell}: {other} / {ctx['machine']}",
+          key="machines", y_title=f"{other} / {ctx['machine']}")  # fmt: skip

@@ -13,6 +13,8 @@ import streamlit as st
 
 from benchmarks._catalogue import DISPATCH_FLOOR, DRIFT_SUFFIX
 from ragbench import detect
+from ragbench.lake import is_lake
+from ragbench.rollup import Rollup
 from ragbench.schema import SPEED_UNITS
 from ragbench.store import Store, default_path, store_spec
 
@@ -54,16 +56,25 @@ def _policies(path: str, mtime: float) -> detect.Policies:
 
 
 @st.cache_resource(max_entries=8)
-def reader(path: str, mtime: float, branch: str | None) -> Store:
-    """One reader per version of the file and branch: its schema is checked once (a reader a
-    query checked it six times, 0.18 s of a cold first page). It holds no connection between
-    queries."""
+def store(path: str, mtime: float, branch: str | None) -> Store:
+    """One reader of the store per version of the file and branch: its schema is checked once
+    (a reader a query checked it six times, 0.18 s of a cold first page). It holds no
+    connection between queries. The comparisons read raw samples through it."""
     return Store(path, read_only=True, branch=branch)
+
+
+@st.cache_resource(max_entries=8)
+def reader(path: str, mtime: float, branch: str | None) -> Store:
+    """What the pages query: a store file's rollup (``ragbench.rollup``: each series' rows
+    together, no samples), brought up to date once per version of the file; a lake itself."""
+    if is_lake(path):
+        return store(path, mtime, branch)
+    return Rollup.of(Path(path), branch=branch)
 
 
 @st.cache_data(show_spinner=False, max_entries=256)
 def query(path: str, mtime: float, branch: str, name: str, **kwargs):
-    s = reader(path, mtime, branch)
+    s = (store if name == "measurements" else reader)(path, mtime, branch)  # samples: the store's
     method = getattr(s, name)
     if name in ("machines", "measurements", "branches", "meta"):
         return method(**kwargs)
@@ -73,7 +84,11 @@ def query(path: str, mtime: float, branch: str, name: str, **kwargs):
 @st.cache_data(show_spinner=False, max_entries=16)
 def suite_pages(path: str, mtime: float) -> list[str]:
     """Which of ``SUITE_PAGES`` the store has data for."""
-    m = reader(path, mtime, None).metrics(frame=True)
+    return suite_pages_of(reader(path, mtime, None).metrics(frame=True))
+
+
+def suite_pages_of(m: pd.DataFrame) -> list[str]:
+    """Which of ``SUITE_PAGES`` a store's ``Store.metrics`` has data for."""
     has = {
         "Dispatch floors": (m["benchmark"] == DISPATCH_FLOOR).any(),
         "Speedups": (m["variants"] & m["unit"].isin(SPEED_UNITS)).any(),
@@ -103,7 +118,7 @@ def histories(path: str, mtime: float, branch: str, machine: str, last: int,
 
 @st.cache_data(show_spinner=False, max_entries=64)
 def comparison(path: str, mtime: float, base_ids: tuple, head_ids: tuple, detail: bool):
-    s = reader(path, mtime, None)
+    s = store(path, mtime, None)
     base, head = detect.cells(s, list(base_ids)), detect.cells(s, list(head_ids))
     return detect.compare(base, head, policies(), detail=detail)
 

@@ -49,6 +49,12 @@ def store(quick_run, tmp_path_factory) -> Path:
     return path
 
 
+@pytest.fixture(autouse=True, scope="module")
+def rollups(tmp_path_factory):
+    """The dashboard's rollups (ragbench.rollup) of this module's stores, in its own tmp."""
+    os.environ["RAGBENCH_DASHBOARD_CACHE"] = str(tmp_path_factory.mktemp("rollups"))
+
+
 def app(store_path: Path, **query) -> AppTest:
     os.environ["RAGBENCH_STORE"] = str(store_path)
     at = AppTest.from_file(APP, default_timeout=120)
