@@ -6,7 +6,7 @@
 The same as ``streamlit run dashboard/app.py [options] -- --store PATH --policies FILE``, except
 that the app
 is first run once in this process, bare (no browser; the Overview, as a visitor first sees it):
-that fills its caches (``st.cache_data`` keeps one cache per function for the whole process)
+that fills its caches (streamlit keeps one cache per function for the whole process)
 and imports what the pages need. Measured on a 1,000-commit store on the 2-core machine: a cold
 first page took 2.4-3.7 s, of which 1.6 s was the app's first run (imports 0.6 s, the store's
 queries and the gate's comparison 1.0 s); warmed and without streamlit's file watcher (on for

@@ -72,7 +72,14 @@ def reader(path: str, mtime: float, branch: str | None) -> Store:
     return Rollup.of(Path(path), branch=branch)
 
 
-@st.cache_data(show_spinner=False, max_entries=256)
+# Results are kept as objects (cache_resource), not pickled copies (cache_data): on the 10,000-run
+# store a warm Overview spent 11.4 s of 13.4 s unpickling its cached lookback and comparisons
+# (2-core machine, load ~25). The pages never change a result in place (they filter, assign and
+# copy).
+CACHED = {"show_spinner": False}
+
+
+@st.cache_resource(max_entries=256, **CACHED)
 def query(path: str, mtime: float, branch: str, name: str, **kwargs):
     s = (store if name == "measurements" else reader)(path, mtime, branch)  # samples: the store's
     method = getattr(s, name)
@@ -102,7 +109,7 @@ def project(path: str, mtime: float) -> str | None:
     return query(path, mtime, "", "meta", key="project")
 
 
-@st.cache_data(show_spinner=False, max_entries=64)
+@st.cache_resource(max_entries=64, **CACHED)
 def histories(path: str, mtime: float, branch: str, machine: str, last: int,
               change_points: bool = True, **series_filter):  # fmt: skip
     """``ragbench.detect`` over the newest ``last`` commits of the machine's series (all, or
@@ -116,7 +123,7 @@ def histories(path: str, mtime: float, branch: str, machine: str, last: int,
                             acceptances=s.acceptances())  # fmt: skip
 
 
-@st.cache_data(show_spinner=False, max_entries=64)
+@st.cache_resource(max_entries=64, **CACHED)
 def comparison(path: str, mtime: float, base_ids: tuple, head_ids: tuple, detail: bool):
     s = store(path, mtime, None)
     base, head = detect.cells(s, list(base_ids)), detect.cells(s, list(head_ids))

@@ -91,6 +91,12 @@ class Rollup(Store):
             f"WHERE {' AND '.join(where)} ORDER BY 1, 2, 3", args, frame,
         )  # fmt: skip
 
+    def metrics(self, *, frame: bool = False):
+        """``Store.metrics``, from the catalogue of cells (the store's scans every row)."""
+        return self._rows("SELECT benchmark, metric, any_value(unit) AS unit, "
+                          "bool_or(variant IS NOT NULL) AS variants FROM cells GROUP BY ALL "
+                          "ORDER BY 1, 2", frame=frame)  # fmt: skip
+
     @contextlib.contextmanager
     def _connect(self, write: bool = False) -> Iterator:
         if write:
