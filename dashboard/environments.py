@@ -42,8 +42,8 @@ def versions(ctx):
 def upgrade_reports(ctx, runs: pd.DataFrame, commits: list[str]) -> None:
     """For one commit: every cell under each stack measured on it, and the gate's
     verdict of each stack against a reference stack (what ``ragbench versions`` reports)."""
-    label = {c: f"{c[:12]} ({runs[runs['commit_hash'] == c]['commit_time'].iloc[0]})"
-             for c in commits}  # fmt: skip
+    times = runs.drop_duplicates("commit_hash").set_index("commit_hash")["commit_time"]
+    label = {c: f"{c[:12]} ({times[c]})" for c in commits}
     wanted = st.query_params.get("commit", "")
     index = next((i for i, c in enumerate(commits) if wanted and c.startswith(wanted)), 0)
     col1, col2 = st.columns(2)

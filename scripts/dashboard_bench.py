@@ -56,9 +56,10 @@ def pages_of(store: Path) -> tuple[list[str], str]:
     return [p for p in PAGES if p not in hidden], sorted(r.machines())[0]
 
 
-def bench(store: Path, loads: int, timeout_s: float) -> dict:
+def bench(store: Path, loads: int, timeout_s: float, only: list[str] | None = None) -> dict:
     t0 = time.perf_counter()
     pages, machine = pages_of(store)  # the rollup, built or brought up to date here
+    pages = [p for p in pages if not only or p in only]
     figures = {"store": str(store), "rollup_sync_s": round(time.perf_counter() - t0, 2),
                "machine": machine, "loads": loads, "pages": {}}  # fmt: skip
     t0 = time.perf_counter()
@@ -95,9 +96,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--store", type=Path, required=True, help="a store file")
     ap.add_argument("--loads", type=int, default=20, help="loads a page after its first")
     ap.add_argument("--timeout", type=float, default=1800, help="seconds a load may take")
+    ap.add_argument("--page", action="append", default=None, help="only this page (repeat)")
     ap.add_argument("--out", type=Path, default=None, help="also write the figures (JSON)")
     args = ap.parse_args(argv)
-    figures = bench(args.store, args.loads, args.timeout)
+    figures = bench(args.store, args.loads, args.timeout, args.page)
     print(markdown(figures))
     if args.out:
         args.out.write_text(json.dumps(figures, indent=2) + "\n")
