@@ -104,7 +104,7 @@ def chart(
 
 # Charts over years: at most this many points a line. Beyond it, consecutive commits are binned
 # and each bin drawn at the median of its commits' values, its band their quartiles (the
-# download keeps every commit). Measured in chromium on the 2-core machine: FIGURE.
+# download keeps every commit). 500: not tuned by a measurement yet (docs/dashboard.md).
 MAX_POINTS = 500
 
 

@@ -6,14 +6,15 @@ query reads it unchanged), kept up to date with the runs the store gains.
         r.series(machine=..., benchmark=..., metric=...)
 
 Why: on a store of 10,000 runs x 750 cells x 3 machines (22.5M rows, ``ragbench.synth``) a
-query of one series scans every measurement and joins it with its run (FIGURE_SCAN). Here the
+query of one series scans every measurement and joins it with its run (5.7 s, load ~16). Here the
 measurements are sorted by benchmark, metric, cell, machine and commit time, so DuckDB's zone
-maps (each row group's min and max) skip every row group but the series' own (FIGURE_SERIES).
+maps (each row group's min and max) skip every row group but the series' own (1.2 s, load ~25).
 Raw samples stay in the store: a comparison of two commits reads them there.
 
-Built once from the store (FIGURE_BUILD), then each sync appends only the runs the store
-gained since (an ingest's run: FIGURE_SYNC), unsorted at the end; once that tail holds more
-than a quarter of the rows the whole is sorted again. A rollup is a cache: deleting it costs a
+Built once from the store (1,026 s, 124 s of CPU, 2.2 GB at most; 773 MB on disk against the
+store's 2.3 GB), then each sync appends only the runs the store gained since (a sync that finds
+nothing new: 1.4-2.4 s), unsorted at the end; once that tail holds more than a quarter of the
+rows the whole is sorted again. A rollup is a cache: deleting it costs a
 rebuild, nothing else. File stores only (a lake's queries read its own Parquet files).
 """
 
