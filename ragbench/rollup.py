@@ -121,14 +121,28 @@ def _create(con) -> None:
                 [str(SCHEMA_VERSION)])  # fmt: skip
 
 
+def _version(con) -> str | None:
+    """The rollup's schema version (the store's it was built under), None where it has none."""
+    if not con.execute("SELECT count(*) FROM duckdb_tables() WHERE table_name = 'meta' AND "
+                       "database_name = current_database()").fetchone()[0]:  # fmt: skip
+        return None
+    row = con.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone()
+    return row[0] if row else None
+
+
 def sync(store: Path, path: Path) -> dict:
     """Bring the rollup at ``path`` up to date with the store file ``store``: its new runs'
     rows appended (or everything sorted again, module notes); -> {"runs": new runs, "rows":
     rows appended, "sorted": whether it sorted}."""
     Store(store, read_only=True).branches()  # a ragbench store of this schema, or StoreError
     with _opened(path) as con:
-        if not con.execute("SELECT count(*) FROM duckdb_tables() WHERE table_name = 'runs' AND "
-                           "database_name = current_database()").fetchone()[0]:  # fmt: skip
+        if _version(con) != str(SCHEMA_VERSION):  # new, or of another ragbench: built anew
+            for kind, name in con.execute(
+                "SELECT 'VIEW', view_name FROM duckdb_views() WHERE NOT internal AND "
+                "database_name = current_database() UNION ALL SELECT 'TABLE', table_name FROM "
+                "duckdb_tables() WHERE database_name = current_database()"
+            ).fetchall():
+                con.execute(f"DROP {kind} IF EXISTS {name}")
             _create(con)
         con.execute(f"ATTACH '{store}' AS src (READ_ONLY)")
         try:

@@ -89,3 +89,15 @@ def test_a_new_store_at_the_same_path_is_rolled_up_anew(history, tmp_path):
     sync(path, rolled)
     assert Rollup(rolled, path).machines() == ["other"]
     assert len(Rollup(rolled, path).series(frame=True)) == 3 * 59
+
+
+def test_a_rollup_of_another_schema_is_built_anew(history, tmp_path):
+    """A ragbench of another schema (a new table or column) rebuilds the rollup, never mixes
+    columns."""
+    path, rolled = tmp_path / "perf.duckdb", tmp_path / "r.duckdb"
+    ingest(Store(path), [history], branch="main")
+    sync(path, rolled)
+    with duckdb.connect(str(rolled)) as con:
+        con.execute("UPDATE meta SET value = '1' WHERE key = 'schema_version'")
+        con.execute("DELETE FROM measurements")
+    assert sync(path, rolled)["rows"] == 8 * 59
