@@ -42,8 +42,10 @@ demo: setup
 # The dashboard over the store (make demo fills it): http://localhost:8501
 # (also when the workflow passes an empty variable; a lake string is quoted where it is used)
 STORE := $(or $(STORE),results/perf.duckdb)
+# POLICIES: the policies file the pages judge by (as every ragbench command's --policies)
+POLICIES ?=
 dashboard: setup
-	$(BIN)/python -m dashboard --store "$(STORE)"
+	$(BIN)/python -m dashboard --store "$(STORE)" $(if $(POLICIES),--policies "$(POLICIES)")
 
 # docs/dashboard/*.png from a store of 1,000 synthetic commits, and the first page's time in
 # chromium (needs /usr/bin/chromium: apt-get install chromium)

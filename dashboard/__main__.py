@@ -1,10 +1,12 @@
 """Serve the dashboard, its first page computed before the first visitor arrives.
 
-    python -m dashboard [--store PATH] [--no-warm] [streamlit options, e.g. --server.port 8502]
+    python -m dashboard [--store PATH] [--policies FILE] [--no-warm] [streamlit options, e.g.
+                        --server.port 8502]
 
-The same as ``streamlit run dashboard/app.py [options] -- --store PATH``, except that the app
+The same as ``streamlit run dashboard/app.py [options] -- --store PATH --policies FILE``, except
+that the app
 is first run once in this process, bare (no browser; the Overview, as a visitor first sees it):
-that fills its caches (``st.cache_data`` keeps one cache per function for the whole process)
+that fills its caches (streamlit keeps one cache per function for the whole process)
 and imports what the pages need. Measured on a 1,000-commit store on the 2-core machine: a cold
 first page took 2.4-3.7 s, of which 1.6 s was the app's first run (imports 0.6 s, the store's
 queries and the gate's comparison 1.0 s); warmed and without streamlit's file watcher (on for
@@ -22,14 +24,21 @@ import sys
 import time
 from pathlib import Path
 
+from ragbench.detect import load_policies
 from ragbench.store import store_spec
 
 APP = Path(__file__).resolve().parent / "app.py"
 
 
-def warm(store: Path | None) -> None:
+def app_args(store: str | Path | None, policies: Path | None) -> list[str]:
+    """The app's own arguments (dashboard/read.py reads them)."""
+    return [*(["--store", str(store)] if store else []),
+            *(["--policies", str(policies)] if policies else [])]  # fmt: skip
+
+
+def warm(store: str | Path | None, policies: Path | None = None) -> None:
     """Run the app once, bare, on ``store`` (its default where None)."""
-    argv, sys.argv = sys.argv, [str(APP), *(["--store", str(store)] if store else [])]
+    argv, sys.argv = sys.argv, [str(APP), *app_args(store, policies)]
     logging.disable(logging.WARNING)  # bare mode warns on every element: no browser session
     t0 = time.perf_counter()
     try:
@@ -52,11 +61,20 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--store", type=store_spec, default=None,
                     help="the results store, a file or a DuckLake string (default: "
                          "$RAGBENCH_STORE, else results/perf.duckdb)")  # fmt: skip
+    ap.add_argument("--policies", type=Path, default=None,
+                    help="policies file (TOML) the pages judge by, as every ragbench command "
+                         "takes it (default: ragbench/policies.toml)")  # fmt: skip
     ap.add_argument("--no-warm", action="store_true",
                     help="start the server without computing the first page first")  # fmt: skip
     args, streamlit_args = ap.parse_known_args(argv)
+    if args.policies:  # a bad file stops here, before a server says nothing but the error
+        try:
+            load_policies(args.policies)
+        except (OSError, ValueError) as exc:
+            print(f"python -m dashboard: error: {exc}", file=sys.stderr)
+            return 2
     if not args.no_warm:
-        warm(args.store)
+        warm(args.store, args.policies)
         # the warm-up read streamlit's config before the flags below: streamlit then warns
         # that a [server] option changed and wants a restart, but no server has started yet
         # and the flags do apply (the port, say)
@@ -65,7 +83,8 @@ def main(argv: list[str] | None = None) -> int:
         )
     from streamlit.web import cli
 
-    store = ["--", "--store", str(args.store)] if args.store else []
+    own = app_args(args.store, args.policies)
+    store = ["--", *own] if own else []
     # no file watcher: it is for editing the app (pass --server.fileWatcherType auto for
     # that); watching every module the app loaded cost the first visitor 0.3 s (median of 6
     # interleaved runs 1.92 -> 1.65 s, 1,000-commit store, 2-core machine)

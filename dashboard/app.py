@@ -11,6 +11,7 @@ the overview's links lead). Everything is read through ``ragbench``'s store API 
 
 from __future__ import annotations
 
+import re
 import sys
 from pathlib import Path
 from urllib.parse import urlencode
@@ -34,25 +35,31 @@ from dashboard.draw import (
     cell_params,
     chart,
     download,
+    environment,
     filtered,
     legend,
     narrow,
     pick,
     pick_series,
     shown,
+    stack_fields,
     worse_by,
 )
 from dashboard.read import (
     CHANGE_POINT_COMMITS,
     LOOKBACK_COMMITS,
-    POLICIES,
+    SUITE_PAGES,
     comparison,
     histories,
+    policies,
+    project,
     query,
     store_path,
+    suite_pages,
 )
 from ragbench import detect
 from ragbench.report import sensitivity_line
+from ragbench.schema import SPEED_UNITS
 from ragbench.store import FAILED, Store, StoreError, history_branch
 from ragbench.verdicts import Status
 
@@ -67,13 +74,11 @@ def overview(ctx):
     for _, run in latest.iterrows():
         m = run["machine"]
         mine = runs[runs["machine"] == m]
-        gpu = run["gpu"] if pd.notna(run["gpu"]) else "CPU"
-        driver = run["driver"] if pd.notna(run["driver"]) else "none"
-        st.subheader(f"{m}: {gpu}")
-        st.caption(
-            f"latest commit {run['commit_hash'][:12]} ({run['commit_time']}), torch "
-            f"{run['torch']}, triton {run['triton']}, driver {driver}"
-        )
+        # this suite's CPU runs name torch and no GPU; another project's runs name neither
+        gpu = run["gpu"] if pd.notna(run["gpu"]) else "CPU" if pd.notna(run["torch"]) else None
+        st.subheader(f"{m}: {gpu}" if gpu else m)
+        st.caption(f"latest commit {run['commit_hash'][:12]} ({run['commit_time']}), "
+                   + environment(run, skip=("gpu",)))  # fmt: skip
         commits = mine["commit_hash"].unique()
         if len(commits) >= 2:
             head = tuple(mine[mine["commit_hash"] == commits[0]]["run_id"])
@@ -154,17 +159,30 @@ FOUND = (
 )
 
 
+# Rows of a table of flagged cells, at most: on the 10,000-run store one machine's lookback
+# flagged 1,084 series of 2,250, whose links alone took 0.46 s of a warm Overview's 1.3 s.
+LINKS = 50
+
+
+def md_cell(text: str) -> str:
+    """``text`` as it shows in a markdown table's cell and a link's text: a ``|`` (asv param
+    values hold them, e.g. ``'a|b'``) would end the cell, a bracket or backslash the link."""
+    return re.sub(r"([\\|\[\]])", r"\\\1", text)
+
+
 def links(machine: str, found: list[tuple]) -> None:
     """A table of flagged cells, each linking to its series page."""
     if not found:
         return
     lines = ["| series | status | change (+: worse) |", "|---|---|---|"]
-    for (bench, metric, cell), status, change in found:
+    for (bench, metric, cell), status, change in found[:LINKS]:
         query = {"page": "Series", "machine": machine, "benchmark": bench, "metric": metric,
                  "cell": cell}  # fmt: skip
-        lines.append(f"| [{bench}.{metric} {cell}](?{urlencode(query)}) | {status} | "
-                     f"{worse_by(change)} |")  # fmt: skip
+        text = md_cell(f"{bench}.{metric} {cell}")
+        lines.append(f"| [{text}](?{urlencode(query)}) | {status} | {worse_by(change)} |")
     st.markdown("\n".join(lines))
+    if len(found) > LINKS:
+        st.caption(f"... and {len(found) - LINKS} more (the Compare page lists every cell).")
     legend([status for _, status, _ in found])
 
 
@@ -203,23 +221,24 @@ def speedups(ctx):
         "same run and cell: >1 means the candidate is faster"
     )
     candidate = st.selectbox("candidate", catalogue.candidates(), key="candidate")
-    df = filtered(
-        query(
-            ctx["path"],
-            ctx["mtime"],
-            ctx["branch"],
-            "speedups",
-            candidate=candidate,
-            machine=ctx["machine"],
-        ),
-        ctx,
-    )
-    if df.empty:
+    # the pickers from the machine's catalogue of cells, then one cell's speedups (every
+    # speedup of a machine over years: millions of rows)
+    cells = query(ctx["path"], ctx["mtime"], ctx["branch"], "cells", machine=ctx["machine"])
+    cells = cells[(cells["variant"] == candidate) & cells["unit"].isin(SPEED_UNITS)]
+    if cells.empty:
         st.info("No speedups for this candidate on this machine.")
         return
-    df, bench = narrow(df, "benchmark", "benchmark", "benchmark")
-    df, metric = narrow(df, "metric", "metric", "metric")
-    df, cell = narrow(df, "group_key", "cell (model, batch size, pruning method ...)", "cell")
+    cells, bench = narrow(cells, "benchmark", "benchmark", "benchmark")
+    cells, metric = narrow(cells, "metric", "metric", "metric")
+    _, cell = narrow(cells, "group_key", "cell (model, batch size, pruning method ...)", "cell")
+    df = filtered(
+        query(ctx["path"], ctx["mtime"], ctx["branch"], "speedups", candidate=candidate,
+              machine=ctx["machine"], benchmark=bench, metric=metric, group_key=cell),
+        ctx,
+    )  # fmt: skip
+    if df.empty:
+        st.info(f"No speedups of {candidate} in {bench}.{metric} {cell} for these filters.")
+        return
     baselines = sorted(df["baseline"].unique())
     chosen = [b for b in catalogue.DEFAULT_BASELINES if b in baselines] or baselines
     chosen = st.multiselect("against", baselines, default=chosen, key="baselines")
@@ -259,7 +278,7 @@ def numeric_drift(ctx):
         return
     df, bench = narrow(df, "benchmark", "benchmark", "benchmark")
     df, _ = narrow(df, "group_key", "model and method", "cell")
-    bound = POLICIES.for_metric(bench, "max_abs_diff")
+    bound = ctx["policies"].for_metric(bench, "max_abs_diff")
     rules = [(f"bound {bound.max}", bound.max, "red")] if bound.max is not None else []
     if ctx["paper"]:
         rules.append(("paper's largest (BS 4)", paper.MAX_ABS_LOGIT_DIFF, "grey"))
@@ -288,9 +307,9 @@ def compare(ctx):
     if len(commits) < 2:
         st.info("This machine has fewer than two commits in the store.")
         return
-    label = {
-        c: f"{c[:12]} ({runs[runs['commit_hash'] == c]['commit_time'].iloc[0]})" for c in commits
-    }
+    # one pass over the runs (a mask a commit took 40 s over 10,000 commits)
+    times = runs.drop_duplicates("commit_hash").set_index("commit_hash")["commit_time"]
+    label = {c: f"{c[:12]} ({times[c]})" for c in commits}
     col1, col2 = st.columns(2)
     base = col1.selectbox("base", commits, index=1, format_func=label.get, key="base")
     head = col2.selectbox("head", commits, index=0, format_func=label.get, key="head")
@@ -315,6 +334,14 @@ def compare(ctx):
         for v in c.verdicts
         if v.status != Status.INFO
     ]
+    if not rows:  # every cell's policy is info: nothing was judged, and nothing passed
+        st.markdown(f"**{c.headline.upper()}**: no cell of these commits is judged")
+        st.info(
+            f"All {len(c.verdicts)} cell(s) are info under the policies: shown on the "
+            "Series page, never judged. Give the dashboard a policies file that judges "
+            "them: `python -m dashboard --policies FILE` (`make dashboard POLICIES=FILE`)."
+        )
+        return
     df = pd.DataFrame(rows).sort_values("_rank", kind="stable").drop(columns="_rank")
     # the notes are sentences, the same for many rows: numbered in the table, written below it
     # (a note column cut the table's right edge at a 1400 px window)
@@ -363,7 +390,7 @@ def series(ctx):
             ]
         )  # fmt: skip
     failed = query(ctx["path"], ctx["mtime"], ctx["branch"], "series", machine=ctx["machine"],
-                   benchmark=bench, metric=metric, params=params, status=FAILED)  # fmt: skip
+                   benchmark=bench, metric=metric, cell=cell, status=FAILED)  # fmt: skip
     if not failed.empty:
         st.error("Failed (the benchmark raised) on " + ", ".join(
             sorted({c[:12] for c in failed["commit_hash"]})))  # fmt: skip
@@ -374,7 +401,7 @@ def series(ctx):
         f"{bench}.{metric} {cell}",
         change_points=cps,
         key="series",
-        y_title=str(df["unit"].iloc[0]) if not df.empty else None,
+        y_title=unit_of(df, metric),
     )
     st.caption("Grey dotted lines: the stack (torch, triton) changed at that commit; the "
                "hover says from what to what.")  # fmt: skip
@@ -386,16 +413,25 @@ def series(ctx):
         )
 
 
+def unit_of(df: pd.DataFrame, metric: str) -> str:
+    """A series' axis title: its unit, or where the results record none, the metric's name
+    and that it has no unit."""
+    units = df["unit"].dropna() if "unit" in df else pd.Series(dtype=object)
+    return str(units.iloc[0]) if len(units) else f"{metric} (no unit recorded)"
+
+
 if set(RENDER) != set(PAGES):  # a page in the sidebar that nothing draws, or the reverse
     raise RuntimeError(f"pages without a function: {set(PAGES) ^ set(RENDER)}")
 
 
+NEUTRAL = "Performance"  # the title where the store names no project
+
+
 def main() -> None:
-    st.set_page_config(page_title="ragged performance", layout="wide")
     path = store_path()
-    st.sidebar.title("ragged performance")
     if isinstance(path, Path) and not path.exists():
-        st.title("ragged performance")
+        st.set_page_config(page_title=NEUTRAL, layout="wide")
+        st.title(NEUTRAL)
         st.info(
             f"No results store at `{path}`. Fill it: `make demo` (benchmarks the last "
             "commits here), or `.venv/bin/ragbench ingest <asv results dir>`; point the "
@@ -413,6 +449,15 @@ def show(path: str | Path) -> None:
     """The sidebar and the chosen page over the store at ``path`` (a file or a lake)."""
     store = Store(path, read_only=True)
     mtime = store.mtime  # the file's time, or the lake's snapshot
+    name = project(str(path), mtime)
+    heading = f"{name} performance" if name else NEUTRAL
+    st.set_page_config(page_title=heading, layout="wide")
+    st.sidebar.title(heading)
+    try:
+        judge = policies()
+    except ValueError as exc:  # a malformed --policies file: said before any page is drawn
+        st.error(f"The policies cannot be read: {exc}")
+        return
     branches = query(str(path), mtime, "", "branches")
     named = [b for b in branches if b is not None]
     default = history_branch() if history_branch() in named else (named or [history_branch()])[0]
@@ -422,7 +467,7 @@ def show(path: str | Path) -> None:
     )  # fmt: skip
     runs = query(str(path), mtime, branch, "runs")
     if runs.empty:
-        st.title("ragged performance")
+        st.title(heading)
         unnamed = branches.get(None, 0)
         st.info(
             f"The store `{path}` holds no runs of branch `{branch}` yet. Fill it: `make demo`, "
@@ -430,12 +475,14 @@ def show(path: str | Path) -> None:
             + (f" ({unnamed} run(s) were ingested without a branch.)" if unnamed else "")
         )
         return
+    ours = suite_pages(str(path), mtime)
+    pages = [p for p in PAGES if p not in SUITE_PAGES or p in ours]
     wanted = st.query_params.get("page", "Overview")
-    page = st.sidebar.radio("page", PAGES, index=PAGES.index(wanted) if wanted in PAGES else 0)
-    gpus = runs.drop_duplicates("machine").set_index("machine")["gpu"].fillna("CPU").to_dict()
-    machine = pick("machine", list(gpus), "machine") if page != "Overview" else None
+    page = st.sidebar.radio("page", pages, index=pages.index(wanted) if wanted in pages else 0)
+    latest = runs.drop_duplicates("machine").set_index("machine")
+    machine = pick("machine", list(latest.index), "machine") if page != "Overview" else None
     if machine:
-        st.sidebar.caption(f"GPU: {gpus[machine]}")
+        st.sidebar.caption(environment(latest.loc[machine]))
     mine = runs if machine is None else runs[runs["machine"] == machine]
     times = pd.to_datetime(mine["commit_time"]).dt.date
     with st.sidebar:
@@ -443,9 +490,11 @@ def show(path: str | Path) -> None:
         picked = st.date_input("commit dates", (since, until), min_value=since, max_value=until)
         if isinstance(picked, tuple) and len(picked) == 2:
             since, until = picked
-        torch_v = st.multiselect("torch", sorted(mine["torch"].dropna().unique()))
-        triton_v = st.multiselect("triton", sorted(mine["triton"].dropna().unique()))
-        overlay = st.checkbox("the paper's figures (RTX 4000 Ada)", value=False)
+        # a filter per environment field the runs name (torch and triton for this suite,
+        # python for an asv project's environments)
+        envs = {f: st.multiselect(f, sorted(mine[f].dropna().unique()))
+                for f in stack_fields(mine)}  # fmt: skip
+        overlay = ours and st.checkbox("the paper's figures (RTX 4000 Ada)", value=False)
         st.checkbox(
             f"mark change points on every chart (E-Divisive, newest {CHANGE_POINT_COMMITS} "
             "commits; seconds on first use)", value=False, key="mark_change_points",
@@ -459,9 +508,9 @@ def show(path: str | Path) -> None:
         "machine": machine,
         "since": since,
         "until": until,
-        "torch": torch_v,
-        "triton": triton_v,
+        "env": {f: v for f, v in envs.items() if v},
         "paper": overlay,
+        "policies": judge,
     }
     RENDER[page](ctx)
 

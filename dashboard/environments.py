@@ -8,11 +8,13 @@ import streamlit as st
 
 from dashboard import draws
 from dashboard.draw import (
+    chart,
     download,
     legend,
     narrow,
     pick_series,
     shown,
+    stack_fields,
     stacks,
     version_key,
     worse_by,
@@ -31,17 +33,17 @@ def versions(ctx):
     if commits:
         upgrade_reports(ctx, runs, commits)
     else:
-        st.info("No commit on this machine was measured under more than one stack yet: "
-                "`ragbench run --env SPEC` runs the suite under another torch/triton "
-                "(docs/versions.md).")  # fmt: skip
+        st.info("No commit on this machine was measured under more than one stack yet"
+                + (": `ragbench run --env SPEC` runs the suite under another torch/triton "
+                   "(docs/versions.md)." if "torch" in stack_fields(runs) else "."))  # fmt: skip
     stack_heatmap(ctx)
 
 
 def upgrade_reports(ctx, runs: pd.DataFrame, commits: list[str]) -> None:
     """For one commit: every cell under each stack measured on it, and the gate's
     verdict of each stack against a reference stack (what ``ragbench versions`` reports)."""
-    label = {c: f"{c[:12]} ({runs[runs['commit_hash'] == c]['commit_time'].iloc[0]})"
-             for c in commits}  # fmt: skip
+    times = runs.drop_duplicates("commit_hash").set_index("commit_hash")["commit_time"]
+    label = {c: f"{c[:12]} ({times[c]})" for c in commits}
     wanted = st.query_params.get("commit", "")
     index = next((i for i, c in enumerate(commits) if wanted and c.startswith(wanted)), 0)
     col1, col2 = st.columns(2)
@@ -88,27 +90,33 @@ def stack_heatmap(ctx) -> None:
     import altair as alt  # 0.4 s of imports, paid only once a page draws a chart
 
     st.subheader("One metric across all commits")
-    st.caption("torch x triton on this machine (median over runs)")
     picked = pick_series(ctx)
     if picked is None:
         return
     df, bench, metric, cell = picked
-    grid = df.groupby(["torch", "triton"], dropna=False)["median"].agg(["median", "count"])
-    grid = grid.reset_index().rename(columns={"median": "value", "count": "runs"})
+    runs = ctx["runs"].set_index("run_id")
+    df = df.assign(env_name=df["run_id"].map(runs["env_name"]))
+    # torch x triton for this suite; one row of asv's environments for another project's runs
+    fields = stack_fields(df) or ["env_key"]
+    y, x = (fields * 2)[:2]
+    st.caption(f"{' x '.join(fields)} on this machine (median over runs)")
+    grid = df.assign(**{f: df[f].fillna("?") for f in fields}).groupby(fields)["median"]
+    grid = grid.agg(["median", "count"]).reset_index()
+    grid = grid.rename(columns={"median": "value", "count": "runs"})
     heat = (
         alt.Chart(grid)
         .mark_rect()
         .encode(
-            x="triton:N",
-            y="torch:N",
+            x=f"{x}:N",
+            y=f"{y}:N",
             color=alt.Color("value:Q", scale=alt.Scale(scheme="viridis")),
-            tooltip=["torch", "triton", alt.Tooltip("value:Q", format=".4g"), "runs"],
+            tooltip=[*fields, alt.Tooltip("value:Q", format=".4g"), "runs"],
         )
     )
     text = (
         alt.Chart(grid)
         .mark_text(color="white")
-        .encode(x="triton:N", y="torch:N", text=alt.Text("value:Q", format=".4g"))
+        .encode(x=f"{x}:N", y=f"{y}:N", text=alt.Text("value:Q", format=".4g"))
     )
     st.altair_chart(
         (heat + text).properties(title=f"{bench}.{metric} {cell}", height=240),
@@ -120,9 +128,8 @@ def stack_heatmap(ctx) -> None:
 @draws("Machines")
 def machines(ctx):
     """The sidebar's machine against another on the commits both measured under the same
-    stack: each cell's value on both, and their ratio over the commits."""
-    import altair as alt
-
+    stack: each cell's value on both at the newest such commit, and one cell's ratio over the
+    commits."""
     st.header("Machines")
     names = sorted(ctx["runs"]["machine"].unique())
     others = [n for n in names if n != ctx["machine"]]
@@ -138,53 +145,53 @@ def machines(ctx):
     wanted = st.query_params.get("other")
     other = st.selectbox("against", others, key="other",
                          index=others.index(wanted) if wanted in others else 0)  # fmt: skip
-    df = query(ctx["path"], ctx["mtime"], ctx["branch"], "series", machine=ctx["machine"])
-    if df.empty:
+    pair = (ctx["machine"], other)
+    cells = query(ctx["path"], ctx["mtime"], ctx["branch"], "cells", machine=ctx["machine"])
+    if cells.empty:
         st.info("No runs on this machine.")
         return
-    df, bench = narrow(df, "benchmark", "benchmark", "benchmark")
-    _, metric = narrow(df, "metric", "metric", "metric")
-    both = query(ctx["path"], ctx["mtime"], ctx["branch"], "series", benchmark=bench,
-                 metric=metric)  # fmt: skip
-    both = both[both["machine"].isin([ctx["machine"], other])]
-    same = ["commit_hash", "torch", "triton", "param_key"]
-    per = (
-        both.groupby([*same, "machine"], dropna=False)
-        .agg(value=("median", "median"), commit_time=("commit_time", "max"), unit=("unit", "first"))
-        .reset_index()
-    )
-    wide = per.pivot_table(index=[*same, "unit"], columns="machine", values="value",
-                           dropna=True).dropna()  # fmt: skip
-    if wide.empty or {ctx["machine"], other} - set(wide.columns):
-        st.info(f"No commit of {bench}.{metric} was measured on {ctx['machine']} and {other} "
-                "under the same torch and triton.")  # fmt: skip
+    cells, bench = narrow(cells, "benchmark", "benchmark", "benchmark")
+    cells, metric = narrow(cells, "metric", "metric", "metric")
+    # the newest commit both measured under one stack, from the runs (a query of its rows
+    # only: a metric's every cell over years is millions of rows)
+    both = runs[runs["machine"].isin(pair)].assign(stack=stacks(runs))
+    per_stack = both.groupby(["commit_hash", "stack"])["machine"].nunique()
+    common = per_stack[per_stack == 2].reset_index()
+    if common.empty:
+        st.info(f"No commit was measured on {ctx['machine']} and {other} under the same "
+                f"{' and '.join(stack_fields(both)) or 'environment'}.")  # fmt: skip
         return
-    wide = wide.reset_index()
-    wide["commit_time"] = wide["commit_hash"].map(per.groupby("commit_hash")["commit_time"].max())
-    wide["ratio"] = wide[other] / wide[ctx["machine"]]
-    newest = wide[wide["commit_time"] == wide["commit_time"].max()]
+    times = both.groupby("commit_hash")["commit_time"].max()
+    newest = max(common["commit_hash"], key=times.get)
+    stack = common[common["commit_hash"] == newest]["stack"].iloc[0]
+    ids = set(both[(both["commit_hash"] == newest) & (both["stack"] == stack)]["run_id"])
+    rows = query(ctx["path"], ctx["mtime"], ctx["branch"], "series", benchmark=bench,
+                 metric=metric, since=times[newest])  # fmt: skip
+    rows = rows[rows["run_id"].isin(ids)].assign(unit=lambda d: d["unit"].fillna(""))
+    table = rows.pivot_table(index=["param_key", "unit"], columns="machine", values="median")
+    if table.empty or set(pair) - set(table.columns):
+        st.info(f"{bench}.{metric} was not measured on both at {newest[:12]} ({stack}).")
+        return
+    table = table.reset_index().rename(columns={"param_key": "cell"})
+    table["ratio"] = table[other] / table[ctx["machine"]]
     st.caption(
-        f"Newest commit measured on both under one stack: "
-        f"{newest['commit_hash'].iloc[0][:12]} (torch {newest['torch'].iloc[0]}, triton "
-        f"{newest['triton'].iloc[0]}). ratio = {other} / {ctx['machine']}: above 1, "
-        f"{other}'s value is larger (slower for a time, faster for a throughput)."
+        f"Newest commit measured on both under one stack: {newest[:12]} ({stack}). ratio = "
+        f"{other} / {ctx['machine']}: above 1, {other}'s value is larger (slower for a time, "
+        "faster for a throughput)."
     )
-    table = newest[["param_key", "unit", ctx["machine"], other, "ratio"]].rename(
-        columns={"param_key": "cell"}
-    )
+    table = table[["cell", "unit", ctx["machine"], other, "ratio"]]
     st.dataframe(table, width="stretch", hide_index=True)
     download(table, "machines, newest commit", "machines-newest")
-    line = (
-        alt.Chart(wide)
-        .mark_line(point=True)
-        .encode(
-            x=alt.X("commit_time:T", title="commit time"),
-            y=alt.Y("ratio:Q", title=f"{other} / {ctx['machine']}", scale=alt.Scale(zero=False)),
-            color=alt.Color("param_key:N", title="cell"),
-            tooltip=["commit_hash", "torch", "triton", "param_key",
-                     alt.Tooltip("ratio:Q", format=".3f")],
-        )
-    )  # fmt: skip
-    st.altair_chart(line.properties(title=f"{bench}.{metric}: {other} / {ctx['machine']}",
-                                    height=320), width="stretch")  # fmt: skip
-    download(wide, "machines over the commits", "machines")
+    _, cell = narrow(cells, "param_key", "cell (the ratio over the commits)", "cell")
+    line = query(ctx["path"], ctx["mtime"], ctx["branch"], "series", benchmark=bench,
+                 metric=metric, cell=cell)  # fmt: skip
+    line = line[line["machine"].isin(pair)].assign(stack=lambda d: stacks(d))
+    per = line.groupby(["commit_hash", "stack", "machine"])["median"].median()
+    per = per.unstack("machine").dropna()
+    if per.empty or set(pair) - set(per.columns):
+        return
+    times = line.groupby("commit_hash")["commit_time"].max()
+    ratio = per.reset_index().assign(commit_time=lambda d: d["commit_hash"].map(times),
+                                     ratio=lambda d: d[other] / d[ctx["machine"]])  # fmt: skip
+    chart(ratio, "ratio", None, f"{bench}.{metric} {cell}: {other} / {ctx['machine']}",
+          key="machines", y_title=f"{other} / {ctx['machine']}")  # fmt: skip

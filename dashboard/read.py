@@ -11,10 +11,17 @@ from pathlib import Path
 import pandas as pd
 import streamlit as st
 
+from benchmarks._catalogue import DISPATCH_FLOOR, DRIFT_SUFFIX
 from ragbench import detect
+from ragbench.lake import is_lake
+from ragbench.rollup import Rollup
+from ragbench.schema import SPEED_UNITS
 from ragbench.store import Store, default_path, store_spec
 
-POLICIES = detect.load_policies()
+# The pages that show this suite's own metrics: drawn only where the store holds them (another
+# project's asv results have none).
+SUITE_PAGES = ("Dispatch floors", "Speedups", "Numeric drift")
+
 # Change points over a series' newest commits only: E-Divisive's permutation test costs
 # O(n^2) a shuffle (one series of 400 commits: ~1 s; all 59 series of a quick grid at 200:
 # 0.6 s, hence none on the overview, whose lookback needs only the last few runs).
@@ -22,32 +29,87 @@ CHANGE_POINT_COMMITS = 400
 LOOKBACK_COMMITS = 50
 
 
-def store_path() -> str | Path:
-    """The store to show: a file's path, or a lake's string."""
+def _args() -> argparse.Namespace:
+    """The app's own arguments (``streamlit run dashboard/app.py -- --store S --policies P``)."""
     ap = argparse.ArgumentParser(add_help=False)
     ap.add_argument("--store", type=store_spec, default=None)
+    ap.add_argument("--policies", type=Path, default=None)
     args, _ = ap.parse_known_args(sys.argv[1:])
-    return args.store or default_path()
+    return args
+
+
+def store_path() -> str | Path:
+    """The store to show: a file's path, or a lake's string."""
+    return _args().store or default_path()
+
+
+def policies() -> detect.Policies:
+    """The policies the pages judge by: ``--policies FILE`` (as every ragbench command takes
+    it), else the shipped ones; ValueError when the file is malformed."""
+    path = _args().policies or detect.POLICIES
+    return _policies(str(path), path.stat().st_mtime if path.exists() else 0.0)
+
+
+@st.cache_resource(max_entries=4)
+def _policies(path: str, mtime: float) -> detect.Policies:
+    return detect.load_policies(Path(path))
+
+
+@st.cache_resource(max_entries=8)
+def store(path: str, mtime: float, branch: str | None) -> Store:
+    """One reader of the store per version of the file and branch: its schema is checked once
+    (a reader a query checked it six times, 0.18 s of a cold first page). It holds no
+    connection between queries. The comparisons read raw samples through it."""
+    return Store(path, read_only=True, branch=branch)
 
 
 @st.cache_resource(max_entries=8)
 def reader(path: str, mtime: float, branch: str | None) -> Store:
-    """One reader per version of the file and branch: its schema is checked once (a reader a
-    query checked it six times, 0.18 s of a cold first page). It holds no connection between
-    queries."""
-    return Store(path, read_only=True, branch=branch)
+    """What the pages query: a store file's rollup (``ragbench.rollup``: each series' rows
+    together, no samples), brought up to date once per version of the file; a lake itself."""
+    if is_lake(path):
+        return store(path, mtime, branch)
+    return Rollup.of(Path(path), branch=branch)
 
 
-@st.cache_data(show_spinner=False, max_entries=256)
+# Results are kept as objects (cache_resource), not pickled copies (cache_data): on the 10,000-run
+# store a warm Overview spent 11.4 s of 13.4 s unpickling its cached lookback and comparisons
+# (2-core machine, load ~25). The pages never change a result in place (they filter, assign and
+# copy).
+CACHED = {"show_spinner": False}
+
+
+@st.cache_resource(max_entries=256, **CACHED)
 def query(path: str, mtime: float, branch: str, name: str, **kwargs):
-    s = reader(path, mtime, branch)
+    s = (store if name == "measurements" else reader)(path, mtime, branch)  # samples: the store's
     method = getattr(s, name)
-    if name in ("machines", "measurements", "branches"):
+    if name in ("machines", "measurements", "branches", "meta"):
         return method(**kwargs)
     return method(frame=True, **kwargs)
 
 
-@st.cache_data(show_spinner=False, max_entries=64)
+@st.cache_data(show_spinner=False, max_entries=16)
+def suite_pages(path: str, mtime: float) -> list[str]:
+    """Which of ``SUITE_PAGES`` the store has data for."""
+    return suite_pages_of(reader(path, mtime, None).metrics(frame=True))
+
+
+def suite_pages_of(m: pd.DataFrame) -> list[str]:
+    """Which of ``SUITE_PAGES`` a store's ``Store.metrics`` has data for."""
+    has = {
+        "Dispatch floors": (m["benchmark"] == DISPATCH_FLOOR).any(),
+        "Speedups": (m["variants"] & m["unit"].isin(SPEED_UNITS)).any(),
+        "Numeric drift": m["benchmark"].str.endswith(DRIFT_SUFFIX).any(),
+    }
+    return [p for p in SUITE_PAGES if has[p]]
+
+
+def project(path: str, mtime: float) -> str | None:
+    """The project's name as its asv config gives it (ingest keeps it in ``meta``), or None."""
+    return query(path, mtime, "", "meta", key="project")
+
+
+@st.cache_resource(max_entries=64, **CACHED)
 def histories(path: str, mtime: float, branch: str, machine: str, last: int,
               change_points: bool = True, **series_filter):  # fmt: skip
     """``ragbench.detect`` over the newest ``last`` commits of the machine's series (all, or
@@ -57,15 +119,15 @@ def histories(path: str, mtime: float, branch: str, machine: str, last: int,
     since = times.iloc[min(last, len(times)) - 1].to_pydatetime() if len(times) else None
     s = reader(path, mtime, branch)
     rows = s.series(machine=machine, since=since, **series_filter)
-    return detect.histories(rows, POLICIES, last=last, change_points=change_points,
+    return detect.histories(rows, policies(), last=last, change_points=change_points,
                             acceptances=s.acceptances())  # fmt: skip
 
 
-@st.cache_data(show_spinner=False, max_entries=64)
+@st.cache_resource(max_entries=64, **CACHED)
 def comparison(path: str, mtime: float, base_ids: tuple, head_ids: tuple, detail: bool):
-    s = reader(path, mtime, None)
+    s = store(path, mtime, None)
     base, head = detect.cells(s, list(base_ids)), detect.cells(s, list(head_ids))
-    return detect.compare(base, head, POLICIES, detail=detail)
+    return detect.compare(base, head, policies(), detail=detail)
 
 
 @st.cache_data(show_spinner="finding change points ...", max_entries=64)
@@ -75,7 +137,7 @@ def line_change_points(df: pd.DataFrame, y: str, color: str | None) -> pd.DataFr
     rows = []
     for name, line in df.groupby(color) if color else [(None, df)]:
         line = line.dropna(subset=[y]).sort_values("commit_time").tail(CHANGE_POINT_COMMITS)
-        cps = detect.change_points_of(line[y].to_numpy(), POLICIES)
+        cps = detect.change_points_of(line[y].to_numpy(), policies())
         for i in cps:
             here, before = line.iloc[i], line.iloc[i - 1]
             cause = "environment" if here.get("env_key") != before.get("env_key") else "code"

@@ -1055,6 +1055,29 @@ class Store:
         with self._connect() as con:
             return lake_files(con)
 
+    def meta(self, key: str) -> str | None:
+        """The store's ``meta`` value of ``key`` (e.g. ``project``, asv's project name that
+        ingest keeps), or None."""
+        rows = self._rows("SELECT value FROM meta WHERE key = ?", [key])
+        return rows[0]["value"] if rows else None
+
+    def metrics(self, *, frame: bool = False):
+        """Each benchmark and metric the store holds, with its unit and whether any of its
+        cells names a variant (a backend or pipeline: what a speedup compares)."""
+        return self._rows("SELECT benchmark, metric, any_value(unit) AS unit, "
+                          "bool_or(variant IS NOT NULL) AS variants FROM measurements "
+                          f"WHERE {STORED} GROUP BY ALL ORDER BY 1, 2", frame=frame)  # fmt: skip
+
+    def cells(self, *, machine: str | None = None, frame: bool = False):
+        """Each benchmark, metric and cell (``param_key``) of the history's branch with a
+        value, with its variant and group (what a speedup pairs) and unit: what a page's
+        pickers offer."""
+        where, args = self._filters({"machine": machine, "status": OK})
+        return self._rows(
+            "SELECT DISTINCT benchmark, metric, param_key, variant, group_key, unit FROM series "
+            f"WHERE {' AND '.join(where)} ORDER BY 1, 2, 3", args, frame,
+        )  # fmt: skip
+
     def machines(self) -> list[str]:
         return [r["machine"] for r in self._rows("SELECT DISTINCT machine FROM runs ORDER BY 1")]
 
@@ -1089,15 +1112,17 @@ class Store:
     def series(self, *, benchmark: str | None = None, metric: str | None = None,
                machine: str | None = None, params: dict | None = None,
                since=None, until=None, gate_runs: bool = False, samples: bool = False,
-               status: str | None = OK, frame: bool = False):  # fmt: skip
+               status: str | None = OK, cell: str | None = None,
+               frame: bool = False):  # fmt: skip
         """One row per run and cell of the history's branch, oldest commit first: what the
-        dashboard plots and detection reads. ``params`` filters on parameter values;
-        ``since``/``until`` on the commit time; ``status`` ``ok`` (values, the default),
-        ``failed``, or None for both."""
+        dashboard plots and detection reads. ``params`` filters on parameter values, ``cell``
+        on the ``param_key``; ``since``/``until`` on the commit time; ``status`` ``ok``
+        (values, the default), ``failed``, or None for both."""
         where, args = self._filters(
-            {"benchmark": benchmark, "metric": metric, "machine": machine, "status": status},
+            {"benchmark": benchmark, "metric": metric, "machine": machine, "status": status,
+             "param_key": cell},
             gate_runs,
-        )
+        )  # fmt: skip
         for k, v in (params or {}).items():
             where.append("json_extract_string(params, ?) = ?")
             args += [f"$.{k}", str(v)]
@@ -1110,11 +1135,13 @@ class Store:
                             frame)  # fmt: skip
 
     def speedups(self, *, candidate: str = "triton", machine: str | None = None,
-                 benchmark: str | None = None, frame: bool = False):  # fmt: skip
+                 benchmark: str | None = None, metric: str | None = None,
+                 group_key: str | None = None, frame: bool = False):  # fmt: skip
         """``candidate`` against every other backend/pipeline in the same run and cell."""
         where, args = self._filters(
-            {"candidate": candidate, "machine": machine, "benchmark": benchmark}
-        )
+            {"candidate": candidate, "machine": machine, "benchmark": benchmark,
+             "metric": metric, "group_key": group_key}
+        )  # fmt: skip
         return self._select("*", "speedups", where, args, "commit_time", frame)
 
     def dispatch_floors(self, *, machine: str | None = None, frame: bool = False):

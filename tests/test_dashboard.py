@@ -7,6 +7,8 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import pyarrow as pa
@@ -17,7 +19,8 @@ from ragbench import synth
 from ragbench.ingest import ingest
 from ragbench.store import Store
 
-APP = str(Path(__file__).resolve().parent.parent / "dashboard" / "app.py")
+REPO = Path(__file__).resolve().parent.parent
+APP = str(REPO / "dashboard" / "app.py")
 AppTest = pytest.importorskip("streamlit.testing.v1").AppTest
 
 
@@ -44,6 +47,12 @@ def store(quick_run, tmp_path_factory) -> Path:
         report = ingest(s, [history, other, real], branch="main")
         assert len(report.stored) == 82 and not report.failed
     return path
+
+
+@pytest.fixture(autouse=True, scope="module")
+def rollups(tmp_path_factory):
+    """The dashboard's rollups (ragbench.rollup) of this module's stores, in its own tmp."""
+    os.environ["RAGBENCH_DASHBOARD_CACHE"] = str(tmp_path_factory.mktemp("rollups"))
 
 
 def app(store_path: Path, **query) -> AppTest:
@@ -300,3 +309,147 @@ def test_a_lake_shows_every_machine_and_compares_two(postgres, tmp_path):
     df = at.dataframe[0].value
     assert len(df) == 12 and df["ratio"].between(1.9, 2.1).all(), df  # 3 backends x 2 x 2
     assert charts(at) == 1
+
+
+# --- another project's results (item 6) and the smaller holes of issue 35 -----------------------
+
+PUBLIC = Path(__file__).resolve().parent / "data" / "public" / "asv-astropy"
+
+
+@pytest.fixture(scope="module")
+def foreign(tmp_path_factory) -> Path:
+    """asv's astropy results (tests/data/public: three environments, 13 commits, no samples, a
+    failed and a skipped benchmark, one parameterized) through the real ingest path."""
+    path = tmp_path_factory.mktemp("foreign") / "perf.duckdb"
+    with Store(path) as s:
+        # (two files that today's ingest refuses, params_examples.*, are the data helper's)
+        assert ingest(s, [PUBLIC / "results"], branch="main").stored
+    return path
+
+
+SUITE_WORDS = ("ragged", "torch None", "triton None", "GPU: CPU", "torch ?", ": CPU")
+
+
+def sidebar_text(at) -> str:
+    return "\n".join(str(getattr(e, "value", "")) for e in at.sidebar)
+
+
+@pytest.mark.parametrize("page", PAGES)
+def test_every_page_renders_on_another_projects_results(foreign, page):
+    """No page errs on astropy's results, none speaks of this suite's stack, and the pages
+    that need this suite's metrics are not offered (a link to one opens the Overview)."""
+    at = app(foreign, page=page, machine="cheetah")
+    assert not at.exception, at.exception
+    offered = at.sidebar.radio[0].options
+    assert not {"Dispatch floors", "Speedups", "Numeric drift"} & set(offered)
+    assert at.sidebar.radio[0].value == (page if page in offered else "Overview")
+    text = texts(at) + sidebar_text(at)
+    assert not [w for w in SUITE_WORDS if w in text], text
+    assert not [c for c in at.sidebar.checkbox if "paper" in c.label]
+    if at.sidebar.radio[0].value == "Overview":
+        assert "cheetah" in text and "py2.7-Cython-numpy1.8" in text  # asv's environment
+    if page == "Versions":  # the heatmap over asv's environments
+        assert charts(at) == 1
+        assert any(f"{f} on this machine" in texts(at) for f in ("python", "env_name"))
+
+
+def test_the_title_is_the_stores_project(foreign, tmp_path):
+    """The title names the project that ingest found in asv.conf.json (``meta``'s
+    ``project``), else a neutral one; never this suite's name for another's results."""
+    at = app(foreign)
+    assert at.sidebar.title[0].value in ("astropy performance", "Performance")
+    named = tmp_path / "named.duckdb"
+    shutil.copy(foreign, named)
+    import duckdb
+
+    with duckdb.connect(str(named)) as con:  # what ingest writes from asv.conf.json
+        con.execute("INSERT OR REPLACE INTO meta VALUES ('project', 'astropy')")
+    at = app(named)
+    assert not at.exception and at.sidebar.title[0].value == "astropy performance"
+
+
+def info_policies(tmp_path: Path) -> Path:
+    path = tmp_path / "info.toml"
+    path.write_text('[[policy]]\nmatch = "*"\nkind = "info"\n')
+    return path
+
+
+def test_compare_when_every_verdict_is_info(tmp_path, monkeypatch):
+    """``--policies`` reaches the pages; where it judges nothing, Compare says so (it raised
+    KeyError '_rank')."""
+    history = synth.write_history(tmp_path / "h", 4)
+    ingest(Store(tmp_path / "perf.duckdb"), [history], branch="main")
+    monkeypatch.setattr(sys, "argv", [APP, "--policies", str(info_policies(tmp_path))])
+    at = app(tmp_path / "perf.duckdb", page="Compare", machine=synth.MACHINE)
+    assert not at.exception, at.exception
+    assert "no cell of these commits is judged" in texts(at)
+    assert "--policies FILE" in texts(at) and not at.dataframe
+
+
+def test_a_bad_policies_file_stops_the_dashboard(tmp_path):
+    bad = tmp_path / "bad.toml"
+    bad.write_text("[[policy]]\nmatch = 1\nkind = 'nonsense'\n")
+    out = subprocess.run([sys.executable, "-m", "dashboard", "--policies", str(bad)],
+                         capture_output=True, text=True, cwd=REPO, timeout=120)  # fmt: skip
+    assert out.returncode == 2 and "Traceback" not in out.stderr
+    assert out.stderr.strip().count("\n") == 0 and "bad.toml" in out.stderr
+
+
+def pipe_results(out: Path) -> Path:
+    """Another project's asv results (no fingerprint): two commits of a benchmark whose
+    parameter values hold ``|``, the newest failed in one of them, and of a benchmark that
+    benchmarks.json does not describe (no unit)."""
+    bench, bare = "regex.Match.time_match", "regex.Match.track_groups"
+    values = ["'a|b'", "'plain'"]
+    (out / "runner").mkdir(parents=True)
+    (out / "benchmarks.json").write_text(json.dumps({bench: {
+        "name": bench, "param_names": ["pattern"], "params": [values], "unit": "seconds",
+        "type": "time", "version": "1"}, "version": 2}))  # fmt: skip
+    for i, result in enumerate(([1e-3, 2e-3], [None, 2e-3])):
+        t = 1_700_000_000_000 + i * 3_600_000
+        data = {"commit_hash": f"{i + 1:040x}", "env_name": "virtualenv-py3.12", "date": t,
+                "params": {"machine": "runner"}, "python": "3.12", "requirements": {},
+                "env_vars": {},
+                "result_columns": ["result", "params", "version", "started_at", "duration"],
+                "results": {bench: [result, [values], "1", t, 1.0],
+                            bare: [[3.0 + i], [], "1", t, 1.0]},
+                "durations": {}, "version": 2}  # fmt: skip
+        (out / "runner" / f"{i:08x}-virtualenv-py3.12.json").write_text(json.dumps(data))
+    return out
+
+
+@pytest.fixture(scope="module")
+def pipes(tmp_path_factory) -> Path:
+    tmp = tmp_path_factory.mktemp("pipes")
+    report = ingest(Store(tmp / "perf.duckdb"), [pipe_results(tmp / "results")], branch="main")
+    assert len(report.stored) == 2 and not report.failed
+    return tmp / "perf.duckdb"
+
+
+def test_the_series_axis_says_no_unit_where_none_was_recorded(pipes):
+    """A benchmark that benchmarks.json does not describe has no unit: the axis says so (it
+    said "nan")."""
+    at = app(pipes, page="Series", machine="runner", benchmark="regex.Match",
+             metric="groups")  # fmt: skip
+    assert not at.exception, at.exception
+    (spec,) = [json.loads(e.proto.spec) for e in at.main if e.type.endswith("vega_lite_chart")]
+    titles = [layer["encoding"]["y"].get("title") for layer in spec["layer"]
+              if "y" in layer.get("encoding", {})]  # fmt: skip
+    assert "groups (no unit recorded)" in titles and "nan" not in titles
+
+
+def test_a_pipe_in_a_param_value_keeps_the_overview_table(pipes):
+    """The newest commit's failed cell ``pattern=a|b`` in the Overview's tables, as chromium
+    draws them: three cells a row, the value whole (a bare ``|`` split the row)."""
+    from scripts import screenshots
+
+    if not os.path.exists(screenshots.CHROMIUM):
+        pytest.skip("no /usr/bin/chromium (apt-get install chromium; .ci/run installs it)")
+    with screenshots.serve(pipes) as url, screenshots.browser() as page:
+        screenshots.open_page(page, url, "Overview")
+        rows = page.locator("[data-testid='stMarkdownContainer'] table tbody tr").all()
+        assert rows  # the gate's failed cell, and the latest commit's failed cells
+        for row in rows:
+            cells = row.locator("td").all_inner_texts()
+            assert cells[:2] == ["regex.Match.time_match pattern=a|b", "failed"], cells
+            assert len(cells) == 3, cells
