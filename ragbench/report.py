@@ -239,6 +239,13 @@ def sensitivity(verdicts: list[Verdict]) -> list[str]:
     return lines
 
 
+def _series(r: SeriesReport) -> str:
+    """A series as the history's tables name it: benchmark.metric, its cell, and its
+    environment where it has one."""
+    env = f" ({r.env_name})" if r.env_name else ""
+    return f"`{r.key[0]}.{r.key[1]}` {r.key[2]}{env}"
+
+
 def history_markdown(reports: list[SeriesReport], machine: str, failed: list[dict] = ()) -> str:
     """Main's history; ``failed``: the newest commit's cells that failed (store rows)."""
     flagged = [
@@ -264,20 +271,18 @@ def history_markdown(reports: list[SeriesReport], machine: str, failed: list[dic
         lines += ["", "| series | newest | change | robust z | status |", "|---|---|---|---|---|"]
         for r in flagged:
             lines.append(
-                f"| `{r.key[0]}.{r.key[1]}` {r.key[2]} | {_num(r.points[-1].value)} | "
+                f"| {_series(r)} | {_num(r.points[-1].value)} | "
                 f"{_pct(r.latest_change)} | {_num(r.latest_z, 3)} | {r.status} |"
             )
     if moved:
         lines += ["", "### Change points", "", "| series | at commit | before -> after | cause |",
                   "|---|---|---|---|"]  # fmt: skip
         for r in moved:
-            bounds = [0, *r.change_points, len(r.points)]
-            for j, i in enumerate(r.change_points):
-                before = statistics.median(p.value for p in r.points[bounds[j] : i])
-                after = statistics.median(p.value for p in r.points[i : bounds[j + 2]])
+            for c in r.changes:
+                i = c.index
                 cause = ("environment: " + r.describe_change(i)) if i in r.env_changes else "code"
                 lines.append(
-                    f"| `{r.key[0]}.{r.key[1]}` {r.key[2]} | {r.points[i].commit_hash[:12]} | "
-                    f"{_num(before)} -> {_num(after)} | {cause} |"
+                    f"| {_series(r)} | {r.points[i].commit_hash[:12]} | "
+                    f"{_num(c.before)} -> {_num(c.after)} | {cause} |"
                 )
     return "\n".join(lines) + "\n"
