@@ -21,6 +21,8 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
+import signal
 import subprocess
 import sys
 import time
@@ -84,17 +86,22 @@ def measure(tree: Path, what: str, store: str, machine: str, last: int, cell: st
            str(tree / ".venv/bin/python"), "-c", SNIPPET, what, store, machine, str(last),
            cell, policies]  # fmt: skip
     t0 = time.perf_counter()
+    # a session of its own: past the timeout the measured process goes too, not only the wrapper
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            start_new_session=True)  # fmt: skip
     try:
-        out = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
+        stdout, stderr = proc.communicate(timeout=timeout)
     except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.communicate()
         return {"wall": time.perf_counter() - t0, "note": f"still running after {timeout:.0f} s"}
     wall = time.perf_counter() - t0
-    lines = out.stdout.strip().splitlines()
+    lines = stdout.strip().splitlines()
     try:
         result = json.loads(lines[-2])
         code, rss_kb, cpu, *err = lines[-1].split(" ", 3)
     except (IndexError, ValueError):
-        return {"wall": wall, "note": f"no result: {out.stderr[-200:]}"}
+        return {"wall": wall, "note": f"no result: {(stderr or stdout)[-200:]}"}
     note = "" if code == "0" and result else f"exit {code}: {' '.join(err)}"
     return {"wall": wall, "cpu": float(cpu), "rss_mb": int(rss_kb) / 1024, "note": note, **result}
 
