@@ -242,8 +242,8 @@ def sensitivity(verdicts: list[Verdict]) -> list[str]:
 def _series(r: SeriesReport) -> str:
     """A series as the history's tables name it: benchmark.metric, its cell, and its
     environment where it has one."""
-    env = f" ({r.env_name})" if r.env_name else ""
-    return f"`{r.key[0]}.{r.key[1]}` {r.key[2]}{env}"
+    env = f"({r.env_name})" if r.env_name else ""
+    return " ".join(part for part in (f"`{r.key[0]}.{r.key[1]}`", r.key[2], env) if part)
 
 
 def history_markdown(reports: list[SeriesReport], machine: str, failed: list[dict] = ()) -> str:
