@@ -210,10 +210,11 @@ class Columns:
         return [c[start:stop] for c in self.data]
 
 
-# DuckDB's memory for the lookback's query over a file: it caches what it scans, and the
-# lookback of the 10,000-run store (22.5M rows) peaked at 810 MB of RSS without a limit, 558 MB
-# at 400 MB (the same 2.2 s of CPU): a reader stays within 1 GB.
-LOOKBACK_MEMORY = "400MB"
+# DuckDB's memory for the lookback's query over a file: it caches what it scans. On the
+# 10,000-run store (22.5M rows), `detect --last 200` peaked at 810 MB of RSS without a limit,
+# 852 MB with this one; at 400 MB `--last 2000` ran out of memory (its window functions hold
+# 1.5M points), at 600 MB it peaked at 964 MB: a reader stays within 1 GB.
+LOOKBACK_MEMORY = "600MB"
 # A run of the history (``r``: runs, its branch the argument) and a measurement (``m``) with a
 # value: what a point of a series is made of.
 HISTORY_RUN = "r.branch = ? AND (r.label IS NULL OR r.label NOT LIKE 'gate:%')"
@@ -987,6 +988,7 @@ class Store:
         with self._connect() as con:
             if memory and self.lake is None and self._writer is None:
                 con.execute(f"SET memory_limit = '{memory}'")
+                con.execute("SET preserve_insertion_order = false")  # the query orders its rows
             cur = con.execute(sql, args or [])
             if frame:
                 return cur.df()
