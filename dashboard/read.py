@@ -12,7 +12,7 @@ import pandas as pd
 import streamlit as st
 
 from benchmarks._catalogue import DISPATCH_FLOOR, DRIFT_SUFFIX
-from ragbench import detect
+from ragbench import changepoints, detect
 from ragbench.lake import is_lake
 from ragbench.rollup import Rollup
 from ragbench.schema import SPEED_UNITS
@@ -22,9 +22,9 @@ from ragbench.store import Store, default_path, store_spec
 # project's asv results have none).
 SUITE_PAGES = ("Dispatch floors", "Speedups", "Numeric drift")
 
-# Change points over a series' newest commits only: E-Divisive's permutation test costs
-# O(n^2) a shuffle (one series of 400 commits: ~1 s; all 59 series of a quick grid at 200:
-# 0.6 s, hence none on the overview, whose lookback needs only the last few runs).
+# Change points over a series' newest commits: the stored ones (ragbench.changepoints), read
+# with the lookback in SQL (``detect.stored_histories``); a chart line that is no stored series
+# (a speedup, a derived column) gets E-Divisive over its newest points here.
 CHANGE_POINT_COMMITS = 400
 LOOKBACK_COMMITS = 50
 
@@ -113,14 +113,12 @@ def project(path: str, mtime: float) -> str | None:
 def histories(path: str, mtime: float, branch: str, machine: str, last: int,
               change_points: bool = True, **series_filter):  # fmt: skip
     """``ragbench.detect`` over the newest ``last`` commits of the machine's series (all, or
-    those ``series_filter`` selects: benchmark, metric), the acceptances marked."""
-    runs = query(path, mtime, branch, "runs", machine=machine)
-    times = runs.drop_duplicates("commit_hash")["commit_time"]
-    since = times.iloc[min(last, len(times)) - 1].to_pydatetime() if len(times) else None
-    s = reader(path, mtime, branch)
-    rows = s.series(machine=machine, since=since, **series_filter)
-    return detect.histories(rows, policies(), last=last, change_points=change_points,
-                            acceptances=s.acceptances())  # fmt: skip
+    those ``series_filter`` selects: benchmark, metric, params), the acceptances marked: the
+    lookback in SQL and the stored change points (``detect.stored_histories``), from the store
+    itself (the rollup holds neither)."""
+    s = store(path, mtime, branch)
+    return detect.stored_histories(s, machine, policies(), last=last,
+                                   change_points=change_points, **series_filter)  # fmt: skip
 
 
 @st.cache_resource(max_entries=64, **CACHED)
@@ -132,15 +130,61 @@ def comparison(path: str, mtime: float, base_ids: tuple, head_ids: tuple, detail
 
 @st.cache_data(show_spinner="finding change points ...", max_entries=64)
 def line_change_points(df: pd.DataFrame, y: str, color: str | None) -> pd.DataFrame:
-    """E-Divisive change points of each line of a chart (its newest CHANGE_POINT_COMMITS
-    points), labelled environment where the environment key changes there, else code."""
+    """Change points of each line of a chart (over its newest CHANGE_POINT_COMMITS points),
+    labelled environment where the environment key changes there, else code: a line that is
+    one stored series (a ``Store.series`` frame's medians) gets its stored ones, any other line
+    E-Divisive over those points here."""
     rows = []
+    stored = _stored_lines(df) if y == "median" else {}
     for name, line in df.groupby(color) if color else [(None, df)]:
         line = line.dropna(subset=[y]).sort_values("commit_time").tail(CHANGE_POINT_COMMITS)
-        cps = detect.change_points_of(line[y].to_numpy(), policies())
-        for i in cps:
-            here, before = line.iloc[i], line.iloc[i - 1]
-            cause = "environment" if here.get("env_key") != before.get("env_key") else "code"
-            rows.append({"commit_time": here["commit_time"], "commit": here["commit_hash"][:12],
+        key = _line_key(line)
+        if key in stored:
+            commits = set(line["commit_hash"])
+            marks = [(c["commit_time"], c["commit_hash"], c["env_key"] != c["prev_env_key"])
+                     for c in stored[key] if c["commit_hash"] in commits
+                     and c["prev_commit_hash"] in commits]  # fmt: skip
+        else:
+            marks = []
+            for i in detect.change_points_of(line[y].to_numpy(), policies()):
+                here, before = line.iloc[i], line.iloc[i - 1]
+                marks.append((here["commit_time"], here["commit_hash"],
+                              here.get("env_key") != before.get("env_key")))  # fmt: skip
+        for when, commit, env in marks:
+            cause = "environment" if env else "code"
+            rows.append({"commit_time": when, "commit": commit[:12],
                          "cause": f"{name}: {cause}" if name is not None else cause})  # fmt: skip
     return pd.DataFrame(rows)
+
+
+SERIES_COLUMNS = ("machine", "environment", "benchmark", "metric", "param_key", "branch")
+
+
+def _line_key(line: pd.DataFrame) -> tuple | None:
+    """The stored series a chart line is, or None (several series in it, or no series
+    columns)."""
+    if line.empty or any(c not in line for c in SERIES_COLUMNS):
+        return None
+    keys = line[list(SERIES_COLUMNS)].fillna("").drop_duplicates()
+    return tuple(keys.iloc[0]) if len(keys) == 1 else None
+
+
+def _stored_lines(df: pd.DataFrame) -> dict[tuple, list[dict]]:
+    """The stored change points of the series a chart's frame draws, by (machine, environment,
+    benchmark, metric, param_key, branch)."""
+    if df.empty or any(c not in df for c in SERIES_COLUMNS):
+        return {}
+    out = {}
+    path = store_path()
+    for (machine, branch), part in df.groupby(["machine", "branch"]):
+        s = Store(path, read_only=True, branch=branch)
+        newest = {}
+        for key, line in part.groupby(list(SERIES_COLUMNS[1:5]), dropna=False):
+            last = line.sort_values(["commit_time", "started_at"]).iloc[-1]
+            newest[tuple("" if pd.isna(k) else k for k in key)] = (last["commit_hash"],
+                                                                   last["env_key"])  # fmt: skip
+        found = changepoints.current(s, machine, changepoints.Settings.of(policies()), newest)
+        for (environment, *key), cps in found.items():
+            if (environment, *key) in newest:
+                out[(machine, environment, *key, branch)] = cps
+    return out

@@ -23,7 +23,6 @@ from .paired import PROCESSES as PAIRED_PROCESSES
 from .store import (
     BRANCH_VAR,
     ENV_VAR,
-    FAILED,
     Store,
     StoreError,
     default_path,
@@ -318,19 +317,30 @@ def _accept(args) -> int:
     return 0
 
 
+def _changepoints(args) -> int:
+    from . import changepoints
+
+    policies = detect.load_policies(args.policies)
+    store = _store(args, create=False)
+    t0 = time.perf_counter()
+    n = changepoints.rebuild(store, args.machine, policies, log=_log)
+    _log(f"ragbench changepoints: {n} series up to date in {store.name} "
+         f"({time.perf_counter() - t0:.1f} s)")  # fmt: skip
+    return 0
+
+
 def _detect(args) -> int:
     from .report import history_markdown, judged
 
     policies = detect.load_policies(args.policies)
     store = _store(args, read_only=True)
     machine = _machine(args)
-    everything = store.series(machine=machine, status=None)
-    if not everything:
+    # the lookback in SQL and the stored change points: never every row into Python (a
+    # store of 10,000 runs x 750 cells x 3 machines: scripts/scale_bench.py)
+    reports = detect.stored_histories(store, machine, policies, last=args.last)
+    failed = store.newest_failures(machine)
+    if not reports and not failed and not store.runs(machine=machine):
         raise suite.SuiteError(_no_runs(store, machine))
-    newest = everything[-1]["commit_hash"]
-    rows = [r for r in everything if r["status"] != FAILED]
-    failed = [r for r in everything if r["status"] == FAILED and r["commit_hash"] == newest]
-    reports = detect.histories(rows, policies, last=args.last, acceptances=store.acceptances())
     print(history_markdown(reports, machine, failed))
     nothing = not judged(reports)  # every metric info: no verdict, never an all-clear
     return 1 if failed or nothing or any(r.status == Status.REGRESSION for r in reports) else 0
@@ -685,6 +695,22 @@ def parser() -> argparse.ArgumentParser:
     _pr_args(a)
     a.set_defaults(func=_accept)
 
+    c = sub.add_parser(
+        "changepoints",
+        help="bring the stored change points of main's history up to date",
+        description=(
+            "E-Divisive change points of every series (of --machine, or of every machine), "
+            "stored in the store (ragbench/changepoints.py): windows already computed with the "
+            "same settings are kept, the rest computed. An ingest does this for the series it "
+            "gave a point; run it once on a store made before, or after changing [main]'s "
+            "settings in the policies. Exit 0 done, 2 unusable input."
+        ),
+    )
+    _store_arg(c, history=True)
+    c.add_argument("--machine", default=None, help="this machine's series only")
+    c.add_argument("--policies", type=Path, default=None, help="policies file (TOML)")
+    c.set_defaults(func=_changepoints)
+
     d = sub.add_parser(
         "detect",
         help="main-branch history: lookback of the newest run, change points",
@@ -699,7 +725,8 @@ def parser() -> argparse.ArgumentParser:
     )
     _store_arg(d, history=True)
     _machine_arg(d)
-    d.add_argument("--last", type=int, default=200, help="commits per series (default 200)")
+    d.add_argument("--last", type=int, default=200,
+                   help="the machine's newest commits to report on (default 200)")  # fmt: skip
     _policies_arg(d)
     d.set_defaults(func=_detect)
     trust.add_parser(sub)  # ragbench/trust.py: the trusted jobs' tripwire, who may run a PR

@@ -8,6 +8,7 @@ change points of the whole series. The per-metric rules are in ``policies.toml``
 from __future__ import annotations
 
 import fnmatch
+import itertools
 import json
 import math
 import statistics
@@ -17,7 +18,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from . import jsonfile, stats
+from . import changepoints, jsonfile, stats
 from .store import FAILED, Store, param_key
 from .verdicts import FAILING, Headline, Status
 
@@ -605,11 +606,21 @@ def change_cause(before: Point, after: Point) -> str:
 
 
 @dataclass
+class Change:
+    """A change point with the medians of the segments around it: ``before`` and ``after``
+    (over the window that found it, for a stored one)."""
+
+    index: int  # into the report's points
+    before: float
+    after: float
+
+
+@dataclass
 class SeriesReport:
     key: Key
     params: dict
     unit: str | None
-    points: list[Point]
+    points: list[Point]  # every point, or (stored) the ones the report names, oldest first
     change_points: list[int]  # indices of points where a new segment starts
     env_changes: list[int]  # those change points where the environment changed too
     latest_z: float | None = None
@@ -620,6 +631,7 @@ class SeriesReport:
     # the environment another harness defines (asv's env_name ...): one series each; None for
     # this suite's runs, whose environment changes along one series
     environment: str | None = None
+    changes: list[Change] = field(default_factory=list)  # the change points, with medians
 
     def describe_change(self, i: int) -> str:
         """The cause of the change at point ``i`` (``change_cause``)."""
@@ -628,14 +640,9 @@ class SeriesReport:
 
 def change_points_of(values, policies: Policies) -> list[int]:
     """E-Divisive change points of ``values`` (oldest first) with the main branch's settings
-    in policies.toml: indices where a new level starts."""
-    conf = policies.main
-    return stats.e_divisive(
-        values,
-        alpha=float(conf.get("changepoint_alpha", 0.01)),
-        permutations=int(conf.get("permutations", 199)),
-        min_size=int(conf.get("min_size", 3)),
-    )
+    in policies.toml, over windows as they are stored (``ragbench.changepoints``): indices
+    where a new level starts."""
+    return changepoints.change_points(values, changepoints.Settings.of(policies))
 
 
 def history(points: list[Point], key: Key, params: dict, unit: str | None,
@@ -657,29 +664,42 @@ def history(points: list[Point], key: Key, params: dict, unit: str | None,
     env_changes = [i for i in cps if points[i].env_key != points[i - 1].env_key]
     accepted = set(accepted)
     rep = SeriesReport(key, params, unit, points, cps, env_changes)
+    bounds = [0, *cps, len(points)]
+    rep.changes = [Change(i, statistics.median(p.value for p in points[bounds[j] : i]),
+                          statistics.median(p.value for p in points[i : bounds[j + 2]]))
+                   for j, i in enumerate(cps)]  # fmt: skip
     rep.accepted = [i for i, p in enumerate(points) if p.commit_hash in accepted]
-    if policy.paired:
-        rep.status = Status.INFO
-        return rep
-    if policy.kind not in STATISTICAL or len(points) < 2:
-        rep.status = Status.SHORT if policy.kind in STATISTICAL else Status.INFO
-        return rep
     latest = points[-1]
     start = max((i for i in rep.accepted if i < len(points) - 1), default=0)
     since = points[start:-1]
     same_env = [p.value for p in since if p.env_key == latest.env_key]
     lookback = same_env[-int(conf.get("lookback", 10)) :]
+    _judge(rep, policy, conf, lookback, len(same_env) < len(since), len(points))
+    return rep
+
+
+def _judge(rep: SeriesReport, policy: Policy, conf: dict, lookback: list[float],
+           env_moved: bool, n: int) -> None:  # fmt: skip
+    """The newest point (``rep.points[-1]``, of ``n``) against ``lookback``: the values before
+    it in its environment from the newest accepted change on (the newest ``lookback`` of
+    them); ``env_moved``: some of those points were of another environment."""
+    if policy.paired:
+        rep.status = Status.INFO
+        return
+    if policy.kind not in STATISTICAL or n < 2:
+        rep.status = Status.SHORT if policy.kind in STATISTICAL else Status.INFO
+        return
+    latest = rep.points[-1]
     if len(lookback) < int(conf.get("min_size", 3)):
-        rep.status = Status.ENV_CHANGE if len(same_env) < len(since) else Status.SHORT
-        return rep
+        rep.status = Status.ENV_CHANGE if env_moved else Status.SHORT
+        return
     lower = policy.kind == "latency"
     rep.latest_z = stats.robust_z(lookback, latest.value)
     rep.latest_change = _bad_change(_ratio(latest.value, statistics.median(lookback)), lower)
     beyond = abs(rep.latest_z) > float(conf.get("mad_k", 5.0))
     rep.status = _by_threshold(rep.latest_change, policy.threshold, significant=beyond)
-    if rep.status == Status.REGRESSION and len(points) - 1 in rep.accepted:
+    if rep.status == Status.REGRESSION and len(rep.points) - 1 in rep.accepted:
         rep.status = Status.ACCEPTED
-    return rep
 
 
 def histories(rows: list[dict], policies: Policies, last: int = 200, change_points: bool = True,
@@ -687,7 +707,7 @@ def histories(rows: list[dict], policies: Policies, last: int = 200, change_poin
     """Series reports from ``Store.series`` rows (one machine): one point per commit and
     environment (the median over its runs), in commit order, the newest ``last`` commits.
     ``acceptances``: ``Store.acceptances()`` rows (see ``history``). A cell measured in
-    several environments of another harness (asv's env_name: py3.12 and py3.13) is a series
+    several environments of another harness (asv's environment: py3.12 and py3.13) is a series
     per environment."""
     from .store import ENV_FIELDS
 
@@ -722,6 +742,89 @@ def histories(rows: list[dict], policies: Policies, last: int = 200, change_poin
         report.environment = environment or None
         reports.append(report)
     return reports
+
+
+def stored_histories(
+    store: Store,
+    machine: str,
+    policies: Policies,
+    last: int = 200,
+    change_points: bool = True,
+    **series_filter,
+) -> list[SeriesReport]:
+    """``histories`` of the machine's series over its newest ``last`` commits, from the store
+    without reading the series into Python: the lookback in SQL (``Store.lookback``) and the
+    stored change points (``ragbench.changepoints``) of those commits. A series whose stored
+    change points are behind its newest point (or missing, or of other settings) has them
+    brought up to date here, in memory, from its stored state (``ragbench changepoints``
+    stores them). ``series_filter``: benchmark, metric, params. Each report's ``points`` are
+    the ones it names: the lookback, the newest, the accepted ones and each change point with
+    the point before it."""
+    from .store import ENV_FIELDS
+
+    conf = policies.main
+    rows = store.lookback(machine, last=last, lookback=int(conf.get("lookback", 10)),
+                          **series_filter)  # fmt: skip
+    groups = {k: list(g) for k, g in itertools.groupby(rows, key=_series_key)}
+    found = _stored_change_points(store, machine, policies, groups) if change_points else {}
+    reports = []
+    for (environment, *key), group in groups.items():
+        key = tuple(key)
+        newest = group[-1]
+        policy = policies.for_metric(key[0], key[1], newest["unit"])
+        if policy.kind in ("info", "hash"):
+            continue
+        points = {(r["commit_hash"], r["env_key"]): Point(
+            r["commit_hash"], r["commit_time"], r["value"], r["env_key"],
+            {k: r[k] for k in ENV_FIELDS}) for r in group}  # fmt: skip
+        cps = [c for c in found.get((environment, *key), []) if not policy.paired
+               and (newest["since"] is None or c["prev_commit_time"] is None
+                    or c["prev_commit_time"] >= newest["since"])]  # fmt: skip
+        for c in cps:
+            for pre in ("prev_", ""):
+                points.setdefault((c[f"{pre}commit_hash"], c[f"{pre}env_key"]), Point(
+                    c[f"{pre}commit_hash"], c[f"{pre}commit_time"], c[f"{pre}value"],
+                    c[f"{pre}env_key"], json.loads(c[f"{pre}env"])))  # fmt: skip
+        latest = points.pop((newest["commit_hash"], newest["env_key"]))
+        ordered = [*sorted(points.values(), key=_when), latest]
+        index = {(p.commit_hash, p.env_key): i for i, p in enumerate(ordered)}
+        at = [index[(c["commit_hash"], c["env_key"])] for c in cps]
+        rep = SeriesReport(
+            key,
+            json.loads(newest["params"]),
+            newest["unit"],
+            ordered,
+            at,
+            [i for i, c in zip(at, cps, strict=True) if c["env_key"] != c["prev_env_key"]],
+            environment=environment,
+        )
+        rep.changes = [Change(i, c["before"], c["after"]) for i, c in zip(at, cps, strict=True)]
+        rep.accepted = sorted(index[(r["commit_hash"], r["env_key"])] for r in group
+                              if r["accepted"])  # fmt: skip
+        lookback = [r["value"] for r in group if r["in_lookback"]]
+        _judge(rep, policy, conf, lookback, newest["same_n"] < newest["since_n"], newest["n"])
+        reports.append(rep)
+    return reports
+
+
+def _series_key(row: dict) -> tuple:
+    return (row["environment"], row["benchmark"], row["metric"], row["param_key"])
+
+
+def _when(p: Point) -> tuple:
+    return (p.commit_time is not None, p.commit_time or 0)
+
+
+def _stored_change_points(store: Store, machine: str, policies: Policies,
+                          groups: dict[tuple, list[dict]]) -> dict[tuple, list[dict]]:  # fmt: skip
+    """The change points of ``groups``' series: ``(environment, benchmark, metric, param_key)``
+    -> rows of ``change_points`` (``changepoints.current``: brought up to date in memory where
+    the store's are behind the newest point)."""
+    newest = {k: (g[-1]["commit_hash"], g[-1]["env_key"]) for k, g in groups.items()}
+    where = {col: next(iter(groups))[i] for i, col in ((1, "benchmark"), (2, "metric"))
+             if len({g[i] for g in groups}) == 1}  # fmt: skip
+    return changepoints.current(store, machine, changepoints.Settings.of(policies), newest,
+                                **where)  # fmt: skip
 
 
 def cells(store: Store, run_ids: list[str]) -> dict[Key, Cell]:

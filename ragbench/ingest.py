@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
 
-from . import asv_results, fingerprint, jsonfile
+from . import asv_results, changepoints, fingerprint, jsonfile
 from .store import FAILED, OK, Columns, Measurement, Run, Store, param_key
 
 # asv writes these beside its result files, and a project's root holds its config: not results.
@@ -58,12 +58,16 @@ class Report:
     failed: list[tuple[Path, str]] = field(default_factory=list)
     rows: int = 0
     seconds: float = 0.0
+    series: int = 0  # series whose stored change points were brought up to date
+    series_seconds: float = 0.0  # ... in this time (after ``seconds``, not in the rows/s)
 
     def summary(self) -> str:
         rate = self.rows / self.seconds if self.seconds else 0.0
+        updated = (f"; change points of {self.series} series updated in "
+                   f"{self.series_seconds:.1f} s" if self.series else "")  # fmt: skip
         return (
             f"{len(self.stored)} file(s) stored ({self.rows} rows, {rate:.0f} rows/s), "
-            f"{len(self.duplicate)} already stored, {len(self.failed)} refused"
+            f"{len(self.duplicate)} already stored, {len(self.failed)} refused{updated}"
         )
 
 
@@ -426,6 +430,7 @@ def ingest(
     t0 = time.perf_counter()
     every = max(1, len(files) // 20)  # progress: each file for small ingests, ~5% steps else
     batch: list[tuple[int, Path, Run, Columns]] = []
+    new_runs: list[str] = []
 
     def refuse(path: Path, why: str) -> None:
         report.failed.append((path, why))
@@ -445,6 +450,7 @@ def ingest(
                 else:
                     report.stored.append(path)
                     report.rows += added
+                    new_runs.append(run.run_id)
                 if i % every == 0 or i == len(files):
                     what = "already stored" if added is None else f"{added} rows"
                     rate = report.rows / (time.perf_counter() - t0)
@@ -470,4 +476,7 @@ def ingest(
     described = asv_project(report.stored + report.duplicate)
     if described:
         store.describe(**described)
+    if new_runs:  # the series that got a point: their stored change points brought up to date
+        report.series = changepoints.update(store, new_runs)
+        report.series_seconds = time.perf_counter() - t0 - report.seconds
     return report

@@ -318,13 +318,10 @@ def history_markdown(reports: list[SeriesReport], machine: str, failed: list[dic
         lines += ["", "### Change points", "", "| series | at commit | before -> after | cause |",
                   "|---|---|---|---|"]  # fmt: skip
         for r in moved:
-            bounds = [0, *r.change_points, len(r.points)]
-            for j, i in enumerate(r.change_points):
-                before = statistics.median(p.value for p in r.points[bounds[j] : i])
-                after = statistics.median(p.value for p in r.points[i : bounds[j + 2]])
-                cause = r.describe_change(i)
+            for c in r.changes:
+                i = c.index
                 lines.append(
                     f"| {_series(r)} | {r.points[i].commit_hash[:12]} | "
-                    f"{_num(before)} -> {_num(after)} | {cause} |"
+                    f"{_num(c.before)} -> {_num(c.after)} | {r.describe_change(i)} |"
                 )
     return "\n".join(lines) + "\n"

@@ -72,6 +72,47 @@ CREATE TABLE IF NOT EXISTS gates (
     recorded_at TIMESTAMP DEFAULT current_timestamp,
     PRIMARY KEY (pr, head)
 );
+CREATE TABLE IF NOT EXISTS change_point_series (
+    branch VARCHAR NOT NULL,
+    machine VARCHAR NOT NULL,
+    environment VARCHAR NOT NULL,
+    benchmark VARCHAR NOT NULL,
+    metric VARCHAR NOT NULL,
+    param_key VARCHAR NOT NULL,
+    points INTEGER NOT NULL,
+    last_commit VARCHAR,
+    last_env_key VARCHAR,
+    window_start INTEGER NOT NULL,
+    window_commit VARCHAR,
+    window_env_key VARCHAR,
+    window_time TIMESTAMP,
+    settings VARCHAR NOT NULL,
+    computed_at TIMESTAMP,
+    PRIMARY KEY (branch, machine, environment, benchmark, metric, param_key)
+);
+CREATE TABLE IF NOT EXISTS change_points (
+    branch VARCHAR NOT NULL,
+    machine VARCHAR NOT NULL,
+    environment VARCHAR NOT NULL,
+    benchmark VARCHAR NOT NULL,
+    metric VARCHAR NOT NULL,
+    param_key VARCHAR NOT NULL,
+    window_start INTEGER NOT NULL,
+    window_end INTEGER NOT NULL,
+    position INTEGER NOT NULL,
+    commit_hash VARCHAR NOT NULL,
+    commit_time TIMESTAMP,
+    env_key VARCHAR,
+    env JSON,
+    value DOUBLE,
+    prev_commit_hash VARCHAR,
+    prev_commit_time TIMESTAMP,
+    prev_env_key VARCHAR,
+    prev_env JSON,
+    prev_value DOUBLE,
+    before DOUBLE,
+    after DOUBLE
+);
 """
 # Schema 2 -> 3: environments as other harnesses define them (``Run.environment``: asv's
 # env_name, pytest-benchmark's Python and CPU) and their keys, the runner a machine was renamed
@@ -109,7 +150,8 @@ ALTER TABLE measurements ADD COLUMN IF NOT EXISTS ci_99_b DOUBLE;
 
 VIEWS = f"""
 CREATE OR REPLACE VIEW series AS
-SELECT m.*, r.commit_hash, r.commit_time, r.branch, r.machine, r.env_key, r.gpu, r.driver,
+SELECT m.*, r.commit_hash, r.commit_time, r.branch, r.machine, r.env_key, r.gpu,
+       r.driver,
        r.cuda, r.torch, r.triton, r.python, r.harness_version, r.mode, r.label, r.started_at,
        r.source, r.environment
 FROM measurements m JOIN runs r USING (run_id);
@@ -161,7 +203,7 @@ def lake_ddl(sql: str) -> str:
 
 # Every table and view of a ragbench store: a file holding anything else is not one.
 OURS = {"meta", "runs", "measurements", "acceptances", "gates", "series", "speedups",
-         "dispatch_floors", "drift"}  # fmt: skip
+         "dispatch_floors", "drift", "change_point_series", "change_points"}  # fmt: skip
 
 MEASUREMENT_COLUMNS = (
     "run_id", "benchmark", "metric", "params", "param_key", "variant", "group_key", "unit",

@@ -250,6 +250,28 @@ class Columns:
         return [c[start:stop] for c in self.data]
 
 
+# DuckDB's memory for the lookback's query over a file: it caches what it scans. On the
+# 10,000-run store (22.5M rows), `detect --last 200` peaked at 810 MB of RSS without a limit,
+# 852 MB with this one; at 400 MB `--last 2000` ran out of memory (its window functions hold
+# 1.5M points), at 600 MB it peaked at 964 MB: a reader stays within 1 GB.
+LOOKBACK_MEMORY = "600MB"
+# A run of the history (``r``: runs, its branch the argument) and a measurement (``m``) with a
+# value: what a point of a series is made of.
+HISTORY_RUN = "r.branch = ? AND (r.label IS NULL OR r.label NOT LIKE 'gate:%')"
+POINT = "m.status = 'ok' AND m.median IS NOT NULL"
+# The columns of the stored change points' tables, as the inserts cast them.
+CHANGE_POINT_TYPES = {
+    "branch": "VARCHAR", "machine": "VARCHAR", "environment": "VARCHAR", "benchmark": "VARCHAR",
+    "metric": "VARCHAR", "param_key": "VARCHAR", "points": "INTEGER", "last_commit": "VARCHAR",
+    "last_env_key": "VARCHAR", "window_start": "INTEGER", "window_commit": "VARCHAR",
+    "window_env_key": "VARCHAR", "window_time": "TIMESTAMP", "settings": "VARCHAR",
+    "computed_at": "TIMESTAMP", "window_end": "INTEGER", "position": "INTEGER",
+    "commit_hash": "VARCHAR", "commit_time": "TIMESTAMP", "env_key": "VARCHAR", "env": "JSON",
+    "value": "DOUBLE", "prev_commit_hash": "VARCHAR", "prev_commit_time": "TIMESTAMP",
+    "prev_env_key": "VARCHAR", "prev_env": "JSON", "prev_value": "DOUBLE", "before": "DOUBLE",
+    "after": "DOUBLE",
+}  # fmt: skip
+
 # The rows no query sees until their run is stored: a run being written in slices, or one whose
 # writer died mid-way (``Store._add_in_slices``).
 STORED = "run_id IN (SELECT run_id FROM runs)"
@@ -915,7 +937,8 @@ class Store:
         paths = []
         with self._connect() as con:
             for name in ("meta", "runs", "measurements", "acceptances", "gates", "series",
-                         "speedups", "dispatch_floors", "drift"):  # fmt: skip
+                         "speedups", "dispatch_floors", "drift", "change_point_series",
+                         "change_points"):  # fmt: skip
                 path = out_dir / f"{name}.parquet"
                 table = (con.sql(f"SELECT * FROM measurements WHERE {STORED}")
                          if name == "measurements" else con.table(name))  # fmt: skip
@@ -1005,8 +1028,14 @@ class Store:
 
     # --- queries ---------------------------------------------------------------------------
 
-    def _rows(self, sql: str, args: list | None = None, frame: bool = False):
+    def _rows(self, sql: str, args: list | None = None, frame: bool = False,
+              memory: str | None = None):  # fmt: skip
+        """Rows of one query (dicts, or a DataFrame); ``memory``: DuckDB's memory limit for it
+        on a file (a lake's connection is the process's: left as it is)."""
         with self._connect() as con:
+            if memory and self.lake is None and self._writer is None:
+                con.execute(f"SET memory_limit = '{memory}'")
+                con.execute("SET preserve_insertion_order = false")  # the query orders its rows
             cur = con.execute(sql, args or [])
             if frame:
                 return cur.df()
@@ -1171,3 +1200,199 @@ class Store:
         if not rows:
             return None
         return {**rows[0], "failures": json.loads(rows[0]["failures"])}
+
+    # --- stored change points (ragbench/changepoints.py computes them) -----------------------
+
+    def series_points(self, machine: str, environment: str, *, since=None,
+                      keys: Iterable[tuple] | None = None) -> list[tuple]:  # fmt: skip
+        """The points of the machine's series in one environment (``environment``; '' for runs
+        without one) on the history's branch: one per series, commit and ``env_key``, the
+        median of its runs' medians, values only (no failed cell). Rows ``(benchmark, metric,
+        param_key, commit_hash, env_key, commit_time, started_at, value, *ENV_FIELDS)``,
+        ordered by series, then commit time and start. ``since``: commits from that time on;
+        ``keys``: these series (benchmark, metric, param_key) only."""
+        where = [HISTORY_RUN, "r.machine = ?", "coalesce(r.environment, '') = ?", POINT]
+        args = [self.branch, machine, environment]
+        if since is not None:
+            where.append("r.commit_time >= ?")
+            args.append(since)
+        if keys is not None:
+            keys = list(keys)
+            for i, col in enumerate(("benchmark", "metric", "param_key")):
+                where.append(f"list_contains(?, m.{col})")
+                args.append(sorted({k[i] for k in keys}))
+        env = ", ".join(f"any_value(r.{k})" for k in ENV_FIELDS)
+        sql = (f"SELECT m.benchmark, m.metric, m.param_key, r.commit_hash, r.env_key, "
+               f"min(r.commit_time) AS t, min(r.started_at) AS s, median(m.median), {env} "
+               f"FROM measurements m JOIN runs r USING (run_id) WHERE {' AND '.join(where)} "
+               "GROUP BY 1, 2, 3, 4, 5 ORDER BY 1, 2, 3, t NULLS FIRST, s, 4, 5")  # fmt: skip
+        with self._connect() as con:
+            rows = con.execute(sql, args).fetchall()
+        if keys is not None:
+            wanted = set(keys)
+            rows = [r for r in rows if r[:3] in wanted]
+        return rows
+
+    def run_series(self, run_ids: list[str]) -> list[tuple]:
+        """The series (machine, environment, and each cell's benchmark, metric, param_key) that
+        these runs gave a point, with the oldest commit time of those runs: runs of the
+        history's branch with a value, not a gate's."""
+        sql = ("SELECT r.machine, coalesce(r.environment, ''), m.benchmark, m.metric, "
+               "m.param_key, min(r.commit_time) FROM measurements m JOIN runs r USING (run_id) "
+               f"WHERE list_contains(?, run_id) AND {HISTORY_RUN} AND {POINT} "
+               "GROUP BY ALL ORDER BY ALL")  # fmt: skip
+        with self._connect() as con:
+            return con.execute(sql, [list(run_ids), self.branch]).fetchall()
+
+    def environments(self, machine: str) -> list[str]:
+        """The environments (``environment``; '' for runs without one) of the machine's history."""
+        sql = (f"SELECT DISTINCT coalesce(environment, '') FROM runs r WHERE {HISTORY_RUN} AND "
+               "machine = ? ORDER BY 1")  # fmt: skip
+        with self._connect() as con:
+            return [r[0] for r in con.execute(sql, [self.branch, machine]).fetchall()]
+
+    def series_keys(self, machine: str, environment: str) -> list[tuple[str, str, str]]:
+        """The series (benchmark, metric, param_key) of the machine's history in ``environment``
+        that have a value."""
+        sql = ("SELECT DISTINCT m.benchmark, m.metric, m.param_key FROM measurements m JOIN "
+               f"runs r USING (run_id) WHERE {HISTORY_RUN} AND r.machine = ? AND "
+               f"coalesce(r.environment, '') = ? AND {POINT} ORDER BY ALL")  # fmt: skip
+        with self._connect() as con:
+            return con.execute(sql, [self.branch, machine, environment]).fetchall()
+
+    def change_point_state(self, machine: str, environment: str | None = None) -> list[dict]:
+        """What the stored change points of the machine's series (in one environment, or all)
+        were computed from (table ``change_point_series``)."""
+        sql = "SELECT * FROM change_point_series WHERE branch = ? AND machine = ?"
+        args = [self.branch, machine]
+        if environment is not None:
+            sql += " AND environment = ?"
+            args.append(environment)
+        return self._rows(sql, args)
+
+    def change_points(self, machine: str, *, benchmark: str | None = None,
+                      metric: str | None = None) -> list[dict]:  # fmt: skip
+        """The change points stored for the machine's series (table ``change_points``: what
+        each window found; ``ragbench.changepoints.merged`` makes one list of them)."""
+        where = ["branch = ?", "machine = ?"]
+        args = [self.branch, machine]
+        for col, val in (("benchmark", benchmark), ("metric", metric)):
+            if val is not None:
+                where.append(f"{col} = ?")
+                args.append(val)
+        return self._rows(
+            f"SELECT * FROM change_points WHERE {' AND '.join(where)} "
+            "ORDER BY environment, benchmark, metric, param_key, position",
+            args,
+        )
+
+    def save_change_points(self, states: list[dict], found: list[dict]) -> None:
+        """Replace, in one transaction, each series' state (``states``: rows of
+        ``change_point_series``) and its change points of windows from ``window_from`` on (a
+        key of each state, not a column) with ``found`` (rows of ``change_points``)."""
+        if not states:
+            return
+        key = ("branch", "machine", "environment", "benchmark", "metric", "param_key")
+        cols = [c for c in states[0] if c != "window_from"]
+        on = " AND ".join(f"t.{k} = d.{k}" for k in key)
+
+        def unnest(rows, names, types):
+            return ", ".join(f"unnest(?::{t}[]) AS {n}" for n, t in zip(names, types,
+                                                                         strict=True)), [
+                [r[n] for r in rows] for n in names]  # fmt: skip
+
+        def work(con):
+            sel, args = unnest(states, [*key, "window_from"], ["VARCHAR"] * 6 + ["INTEGER"])
+            con.execute(f"DELETE FROM change_points t USING (SELECT {sel}) d WHERE {on} "
+                        "AND t.window_start >= d.window_from", args)  # fmt: skip
+            sel, args = unnest(states, key, ["VARCHAR"] * 6)
+            con.execute(f"DELETE FROM change_point_series t USING (SELECT {sel}) d WHERE {on}",
+                        args)  # fmt: skip
+            for table, rows, names in (
+                ("change_point_series", states, cols),
+                ("change_points", found, list(found[0]) if found else []),
+            ):
+                if rows:
+                    con.execute(f"INSERT INTO {table} ({', '.join(names)}) SELECT "
+                                + ", ".join(f"unnest(?::{CHANGE_POINT_TYPES[n]}[])"
+                                            for n in names),
+                                [[r[n] for r in rows] for n in names])  # fmt: skip
+
+        self._write(work)
+
+    def lookback(self, machine: str, *, last: int, lookback: int, benchmark: str | None = None,
+                 metric: str | None = None, params: dict | None = None) -> list[dict]:  # fmt: skip
+        """What ``ragbench detect`` judges each series of the machine by, over its newest
+        ``last`` commits, in SQL (window functions): the newest point of each series, the
+        newest ``lookback`` points before it in the newest point's environment (``env_key``)
+        from the newest accepted change on, and every accepted point; oldest first. Each row
+        also carries its series' counts: ``n`` points, ``since_n`` before the newest from the
+        newest accepted one on, ``same_n`` of those in the newest's environment; ``back`` (1:
+        the newest), ``accepted``, ``in_lookback``; and ``since``, the oldest of the ``last``
+        commits' times. Points as ``series_points`` makes them (one per commit and env_key)."""
+        series = "environment, benchmark, metric, param_key"
+        where = [HISTORY_RUN, "r.machine = ?", POINT]
+        args: list = [self.branch, machine]
+        for col, val in (("benchmark", benchmark), ("metric", metric)):
+            if val is not None:
+                where.append(f"m.{col} = ?")
+                args.append(val)
+        for k, v in (params or {}).items():
+            where.append("json_extract_string(m.params, ?) = ?")
+            args += [f"$.{k}", str(v)]
+        env = ", ".join(f"any_value(r.{k}) AS {k}" for k in ENV_FIELDS)
+        sql = f"""
+        WITH recent AS (
+            SELECT commit_hash, max(commit_time) AS t FROM runs r
+            WHERE {HISTORY_RUN} AND r.machine = ? GROUP BY commit_hash
+            ORDER BY t DESC NULLS LAST, commit_hash LIMIT ?
+        ), pts AS (
+            SELECT coalesce(r.environment, '') AS environment, m.benchmark, m.metric, m.param_key,
+                   r.commit_hash, r.env_key, min(r.commit_time) AS commit_time,
+                   min(r.started_at) AS started_at, median(m.median) AS value,
+                   any_value(m.params) AS params, any_value(m.unit) AS unit, {env}
+            FROM measurements m JOIN runs r USING (run_id)
+            WHERE {" AND ".join(where)} AND r.commit_hash IN (SELECT commit_hash FROM recent)
+            GROUP BY 1, 2, 3, 4, 5, 6
+        ), ranked AS (
+            SELECT p.*, row_number() OVER newest AS back,
+                   first_value(env_key) OVER newest AS latest_env,
+                   count(*) OVER s AS n,
+                   EXISTS (SELECT 1 FROM acceptances a WHERE a.commit_hash = p.commit_hash
+                           AND a.benchmark = p.benchmark AND a.metric = p.metric
+                           AND a.param_key = p.param_key) AS accepted
+            FROM pts p
+            WINDOW s AS (PARTITION BY {series}),
+                   newest AS (PARTITION BY {series} ORDER BY commit_time DESC NULLS LAST,
+                              started_at DESC, commit_hash DESC, env_key DESC)
+        ), started AS (
+            SELECT *, min(CASE WHEN accepted AND back > 1 THEN back END) OVER s AS start_back
+            FROM ranked WINDOW s AS (PARTITION BY {series})
+        ), marked AS (
+            SELECT *, back > 1 AND back <= coalesce(start_back, n) AS in_since,
+                   back > 1 AND back <= coalesce(start_back, n)
+                   AND env_key IS NOT DISTINCT FROM latest_env AS same
+            FROM started
+        ), counted AS (
+            SELECT *, sum(in_since::INTEGER) OVER s AS since_n, sum(same::INTEGER) OVER s AS same_n,
+                   row_number() OVER (PARTITION BY {series}, same ORDER BY back) AS rank
+            FROM marked WINDOW s AS (PARTITION BY {series})
+        )
+        SELECT * EXCLUDE (rank, same, in_since, start_back, latest_env),
+               same AND rank <= ? AS in_lookback, (SELECT min(t) FROM recent) AS since
+        FROM counted WHERE back = 1 OR accepted OR (same AND rank <= ?)
+        ORDER BY {series}, back DESC
+        """
+        return self._rows(sql, [self.branch, machine, last, *args, lookback, lookback],
+                          memory=LOOKBACK_MEMORY)  # fmt: skip
+
+    def newest_failures(self, machine: str) -> list[dict]:
+        """The cells that failed (the benchmark raised) on the machine's newest commit."""
+        sql = f"""
+            WITH newest AS (SELECT commit_hash FROM runs r WHERE {HISTORY_RUN} AND machine = ?
+                            ORDER BY commit_time DESC NULLS LAST, started_at DESC LIMIT 1)
+            SELECT m.*, r.commit_hash, r.commit_time FROM measurements m JOIN runs r USING (run_id)
+            WHERE {HISTORY_RUN} AND r.machine = ? AND m.status = '{FAILED}'
+              AND r.commit_hash = (SELECT commit_hash FROM newest)
+            ORDER BY m.benchmark, m.metric, m.param_key"""
+        return self._rows(sql, [self.branch, machine, self.branch, machine])

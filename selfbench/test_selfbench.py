@@ -60,10 +60,12 @@ def test_gate_comparison(benchmark, store):
 
 
 def test_detect_history(benchmark, store):
-    """``ragbench detect``: lookback and change points of every series (last 200 commits)."""
-    rows = store.series(machine=synth.MACHINE)
+    """``ragbench detect``: the lookback (SQL) and the stored change points of every series
+    (last 200 commits)."""
     policies = detect.load_policies()
-    reports = benchmark.pedantic(lambda: detect.histories(rows, policies), rounds=1, iterations=1)
+    reports = benchmark.pedantic(
+        lambda: detect.stored_histories(store, synth.MACHINE, policies), rounds=1, iterations=1
+    )
     assert any(r.change_points for r in reports)
 
 

@@ -1,0 +1,263 @@
+"""Stored change points (ragbench/changepoints.py): E-Divisive over fixed windows, updated
+with what is new, equal to computing them all again; detection and the dashboard read them."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from ragbench import changepoints, cli, detect, stats, synth
+from ragbench.ingest import ingest
+from ragbench.store import Store
+
+POLICIES = detect.load_policies()
+SETTINGS = changepoints.Settings.of(POLICIES)
+
+
+def e_divisive_one_by_one(values, *, alpha=0.01, permutations=199, min_size=3, seed=0):
+    """E-Divisive as ragbench had it before the shuffles were tested many at once: a 2-D
+    prefix sum of the distance matrix, one shuffle at a time."""
+    x = np.asarray(values, float)
+    if len(x) < 2 * min_size:
+        return []
+
+    def split(d):
+        n = len(d)
+        s = np.zeros((n + 1, n + 1))
+        s[1:, 1:] = d.cumsum(0).cumsum(1)
+        t = np.arange(min_size, n - min_size + 1)
+        m = n - t
+        between = s[t, n] - s[0, n] - s[t, t] + s[0, t]
+        right = s[n, n] - s[t, n] - s[n, t] + s[t, t]
+        q = t * m / n * (2 * between / (t * m) - s[t, t] / t**2 - right / m**2)
+        return int(t[np.argmax(q)]), float(q.max())
+
+    rng = np.random.default_rng(seed)
+    d_all = np.abs(x[:, None] - x[None, :])
+    segments, points = [(0, len(x))], []
+    while True:
+        best = None
+        for lo, hi in segments:
+            if hi - lo >= 2 * min_size:
+                tau, q = split(d_all[lo:hi, lo:hi])
+                if best is None or q > best[0]:
+                    best = (q, (lo, hi), tau)
+        if best is None:
+            return sorted(points)
+        q, (lo, hi), tau = best
+        d = d_all[lo:hi, lo:hi]
+        exceed, allowed = 0, alpha * (permutations + 1) - 1
+        for _ in range(permutations):
+            p = rng.permutation(hi - lo)
+            exceed += split(d[np.ix_(p, p)])[1] >= q
+            if exceed > allowed:
+                return sorted(points)
+        points.append(lo + tau)
+        segments.remove((lo, hi))
+        segments += [(lo, lo + tau), (lo + tau, hi)]
+
+
+def test_e_divisive_tests_many_shuffles_at_once_with_the_same_result():
+    rng = np.random.default_rng(0)
+    for case in range(40):
+        n = int(rng.integers(6, 150))
+        x = rng.normal(0, 1, n)
+        if case % 2:
+            x[int(rng.integers(3, n - 2)) :] += rng.uniform(0.5, 3)
+        if case % 5 == 0:
+            x = np.round(x)  # ties
+        perms = int(rng.integers(19, 200))
+        assert stats.e_divisive(x, permutations=perms) == e_divisive_one_by_one(
+            x, permutations=perms
+        )
+
+
+def steps(n: int, at: list[int], seed: int) -> list[float]:
+    rng = np.random.default_rng(seed)
+    level = np.ones(n)
+    for a in at:
+        level[a:] *= 1.08
+    return list(level * (1 + 0.01 * rng.standard_normal(n)))
+
+
+def test_windows_updated_with_what_is_new_equal_all_of_them_again():
+    """An update recomputes only the windows from ``first_window(points so far)`` on; the
+    result is that of every window computed again, for any way of cutting the additions."""
+    for seed, (n, at) in enumerate([(650, [120, 333, 560]), (420, [199, 200 + 3]), (90, [40])]):
+        values = steps(n, at, seed)
+        full = changepoints.found_in(values, SETTINGS)
+        rng = np.random.default_rng(seed)
+        found, done = [], 0
+        while done < n:
+            nxt = min(n, done + int(rng.integers(1, 160)))
+            start = changepoints.first_window(done, SETTINGS)
+            found = [f for f in found if f.start < start]
+            found += changepoints.found_in(values[start:nxt], SETTINGS, start)
+            done = nxt
+        assert found == full
+        cps = [f.position for f in changepoints.merged(full)]
+        assert all(any(abs(c - a) <= 2 for c in cps) for a in at), (cps, at)
+
+
+def test_merged_keeps_one_point_per_change_the_one_nearest_its_windows_middle():
+    f = changepoints.Found
+    # one change seen by two windows: the window it is central in wins
+    assert changepoints.merged([f(0, 200, 180), f(100, 300, 182)]) == [f(100, 300, 182)]
+    # two changes of one window stay, however near
+    assert len(changepoints.merged([f(0, 200, 100), f(0, 200, 104)])) == 2
+    assert changepoints.merged([f(0, 200, 50), f(100, 300, 250)]) == [f(0, 200, 50),
+                                                                      f(100, 300, 250)]  # fmt: skip
+
+
+def history_files(tmp_path: Path, commits: int) -> list[Path]:
+    """synth's history as result files, oldest commit first."""
+    out = synth.write_history(tmp_path / "history", commits)
+    files = sorted((out / synth.MACHINE).glob("*.json"),
+                   key=lambda p: json.loads(p.read_text())["date"])  # fmt: skip
+    return files
+
+
+def ingest_files(store: Store, files: list[Path], tmp_path: Path, name: str):
+    """Ingest these result files (with their fingerprints and benchmarks.json) as one batch."""
+    batch = tmp_path / name / synth.MACHINE
+    batch.mkdir(parents=True)
+    for f in files:
+        shutil.copy(f, batch)
+        shutil.copy(f.with_suffix(".fingerprint"), batch)
+    shutil.copy(files[0].parent.parent / "benchmarks.json", batch.parent)
+    return ingest(store, [batch.parent], branch="main")
+
+
+def every_series(store: Store, machine: str = synth.MACHINE) -> dict[tuple, list[int]]:
+    """Each series' change points computed again from all its points."""
+    out = {}
+    for env in store.environments(machine):
+        rows = store.series_points(machine, env)
+        for key in {r[:3] for r in rows}:
+            values = [r[7] for r in rows if r[:3] == key]
+            out[(env, *key)] = changepoints.change_points(values, SETTINGS)
+    return out
+
+
+def stored_positions(store: Store, machine: str = synth.MACHINE) -> dict[tuple, list[int]]:
+    states = store.change_point_state(machine)
+    newest = {(s["environment"], s["benchmark"], s["metric"], s["param_key"]):
+              (s["last_commit"], s["last_env_key"]) for s in states}  # fmt: skip
+    found = changepoints.current(store, machine, SETTINGS, newest)
+    return {k: [r["position"] for r in found.get(k, [])] for k in newest}
+
+
+def test_ingest_stores_change_points_that_equal_all_of_them_computed_again(tmp_path):
+    """Ingests of 150, then 60, then 1, then 29 commits: after each, the stored change points
+    of every series are those of its whole history computed again; synth's known steps
+    (triton's kernel 10% faster at commit 150, torch 2.11 at 180) are among them."""
+    files = history_files(tmp_path, 240)
+    store = Store(tmp_path / "s.duckdb")
+    done = 0
+    for i, size in enumerate((150, 60, 1, 29)):
+        report = ingest_files(store, files[done : done + size], tmp_path, f"b{i}")
+        done += size
+        assert len(report.stored) == size and report.series > 0
+        assert stored_positions(store) == every_series(store)
+    found = stored_positions(store)
+    triton = [k for k in found if k[2] == "gpu_us" and "backend=triton" in k[3]]
+    assert triton and all(120 in found[k] for k in triton)
+    host = [k for k in found if k[2] == "host_us"]
+    assert host and all(180 in found[k] for k in host)
+
+
+def test_a_new_run_updates_only_its_series_and_reingest_changes_nothing(tmp_path):
+    files = history_files(tmp_path, 130)
+    store = Store(tmp_path / "s.duckdb")
+    ingest_files(store, files[:-1], tmp_path, "old")
+    other = synth.write_history(tmp_path / "other", 40, machine="synthetic-ada", seed=3)
+    ingest(store, [other], branch="main")
+
+    def tables():
+        with store._connect() as con:
+            return {t: sorted(con.execute(f"SELECT * FROM {t}").fetchall(), key=str)
+                    for t in ("change_point_series", "change_points")}  # fmt: skip
+
+    before = tables()
+    report = ingest_files(store, files[:-1], tmp_path, "again")  # already stored: nothing moves
+    assert len(report.duplicate) == len(files) - 1 and report.series == 0
+    assert tables() == before
+    report = ingest_files(store, files[-1:], tmp_path, "new")
+    after = tables()
+    changed = [s for s in after["change_point_series"] if s not in before["change_point_series"]]
+    # every series of the new run's machine moved on by one point; the other machine's none
+    assert len(changed) == report.series > 0
+    assert {s[1] for s in changed} == {synth.MACHINE}
+    assert all(s[6] == 130 for s in changed)  # points: all 130 commits
+    ada = [s for s in after["change_point_series"] if s[1] == "synthetic-ada"]
+    assert ada and all(s in before["change_point_series"] for s in ada)
+    assert stored_positions(store) == every_series(store)
+
+
+def test_detect_reads_the_stored_points_and_judges_as_the_rows_do(tmp_path, capsys):
+    """``stored_histories`` (SQL lookback, stored change points) against ``histories`` over
+    every row: the same series, statuses, lookback figures and change points; ``detect`` on
+    a store whose change points were never stored computes them (and says the same)."""
+    files = history_files(tmp_path, 160)
+    store = Store(tmp_path / "s.duckdb")
+    ingest_files(store, files, tmp_path, "all")
+    rows = [r for r in store.series(machine=synth.MACHINE)]
+    old = {(r.key, r.status, r.latest_change, tuple(r.points[i].commit_hash for i in
+            r.change_points)) for r in detect.histories(rows, POLICIES, last=200)}  # fmt: skip
+    reports = detect.stored_histories(store, synth.MACHINE, POLICIES, last=200)
+    new = {(r.key, r.status, r.latest_change, tuple(r.points[i].commit_hash for i in
+            r.change_points)) for r in reports}  # fmt: skip
+    assert new == old and any(r.change_points for r in reports)
+    assert cli.main(["detect", "--store", str(tmp_path / "s.duckdb"), "--machine",
+                     synth.MACHINE]) == 0  # fmt: skip
+    stored_out = capsys.readouterr().out
+    with store._connect(write=True) as con:  # as a store made before change points were kept
+        con.execute("DELETE FROM change_points; DELETE FROM change_point_series")
+    assert cli.main(["detect", "--store", str(tmp_path / "s.duckdb"), "--machine",
+                     synth.MACHINE]) == 0  # fmt: skip
+    assert capsys.readouterr().out == stored_out
+    assert "### Change points" in stored_out
+
+
+def test_the_scale_store_has_its_known_events(tmp_path):
+    """``synth.write_store`` (small): the runs and cells asked for, and
+    the known steps found where ``scale_events`` says."""
+    path = tmp_path / "scale.duckdb"
+    counts = synth.write_store(path, runs=300, cells=30, machines=2)
+    assert counts == {"runs": 600, "measurements": 600 * 30}
+    store = Store(path)
+    assert changepoints.rebuild(store, policies=POLICIES) == 2 * 30
+    events = synth.scale_events(300, 2)
+    found = stored_positions(store, "synthetic-h100")
+    for (_, bench, metric, key), cps in found.items():  # an outlier beside a step: two
+        known = events[("synthetic-h100", bench, metric, key)]
+        assert all(any(abs(c - e) <= 3 for c in cps) for e in known), (key, cps)
+        assert all(any(abs(c - e) <= 3 for e in known) for c in cps), (key, cps)
+    with pytest.raises(ValueError, match="exists"):
+        synth.write_store(path, runs=1, cells=1, machines=1)
+
+
+def test_detect_never_reads_every_row_into_python(tmp_path, monkeypatch, capsys):
+    """``detect`` reads the lookback in SQL and the stored change points: it never asks the
+    store for the series' rows (before, it read every row of the machine: 1.06 GB for 240k
+    rows, issue 35), and it flags the scale store's planted regression of the newest run."""
+    path = tmp_path / "scale.duckdb"
+    synth.write_store(path, runs=60, cells=750, machines=1)
+    changepoints.rebuild(Store(path), policies=POLICIES)
+
+    def every_row(*a, **k):
+        raise AssertionError("detect read every row of the series")
+
+    monkeypatch.setattr(Store, "series", every_row)
+    monkeypatch.setattr(Store, "measurements", every_row)
+    code = cli.main(["detect", "--store", str(path), "--machine", "synthetic-h100"])
+    out = capsys.readouterr().out
+    flagged = [line for line in out.splitlines() if line.endswith("| regression |")]
+    assert code == 1
+    for lengths in ("mixed", "uniform"):  # the planted ones (an outlier run may add one)
+        cell = f"backend=triton,batch=64,geometry=deit_b,lengths={lengths},prune=0.8"
+        assert any(cell in line for line in flagged), out
