@@ -448,8 +448,10 @@ def test_a_pipe_in_a_param_value_keeps_the_overview_table(pipes):
     with screenshots.serve(pipes) as url, screenshots.browser() as page:
         screenshots.open_page(page, url, "Overview")
         rows = page.locator("[data-testid='stMarkdownContainer'] table tbody tr").all()
-        assert rows  # the gate's failed cell, and the latest commit's failed cells
-        for row in rows:
-            cells = row.locator("td").all_inner_texts()
-            assert cells[:2] == ["regex.Match.time_match pattern=a|b", "failed"], cells
-            assert len(cells) == 3, cells
+        cells_of = [r.locator("td").all_inner_texts() for r in rows]
+        piped = [cells for cells in cells_of if "pattern=a|b" in cells[0]]
+        # the gate's failed cell and the latest commit's failed cells (the other cells of
+        # time_match are judged too, by asv's kind: their rows beside them)
+        assert piped and all(c[:2] == ["regex.Match.time_match pattern=a|b", "failed"]
+                             for c in piped), cells_of  # fmt: skip
+        assert all(len(cells) == 3 for cells in cells_of), cells_of
