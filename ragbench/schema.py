@@ -132,6 +132,14 @@ UPDATE runs SET environment = nullif(concat_ws(', ',
  WHERE environment IS NULL AND source = 'pytest-benchmark';
 UPDATE runs SET env_key = left(sha256(environment), 12) WHERE environment IS NOT NULL;
 """
+# Schema 4: the stored change points (ragbench.changepoints) keyed by the series' environment.
+# A store of schema 3 may hold no such tables, or tables of another layout (main's history has
+# commits of both): an older store's are dropped and made anew; they are derived data, which
+# `detect` computes in memory until `ragbench changepoints` stores them again.
+DROP_CHANGE_POINTS = """
+DROP TABLE IF EXISTS change_points;
+DROP TABLE IF EXISTS change_point_series;
+"""
 # Schema 1 -> 2: a status per measurement; acceptances name their pull request and the commit
 # they were given on (a main commit's carried copy names the PR head). Schema 2 -> 3 also:
 # asv's 99% confidence interval of each value (``stats_ci_99_a``/``_b``), which judges a cell

@@ -71,6 +71,7 @@ from .lake import maintain as lake_maintain
 from .lake import snapshot as lake_snapshot
 from .schema import (
     ACCEPTANCE_KEY,
+    DROP_CHANGE_POINTS,
     HIGHER_IS_BETTER,
     INSERT_COLUMNS,
     MIGRATIONS,
@@ -84,7 +85,7 @@ DEFAULT_PATH = Path("results/perf.duckdb")
 ENV_VAR = "RAGBENCH_STORE"
 BRANCH_VAR = "RAGBENCH_BRANCH"
 HISTORY_BRANCH = "main"
-SCHEMA_VERSION = 3  # a new table, column or view needs a new version: that is what migrates
+SCHEMA_VERSION = 4  # a new table, column or view needs a new version: that is what migrates
 # The environment fields that move figures: a change of any is an environment change.
 ENV_FIELDS = ("gpu", "driver", "cuda", "torch", "triton", "python")
 # Parameters that name the thing being compared (a backend or a pipeline) in a cell.
@@ -659,6 +660,8 @@ class Store:
                     raise StoreMissing(self._missing())
                 con.execute("BEGIN TRANSACTION")
                 try:
+                    if version is not None and version < 4:
+                        con.execute(DROP_CHANGE_POINTS)
                     con.execute(lake_ddl(TABLES) if self.lake else TABLES)
                     con.execute(MIGRATIONS)
                     con.execute(VIEWS)

@@ -1,7 +1,7 @@
 """A synthetic history: asv result files for many commits, to exercise the store at scale; and
 a store of years of history written straight into DuckDB (``write_store``):
 
-    python -m ragbench.synth --store PATH --runs 10000 --cells 750 --machines 3
+    .venv/bin/python -m ragbench.synth --store PATH --runs 10000 --cells 750 --machines 3
 
 For the suite's own benchmarks (a store of 1,000 commits: ingest speed, query times) and the
 dashboard's tests. The files have the layout and columns of real asv results (with a
@@ -154,7 +154,7 @@ def write_history(out: Path, commits: int = 1000, samples: int = 10, seed: int =
 
 # --- a store at scale, written directly in DuckDB -------------------------------------------
 #
-#   python -m ragbench.synth --store PATH --runs 10000 --cells 750 --machines 3
+#   .venv/bin/python -m ragbench.synth --store PATH --runs 10000 --cells 750 --machines 3
 #
 # writes ``runs`` commits x ``cells`` cells x ``machines`` machines straight into a new store's
 # tables (the real schema, ``ragbench/schema.py``) with bulk SQL: 22.5M measurement rows in

@@ -261,3 +261,26 @@ def test_detect_never_reads_every_row_into_python(tmp_path, monkeypatch, capsys)
     for lengths in ("mixed", "uniform"):  # the planted ones (an outlier run may add one)
         cell = f"backend=triton,batch=64,geometry=deit_b,lengths={lengths},prune=0.8"
         assert any(cell in line for line in flagged), out
+
+
+@pytest.mark.parametrize("tables", ["none", "other layout"])
+def test_a_schema_3_store_gets_its_change_point_tables_anew(tmp_path, tables):
+    """Main's history holds commits whose schema 3 had no change-point tables, and commits whose
+    tables were keyed by ``env_name``: a store either left is brought to schema 4 by the next
+    writer (its tables made anew, then filled by that ingest), never "table does not exist"."""
+    import duckdb
+
+    files = history_files(tmp_path, 12)
+    path = tmp_path / "s.duckdb"
+    ingest_files(Store(path), files[:10], tmp_path, "b0")
+    con = duckdb.connect(str(path))
+    con.execute("DROP TABLE change_points; DROP TABLE change_point_series")
+    if tables == "other layout":
+        con.execute("CREATE TABLE change_point_series (branch VARCHAR, machine VARCHAR, "
+                    "env_name VARCHAR, benchmark VARCHAR)")  # fmt: skip
+    con.execute("UPDATE meta SET value = '3' WHERE key = 'schema_version'")
+    con.close()
+    report = ingest_files(Store(path), files[10:], tmp_path, "b1")
+    assert len(report.stored) == 2 and report.series > 0
+    store = Store(path, read_only=True)
+    assert stored_positions(store) == every_series(store)
