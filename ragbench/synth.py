@@ -380,7 +380,7 @@ def main(argv: list[str] | None = None) -> int:
     import argparse
     import time
 
-    ap = argparse.ArgumentParser(prog="python -m ragbench.synth", description=(
+    ap = argparse.ArgumentParser(prog=".venv/bin/python -m ragbench.synth", description=(
         "Write the scale store: RUNS commits x CELLS cells x MACHINES machines straight into a "
         "new DuckDB store (known events: ragbench/synth.py)."))  # fmt: skip
     ap.add_argument("--store", type=Path, required=True, help="a new file")
@@ -392,7 +392,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         counts = write_store(args.store, args.runs, args.cells, args.machines)
     except ValueError as exc:
-        print(f"python -m ragbench.synth: error: {exc}")
+        print(f"ragbench.synth: error: {exc}")
         return 2
     print(f"{args.store}: {counts['runs']:,} runs, {counts['measurements']:,} measurements "
           f"in {time.monotonic() - start:.0f} s")  # fmt: skip
