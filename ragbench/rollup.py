@@ -28,6 +28,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from . import schema
+from .lake import DUCKDB_CONFIG, quiet
 from .store import SCHEMA_VERSION, Store
 
 # the series' order: what a page filters on, most selective first
@@ -57,8 +58,8 @@ def _opened(path: Path) -> Iterator:
     with open(f"{path}.lock", "a") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         # a sort of 22.5M rows took 10.8 GB unbounded: bounded, it spills beside the rollup
-        con = duckdb.connect(str(path), config={"memory_limit": MEMORY,
-                                                "temp_directory": f"{path}.tmp"})  # fmt: skip
+        con = quiet(duckdb.connect(str(path), config={
+            **DUCKDB_CONFIG, "memory_limit": MEMORY, "temp_directory": f"{path}.tmp"}))  # fmt: skip
         try:
             yield con
         finally:
