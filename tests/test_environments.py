@@ -85,6 +85,13 @@ def test_asv_environments_are_series_of_their_own(tmp_path):
     assert all(len(r.points) == 8 and not r.change_points for r in reports)
 
 
+def stored_gate(db: Path, machine: str, tmp_path: Path) -> tuple:
+    """``ragbench gate --stored`` of commit 0 against commit 1 on ``machine``: its arguments."""
+    return ("gate", "--stored", "--store", db, "--machine", machine, "--base", sha(0),
+            "--head", sha(1), "--paired-processes", "0", "--no-drift", "--policies",
+            _policies(tmp_path))  # fmt: skip
+
+
 def _policies(tmp_path: Path, extra: str = "") -> Path:
     path = tmp_path / "policies.toml"
     path.write_text(LATENCY + extra)
@@ -98,23 +105,7 @@ def test_the_stored_gate_refuses_two_environments_and_says_how(tmp_path):
     two_pythons(tmp_path / "r", commits=2)
     db = tmp_path / "s.duckdb"
     ingest.ingest(Store(db), [tmp_path / "r"], branch="main")
-    gate = (
-        "gate",
-        "--stored",
-        "--store",
-        db,
-        "--machine",
-        "m",
-        "--base",
-        sha(0),
-        "--head",
-        sha(1),
-        "--paired-processes",
-        "0",
-        "--no-drift",
-        "--policies",
-        _policies(tmp_path),
-    )
+    gate = stored_gate(db, "m", tmp_path)
     out = ragbench(*gate)
     assert out.returncode == 2 and "Traceback" not in out.stderr, out.stderr
     line = out.stderr.strip().splitlines()[-1]
@@ -207,23 +198,7 @@ def test_the_gate_refuses_python_38_against_310_and_says_so(tmp_path):
             t="2026-11-20T11:05:00+00:00")  # fmt: skip
     db = tmp_path / "s.duckdb"
     ingest.ingest(Store(db), [tmp_path / "a.json", tmp_path / "b.json"])
-    gate = (
-        "gate",
-        "--stored",
-        "--store",
-        db,
-        "--machine",
-        "ci",
-        "--base",
-        sha(0),
-        "--head",
-        sha(1),
-        "--paired-processes",
-        "0",
-        "--no-drift",
-        "--policies",
-        _policies(tmp_path),
-    )
+    gate = stored_gate(db, "ci", tmp_path)
     out = ragbench(*gate)
     assert out.returncode == 2, out.stdout + out.stderr
     assert "base ran in python 3.8, AMD EPYC" in out.stderr
