@@ -206,12 +206,24 @@ def test_detect_reads_the_stored_points_and_judges_as_the_rows_do(tmp_path, caps
     store = Store(tmp_path / "s.duckdb")
     ingest_files(store, files, tmp_path, "all")
     rows = [r for r in store.series(machine=synth.MACHINE)]
-    old = {(r.key, r.status, r.latest_change, tuple(r.points[i].commit_hash for i in
-            r.change_points)) for r in detect.histories(rows, POLICIES, last=200)}  # fmt: skip
+    commits = sorted({(r["commit_time"], r["commit_hash"]) for r in rows})
+    cells = sorted(r.key for r in detect.histories(rows, POLICIES, change_points=False)
+                   if r.latest_z is not None)  # fmt: skip
+    # acceptances move the lookback's start (mid-history) and the newest point's status
+    for at in (100, -5):  # the newest of them starts the lookback: 4 points, not 10
+        store.accept(commits[at][1], *cells[0], "expected", "maintainer")
+    store.accept(commits[-1][1], *cells[1], "expected", "maintainer")
+    acceptances = store.acceptances()
+
+    def judged(reports):
+        return {(r.key, r.status, r.latest_change, r.latest_z,
+                 tuple(r.points[i].commit_hash for i in r.change_points),
+                 tuple(r.points[i].commit_hash for i in r.accepted)) for r in reports}  # fmt: skip
+
+    old = judged(detect.histories(rows, POLICIES, last=200, acceptances=acceptances))
     reports = detect.stored_histories(store, synth.MACHINE, POLICIES, last=200)
-    new = {(r.key, r.status, r.latest_change, tuple(r.points[i].commit_hash for i in
-            r.change_points)) for r in reports}  # fmt: skip
-    assert new == old and any(r.change_points for r in reports)
+    assert judged(reports) == old and any(r.change_points for r in reports)
+    assert sum(bool(r.accepted) for r in reports) == 2
     assert cli.main(["detect", "--store", str(tmp_path / "s.duckdb"), "--machine",
                      synth.MACHINE]) == 0  # fmt: skip
     stored_out = capsys.readouterr().out
