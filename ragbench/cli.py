@@ -132,7 +132,12 @@ def _store_copy(args) -> int:
     source = Store(args.source, read_only=True, on_wait=_log)
     target = Store(args.target, on_wait=_log)
     t0 = time.perf_counter()
-    added = target.copy_from(source)
+    added, behind = target.copy_from(source)
+    if behind:
+        from . import changepoints
+
+        n = changepoints.update(target, behind, detect.load_policies(args.policies))
+        _log(f"ragbench store copy: the change points of {n} series brought up to date")
     _log(f"ragbench store copy: {source.name} -> {target.name} in "
          f"{time.perf_counter() - t0:.1f} s: " + ", ".join(f"{n} {t}" for t, n in added.items())
          + " added")  # fmt: skip
@@ -536,13 +541,16 @@ def parser() -> argparse.ArgumentParser:
         "copy",
         help="copy every run, acceptance and gate verdict that TO lacks from FROM",
         description="Copy FROM's runs (measurements, raw samples, labels), acceptances and "
-        "gate verdicts that TO lacks into TO, in one transaction, run ids kept: a runner's "
+        "gate verdicts that TO lacks into TO, in one transaction, run ids kept, with the "
+        "stored change points (those of a machine TO had runs of are brought up to date): a "
+        "runner's "
         "file into the lake, or the lake into a file for a local look. Run again, it adds "
         "nothing. Prints the rows added per table (JSON).",
     )
     c.add_argument("source", metavar="FROM", type=store_spec, help="a store (file or lake)")
     c.add_argument("target", metavar="TO", type=store_spec,
                    help="a store (file or lake), created if needed")  # fmt: skip
+    _policies_arg(c)  # main's change-point settings, for the copied runs' series
     c.set_defaults(func=_store_copy)
     mt = ssub.add_parser(
         "maintain",

@@ -949,10 +949,13 @@ class Store:
                 paths.append(path)
         return paths
 
-    def copy_from(self, source: Store) -> dict[str, int]:
+    def copy_from(self, source: Store) -> tuple[dict[str, int], list[str]]:
         """Every run (its measurements, raw samples and label with it), acceptance and gate
-        verdict of ``source`` that this store lacks, in one transaction, run ids kept; ->
-        rows added per table (a second copy adds none)."""
+        verdict of ``source`` that this store lacks, in one transaction, run ids kept, and the
+        stored change points of each branch and machine this store had no run of (its series
+        are then the source's, point for point); -> rows added per table (a second copy adds
+        none), and the runs added to a branch and machine this store had runs of: their
+        change points are to be brought up to date (``changepoints.update``)."""
         import duckdb
 
         source.counts()  # a readable ragbench store of this schema, or StoreError
@@ -972,6 +975,11 @@ class Store:
                         f"(SELECT run_id FROM {alias}.runs)")  # fmt: skip
             con.execute(f"DELETE FROM meta WHERE key IN (SELECT '{CLAIM}' || run_id FROM "
                         f"{alias}.runs)")  # fmt: skip
+            had = set(con.execute("SELECT DISTINCT branch, machine FROM runs").fetchall())
+            runs = con.execute(f"SELECT run_id, branch, machine FROM {alias}.runs WHERE run_id "
+                               "NOT IN (SELECT run_id FROM runs)").fetchall()  # fmt: skip
+            fresh = sorted({(b, m) for _, b, m in runs if b is not None and (b, m) not in had})
+            behind[:] = [r for r, b, m in runs if (b, m) in had]
             added = {}
             for table, select in (
                 ("measurements", new_runs.format(t="measurements")),  # before their runs
@@ -981,8 +989,18 @@ class Store:
                 ("gates", missing.format(a=alias, t="gates", on=key(("pr", "head")))),
             ):  # fmt: skip
                 ((added[table],),) = con.execute(f"INSERT INTO {table} BY NAME {select}").fetchall()
+            series = ("branch", "machine", "environment", "benchmark", "metric", "param_key")
+            for table in ("change_point_series", "change_points"):
+                added[table] = 0
+                for branch, machine in fresh:
+                    ((n,),) = con.execute(
+                        f"INSERT INTO {table} BY NAME SELECT * FROM {alias}.{table} s WHERE "
+                        f"s.branch = ? AND s.machine = ? AND NOT EXISTS (SELECT 1 FROM {table} "
+                        f"d WHERE {key(series)})", [branch, machine]).fetchall()  # fmt: skip
+                    added[table] += n
             return added
 
+        behind: list[str] = []
         with self.writing():
             con = self._held()
             try:
@@ -990,7 +1008,7 @@ class Store:
                     source.lake.attach(con, alias, read_only=True)
                 else:
                     con.execute(f"ATTACH '{_sql_text(source.path)}' AS {alias} (READ_ONLY)")
-                return self._write(work)
+                return self._write(work), behind
             except duckdb.Error as exc:
                 raise StoreError(f"copying {source.name} into {self.name}: "
                                  f"{redact(one_line(str(exc)))}") from None  # fmt: skip

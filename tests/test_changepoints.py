@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import json
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -13,6 +15,8 @@ import pytest
 from ragbench import changepoints, cli, detect, stats, synth
 from ragbench.ingest import ingest
 from ragbench.store import Store
+
+REPO = Path(__file__).resolve().parent.parent
 
 POLICIES = detect.load_policies()
 SETTINGS = changepoints.Settings.of(POLICIES)
@@ -296,3 +300,31 @@ def test_a_schema_3_store_gets_its_change_point_tables_anew(tmp_path, tables):
     assert len(report.stored) == 2 and report.series > 0
     store = Store(path, read_only=True)
     assert stored_positions(store) == every_series(store)
+
+
+def test_a_copy_brings_the_change_points_with_the_runs(tmp_path):
+    """``ragbench store copy``: into a store without the machine, the stored change points come
+    with the runs (none computed again); into one with it, the copied runs' series are brought
+    up to date. Either way, what is stored equals every series computed again."""
+    files = history_files(tmp_path, 130)
+    source = Store(tmp_path / "source.duckdb")
+    ingest_files(source, files[:100], tmp_path, "first")
+    target = tmp_path / "target.duckdb"
+
+    def copy():
+        out = subprocess.run([sys.executable, "-m", "ragbench", "store", "copy",
+                              str(source.path), str(target)], capture_output=True, text=True,
+                             cwd=REPO)  # fmt: skip
+        assert out.returncode == 0, out.stderr
+        return json.loads(out.stdout), out.stderr
+
+    added, log = copy()
+    assert added["change_point_series"] > 0 and added["change_points"] > 0
+    assert "brought up to date" not in log
+    copied = Store(target, read_only=True)
+    assert stored_positions(copied) == stored_positions(source) == every_series(copied)
+    ingest_files(source, files[100:], tmp_path, "later")
+    added, log = copy()
+    assert added["runs"] == 30 and added["change_point_series"] == 0
+    assert "the change points of" in log and "series brought up to date" in log
+    assert stored_positions(copied) == every_series(copied) == stored_positions(source)

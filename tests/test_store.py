@@ -346,7 +346,7 @@ def test_a_schema_1_store_is_migrated_and_keeps_its_rows(tmp_path):
 
 def table_rows(store: Store) -> dict[str, list]:
     """Every row of every table (``ingested_at`` and the like included), sorted."""
-    names = ("runs", "measurements", "acceptances", "gates")
+    names = ("runs", "measurements", "acceptances", "gates", "change_point_series", "change_points")
     with store._connect() as con:
         return {t: sorted(map(repr, con.execute(f"SELECT * FROM {t}").fetchall())) for t in names}
 
@@ -373,7 +373,7 @@ def test_copy_file_to_lake_to_file_round_trips_every_row(quick_run, tmp_path, po
 
     added = copy(first, lake)
     assert added["runs"] == 3 and added["acceptances"] == added["gates"] == 1
-    assert copy(first, lake) == {"measurements": 0, "runs": 0, "acceptances": 0, "gates": 0}
+    assert not any(copy(first, lake).values())
     copy(lake, back)
     expected = table_rows(Store(first, read_only=True))
     assert table_rows(Store(lake, read_only=True)) == expected
@@ -483,7 +483,7 @@ def test_a_lake_with_its_data_in_s3(quick_run, tmp_path, postgres, monkeypatch):
         store = Store(lake, read_only=True)
         assert len(store.runs()) == 1 and any(r["samples"] for r in store.series(samples=True))
         back = Store(tmp_path / "back.duckdb")
-        assert back.copy_from(store)["runs"] == 1
+        assert back.copy_from(store)[0]["runs"] == 1
         assert table_rows(back) == table_rows(store)
         assert Store(lake).maintain()["files_after"] > 0
     finally:
