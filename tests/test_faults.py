@@ -30,6 +30,10 @@ from scripts.fail_closed import FAULTS
 from scripts.fake_github import FakeGitHub
 
 VENV = Path(sys.executable).parent.parent
+# make's set-up taken as done: this .venv is the one running the tests, and a copy's `make setup`
+# (its pyproject.toml differs from the one the stamp was made for) would install that copy,
+# a temporary directory, into it
+STAMP = f"STAMP={VENV}/pyvenv.cfg"
 KERNEL_ERROR = r"^cpu\.KernelError"  # the cheapest table through asv: ~20 s a run here
 
 
@@ -75,7 +79,7 @@ def test_a_kernel_that_raises_fails_the_gate_and_is_stored_and_shown_as_failed(t
     head = commit(repo, "ragged/attention.py", FAULTS["raise"], "triton raises (planted)")
     store = tmp_path / "perf.duckdb"
     out = subprocess.run(
-        ["make", "bench-main", f"VENV={VENV}", f"STORE={store}", f"BEFORE={base}~1",
+        ["make", "bench-main", f"VENV={VENV}", STAMP, f"STORE={store}", f"BEFORE={base}~1",
          f"AFTER={head}", f"BENCH={KERNEL_ERROR}"], cwd=repo, capture_output=True, text=True,
         env={**os.environ, "RAGBENCH_MACHINE": "ci"}, timeout=900,
     )  # fmt: skip
@@ -178,7 +182,7 @@ def test_bench_summary_fails_and_says_so_when_detect_cannot_run(tmp_path):
     corrupt = tmp_path / "corrupt.duckdb"
     corrupt.write_bytes(b"junk" * 100)
     summary = tmp_path / "summary.md"
-    out = subprocess.run(["make", "bench-summary", f"VENV={VENV}", f"STORE={corrupt}"],
+    out = subprocess.run(["make", "bench-summary", f"VENV={VENV}", STAMP, f"STORE={corrupt}"],
                          cwd=REPO, capture_output=True, text=True,
                          env={**os.environ, "GITHUB_STEP_SUMMARY": str(summary)})  # fmt: skip
     assert out.returncode != 0, out.stdout + out.stderr

@@ -602,14 +602,15 @@ def test_files_are_read_before_the_store_is_opened_and_refused_ones_never_open_i
 
 def test_a_large_run_is_written_in_slices_each_its_own_connection(tmp_path, monkeypatch):
     """A run of more rows than ``SLICE_ROWS`` is written in transactions of at most that many;
-    with no time to share a connection (``WRITE_SLICE`` 0), each one opens and closes the file,
-    so a reader waits for one slice at most. The run shows whole, and a second ingest of it
+    with no time to share a connection (``WRITE_SLICE``, ``WRITE_HOLD`` 0), each one opens and
+    closes the file, so a reader waits for one slice at most. The run shows whole, and a second ingest of it
     stores nothing."""
     import ragbench.store as S
     from scripts.reader_wait import big_result
 
     monkeypatch.setattr(S, "SLICE_ROWS", 1_000)
     monkeypatch.setattr(S, "WRITE_SLICE", 0.0)
+    monkeypatch.setattr(S, "WRITE_HOLD", 0.0)
     big_result(tmp_path / "big", 4_500)
     path = tmp_path / "s.duckdb"
     store = Store(path)
@@ -634,7 +635,8 @@ def test_a_large_run_is_written_in_slices_each_its_own_connection(tmp_path, monk
 SLICED = """
 import os, signal, sys
 import ragbench.store as S
-S.SLICE_ROWS, S.WRITE_SLICE = 500, 0.0  # a transaction of 500 rows, and a connection each
+S.SLICE_ROWS, S.WRITE_SLICE, S.WRITE_HOLD = 500, 0.0, 0.0  # 500 rows a transaction, and a
+# connection each
 die_at = int(os.environ.get("DIE_AT_SLICE", "0"))
 insert, calls = S.Store._insert_rows, []
 def inserting(con, cols, start, stop):
@@ -921,3 +923,35 @@ def test_a_new_file_store_is_made_aside_and_linked_whole(tmp_path, monkeypatch):
     with Store(second) as store:
         assert store.counts()["runs"] == 0  # its file, given the schema
     assert sorted(p.name for p in tmp_path.iterdir()) == [path.name, second.name]
+
+
+def test_a_writer_keeps_the_file_until_a_process_waits_for_it(tmp_path, monkeypatch):
+    """Between transactions an ingest closes the file (a checkpoint each time) only once a
+    process waits for it, which that process says by touching ``waiting_marker``; with nobody
+    waiting, after ``WRITE_HOLD``."""
+    import ragbench.store as S
+
+    path = tmp_path / "s.duckdb"
+    writer = Store(path)
+    monkeypatch.setattr(S, "WRITE_SLICE", 0.0)
+    monkeypatch.setattr(S, "WRITE_HOLD", 3600.0)
+    with writer.writing():
+        writer._held()
+        writer.yield_slice()
+        assert writer._writer is not None  # nobody waits: kept
+    holder = (f"import duckdb, time; c = duckdb.connect({str(path)!r}); print('held', "
+              "flush=True); time.sleep(60)")  # fmt: skip
+    proc = subprocess.Popen([sys.executable, "-c", holder], stdout=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout.readline().strip() == "held"
+        assert not writer.waiting_marker.exists()
+        with pytest.raises(S.StoreLocked):  # the holder never lets go; the reader said it waits
+            Store(path, read_only=True, lock_timeout=1.0)._open(write=False)
+        assert writer.waiting_marker.exists()
+    finally:
+        proc.kill()
+        proc.wait()
+    with writer.writing():
+        writer._held()
+        writer.yield_slice()
+        assert writer._writer is None and not writer.waiting_marker.exists()  # let go
