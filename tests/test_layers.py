@@ -1,5 +1,6 @@
 """Who may import whom, read from the source (ast, every import statement: at module level and
-inside functions alike): the packages never import the scripts a user runs nor the experiments."""
+inside functions alike): the packages never import the scripts a user runs nor the experiments,
+and the kernel's modules import one another without a circle."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ from pathlib import Path
 from conftest import REPO
 
 PACKAGES = ("ragged", "benchmarks", "ragbench", "dashboard")
+KERNEL_CIRCLE = ("attention", "fastpath", "tuning")  # the modules that imported each other
 
 
 def module_name(path: Path) -> str:
@@ -58,3 +60,41 @@ def test_the_check_sees_an_import_inside_a_function(tmp_path, monkeypatch):
     assert imports(pkg / "late.py") == {"scripts.demo", "scripts.demo.main", "ragbench",
                                         "ragbench.x"}  # fmt: skip
 
+
+def cycle(graph: dict[str, set[str]]) -> list[str] | None:
+    """A circle in ``graph`` (module -> the modules it imports), or None."""
+    state: dict[str, int] = {}  # 1: on the current path, 2: done
+    path: list[str] = []
+
+    def visit(node: str) -> list[str] | None:
+        state[node] = 1
+        path.append(node)
+        for nxt in sorted(graph.get(node, ())):
+            if state.get(nxt) == 1:
+                return [*path[path.index(nxt) :], nxt]
+            if nxt not in state and (found := visit(nxt)):
+                return found
+        path.pop()
+        state[node] = 2
+        return None
+
+    for node in sorted(graph):
+        if node not in state and (found := visit(node)):
+            return found
+    return None
+
+
+def test_the_kernel_modules_import_each_other_without_a_circle():
+    """attention, fastpath and tuning once imported each other (some imports inside functions
+    to dodge the circle); now the table (config.py) and the kept launches (kept.py) sit below
+    them, and no import, at any level, closes a circle among ragged.kernels' modules."""
+    kernels = REPO / "ragged" / "kernels"
+    names = {p.stem for p in kernels.glob("*.py") if p.stem != "__init__"}
+    assert set(KERNEL_CIRCLE) <= names
+    graph = {}
+    for name in names:
+        found = imports(kernels / f"{name}.py")
+        graph[name] = {n.split(".")[2] for n in found if n.startswith("ragged.kernels.")} & names
+    assert cycle(graph) is None, cycle(graph)
+    assert cycle({"attention": {"tuning"}, "tuning": {"config", "attention"}}) == [
+        "attention", "tuning", "attention"]  # fmt: skip
