@@ -4,7 +4,8 @@ a store of years of history written straight into DuckDB (``write_store``):
     .venv/bin/python -m ragbench.synth --store PATH --runs 10000 --cells 750 --machines 3
 
 For the suite's own benchmarks (a store of 1,000 commits: ingest speed, query times) and the
-dashboard's tests. The files have the layout and columns of real asv results (with a
+dashboard's tests; ``big_result``: one large result file, for the store's write tests and
+experiments/reader_wait.py. The files have the layout and columns of real asv results (with a
 fingerprint beside each), so they go through the real ingest path. Machine ``synthetic``,
 commit hashes derived from ``synthetic-<i>``: nothing here is a measurement, and the machine
 name says so wherever the runs show.
@@ -193,6 +194,36 @@ SCALE_ENV = [  # (from commit fraction, fingerprint fields)
             "python": "3.12.3"}),
 ]  # fmt: skip
 MAX_SCALE_CELLS = 750
+
+
+BIG_BENCH = "kernel.Big.track_gpu_us"
+
+
+def big_result(out: Path, cells: int, index: int = 0, refuse: bool = False) -> Path:
+    """An asv results directory under ``out`` holding one result file of ``cells`` cells of one
+    benchmark (two axes), each a value and its quartiles; ``refuse``: the last cell's value is
+    negative, so the file is refused only after all of it was read and checked. -> the file."""
+    side = int(cells**0.5)
+    axes = [list(range(side)), list(range(cells // side))]
+    n = len(axes[0]) * len(axes[1])
+    (out / MACHINE).mkdir(parents=True, exist_ok=True)
+    bench = {"name": BIG_BENCH, "param_names": ["batch", "tokens"], "unit": "us", "type": "track",
+             "params": [[repr(v) for v in a] for a in axes], "version": "big-1"}  # fmt: skip
+    (out / "benchmarks.json").write_text(json.dumps({BIG_BENCH: bench, "version": 2}))
+    values = [round(10 + (i * 7919 % 1000) / 100, 2) for i in range(n)]
+    if refuse:
+        values[-1] = -1.0
+    t = 1.77e9 + index * 3600
+    row = [values, bench["params"], "big-1", int(t * 1e3), 1.0, None, None,
+           [round(v * 0.98, 2) for v in values], [round(v * 1.02, 2) for v in values],
+           None, None, None, None]  # fmt: skip
+    data = {"commit_hash": commit(100_000 + index), "env_name": "big", "date": int(t * 1e3),
+            "params": {"machine": MACHINE}, "python": "3.12", "requirements": {},
+            "env_vars": {}, "result_columns": COLUMNS, "results": {BIG_BENCH: row},
+            "durations": {}, "version": 2}  # fmt: skip
+    path = out / MACHINE / f"{data['commit_hash'][:8]}-big.json"
+    path.write_text(json.dumps(data, separators=(",", ":")))
+    return path
 
 
 def scale_cells(n: int = MAX_SCALE_CELLS) -> list[dict]:

@@ -72,7 +72,6 @@ from pathlib import Path
 from ragbench import trust
 from ragbench.github import MARKER
 from ragbench.store import Store
-from scripts.fail_closed import FAULTS
 from scripts.fake_github import FakeGitHub
 from scripts.workflow_expressions import RehearsalError
 from scripts.workflow_runner import (
@@ -264,7 +263,29 @@ PLANTED = (".gitconfig", ".config/pip/pip.conf", ".cache/ragged/build/ragged_fas
 APPROVAL = trust.LABEL
 
 
-# What the failing pull request appends to ragged/attention.py: every triton output NaN.
+# Planted faults, appended to ragged/attention.py: every triton output NaN (the failing pull
+# request here), or the triton backend raising (tests/test_faults.py; both:
+# experiments/fail_closed.py).
+FAULTS = {
+    "nan": """
+import dataclasses as _dc  # noqa: E402
+
+_real_triton = BACKENDS["triton"]
+BACKENDS["triton"] = _dc.replace(
+    _real_triton, run=lambda *a: _real_triton.run(*a).fill_(float("nan"))
+)
+""",
+    "raise": """
+import dataclasses as _dc  # noqa: E402
+
+
+def _broken(*args):
+    raise RuntimeError("a planted bug in the triton backend")
+
+
+BACKENDS["triton"] = _dc.replace(BACKENDS["triton"], run=_broken)
+""",
+}
 NAN_KERNEL = FAULTS["nan"]
 
 

@@ -106,3 +106,31 @@ def test_the_demos_next_steps_work_as_printed(tmp_path):
         assert out.returncode in (0, 1), (what, command, out.stdout[-2000:], out.stderr[-2000:])
         assert "Traceback" not in out.stderr, (command, out.stderr[-2000:])
     assert (repo / "results" / "parquet" / "runs.parquet").is_file()
+
+
+def test_the_readme_is_short_and_says_each_thing_once():
+    """A newcomer's five minutes: at most ~120 lines; the CI's time on a fresh clone in one
+    line of a fixed form (measured by running .ci/run); every link resolves."""
+    text = (REPO / "README.md").read_text()
+    assert len(text.splitlines()) <= 120
+    ci = re.findall(r"^\.ci/run on a fresh clone of this machine class takes about \d+ min$",
+                    text, re.M)  # fmt: skip
+    assert len(ci) == 1
+    for page in [REPO / "README.md", REPO / "experiments" / "README.md",
+                 *(REPO / "docs").glob("*.md")]:  # fmt: skip
+        for target in re.findall(r"\]\(([\w./-]*[A-Za-z][\w./-]*)(?:#[^)]*)?\)", page.read_text()):
+            assert (page.parent / target).exists(), (page.name, target)
+
+
+def test_scripts_and_experiments_are_each_named_where_a_reader_looks():
+    """Every module in scripts/ is in the README's layout row for it, and every experiment has
+    its row in experiments/README.md with the command that runs it; nothing named is missing."""
+    row = next(line for line in (REPO / "README.md").read_text().splitlines()
+               if line.startswith("| `scripts/` |"))  # fmt: skip
+    scripts = {p.stem for p in (REPO / "scripts").glob("*.py")} - {"__init__"}
+    assert set(re.findall(r"`(\w+)`", row)) == scripts
+    listing = (REPO / "experiments" / "README.md").read_text()
+    experiments = {p.stem for p in (REPO / "experiments").glob("*.py")} - {"__init__"}
+    assert set(re.findall(r"^\| `(\w+)` \|", listing, re.M)) == experiments
+    for name in experiments:
+        assert f"`.venv/bin/python -m experiments.{name}" in listing, name

@@ -46,10 +46,20 @@ def impl(request, monkeypatch):
 
 
 @pytest.fixture
-def recorder(impl, monkeypatch):
+def no_ready():
+    """``_ready`` emptied for the test, then given its entries back: emptied in place, as the
+    Python paths (``KA._ready``) and the C++ ones (``kernels.kept._ready``) read one dict."""
+    saved = dict(KA._ready)
+    KA._ready.clear()
+    yield
+    KA._ready.clear()
+    KA._ready.update(saved)
+
+
+@pytest.fixture
+def recorder(impl, no_ready, monkeypatch):
     """-> (calls, ready(q, max_seqlen)): a fake direct launcher registered for q's key."""
     calls = []
-    monkeypatch.setattr(KA, "_ready", {})
     monkeypatch.setattr(L, "_raw_stream", lambda device: 1234)
     monkeypatch.setattr(L, "_SINGLE_DEVICE", True)
 
@@ -237,8 +247,7 @@ def test_rejected_calls_still_get_the_checked_path_s_errors(recorder):
         ragged.varlen_attention(q, k, v, cu, True, validate=False)
 
 
-def test_only_a_directly_launched_plan_is_remembered(monkeypatch):
-    monkeypatch.setattr(KA, "_ready", {})
+def test_only_a_directly_launched_plan_is_remembered(no_ready):
     q, k, v, cu, max_seqlen = packed_qkv(LENGTHS, 2, 16)
     ragged.varlen_attention(q, k, v, cu, max_seqlen, validate=False)
     assert KA._ready == {}  # the interpreter launches nothing directly

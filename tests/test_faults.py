@@ -26,8 +26,8 @@ from ragbench.github import MARKER
 from ragbench.ingest import ingest
 from ragbench.store import Store
 from ragbench.verdicts import JSON_SCHEMA as SCHEMA
-from scripts.fail_closed import FAULTS
 from scripts.fake_github import FakeGitHub
+from scripts.rehearse import FAULTS
 
 VENV = Path(sys.executable).parent.parent
 # make's set-up taken as done: this .venv is the one running the tests, and a copy's `make setup`

@@ -561,7 +561,7 @@ class WriteConnections:
 def big_and_refused(dest: Path, cells: int) -> tuple[Path, Path]:
     """A results directory of one good file of ``cells`` cells and a synthetic history of 3
     files, and another of 3 large files each refused at its last cell."""
-    from scripts.reader_wait import big_result
+    from ragbench.synth import big_result
 
     big_result(dest / "good", cells)
     synth.write_history(dest / "good" / "history", 3)
@@ -606,7 +606,7 @@ def test_a_large_run_is_written_in_slices_each_its_own_connection(tmp_path, monk
     closes the file, so a reader waits for one slice at most. The run shows whole, and a second ingest of it
     stores nothing."""
     import ragbench.store as S
-    from scripts.reader_wait import big_result
+    from ragbench.synth import big_result
 
     monkeypatch.setattr(S, "SLICE_ROWS", 1_000)
     monkeypatch.setattr(S, "WRITE_SLICE", 0.0)
@@ -681,7 +681,7 @@ def test_a_reader_never_sees_half_a_sliced_run_and_two_writers_store_it_once(tmp
     """Two processes ingest the same 6,000-cell run in slices of 500 (and a run of their own)
     while this one reads: every read sees whole runs; the shared run is stored once (the
     second writer waits for the first's claim, then finds it stored)."""
-    from scripts.reader_wait import big_result
+    from ragbench.synth import big_result
 
     shared, mine = tmp_path / "shared", [tmp_path / "a", tmp_path / "b"]
     big_result(shared, 6_000)
@@ -707,7 +707,7 @@ def test_a_writer_killed_mid_run_leaves_nothing_seen_and_nothing_kept(tmp_path):
     """A writer killed after 3 of 12 slices: no reader sees its rows, ``store maintain``
     deletes them; killed again, the next ingest of the file takes its claim over and stores
     the run whole."""
-    from scripts.reader_wait import big_result
+    from ragbench.synth import big_result
 
     big_result(tmp_path / "big", 6_000)
     path = tmp_path / "s.duckdb"
@@ -734,7 +734,7 @@ def test_a_live_writers_claim_is_waited_for_and_a_dead_ones_taken_over(tmp_path,
 
     import ragbench.store as S
     from ragbench.ingest import parse
-    from scripts.reader_wait import big_result
+    from ragbench.synth import big_result
 
     monkeypatch.setattr(S, "SLICE_ROWS", 1_000)
     path = big_result(tmp_path / "big", 3_000)
@@ -761,7 +761,7 @@ def test_a_slice_the_store_refuses_refuses_the_file_and_leaves_no_row(tmp_path, 
     import duckdb
 
     import ragbench.store as S
-    from scripts.reader_wait import big_result
+    from ragbench.synth import big_result
 
     monkeypatch.setattr(S, "SLICE_ROWS", 1_000)
     big_result(tmp_path / "big", 4_000)

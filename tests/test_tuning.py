@@ -10,7 +10,7 @@ import pytest
 import torch
 import triton
 
-from ragged.kernels import attention, tuning
+from ragged.kernels import attention, config, tuning
 
 
 @pytest.fixture
@@ -22,7 +22,7 @@ def fake_gpu(monkeypatch, tmp_path):
     monkeypatch.setattr(torch.cuda, "get_device_name", lambda i=0: name["value"])
     monkeypatch.setattr(torch.cuda, "get_device_capability", lambda i=0: (8, 9))
     monkeypatch.setattr(torch.cuda, "is_current_stream_capturing", lambda: False)
-    monkeypatch.setattr(tuning, "_loaded", {})
+    monkeypatch.setattr(config, "_loaded", {})
     calls = []
 
     def timer(cfg, problem, device_index):
@@ -66,10 +66,10 @@ def test_another_triton_or_a_broken_file_means_the_table_until_swept_again(fake_
     path = tuning.tune(0, timer=timer)
     version = triton.__version__
     monkeypatch.setattr(triton, "__version__", "99.0.0")
-    monkeypatch.setattr(tuning, "_loaded", {})
+    monkeypatch.setattr(config, "_loaded", {})
     assert tuning.config_for(64, 197, torch.float16, 0).block_m == 64  # not this triton's
     monkeypatch.setattr(triton, "__version__", version)
-    monkeypatch.setattr(tuning, "_loaded", {})
+    monkeypatch.setattr(config, "_loaded", {})
     path.write_text("{not json")
     assert tuning.config_for(64, 197, torch.float16, 0).block_m == 64
     n = len(calls)

@@ -6,18 +6,16 @@ the sequence's key tiles with the FlashAttention-2 online softmax in base 2 (``e
 scale pre-multiplied by log2(e)), accumulates in fp32 and writes the input dtype.
 
 Performance notes (H100 80GB, torch 2.11 + triton 3.6; figures in docs/kernel.md):
-  * the tile table in ``attention_config`` comes from ``python -m scripts.kernel_bench
-    --sweep``; its docstring gives the measured reason for each entry.
+  * the tile table in ``attention_config`` (config.py) comes from ``python -m
+    scripts.kernel_bench --sweep``; its docstring gives the measured reason for each entry.
   * launched through ``Launcher`` (launch.py): 7.3 us host per call vs 26.0 for
     ``kernel[grid](...)`` at BS=1 / 80% pruning.
 """
 
 from __future__ import annotations
 
-import functools
 import math
 from dataclasses import dataclass
-from typing import Any, NamedTuple
 
 import torch
 import triton
@@ -25,6 +23,12 @@ import triton.language as tl
 
 from . import fastpath
 from . import launch as _launch
+from .config import (
+    AttentionConfig,
+    attention_config,  # noqa: F401  (imported from here by callers)
+    config_for,
+)
+from .kept import KeptLaunch, _ready
 from .launch import Launcher, specializable
 
 LOG2E = 1.4426950408889634
@@ -118,50 +122,6 @@ def _varlen_fwd_kernel(
             )
 
 
-@dataclass(frozen=True)
-class AttentionConfig:
-    """Tile sizes and launch parameters of the ragged attention kernel."""
-
-    block_m: int
-    block_n: int
-    num_warps: int
-    num_stages: int
-    # Calibration only: every program spins this many SM cycles before it exits, a kernel
-    # slowdown of known size for ragbench's detector (benchmarks/_inject.py). 0 compiles it out.
-    delay_cycles: int = 0
-
-
-@functools.lru_cache(maxsize=1024)
-def attention_config(
-    head_dim: int, max_seqlen: int, dtype: torch.dtype, capability: tuple[int, int]
-) -> AttentionConfig:
-    """The launch configuration, a plain function of the problem shape and the device.
-
-    ``capability`` is ``torch.cuda.get_device_capability()``, or ``(0, 0)`` on the CPU (the
-    Triton interpreter, where only correctness matters). The table was measured on sm_90
-    (``python -m scripts.kernel_bench --sweep``, gpu_us, 12 heads); on other GPUs
-    ``tuning.tune()`` sweeps once and ``tuning.config_for`` uses what it found. Best tile vs
-    the runner-up, H100:
-      d<=64 fp16/bf16: 64x64 (BS=64/L=197: 56.2 us vs 58.2 for 64x32, 62.5 for 128x64;
-                       BS=32/L=40: 4.47 vs 4.67); L<=16: 16x16 (BS=4: 2.59 vs 2.65).
-      64<d<=128, d>128: 64x32 (d=128 BS=32/L=197: 53.6 vs 57.9 for 64x64; d=256: 30.1 vs 37.8).
-      fp32 (IEEE dots): 32x32 (516 us; 64x64 spills: 5.8 ms). The interpreter runs fp32 as
-      fp16, 64x64: a program is numpy over its tiles, and fewer, larger ones are faster (the
-      CPU's KernelError table in fp32: 5.5 s at 32x32, 2.2 s at 64x64).
-    4 warps and 2 stages throughout (8 warps lost everywhere but 128-row tiles; stages <1%).
-    """
-    block_d = max(16, triton.next_power_of_2(head_dim))
-    if dtype == torch.float32 and capability != (0, 0):
-        block_m, block_n = 32, 32
-    elif max_seqlen <= 16:
-        block_m, block_n = 16, 16
-    elif block_d <= 64:
-        block_m, block_n = 64, 64
-    else:
-        block_m, block_n = 64, 32
-    return AttentionConfig(block_m, block_n, num_warps=4, num_stages=2)
-
-
 _launcher = Launcher(_varlen_fwd_kernel)
 
 
@@ -179,9 +139,7 @@ _plans: dict[tuple, Plan] = {}
 
 
 def _make_plan(device_index, dtype, head_dim, max_seqlen, config) -> Plan:
-    from . import tuning  # the table, or this device's cached sweep (tuning.py)
-
-    cfg = config or tuning.config_for(head_dim, max_seqlen, dtype, device_index)
+    cfg = config or config_for(head_dim, max_seqlen, dtype, device_index)  # table, or sweep
     constexprs = {
         "HEAD_DIM": head_dim,
         "BLOCK_D": max(16, triton.next_power_of_2(head_dim)),
@@ -236,13 +194,6 @@ def varlen_attention_triton(
         cfg.num_warps, cfg.num_stages, plan.device_index, fast,
     )  # fmt: skip
     return out
-
-
-# (device index, dtype, head_dim, max_seqlen) -> (direct launch, block_m, default scale x
-# log2 e, launch spec): what ``launch_ready`` needs to skip the plan, the Launcher and their
-# checks, for calls of the table's config that passed ``ragged.attention``'s checks once
-# (``remember``). fastpath.cpp reads it too.
-_ready: dict[tuple, tuple] = {}
 
 
 # Bumped by forget_plans: launches kept from before it (ragged.LayoutAttention) are dropped.
@@ -376,28 +327,6 @@ def launch_ready(q, k, v, cu_seqlens, max_seqlen, softmax_scale, out):
 # fast path's ``attention`` once ``remember`` built it, else ``launch_ready``; both take the
 # same arguments and return None for a call they leave to the checked path.
 fast_call = launch_ready
-
-
-class KeptLaunch(NamedTuple):
-    """A launch kept for later calls on packed qkv of one layout (``ragged.LayoutAttention``).
-    fastpath.cpp reads its fields by position: keep the order."""
-
-    direct: Any  # the compiled kernel's direct launcher (kernels/launch.py)
-    spec: tuple | None  # launch_spec(direct)
-    key: tuple  # (shape, strides, dtype, device index) of the qkv it was kept for
-    grid_x: int
-    k_offset: int  # bytes from q's data pointer to k's, and to v's
-    v_offset: int
-    out: torch.Tensor
-    out_ptr: int
-    cu_len: int  # cu_seqlens' length (batch + 1): the grid was planned for it
-    scalars: tuple  # (qk_scale, 8 strides, heads, num_m_blocks)
-    max_seqlen: int
-    epoch: int  # ``epoch`` when kept
-    # The numbers above as the C struct fastpath.cpp's ``layout`` reads (``with_image``), or
-    # None: then that takes the checked call. Made from the fields: a ``_replace`` must be
-    # followed by ``with_image`` again.
-    image: bytes | None = None
 
 
 def with_image(launch: KeptLaunch) -> KeptLaunch:

@@ -9,8 +9,8 @@
 // the kernel goes to cuLaunchKernel directly. Measured figures: docs/kernel.md.
 //
 // What the Python side keeps (read on every call from the context, so a monkeypatch holds):
-//   kernels.attention._ready  {(device, dtype, head_dim, max_seqlen):
-//                              (direct, block_m, default_scale x log2 e, spec)}
+//   kernels.kept._ready  {(device, dtype, head_dim, max_seqlen):
+//                         (direct, block_m, default_scale x log2 e, spec)}
 //   kernels.launch            _SINGLE_DEVICE, _current_device, _raw_stream, _runtime_knobs
 //   the LayoutAttention       _launch (a KeptLaunch or None: its numbers from its image,
 //                             an Image made by ``image``), cu_seqlens, max_seqlen
@@ -42,7 +42,7 @@ constexpr int kPointers = 5, kInts = 10;
 // What a call reads, its first three arguments (bound by kernels/fastpath.py: two revisions of
 // ragged loaded in one process, as the paired A/B does, share this module but not these).
 struct Context {
-  PyObject *tensor_type, *kernel_module, *launch_module;
+  PyObject *tensor_type, *kept_module, *launch_module;
 };
 constexpr int kContext = 3;
 
@@ -234,7 +234,7 @@ PyObject *attention(PyObject *, PyObject *const *all_args, Py_ssize_t nargs) {
     NONE_UNLESS(!overflow && max_seqlen <= q.size(0));
     const int64_t dev = q.get_device(), heads = q.size(1), head_dim = q.size(2);
 
-    Owned ready{attr(c.kernel_module, s_ready)};
+    Owned ready{attr(c.kept_module, s_ready)};
     Owned key{Py_BuildValue("(LOLO)", (long long)dev, (PyObject *)torch::getTHPDtype(dtype),
                             (long long)head_dim, max_o)};
     Owned entry{ready.p && key.p ? Py_XNewRef(PyDict_GetItemWithError(ready.p, key.p)) : nullptr};
@@ -300,7 +300,7 @@ PyObject *attention(PyObject *, PyObject *const *all_args, Py_ssize_t nargs) {
   }
 }
 
-// The fields of kernels.attention.KeptLaunch, by index.
+// The fields of kernels.kept.KeptLaunch, by index.
 enum { L_DIRECT, L_SPEC, L_KEY, L_GRID, L_KOFF, L_VOFF, L_OUT, L_OUT_PTR, L_CU_LEN, L_SCALARS,
        L_MAX_SEQLEN, L_EPOCH, L_IMAGE };
 

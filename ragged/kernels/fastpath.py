@@ -11,9 +11,10 @@ built or loaded (no compiler, no torch headers) it warns once and returns None: 
 paths (``kernels.attention.launch_ready`` and ``kept_launch``) run instead, with the same checks.
 ``RAGGED_FASTPATH=0`` turns it off.
 
-The module reads the fast paths' state where the Python paths keep it (``kernels.attention``'s
+The module reads the fast paths' state where the Python paths keep it (``kernels.kept``'s
 ``_ready``, ``kernels.launch``'s device and hook queries), so both decide alike; tests run every
-case through both (tests/test_fast_path.py).
+case through both (tests/test_fast_path.py). It imports those two, never ``kernels.attention``
+(which imports it).
 """
 
 from __future__ import annotations
@@ -35,6 +36,8 @@ from types import SimpleNamespace
 from typing import Any
 
 import torch
+
+from . import kept, launch
 
 SOURCE = Path(__file__).with_name("fastpath.cpp")
 NAME = "ragged_fastpath"
@@ -149,14 +152,12 @@ def module() -> SimpleNamespace | None:
     """``attention`` and ``layout``, taking the arguments of ``kernels.attention``'s
     ``launch_ready`` and ``kept_launch``, and ``image`` (``kernels.attention.with_image``), or
     None where the module cannot be built. The context they read (torch.Tensor, this
-    revision's kernel and launch modules) is bound here: one extension module serves every
+    revision's kept-launch and launch modules) is bound here: one extension module serves every
     copy of ragged loaded in the process."""
     mod = _built()
     if mod is None:
         return None
-    from . import attention, launch
-
-    context = (torch.Tensor, attention, launch)
+    context = (torch.Tensor, kept, launch)
     return SimpleNamespace(attention=functools.partial(mod.attention, *context),
                            layout=functools.partial(mod.layout, *context),
                            image=mod.image)  # fmt: skip

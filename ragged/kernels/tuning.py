@@ -1,7 +1,7 @@
 """Launch configurations per GPU: the measured table where it was measured, a one-time sweep
 cached on disk everywhere else.
 
-``attention.attention_config``'s table was swept on one GPU (``SWEPT``). On any other device
+``config.attention_config``'s table was swept on one GPU (``SWEPT``). On any other device
 name the best tile depends on its SM count, shared memory and clocks, so ``tune()`` times the
 candidates of each shape class once and writes the winners to
 ``$RAGGED_TUNING_DIR`` (default ``~/.cache/ragged``) as ``<device name>-triton<version>.json``:
@@ -9,7 +9,7 @@ a new device or a new Triton invalidates it by name, and deleting the file sweep
 
 ``tune()`` runs only where it is called, outside timed regions and never inside CUDA graph
 capture (it refuses there): the benchmarks call it in their set-up, before the first timing. The
-launch path only reads the file (``config_for``): until a device was swept it uses the table,
+launch path only reads the file (``config.config_for``): until a device was swept it uses the table,
 and ``source()`` says which configuration runs (the fingerprint records it).
 """
 
@@ -17,17 +17,24 @@ from __future__ import annotations
 
 import json
 import os
-import re
 from collections.abc import Callable
 from pathlib import Path
 
 import torch
 import triton
 
-from . import attention
-from .attention import AttentionConfig, attention_config
+from . import attention, config
+from .attention import varlen_attention_triton
+from .config import (
+    SWEPT,
+    AttentionConfig,
+    attention_config,
+    cache_path,
+    config_for,  # noqa: F401  (imported from here by callers)
+    shape_class,  # noqa: F401
+    source,
+)
 
-SWEPT = {"NVIDIA H100 80GB HBM3"}  # where attention_config's table was measured
 # Each shape class of the table, a representative problem (batch, tokens a sequence, head_dim,
 # dtype) and the tiles tried; 12 heads, as DeiT-B.
 CLASSES = {
@@ -44,66 +51,10 @@ class TuningError(RuntimeError):
     """A sweep asked for where it must not run (graph capture, no GPU)."""
 
 
-def shape_class(head_dim: int, max_seqlen: int, dtype: torch.dtype) -> str:
-    """The table's branch this problem falls in (``attention_config``'s order)."""
-    if dtype == torch.float32:
-        return "fp32"
-    if max_seqlen <= 16:
-        return "short"
-    return "d64" if max(16, triton.next_power_of_2(head_dim)) <= 64 else "dlarge"
-
-
-def cache_path(device_name: str) -> Path:
-    root = Path(os.environ.get("RAGGED_TUNING_DIR") or Path.home() / ".cache" / "ragged")
-    slug = re.sub(r"[^\w.]+", "-", device_name).strip("-")
-    return root / f"{slug}-triton{triton.__version__}.json"
-
-
-_loaded: dict[str, dict | None] = {}  # device name -> the cached sweep (None: not swept)
-
-
-def _sweep_of(device_name: str) -> dict | None:
-    if device_name not in _loaded:
-        path = cache_path(device_name)
-        try:
-            _loaded[device_name] = json.loads(path.read_text())["classes"]
-        except (OSError, ValueError, KeyError, TypeError):
-            _loaded[device_name] = None  # absent or unreadable: the table until tune() runs
-    return _loaded[device_name]
-
-
-def config_for(head_dim: int, max_seqlen: int, dtype: torch.dtype, device_index: int
-               ) -> AttentionConfig:  # fmt: skip
-    """The configuration a launch uses: the table on the CPU and on ``SWEPT`` devices, the
-    cached sweep elsewhere, the table until that device was swept."""
-    if device_index < 0:
-        return attention_config(head_dim, max_seqlen, dtype, (0, 0))
-    name = torch.cuda.get_device_name(device_index)
-    capability = torch.cuda.get_device_capability(device_index)
-    table = attention_config(head_dim, max_seqlen, dtype, capability)
-    sweep = None if name in SWEPT else _sweep_of(name)
-    best = (sweep or {}).get(shape_class(head_dim, max_seqlen, dtype))
-    return AttentionConfig(**best) if best else table
-
-
-def source(device_index: int = 0) -> str:
-    """Which configurations launches on this device use, in words (the fingerprint's)."""
-    if device_index < 0 or not torch.cuda.is_available():
-        return "table (CPU: the interpreter)"
-    name = torch.cuda.get_device_name(device_index)
-    if name in SWEPT:
-        return f"table (measured on {name})"
-    if _sweep_of(name) is None:
-        return f"table (not swept on {name} yet)"
-    return f"swept on {name}: {cache_path(name)}"
-
-
 def _time_us(config: AttentionConfig, problem: tuple, device_index: int) -> float:
     """Device time of one launch of ``problem`` with ``config``: a CUDA graph of 20 launches
     replayed, timed by CUDA events, median of 5 (launches back to back would time the host
     instead: 7.8-8.4 us a call for the short class on an H200, whatever the tile)."""
-    from .attention import varlen_attention_triton
-
     batch, seqlen, head_dim, dtype, _ = problem
     dev = torch.device("cuda", device_index)
     g = torch.Generator(device=dev).manual_seed(0)
@@ -146,7 +97,7 @@ def tune(device_index: int = 0, *, force: bool = False,
     if name in SWEPT and not force:
         return None
     path = cache_path(name)
-    if path.exists() and not force and _sweep_of(name) is not None:
+    if path.exists() and not force and config._sweep_of(name) is not None:
         return path
     classes, timings = {}, {}
     for cls, problem in CLASSES.items():
@@ -176,7 +127,7 @@ def tune(device_index: int = 0, *, force: bool = False,
     tmp.write_text(json.dumps({"device": name, "triton": triton.__version__, "classes": classes,
                                "gpu_us": timings}, indent=1))  # fmt: skip
     tmp.replace(path)  # atomic: a reader sees the old file or the whole new one
-    _loaded.pop(name, None)
+    config._loaded.pop(name, None)
     attention.forget_plans()  # launches planned with the table re-plan with the sweep
     return path
 

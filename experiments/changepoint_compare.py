@@ -1,8 +1,8 @@
 """The stored (windowed) change points against E-Divisive over a whole series, as detection
 found them before (``stats.e_divisive`` on every point at once):
 
-    .venv/bin/python -m scripts.changepoint_compare [--calibration docs/calibration/h100-set1.tgz]
-        [--series 20] [--points 1000]
+    .venv/bin/python -m experiments.changepoint_compare
+        [--calibration docs/calibration/h100-set1.tgz] [--series 20] [--points 1000]
 
 1. Real noise: each cell of a calibration set (docs/calibration.md: runs of one commit on the
    H100, heads slowed by 2, 5 or 10% in blocks), its medians in the order they were measured:

@@ -1,8 +1,8 @@
 """Does the gate fail closed here? Plant a broken kernel on a throw-away commit and gate it.
 
-    python -m scripts.fail_closed --fault nan     # the triton backend's output all NaN
-    python -m scripts.fail_closed --fault raise   # the triton backend raises
-    python -m scripts.fail_closed --bench '^numerics\\.KernelError' --rounds 1
+    python -m experiments.fail_closed --fault nan     # the triton backend's output all NaN
+    python -m experiments.fail_closed --fault raise   # the triton backend raises
+    python -m experiments.fail_closed --bench '^numerics\\.KernelError' --rounds 1
 
 The fault is committed on top of HEAD in a temporary worktree (this checkout is not touched;
 the commit stays unreferenced in the repository until git's garbage collection), then
@@ -22,27 +22,7 @@ import tempfile
 from pathlib import Path
 
 from ragbench import suite
-
-FAULTS = {
-    "nan": """
-import dataclasses as _dc  # noqa: E402
-
-_real_triton = BACKENDS["triton"]
-BACKENDS["triton"] = _dc.replace(
-    _real_triton, run=lambda *a: _real_triton.run(*a).fill_(float("nan"))
-)
-""",
-    "raise": """
-import dataclasses as _dc  # noqa: E402
-
-
-def _broken(*args):
-    raise RuntimeError("a planted bug in the triton backend")
-
-
-BACKENDS["triton"] = _dc.replace(BACKENDS["triton"], run=_broken)
-""",
-}
+from scripts.rehearse import FAULTS
 
 
 def plant(fault: str) -> str:

@@ -10,7 +10,7 @@ repository only to name the commits: an empty one stands in (nothing here reache
 Prints one table per pair, side by side, and how often the two agree.
 
     git clone https://github.com/django/django-asv   # its results/ and asv.conf.json
-    .venv/bin/python -m scripts.asv_agreement --data django-asv --store django.duckdb \\
+    .venv/bin/python -m experiments.asv_agreement --data django-asv --store django.duckdb \\
         --work asv-work
 """
 

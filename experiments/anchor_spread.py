@@ -1,6 +1,6 @@
 """How much main's dispatch-floor series moves when one commit is run again and again.
 
-    python -m scripts.anchor_spread [--processes 20] [--out FILE]     # on a CUDA GPU
+    python -m experiments.anchor_spread [--processes 20] [--out FILE]     # on a CUDA GPU
 
 Each fresh process measures the triton call at the dispatch floor's workload (BS 1, 80%
 pruned, ``_grids.GEOMETRIES``) as the kernel table does (``call_us`` and ``host_us`` medians)
@@ -58,7 +58,7 @@ def main(argv=None) -> int:
     with tempfile.TemporaryDirectory() as tmp, suite.checkout(ANCHOR, Path(tmp)) as anchor:
         env = {**os.environ, ANCHOR_ENV: str(anchor)}
         for i in range(args.processes):
-            res = subprocess.run([sys.executable, "-m", "scripts.anchor_spread", "--child"],
+            res = subprocess.run([sys.executable, "-m", "experiments.anchor_spread", "--child"],
                                  env=env, capture_output=True, text=True)  # fmt: skip
             if res.returncode != 0:
                 print(res.stderr[-2000:], file=sys.stderr)

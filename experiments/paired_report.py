@@ -2,7 +2,7 @@
 
     python -m benchmarks._paired --arm base=OLD --arm aa=OLD --arm head=. \\
         --only 'kernel\\.KernelLatency backend=triton,batch=1,' --out ab.json   # on the GPU
-    python -m scripts.paired_report ab.json [more.json ...]
+    python -m experiments.paired_report ab.json [more.json ...]
 
 ``OLD`` is a source tree of the base revision (``git archive BASE ragged benchmarks | tar -x
 -C OLD``). Per cell: the medians of base and head, and the median of the per-round ratios

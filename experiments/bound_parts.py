@@ -23,7 +23,7 @@ ratios: a change's A/B in one process, in the same turns as the bound.
 timing of ``pipeline_bench`` (40 ms rounds of back-to-back forwards, and turns), alternating
 in one process: the share and how wide its interval is under each.
 
-    python -m scripts.bound_parts [--rounds 101] [--batches 1 4] [--parts NAME ...]
+    python -m experiments.bound_parts [--rounds 101] [--batches 1 4] [--parts NAME ...]
         [--base SRC] [--compare-timings]
 """
 

@@ -1,6 +1,6 @@
 """How long a reader of the store waits while an ingest writes it.
 
-    python -m scripts.reader_wait [--case big|refused|files] ... [--commits 1000]
+    python -m experiments.reader_wait [--case big|refused|files] ... [--commits 1000]
 
 A store of 50 synthetic main commits (ragbench.synth) is read by another process every
 ~100 ms (a fresh ``Store(read_only=True)`` and one query, ``counts``), before and during an
@@ -31,6 +31,7 @@ from pathlib import Path
 from ragbench import synth
 from ragbench.ingest import ingest
 from ragbench.store import Store
+from ragbench.synth import big_result
 
 # The reader: each read's whole time, and the part of it spent opening the file (waiting for
 # the lock while a writer holds it); the rest is the query, slow only on a busy CPU.
@@ -61,34 +62,6 @@ while not os.path.exists(stop):
     time.sleep(0.1)
 print(json.dumps(reads))
 """
-BENCH = "kernel.Big.track_gpu_us"
-
-
-def big_result(out: Path, cells: int, index: int = 0, refuse: bool = False) -> Path:
-    """An asv results directory under ``out`` holding one result file of ``cells`` cells of one
-    benchmark (two axes), each a value and its quartiles; ``refuse``: the last cell's value is
-    negative, so the file is refused only after all of it was read and checked. -> the file."""
-    side = int(cells**0.5)
-    axes = [list(range(side)), list(range(cells // side))]
-    n = len(axes[0]) * len(axes[1])
-    (out / synth.MACHINE).mkdir(parents=True, exist_ok=True)
-    bench = {"name": BENCH, "param_names": ["batch", "tokens"], "unit": "us", "type": "track",
-             "params": [[repr(v) for v in a] for a in axes], "version": "big-1"}  # fmt: skip
-    (out / "benchmarks.json").write_text(json.dumps({BENCH: bench, "version": 2}))
-    values = [round(10 + (i * 7919 % 1000) / 100, 2) for i in range(n)]
-    if refuse:
-        values[-1] = -1.0
-    t = 1.77e9 + index * 3600
-    row = [values, bench["params"], "big-1", int(t * 1e3), 1.0, None, None,
-           [round(v * 0.98, 2) for v in values], [round(v * 1.02, 2) for v in values],
-           None, None, None, None]  # fmt: skip
-    data = {"commit_hash": synth.commit(100_000 + index), "env_name": "big", "date": int(t * 1e3),
-            "params": {"machine": synth.MACHINE}, "python": "3.12", "requirements": {},
-            "env_vars": {}, "result_columns": synth.COLUMNS, "results": {BENCH: row},
-            "durations": {}, "version": 2}  # fmt: skip
-    path = out / synth.MACHINE / f"{data['commit_hash'][:8]}-big.json"
-    path.write_text(json.dumps(data, separators=(",", ":")))
-    return path
 
 
 def _inputs(case: str, tmp: Path, commits: int) -> tuple[list[Path], str]:

@@ -6,7 +6,7 @@ right before or right after it (alternating forwards); then the same call and th
 a hot loop. The aten op is the yardstick: what it costs more in the forward than in the loop
 is what the forward does to any host step (caches cooled by the ops between), not the call.
 
-    python -m scripts.in_forward [--forwards 200] [--backends triton fa2 launch_only]
+    python -m experiments.in_forward [--forwards 200] [--backends triton fa2 launch_only]
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """Run-to-run spread of the suite's metrics: max/min of the medians over repeated runs.
 
-    python -m scripts.suite_spread RESULTS_DIR [RESULTS_DIR ...] [--bench REGEX]
+    python -m experiments.suite_spread RESULTS_DIR [RESULTS_DIR ...] [--bench REGEX]
 
 Each RESULTS_DIR is an asv results directory of one run of the same commit on the same
 machine (``.venv/bin/ragbench run --results DIR``). Per benchmark: the number of cells and the

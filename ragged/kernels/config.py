@@ -1,0 +1,119 @@
+"""Which launch configuration the attention kernel uses: the table measured on one GPU
+(``attention_config``), or this device's cached sweep (``config_for``; the sweep itself is
+``tuning.tune``).
+
+``kernels.attention`` plans its launches from here and ``kernels.tuning`` sweeps against it;
+neither is imported here, so the two import this module and not each other.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import os
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+import triton
+
+SWEPT = {"NVIDIA H100 80GB HBM3"}  # where attention_config's table was measured
+
+
+@dataclass(frozen=True)
+class AttentionConfig:
+    """Tile sizes and launch parameters of the ragged attention kernel."""
+
+    block_m: int
+    block_n: int
+    num_warps: int
+    num_stages: int
+    # Calibration only: every program spins this many SM cycles before it exits, a kernel
+    # slowdown of known size for ragbench's detector (benchmarks/_inject.py). 0 compiles it out.
+    delay_cycles: int = 0
+
+
+@functools.lru_cache(maxsize=1024)
+def attention_config(
+    head_dim: int, max_seqlen: int, dtype: torch.dtype, capability: tuple[int, int]
+) -> AttentionConfig:
+    """The launch configuration, a plain function of the problem shape and the device.
+
+    ``capability`` is ``torch.cuda.get_device_capability()``, or ``(0, 0)`` on the CPU (the
+    Triton interpreter, where only correctness matters). The table was measured on sm_90
+    (``python -m scripts.kernel_bench --sweep``, gpu_us, 12 heads); on other GPUs
+    ``tuning.tune()`` sweeps once and ``config_for`` uses what it found. Best tile vs
+    the runner-up, H100:
+      d<=64 fp16/bf16: 64x64 (BS=64/L=197: 56.2 us vs 58.2 for 64x32, 62.5 for 128x64;
+                       BS=32/L=40: 4.47 vs 4.67); L<=16: 16x16 (BS=4: 2.59 vs 2.65).
+      64<d<=128, d>128: 64x32 (d=128 BS=32/L=197: 53.6 vs 57.9 for 64x64; d=256: 30.1 vs 37.8).
+      fp32 (IEEE dots): 32x32 (516 us; 64x64 spills: 5.8 ms). The interpreter runs fp32 as
+      fp16, 64x64: a program is numpy over its tiles, and fewer, larger ones are faster (the
+      CPU's KernelError table in fp32: 5.5 s at 32x32, 2.2 s at 64x64).
+    4 warps and 2 stages throughout (8 warps lost everywhere but 128-row tiles; stages <1%).
+    """
+    block_d = max(16, triton.next_power_of_2(head_dim))
+    if dtype == torch.float32 and capability != (0, 0):
+        block_m, block_n = 32, 32
+    elif max_seqlen <= 16:
+        block_m, block_n = 16, 16
+    elif block_d <= 64:
+        block_m, block_n = 64, 64
+    else:
+        block_m, block_n = 64, 32
+    return AttentionConfig(block_m, block_n, num_warps=4, num_stages=2)
+
+
+def shape_class(head_dim: int, max_seqlen: int, dtype: torch.dtype) -> str:
+    """The table's branch this problem falls in (``attention_config``'s order)."""
+    if dtype == torch.float32:
+        return "fp32"
+    if max_seqlen <= 16:
+        return "short"
+    return "d64" if max(16, triton.next_power_of_2(head_dim)) <= 64 else "dlarge"
+
+
+def cache_path(device_name: str) -> Path:
+    root = Path(os.environ.get("RAGGED_TUNING_DIR") or Path.home() / ".cache" / "ragged")
+    slug = re.sub(r"[^\w.]+", "-", device_name).strip("-")
+    return root / f"{slug}-triton{triton.__version__}.json"
+
+
+_loaded: dict[str, dict | None] = {}  # device name -> the cached sweep (None: not swept)
+
+
+def _sweep_of(device_name: str) -> dict | None:
+    if device_name not in _loaded:
+        path = cache_path(device_name)
+        try:
+            _loaded[device_name] = json.loads(path.read_text())["classes"]
+        except (OSError, ValueError, KeyError, TypeError):
+            _loaded[device_name] = None  # absent or unreadable: the table until tune() runs
+    return _loaded[device_name]
+
+
+def config_for(head_dim: int, max_seqlen: int, dtype: torch.dtype, device_index: int
+               ) -> AttentionConfig:  # fmt: skip
+    """The configuration a launch uses: the table on the CPU and on ``SWEPT`` devices, the
+    cached sweep elsewhere, the table until that device was swept."""
+    if device_index < 0:
+        return attention_config(head_dim, max_seqlen, dtype, (0, 0))
+    name = torch.cuda.get_device_name(device_index)
+    capability = torch.cuda.get_device_capability(device_index)
+    table = attention_config(head_dim, max_seqlen, dtype, capability)
+    sweep = None if name in SWEPT else _sweep_of(name)
+    best = (sweep or {}).get(shape_class(head_dim, max_seqlen, dtype))
+    return AttentionConfig(**best) if best else table
+
+
+def source(device_index: int = 0) -> str:
+    """Which configurations launches on this device use, in words (the fingerprint's)."""
+    if device_index < 0 or not torch.cuda.is_available():
+        return "table (CPU: the interpreter)"
+    name = torch.cuda.get_device_name(device_index)
+    if name in SWEPT:
+        return f"table (measured on {name})"
+    if _sweep_of(name) is None:
+        return f"table (not swept on {name} yet)"
+    return f"swept on {name}: {cache_path(name)}"

@@ -1,0 +1,100 @@
+"""Who may import whom, read from the source (ast, every import statement: at module level and
+inside functions alike): the packages never import the scripts a user runs nor the experiments,
+and the kernel's modules import one another without a circle."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+from conftest import REPO
+
+PACKAGES = ("ragged", "benchmarks", "ragbench", "dashboard")
+KERNEL_CIRCLE = ("attention", "fastpath", "tuning")  # the modules that imported each other
+
+
+def module_name(path: Path) -> str:
+    parts = path.relative_to(REPO).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def imports(path: Path) -> set[str]:
+    """The absolute names of every module ``path`` imports, relative imports resolved; for
+    ``from X import name`` both X and X.name (name may be a module)."""
+    package = module_name(path)
+    if path.name != "__init__.py":
+        package = package.rpartition(".")[0]
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Import):
+            found.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                up = package.split(".")[: len(package.split(".")) - node.level + 1]
+                base = ".".join([*up, base] if base else up)
+            found.add(base)
+            found.update(f"{base}.{alias.name}" for alias in node.names)
+    return found
+
+
+def test_no_package_imports_the_scripts_or_the_experiments():
+    """What ships (ragged, benchmarks, ragbench, dashboard) stands without scripts/ and
+    experiments/, which are run from a checkout."""
+    bad = []
+    for package in PACKAGES:
+        for path in sorted((REPO / package).rglob("*.py")):
+            for name in imports(path):
+                if name.split(".")[0] in ("scripts", "experiments"):
+                    bad.append(f"{path.relative_to(REPO)}: {name}")
+    assert not bad, bad
+
+
+def test_the_check_sees_an_import_inside_a_function(tmp_path, monkeypatch):
+    """The reader above finds a function's import, absolute or relative (else the layers test
+    could not fail)."""
+    pkg = tmp_path / "ragbench"
+    pkg.mkdir()
+    (pkg / "late.py").write_text("def f():\n    from scripts.demo import main\n    from . import x")
+    monkeypatch.setattr(f"{__name__}.REPO", tmp_path)
+    assert imports(pkg / "late.py") == {"scripts.demo", "scripts.demo.main", "ragbench",
+                                        "ragbench.x"}  # fmt: skip
+
+
+def cycle(graph: dict[str, set[str]]) -> list[str] | None:
+    """A circle in ``graph`` (module -> the modules it imports), or None."""
+    state: dict[str, int] = {}  # 1: on the current path, 2: done
+    path: list[str] = []
+
+    def visit(node: str) -> list[str] | None:
+        state[node] = 1
+        path.append(node)
+        for nxt in sorted(graph.get(node, ())):
+            if state.get(nxt) == 1:
+                return [*path[path.index(nxt) :], nxt]
+            if nxt not in state and (found := visit(nxt)):
+                return found
+        path.pop()
+        state[node] = 2
+        return None
+
+    for node in sorted(graph):
+        if node not in state and (found := visit(node)):
+            return found
+    return None
+
+
+def test_the_kernel_modules_import_each_other_without_a_circle():
+    """attention, fastpath and tuning once imported each other (some imports inside functions
+    to dodge the circle); now the table (config.py) and the kept launches (kept.py) sit below
+    them, and no import, at any level, closes a circle among ragged.kernels' modules."""
+    kernels = REPO / "ragged" / "kernels"
+    names = {p.stem for p in kernels.glob("*.py") if p.stem != "__init__"}
+    assert set(KERNEL_CIRCLE) <= names
+    graph = {}
+    for name in names:
+        found = imports(kernels / f"{name}.py")
+        graph[name] = {n.split(".")[2] for n in found if n.startswith("ragged.kernels.")} & names
+    assert cycle(graph) is None, cycle(graph)
+    assert cycle({"attention": {"tuning"}, "tuning": {"config", "attention"}}) == [
+        "attention", "tuning", "attention"]  # fmt: skip
