@@ -603,8 +603,8 @@ def test_files_are_read_before_the_store_is_opened_and_refused_ones_never_open_i
 def test_a_large_run_is_written_in_slices_each_its_own_connection(tmp_path, monkeypatch):
     """A run of more rows than ``SLICE_ROWS`` is written in transactions of at most that many;
     with no time to share a connection (``WRITE_SLICE``, ``WRITE_HOLD`` 0), each one opens and
-    closes the file, so a reader waits for one slice at most. The run shows whole, and a second ingest of it
-    stores nothing."""
+    closes the file, so a reader waits for one slice at most. The run shows whole, and a second
+    ingest of it stores nothing."""
     import ragbench.store as S
     from ragbench.synth import big_result
 
