@@ -213,7 +213,7 @@ def test_main_does_not_judge_host_time_of_separate_runs():
 
 
 def test_paired_report_tabulates_head_over_base(tmp_path, capsys):
-    from scripts import paired_report
+    from experiments import paired_report
 
     doc = tmp_path / "ab.json"
     doc.write_text(json.dumps(_doc([10.0] * 12, [8.0] * 12, aa=[10.0] * 12)))
