@@ -37,17 +37,24 @@ def app_args(store: str | Path | None, policies: Path | None) -> list[str]:
 
 
 def warm(store: str | Path | None, policies: Path | None = None) -> None:
-    """Run the app once, bare, on ``store`` (its default where None)."""
-    argv, sys.argv = sys.argv, [str(APP), *app_args(store, policies)]
+    """Run the app, bare, on ``store`` (its default where None): the Overview, then each other
+    page as a visitor first opens it (the sidebar's first machine, every commit)."""
+    from dashboard import PAGES
+
+    argv = sys.argv
     logging.disable(logging.WARNING)  # bare mode warns on every element: no browser session
-    t0 = time.perf_counter()
     try:
-        runpy.run_path(str(APP), run_name="__main__")
-    except Exception as exc:  # the server still starts; the page shows the error itself
-        print(f"dashboard: warm-up failed ({type(exc).__name__}: {exc})", file=sys.stderr)
-    else:
-        print(f"dashboard: first page computed in {time.perf_counter() - t0:.1f} s",
-              file=sys.stderr)  # fmt: skip
+        for page in PAGES:
+            sys.argv = [str(APP), *app_args(store, policies), "--warm-page", page]
+            t0 = time.perf_counter()
+            try:
+                runpy.run_path(str(APP), run_name="__main__")
+            except Exception as exc:  # the server still starts; the page shows the error
+                print(f"dashboard: warm-up of {page} failed ({type(exc).__name__}: {exc})",
+                      file=sys.stderr)  # fmt: skip
+            else:
+                print(f"dashboard: {page} computed in {time.perf_counter() - t0:.1f} s",
+                      file=sys.stderr)  # fmt: skip
     finally:
         logging.disable(logging.NOTSET)
         sys.argv = argv

@@ -58,6 +58,7 @@ from dashboard.read import (
     query,
     store_path,
     suite_pages,
+    warm_page,
 )
 from ragbench import detect
 from ragbench.report import sensitivity_line
@@ -502,7 +503,7 @@ def show(path: str | Path) -> None:
         return
     ours = suite_pages(str(path), mtime)
     pages = [p for p in PAGES if p not in SUITE_PAGES or p in ours]
-    wanted = st.query_params.get("page", "Overview")
+    wanted = warm_page() or st.query_params.get("page", "Overview")
     page = st.sidebar.radio("page", pages, index=pages.index(wanted) if wanted in pages else 0)
     latest = runs.drop_duplicates("machine").set_index("machine")
     machine = pick("machine", list(latest.index), "machine") if page != "Overview" else None
