@@ -65,9 +65,9 @@ def chart_spec(df, y, color, title, rules, change_points, y_title, log) -> dict:
     import altair as alt  # 0.4 s of imports, paid only once a page draws a chart
 
     full = numbered(commit_link(df))
-    order = dict(zip(full["commit_time"], full["commit #"], strict=False))
     breaks = ()
     if change_points is not None and not change_points.empty:
+        order = dict(zip(full["commit_time"], full["commit #"], strict=False))
         change_points = change_points.assign(
             **{"commit #": change_points["commit_time"].map(order)})  # fmt: skip
         breaks = tuple(change_points["commit #"].dropna())
