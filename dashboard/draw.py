@@ -36,26 +36,52 @@ def chart(
 ):
     """A line over the commits in their order (the hover has the commit and its time, the
     value and its spread) and a CSV download. ``log``: a log axis (values <= 0 left out)."""
-    import altair as alt  # 0.4 s of imports, paid only once a page draws a chart
-
     if log:
         df = df[df[y] > 0]
     if df.empty:
         st.info(f"{title}: no data for these filters.")
         return
-    df = commit_link(df)
-    order = {t: i for i, t in enumerate(sorted(df["commit_time"].unique()), 1)}
-    df["commit #"] = df["commit_time"].map(order)
-    full = df
-    df = binned(df, y, color)
+    if change_points is None and st.session_state.get("mark_change_points"):
+        change_points = line_change_points(df, y, color)
+    # only the columns drawn go into the spec (and into its cache key's hash): the query's
+    # frames carry 15-35 columns, and each chart sent them all (160 kB a Dispatch-floors chart)
+    drawn = ["commit_hash", "commit_time", y, *([color] if color else []),
+             *(c for c in ("q25", "q75", *stack_fields(df)) if c in df)]  # fmt: skip
+    spec = chart_spec(df[drawn], y, color, title, tuple(rules or ()), change_points, y_title,
+                      log)  # fmt: skip
+    # a fresh top level (streamlit moves the datasets out of the dict it is given)
+    st.vega_lite_chart(spec={**spec, "datasets": dict(spec["datasets"])}, width="stretch")
+    download(lambda: numbered(commit_link(df)), title, key)
+
+
+# The spec of each chart, computed once per frame and settings and kept (cache_resource: by
+# the frame's content): on the 10,000-run store Altair's building and validating of a page's
+# three charts, their binning and stack changes took 0.55 s of Dispatch floors' 0.69 s warm
+# script, every visit.
+@st.cache_resource(max_entries=256, show_spinner=False)
+def chart_spec(df, y, color, title, rules, change_points, y_title, log) -> dict:
+    """The Vega-Lite spec of ``chart``: its data as named frames under ``datasets`` (streamlit
+    sends them as Arrow), the lines thinned (``thinned``)."""
+    import altair as alt  # 0.4 s of imports, paid only once a page draws a chart
+
+    full = numbered(commit_link(df))
+    breaks = ()
+    if change_points is not None and not change_points.empty:
+        order = dict(zip(full["commit_time"], full["commit #"], strict=False))
+        change_points = change_points.assign(
+            **{"commit #": change_points["commit_time"].map(order)})  # fmt: skip
+        breaks = tuple(change_points["commit #"].dropna())
+    data = thinned(full, y, color, breaks).drop(columns="commit_hash", errors="ignore")
+    datasets = {"points": data}
     tooltip = [
-        "commit",
+        alt.Tooltip("commit:N"),
         alt.Tooltip("commit_time:T", title="commit time", format="%Y-%m-%d %H:%M"),
         alt.Tooltip(f"{y}:Q", format=".4g"),
     ]
-    tooltip += [c for c in ("commits", "q25", "q75", *stack_fields(df)) if c in df]
+    tooltip += [f"{c}:{'N' if c in STACK_FIELDS else 'Q'}"
+                for c in ("commits", "q25", "q75", *stack_fields(data)) if c in data]  # fmt: skip
     if color:
-        tooltip.append(color)
+        tooltip.append(f"{color}:N")
     scale = alt.Scale(type="log") if log else alt.Scale(zero=False)
     enc = {
         "x": alt.X(
@@ -66,63 +92,84 @@ def chart(
     }
     if color:
         enc["color"] = alt.Color(f"{color}:N")
-    if "url" in df:
+    if "url" in data:
         enc["href"] = "url:N"
-    layers = [alt.Chart(df).mark_line(point=True).encode(**enc)]
-    if {"q25", "q75"} <= set(df) and df["q25"].notna().any() and not log:
+    points = alt.NamedData(name="points")
+    layers = [alt.Chart(points).mark_line(point=True).encode(**enc)]
+    if {"q25", "q75"} <= set(data) and data["q25"].notna().any() and not log:
         band = {k: v for k, v in enc.items() if k in ("x", "color")}
-        layers.insert(0, alt.Chart(df).mark_area(opacity=0.2).encode(y="q25:Q", y2="q75:Q", **band))
-    for label, value, colour in rules or []:
-        rule = pd.DataFrame({"value": [value], "label": [label]})
+        layers.insert(0, alt.Chart(points).mark_area(opacity=0.2).encode(
+            y="q25:Q", y2="q75:Q", **band))  # fmt: skip
+    for i, (label, value, colour) in enumerate(rules):
+        datasets[f"rule{i}"] = pd.DataFrame({"value": [value], "label": [label]})
         layers.append(
-            alt.Chart(rule)
+            alt.Chart(alt.NamedData(name=f"rule{i}"))
             .mark_rule(strokeDash=[6, 3], color=colour)
-            .encode(y="value:Q", tooltip=["label", "value"])
+            .encode(y="value:Q", tooltip=["label:N", "value:Q"])
         )
     moves = stack_changes(full)
     if not moves.empty:
+        datasets["moves"] = moves
         layers.append(
-            alt.Chart(moves)
+            alt.Chart(alt.NamedData(name="moves"))
             .mark_rule(color="gray", strokeDash=[2, 2])
-            .encode(x="commit #:Q", tooltip=["stack change"])
+            .encode(x="commit #:Q", tooltip=["stack change:N"])
         )
-    if change_points is None and st.session_state.get("mark_change_points"):
-        change_points = line_change_points(full, y, color)
     if change_points is not None and not change_points.empty:
-        change_points = change_points.assign(
-            **{"commit #": change_points["commit_time"].map(order)})  # fmt: skip
+        datasets["changes"] = change_points[["commit #", "commit", "cause"]]
         layers.append(
-            alt.Chart(change_points)
+            alt.Chart(alt.NamedData(name="changes"))
             .mark_rule(color="red")
-            .encode(x="commit #:Q", tooltip=["commit", "cause"])
+            .encode(x="commit #:Q", tooltip=["commit:N", "cause:N"])
         )
-    if "commits" in df:
-        title += f" (medians of {int(df['commits'].max())} commits a point)"
-    st.altair_chart(alt.layer(*layers).properties(title=title, height=280), width="stretch")
-    download(full, title, key)
+    if "commits" in data:
+        title += f" (older commits: medians of up to {int(data['commits'].max())} a point)"
+    spec = alt.layer(*layers).properties(title=title, height=280).to_dict()
+    spec.pop("$schema", None)
+    return {**spec, "datasets": datasets}
 
 
-# Charts over years: at most this many points a line. Beyond it, consecutive commits are binned
-# and each bin drawn at the median of its commits' values, its band their quartiles (the
-# download keeps every commit). 500: not tuned by a measurement yet (docs/dashboard.md).
-MAX_POINTS = 500
+def numbered(df: pd.DataFrame) -> pd.DataFrame:
+    """``df`` with ``commit #``: its commits numbered in their order, oldest 1."""
+    order = {t: i for i, t in enumerate(sorted(df["commit_time"].unique()), 1)}
+    return df.assign(**{"commit #": df["commit_time"].map(order)})
 
 
-def binned(df: pd.DataFrame, y: str, color: str | None) -> pd.DataFrame:
-    """``df`` (one row per commit and line, ``commit #`` numbered) with at most
-    ``MAX_POINTS`` points a line: bins of consecutive commits, each at its first commit's
-    place, with ``commits`` (how many it holds)."""
+# Charts over years: at most about this many points a line, the newest NEWEST commits each its
+# own point (a new regression is never averaged into a bin). Measured on Dispatch floors (three
+# charts of three lines over 10,000 commits, 2-core machine, load 4-10): 500 points a line
+# drew in 1.5-2.0 s a load, 100 in 1.15-1.55 s, no chart at all 0.6-1.0 s; 100 points are
+# 10 px apart on a 1,000 px chart.
+MAX_POINTS = 100
+NEWEST = 25
+
+
+def thinned(df: pd.DataFrame, y: str, color: str | None, breaks=()) -> pd.DataFrame:
+    """``df`` (rows of commits, ``commit #`` numbered) with at most about ``MAX_POINTS``
+    points a line: the newest ``NEWEST`` commits as they are, older ones in bins of consecutive
+    commits, a bin also starting at each commit of ``breaks`` (change points: a step stays at
+    its commit); each bin drawn at its first commit, at the median of its values, its band
+    their quartiles, with ``commits`` (how many it holds)."""
     last = int(df["commit #"].max())
     if last <= MAX_POINTS:
         return df
-    size = -(-last // MAX_POINTS)
+    older = last - NEWEST
+    starts = {1 + (i * older) // (MAX_POINTS - NEWEST) for i in range(MAX_POINTS - NEWEST)}
+    starts |= set(range(older + 1, last + 1)) | {int(b) for b in breaks}
+    starts = pd.Index(sorted(starts))
     keys = ["bin", *([color] if color else [])]
     firsts = {c: (c, "first") for c in ("commit", "commit_time", "url", *stack_fields(df))
               if c in df}  # fmt: skip
-    groups = df.assign(bin=(df["commit #"] - 1) // size).groupby(keys, dropna=False)
+    groups = df.assign(bin=starts.searchsorted(df["commit #"], side="right")).groupby(
+        keys, dropna=False)  # fmt: skip
     out = groups.agg(**{y: (y, "median"), "commit #": ("commit #", "min"),
                         "commits": ("commit #", "nunique"), **firsts})  # fmt: skip
-    out["q25"], out["q75"] = groups[y].quantile(0.25), groups[y].quantile(0.75)
+    quartiles = groups[y].quantile([0.25, 0.75]).unstack()
+    out["q25"], out["q75"] = quartiles[0.25], quartiles[0.75]
+    if {"q25", "q75"} <= set(df):  # a commit alone keeps its own quartiles
+        alone = out["commits"] == 1
+        own = groups[["q25", "q75"]].median()
+        out.loc[alone, ["q25", "q75"]] = own.loc[alone].to_numpy()
     return out.reset_index().drop(columns="bin")
 
 
@@ -143,10 +190,12 @@ def stack_changes(df: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame({"commit #": moved.index, "stack change": changes})
 
 
-def download(df: pd.DataFrame, title: str, key: str) -> None:
-    """The data behind a chart or table, as CSV, written when the button is clicked (each page
-    run wrote every chart's CSV: 30,000 rows a chart over 10,000 commits)."""
-    st.download_button(f"Download the data ({title})", lambda: df.to_csv(index=False),
+def download(df, title: str, key: str) -> None:
+    """The data behind a chart or table (a frame, or a function that makes it), as CSV,
+    written when the button is clicked (each page run wrote every chart's CSV: 30,000 rows a
+    chart over 10,000 commits)."""
+    frame = df if callable(df) else lambda: df
+    st.download_button(f"Download the data ({title})", lambda: frame().to_csv(index=False),
                        file_name=f"{key}.csv", mime="text/csv", key=f"dl-{key}")  # fmt: skip
 
 
@@ -189,7 +238,8 @@ def pick(label: str, options: list, key: str):
 
 def narrow(df: pd.DataFrame, column: str, label: str, key: str) -> tuple[pd.DataFrame, object]:
     """Pick one value of ``column`` (``pick``); -> the rows that have it, and the value."""
-    value = pick(label, list(df[column]), key)
+    # its distinct values only (a list of every row's took 0.11 s over 120,000 rows)
+    value = pick(label, df[column].dropna().unique().tolist(), key)
     return df[df[column] == value], value
 
 

@@ -34,6 +34,7 @@ def _args() -> argparse.Namespace:
     ap = argparse.ArgumentParser(add_help=False)
     ap.add_argument("--store", type=store_spec, default=None)
     ap.add_argument("--policies", type=Path, default=None)
+    ap.add_argument("--warm-page", default=None)  # dashboard/__main__.py's warm-up only
     args, _ = ap.parse_known_args(sys.argv[1:])
     return args
 
@@ -41,6 +42,12 @@ def _args() -> argparse.Namespace:
 def store_path() -> str | Path:
     """The store to show: a file's path, or a lake's string."""
     return _args().store or default_path()
+
+
+def warm_page() -> str | None:
+    """The page ``python -m dashboard`` computes before its server starts (its warm-up runs
+    the app once a page, bare, with no URL to read it from), else None."""
+    return _args().warm_page
 
 
 def policies() -> detect.Policies:

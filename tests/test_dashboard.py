@@ -455,3 +455,28 @@ def test_a_pipe_in_a_param_value_keeps_the_overview_table(pipes):
         assert piped and all(c[:2] == ["regex.Match.time_match pattern=a|b", "failed"]
                              for c in piped), cells_of  # fmt: skip
         assert all(len(cells) == 3 for cells in cells_of), cells_of
+
+
+def test_a_long_line_is_thinned_keeping_the_newest_commits_and_each_change_point():
+    """Over years a chart draws about MAX_POINTS points a line: the newest NEWEST commits
+    each their own point, older ones binned at their median, a bin starting at each change
+    point (its step stays at its commit); the bins hold every commit once."""
+    import pandas as pd
+
+    from dashboard.draw import MAX_POINTS, NEWEST, thinned
+
+    n = 10_000
+    df = pd.DataFrame({"commit #": range(1, n + 1), "commit": [f"c{i}" for i in range(n)],
+                       "y": [1.0] * 4321 + [2.0] * (n - 4321)})  # fmt: skip
+    lines = pd.concat([df.assign(backend=b) for b in ("triton", "fa2")])
+    out = thinned(lines, "y", "backend", breaks=(4322,))
+    for _, line in out.groupby("backend"):
+        line = line.sort_values("commit #")
+        assert MAX_POINTS <= len(line) <= MAX_POINTS + 1
+        assert line["commits"].sum() == n
+        newest = line.tail(NEWEST)
+        assert list(newest["commit #"]) == list(range(n - NEWEST + 1, n + 1))
+        assert (newest["commits"] == 1).all()
+        step = line.set_index("commit #")["y"]
+        assert step[4322] == 2.0 and step[step.index < 4322].iloc[-1] == 1.0
+    assert len(thinned(df.head(MAX_POINTS), "y", None)) == MAX_POINTS
