@@ -17,8 +17,8 @@ if not HAS_CUDA:
     os.environ.setdefault("TRITON_INTERPRET", "1")
 
 
-# make test runs two workers (pytest -n 2), each taking whole files: the longest file first,
-# so that the other worker takes the rest beside it, and the files that read the quick asv run
+# make test runs three workers (pytest -n 3), each taking whole files: the longest file first,
+# so that the other workers take the rest beside it, and the files that read the quick asv run
 # (the session fixture quick_run, ~90 s on 2 cores) on one worker, so that it is built once.
 # (xdist's own --dist loadgroup loses its groups under pytest 9.2.)
 FIRST = "tests/test_rehearsal.py"
