@@ -20,6 +20,8 @@ if not HAS_CUDA:
 # make test runs three workers (pytest -n 3), each taking whole files: the longest file first,
 # so that the other workers take the rest beside it, and the files that read the quick asv run
 # (the session fixture quick_run, ~90 s on 2 cores) on one worker, so that it is built once.
+# test_dashboard reads it too and builds it again on its own worker: grouped with these two,
+# .ci/run took 14 min 53 s against 13 min 36 s (one worker's files became the longest path).
 # (xdist's own --dist loadgroup loses its groups under pytest 9.2.)
 FIRST = "tests/test_rehearsal.py"
 SHARED = {"tests/test_benchmarks.py": "quick_run", "tests/test_store.py": "quick_run"}
