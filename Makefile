@@ -23,8 +23,9 @@ setup: $(STAMP)
 # Lint, then the tests; Triton kernels run in the interpreter where there is no GPU
 # (tests/conftest.py sets TRITON_INTERPRET=1 then; GPU tests are skipped).
 # Three workers on two cores (tests/conftest.py: whole files each): the rehearsal runs beside
-# the rest. Two used 132% of the CPU (tests wait on subprocesses, servers and timeouts); with a
-# third, the fresh-clone .ci/run under the same load took 1,339 s of pytest against 2,045 s.
+# the rest. Two used 132% of the CPU on an idle machine (tests wait on subprocesses, servers and
+# timeouts), three 181%: a fresh clone's .ci/run took 13 min 36 s idle (20 min 14 s with two,
+# before the interpreter's fp32 tile grew to 64x64).
 test: setup lint postgres
 	$(BIN)/python -m pytest -q -n 3 --no-loadscope-reorder
 

@@ -603,6 +603,9 @@ class Store:
         if self._writer is not None:
             self._writer.close()
             self._writer = None
+            if self.lake is None:  # let in: a process still waiting touches it again
+                with contextlib.suppress(OSError):
+                    self.waiting_marker.unlink(missing_ok=True)
 
     def yield_slice(self) -> None:
         """Between two transactions of ``writing()``: close a file's connection once the slice
@@ -613,8 +616,6 @@ class Store:
             return
         held = time.monotonic() - self._slice_started
         if held > WRITE_HOLD or (held > WRITE_SLICE and self.waiting_marker.exists()):
-            with contextlib.suppress(OSError):  # a waiting process touches it again
-                self.waiting_marker.unlink(missing_ok=True)
             self._release()
             time.sleep(LOCK_POLL * 2)  # long enough for a waiting reader's next try
 

@@ -957,3 +957,7 @@ def test_a_writer_keeps_the_file_until_a_process_waits_for_it(tmp_path, monkeypa
         writer._held()
         writer.yield_slice()
         assert writer._writer is None and not writer.waiting_marker.exists()  # let go
+    writer.waiting_marker.touch()  # a process waited through the writer's last transaction
+    with writer.writing():
+        writer._held()
+    assert not writer.waiting_marker.exists()  # its end lets go, and leaves nothing behind
