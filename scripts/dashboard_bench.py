@@ -7,11 +7,15 @@ before the server answers; a store file's rollup built or brought up to date fir
 ``ragbench.rollup``), then opens every page the store offers in Debian's chromium through
 playwright: once in a new browser (the page's own queries not cached yet: its first load), then
 ``--loads`` times more, each a new navigation (a new streamlit session, as a visitor's reload).
-A load is timed from ``page.goto`` until the page has drawn its content (a chart, the
-overview's lookback line, the compare table, or the page's message where it has no data).
-Prints a table of each page's first load, median, p95 (nearest rank) and slowest load, and the
-median time the server spent running the page's script (``$RAGBENCH_DASHBOARD_TIMING``: the
-rest of a load is the browser, streamlit's front end and the network between them).
+Then, in one browser, ``--loads`` rounds of clicking through every page in the sidebar (a
+visitor moving between pages: the script reruns in the open session, the front end stays).
+A load is timed from ``page.goto`` (or the click) until the page has drawn its content (a
+chart, the overview's lookback line, the compare table, or the page's message where it has no
+data) and streamlit's script has finished with no stale element left. Prints a table of each
+page's first load, the median, p95 (nearest rank) and slowest of its reloads and of its
+switches, and the median time the server spent running the page's script
+(``$RAGBENCH_DASHBOARD_TIMING``: the rest of a load is the browser, streamlit's front end and
+the network between them).
 """
 
 from __future__ import annotations
@@ -28,12 +32,29 @@ from pathlib import Path
 
 from scripts.screenshots import CHART, browser, serve
 
-# what each page shows once it has drawn (a page without data for a machine shows a message)
+# what each page shows once it has drawn (a page without data for a machine shows a message):
+# an element, and a text in the main block where the element alone says little
 READY = {
-    "Overview": "text=Newest run against its lookback",
-    "Compare": "[data-testid='stDataFrame'], [data-testid='stAlert']",
+    "Overview": ("[data-testid='stMarkdown']", "Newest run against its lookback"),
+    "Compare": ("[data-testid='stDataFrame'], [data-testid='stAlert']", ""),
 }
-OTHER = f"{CHART}, [data-testid='stAlert']"
+OTHER = (f"{CHART}, [data-testid='stAlert']", "")
+# the page is drawn: the script has finished (streamlit's own end-to-end tests wait for this
+# state), no element of the previous run is left stale, the main heading is the page's, and
+# its content is there
+DRAWN = """([name, ready, text]) => {
+  const app = document.querySelector("[data-testid='stApp']");
+  if (!app || app.getAttribute("data-test-script-state") !== "notRunning") return false;
+  if (document.querySelector("[data-stale='true']")) return false;
+  const main = document.querySelector("[data-testid='stMain']");
+  const h = main && main.querySelector("h2");
+  return !!h && h.textContent.startsWith(name) && !!document.querySelector(ready)
+    && main.innerText.includes(text);
+}"""
+
+
+def drawn(page, name: str, timeout_ms: int) -> None:
+    page.wait_for_function(DRAWN, arg=[name, *READY.get(name, OTHER)], timeout=timeout_ms)
 
 
 def timed(page, url: str, name: str, query: dict, timeout_ms: int) -> float:
@@ -41,7 +62,15 @@ def timed(page, url: str, name: str, query: dict, timeout_ms: int) -> float:
 
     t0 = time.perf_counter()
     page.goto(f"{url}/?{urllib.parse.urlencode({'page': name, **query})}")
-    page.wait_for_selector(READY.get(name, OTHER), timeout=timeout_ms)
+    drawn(page, name, timeout_ms)
+    return time.perf_counter() - t0
+
+
+def switched(page, name: str, timeout_ms: int) -> float:
+    """Seconds from clicking page ``name`` in the sidebar until it has drawn."""
+    t0 = time.perf_counter()
+    page.get_by_test_id("stSidebar").get_by_text(name, exact=True).click()
+    drawn(page, name, timeout_ms)
     return time.perf_counter() - t0
 
 
@@ -82,31 +111,50 @@ def bench(store: Path, loads: int, timeout_s: float, only: list[str] | None = No
                          for _ in range(loads)]  # fmt: skip
             script = [float(line.split("\t")[1]) for line in log.read_text().splitlines()]
             figures["pages"][name] = {
-                "first": round(first, 2), "median": round(statistics.median(again), 2),
-                "p95": round(p95(again), 2), "max": round(max(again), 2),
+                "first": round(first, 2), **summary("reload", again),
                 "script_median": round(statistics.median(script[1:] or [math.nan]), 2),
             }  # fmt: skip
             print(f"{name}: {figures['pages'][name]}", file=sys.stderr, flush=True)
+        # a visitor moving between pages in one session: each page reached from the one above
+        # it in the sidebar (the first from the last), ``loads`` rounds
+        switches: dict[str, list[float]] = {name: [] for name in pages}
+        with browser() as page:
+            timed(page, url, pages[-1], {"machine": machine}, int(timeout_s * 1000))
+            for _ in range(loads):
+                for name in pages:
+                    switches[name].append(switched(page, name, int(timeout_s * 1000)))
+        for name, times in switches.items():
+            figures["pages"][name].update(summary("switch", times))
+            print(f"{name}: switches {figures['pages'][name]}", file=sys.stderr, flush=True)
     log.unlink()
     return figures
+
+
+def summary(kind: str, times: list[float]) -> dict[str, float]:
+    return {f"{kind}_median": round(statistics.median(times), 2),
+            f"{kind}_p95": round(p95(times), 2), f"{kind}_max": round(max(times), 2)}  # fmt: skip
 
 
 def markdown(f: dict) -> str:
     rows = [f"store `{f['store']}`, machine `{f['machine']}`; rollup sync {f['rollup_sync_s']} s, "
             f"server start (first page computed) {f['server_start_s']} s; {f['loads']} loads "
             "a page after its first", "",
-            "| page | first load s | median s | p95 s | slowest s | its script, median s |",
-            "|---|---|---|---|---|---|"]  # fmt: skip
+            "| page | first load s | reload: median / p95 / slowest s "
+            "| switch in the sidebar: median / p95 / slowest s | its script, median s |",
+            "|---|---|---|---|---|"]  # fmt: skip
     for name, x in f["pages"].items():
-        rows.append(f"| {name} | {x['first']} | {x['median']} | {x['p95']} | {x['max']} "
-                    f"| {x['script_median']} |")  # fmt: skip
+        rows.append(f"| {name} | {x['first']} | "
+                    + " | ".join(" / ".join(str(x[f"{k}_{s}"]) for s in ("median", "p95", "max"))
+                                 for k in ("reload", "switch"))
+                    + f" | {x['script_median']} |")  # fmt: skip
     return "\n".join(rows)
 
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--store", type=Path, required=True, help="a store file")
-    ap.add_argument("--loads", type=int, default=20, help="loads a page after its first")
+    ap.add_argument("--loads", type=int, default=20,
+                    help="reloads of a page after its first; rounds of switches")  # fmt: skip
     ap.add_argument("--timeout", type=float, default=1800, help="seconds a load may take")
     ap.add_argument("--page", action="append", default=None, help="only this page (repeat)")
     ap.add_argument("--out", type=Path, default=None, help="also write the figures (JSON)")
