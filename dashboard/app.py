@@ -347,7 +347,7 @@ def compare(ctx):
             "metric": f"{v.key[0]}.{v.key[1]}",
             "cell": v.key[2],
             "head/base 95%": f"{v.interval[0]:.3f}-{v.interval[1]:.3f}" if v.interval else "",
-            "p (Holm)": v.p_adj,
+            "p (Holm)": f"{v.p_adj:.2g}" if v.p_adj is not None else "",
             "base": shown(v.base, v.unit),
             "head": shown(v.head, v.unit),
             "note": v.note,
@@ -375,8 +375,9 @@ def compare(ctx):
     st.markdown(
         f"**{headline}**: " + ", ".join(f"{n} {s}" for s, n in df["status"].value_counts().items())
     )
-    widths = {"status": 95, "change (+: worse)": 115, "metric": 205, "cell": 185,
-              "head/base 95%": 105, "p (Holm)": 65, "base": 60, "head": 60, "note": 45}  # fmt: skip
+    # base and head at 80 px: "5.066e-05" was cut to "5.066e-0" at 60 (a 1400 px window)
+    widths = {"status": 95, "change (+: worse)": 115, "metric": 205, "cell": 165,
+              "head/base 95%": 105, "p (Holm)": 55, "base": 80, "head": 80, "note": 45}  # fmt: skip
     columns = {k: st.column_config.Column(width=w) for k, w in widths.items()}
     numbered = df.assign(note=[f"[{notes.index(n) + 1}]" if n else "" for n in df["note"]])
     st.dataframe(numbered, width="stretch", hide_index=True, column_config=columns)

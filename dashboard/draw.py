@@ -67,9 +67,9 @@ def chart_spec(df, y, color, title, rules, change_points, y_title, log) -> dict:
     full = numbered(commit_link(df))
     breaks = ()
     if change_points is not None and not change_points.empty:
-        order = dict(zip(full["commit_time"], full["commit #"], strict=False))
+        order = dict(zip(full["commit"], full["commit #"], strict=False))
         change_points = change_points.assign(
-            **{"commit #": change_points["commit_time"].map(order)})  # fmt: skip
+            **{"commit #": change_points["commit"].map(order)})  # fmt: skip
         breaks = tuple(change_points["commit #"].dropna())
     data = thinned(full, y, color, breaks).drop(columns="commit_hash", errors="ignore")
     datasets = {"points": data}
@@ -83,11 +83,14 @@ def chart_spec(df, y, color, title, rules, change_points, y_title, log) -> dict:
     if color:
         tooltip.append(f"{color}:N")
     scale = alt.Scale(type="log") if log else alt.Scale(zero=False)
+    # a log axis spans decades: every tick in one notation ("3e-5", "1e-7"), where ".3g"
+    # mixed "0.0000300" and "3.00e-7" on one axis
+    y_format = ".0e" if log else ".3g"
     enc = {
         "x": alt.X(
             "commit #:Q", title="commit (oldest first)", axis=alt.Axis(format="d", tickMinStep=1)
         ),
-        "y": alt.Y(f"{y}:Q", title=y_title or y, scale=scale, axis=alt.Axis(format=".3g")),
+        "y": alt.Y(f"{y}:Q", title=y_title or y, scale=scale, axis=alt.Axis(format=y_format)),
         "tooltip": tooltip,
     }
     if color:
@@ -130,9 +133,12 @@ def chart_spec(df, y, color, title, rules, change_points, y_title, log) -> dict:
 
 
 def numbered(df: pd.DataFrame) -> pd.DataFrame:
-    """``df`` with ``commit #``: its commits numbered in their order, oldest 1."""
-    order = {t: i for i, t in enumerate(sorted(df["commit_time"].unique()), 1)}
-    return df.assign(**{"commit #": df["commit_time"].map(order)})
+    """``df`` with ``commit #``: its commits numbered in their order, oldest 1 (by commit
+    time; commits of the same second each their own number, in hash order)."""
+    commits = df[["commit_time", "commit_hash"]].drop_duplicates("commit_hash")
+    commits = commits.sort_values(["commit_time", "commit_hash"], na_position="first")
+    order = dict(zip(commits["commit_hash"], range(1, len(commits) + 1), strict=True))
+    return df.assign(**{"commit #": df["commit_hash"].map(order)})
 
 
 # Charts over years: at most about this many points a line, the newest NEWEST commits each its

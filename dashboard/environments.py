@@ -27,29 +27,55 @@ from ragbench.verdicts import FAILING, Headline, Status
 def versions(ctx):
     st.header("Versions")
     runs = ctx["runs"][ctx["runs"]["machine"] == ctx["machine"]]
-    runs = runs.assign(stack=stacks(runs))
-    per_commit = runs.groupby("commit_hash", sort=False)["stack"].nunique()
-    commits = list(per_commit.index[per_commit >= 2])  # in the runs' order (newest first)
-    if commits:
-        upgrade_reports(ctx, runs, commits)
+    measured = several_stacks(runs, runs["commit_hash"])
+    kept = query(ctx["path"], ctx["mtime"], ctx["branch"], "runs", machine=ctx["machine"],
+                 label="gate:%")  # fmt: skip
+    # what `ragbench versions --store` kept: a gate of one commit under two stacks, on no branch
+    # (a gate's id is gate:HEAD-BASE-TIME; its rechecks are judged by the gate, not here)
+    kept = kept[~kept["label"].str.contains(":recheck-")]
+    gate = kept["label"].str.extract(r"^(gate:([0-9a-f]+)-([0-9a-f]+)-\d+)")
+    kept = kept[(gate[1] == gate[2]).to_numpy()]
+    measured.update(several_stacks(kept, gate[0][gate[1] == gate[2]]))
+    if measured:
+        upgrade_reports(ctx, measured)
     else:
         st.info("No commit on this machine was measured under more than one stack yet"
-                + (": `ragbench run --env SPEC` runs the suite under another torch/triton "
+                + (": `ragbench versions --from SPEC --to SPEC --store S` measures one "
                    "(docs/versions.md)." if "torch" in stack_fields(runs) else "."))  # fmt: skip
     stack_heatmap(ctx)
 
 
-def upgrade_reports(ctx, runs: pd.DataFrame, commits: list[str]) -> None:
+def several_stacks(runs: pd.DataFrame, by: pd.Series) -> dict[str, pd.DataFrame]:
+    """The runs grouped ``by`` (a commit, or a kept gate), each with its ``stack``, of the
+    groups measured under two stacks or more: {group's label: its runs}, newest first. Stacks
+    that name the same torch and triton but are other environments (a numpy-only change) are
+    told apart by asv's environment name."""
+    runs = runs.assign(stack=stacks(runs), group=by.to_numpy())
+    same = runs.groupby(["group", "stack"])["env_name"].transform("nunique") > 1
+    runs.loc[same, "stack"] += " (" + runs.loc[same, "env_name"].fillna("?") + ")"
+    n = runs.groupby("group", sort=False)["stack"].nunique()
+    out = {}
+    for group in n.index[n >= 2]:  # in the runs' order (newest first)
+        here = runs[runs["group"] == group]
+        first = here.iloc[0]
+        label = f"{first['commit_hash'][:12]} ({first['commit_time']})"
+        if group != first["commit_hash"]:  # a kept gate: gate:HEAD-BASE-SECONDS
+            when = pd.Timestamp(int(group.rsplit("-", 1)[1]), unit="s")
+            label += f", kept by ragbench versions at {when:%Y-%m-%d %H:%M}"
+        out[label] = here
+    return out
+
+
+def upgrade_reports(ctx, measured: dict[str, pd.DataFrame]) -> None:
     """For one commit: every cell under each stack measured on it, and the gate's
     verdict of each stack against a reference stack (what ``ragbench versions`` reports)."""
-    times = runs.drop_duplicates("commit_hash").set_index("commit_hash")["commit_time"]
-    label = {c: f"{c[:12]} ({times[c]})" for c in commits}
+    labels = list(measured)
     wanted = st.query_params.get("commit", "")
-    index = next((i for i, c in enumerate(commits) if wanted and c.startswith(wanted)), 0)
+    index = next((i for i, c in enumerate(labels) if wanted and c.startswith(wanted)), 0)
     col1, col2 = st.columns(2)
-    commit = col1.selectbox("commit (measured under several stacks)", commits, index=index,
-                            format_func=label.get, key="versions-commit")  # fmt: skip
-    here = runs[runs["commit_hash"] == commit]
+    commit = col1.selectbox("commit (measured under several stacks)", labels, index=index,
+                            key="versions-commit")  # fmt: skip
+    here = measured[commit]
     names = sorted(here["stack"].unique(), key=version_key)
     ref = col2.selectbox("against", names, index=0, key="versions-ref")
     ids = {n: tuple(here[here["stack"] == n]["run_id"]) for n in names}

@@ -179,7 +179,25 @@ def gate_markdown(res: GateResult, title: str | None = None) -> str:
     if shown:
         lines += ["", "<details><summary>Unchanged cells</summary>", "",
                   *_stat_table(shown), "", "</details>"]  # fmt: skip
+    lines += _info_table(c.by_status(Status.INFO))
     return "\n".join(lines) + "\n"
+
+
+def _info_table(info: list[Verdict]) -> list[str]:
+    """The cells shown, never judged (policy ``info``: this suite's timings on a CPU, where
+    Triton's interpreter times numpy, not a kernel), with their values and ratio."""
+    if not info:
+        return []
+    lines = ["", f"### Shown, not judged: {len(info)} cell(s) whose policy is `info`", "",
+             "Recorded and shown, never judged: a metric gets a threshold once it has been "
+             "calibrated on the machine class it runs on (docs/calibration.md). Medians, no "
+             "interval and no test.", "",
+             "<details><summary>The cells</summary>", "",
+             "| cell | base | head | head/base |", "|---|---|---|---|"]  # fmt: skip
+    for v in info:
+        ratio = v.head / v.base if v.base and v.head is not None and v.unit != "hash" else None
+        lines.append(f"| {_name(v)} | {_num(v.base)} | {_num(v.head)} | {_num(ratio, 3)} |")
+    return [*lines, "", "</details>"]
 
 
 def drift_section(d) -> list[str]:

@@ -282,6 +282,8 @@ def test_a_foreign_gate_of_info_cells_is_inconclusive_and_says_nothing_false(tmp
     assert code == 1 and "INCONCLUSIVE" in out.splitlines()[0], out
     assert "deterministic bounds" not in out and "torch None" not in out and "CPU" not in out
     assert "Nothing was judged" in out and "--policies FILE" in out
+    # what was not judged is still shown, with its values (the CPU demo's timings are info)
+    assert "Shown, not judged: 1 cell(s)" in out and "| 3 | 4 | 1.33 |" in out, out
     code, out = run(capsys, "detect", "--store", store, "--machine", MACHINE)
     assert code == 1 and "Nothing was judged" in out and "--policies FILE" in out, out
 

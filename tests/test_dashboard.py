@@ -110,6 +110,9 @@ def test_every_page_renders_with_data(store, page):
         assert ranks == sorted(ranks) and "change (+: worse)" in df
         hashes = df[df["metric"].str.endswith("output_hash")]
         assert not hashes.empty and hashes["base"].str.fullmatch(r"[0-9a-f]{12}").all()
+        # a cell without a test has an empty p, not "None"; the rest 2 significant digits
+        p = df["p (Holm)"]
+        assert (p == "").any() and p.str.fullmatch(r"|[0-9.e+-]+").all(), list(p)
         # each note's number is explained under the table, numbered in the table's order
         numbers = list(dict.fromkeys(n for n in df["note"] if n))
         assert numbers and numbers == [f"[{i}]" for i in range(1, len(numbers) + 1)]
@@ -290,6 +293,41 @@ def test_the_versions_page_judges_the_stacks_of_one_commit(quick_run, tmp_path):
     hashes = table[table["metric"] == "cpu.KernelError.output_hash"]
     assert len(hashes) == 4 and all(" · " not in x for x in hashes[new])  # unchanged: no word
     assert any(x.endswith(" · info") for x in table[new])  # img/s: shown, never judged
+
+
+def test_the_versions_page_shows_what_versions_kept_and_tells_environments_apart(
+    quick_run, tmp_path
+):
+    """Runs `ragbench versions --store` kept (a gate of one commit under two stacks, on no
+    branch) are offered beside main's commits; two environments of one torch and triton (a
+    numpy-only change) are two stacks, named by asv's environment, not pooled into one."""
+    results, _ = quick_run
+    real = tmp_path / "real"
+    shutil.copytree(results, real)
+    src = next(p for p in real.glob("*/*.json") if p.name != "machine.json")
+    data = json.loads(src.read_text())
+    other = src.with_name(f"{src.name[:8]}-existing-py_numpy2.json")
+    other.write_text(json.dumps({**data, "env_name": "existing-py_numpy2"}))
+    shutil.copy(src.with_suffix(".fingerprint"), other.with_suffix(".fingerprint"))
+    gate = f"gate:{data['commit_hash'][:8]}-{data['commit_hash'][:8]}-1764000000"
+    path = tmp_path / "perf.duckdb"
+    with Store(path) as s:
+        for f, side in ((src, "base"), (other, "head")):
+            alone = tmp_path / side / src.parent.name
+            alone.mkdir(parents=True)
+            shutil.copy(f, alone)
+            shutil.copy(f.with_suffix(".fingerprint"), alone)
+            shutil.copy(src.parent / "machine.json", alone)
+            report = ingest(s, [alone.parent], label=f"{gate}:{side}:0")
+            assert len(report.stored) == 1 and not report.failed
+        ingest(s, [real], branch="main")
+    at = app(path, page="Versions", machine=data["params"]["machine"])
+    assert not at.exception
+    offered = at.selectbox(key="versions-commit").options
+    assert any("kept by ragbench versions" in o for o in offered), offered
+    text = texts(at)
+    assert f"({data['env_name']})" in text and "(existing-py_numpy2)" in text, text
+    assert "safe to upgrade" in text
 
 
 def test_a_lake_shows_every_machine_and_compares_two(postgres, tmp_path):
@@ -480,3 +518,33 @@ def test_a_long_line_is_thinned_keeping_the_newest_commits_and_each_change_point
         step = line.set_index("commit #")["y"]
         assert step[4322] == 2.0 and step[step.index < 4322].iloc[-1] == 1.0
     assert len(thinned(df.head(MAX_POINTS), "y", None)) == MAX_POINTS
+
+
+def test_commits_of_the_same_second_are_drawn_apart():
+    """Two commits made in one second (the demo's own) each get their own x, and a change
+    point on the second of them is drawn at it, not at the first."""
+    import pandas as pd
+
+    from dashboard.draw import chart_spec, numbered
+
+    same = pd.Timestamp("2026-11-25 10:00:00")
+    df = pd.DataFrame({"commit_hash": ["b" * 40, "a" * 40, "c" * 40],
+                       "commit_time": [same, same, same + pd.Timedelta(seconds=1)],
+                       "y": [1.0, 1.0, 2.0]})  # fmt: skip
+    assert sorted(numbered(df)["commit #"]) == [1, 2, 3]
+    cps = pd.DataFrame({"commit_time": [same], "commit": ["b" * 12], "cause": ["code"]})
+    spec = chart_spec.__wrapped__(df, "y", None, "t", (), cps, None, False)
+    assert list(spec["datasets"]["changes"]["commit #"]) == [2]  # "a..." is 1, "b..." 2
+
+
+def test_a_log_axis_writes_every_tick_in_one_notation():
+    import pandas as pd
+
+    from dashboard.draw import chart_spec
+
+    df = pd.DataFrame({"commit_hash": ["a" * 40, "b" * 40],
+                       "commit_time": pd.to_datetime(["2026-01-01", "2026-01-02"]),
+                       "d": [3e-5, 3e-7]})  # fmt: skip
+    spec = chart_spec.__wrapped__(df, "d", None, "drift", (), None, None, True)
+    axis = spec["layer"][0]["encoding"]["y"]["axis"]
+    assert axis["format"] == ".0e"
