@@ -167,17 +167,27 @@ def _store_info(args) -> int:
 
 
 def _gate(args) -> int:
-    from .gate import run_gate, to_json
+    from .gate import run_gate, run_settle, to_json
     from .report import gate_markdown
 
     policies = detect.load_policies(args.policies)
+    if args.settle is None and args.base is None:
+        raise ValueError("gate needs --base REV (the pull request's merge base), or --settle "
+                         "GATE_JSON (a gate's --json) to settle what it left")  # fmt: skip
     store = _store(args, read_only=not args.measure)  # --stored only reads
-    result = run_gate(
-        store, args.base, args.head, policies=policies, machine=_machine(args),
-        measure=args.measure, rounds=args.rounds, mode=args.mode, bench=args.bench,
-        paired_processes=args.paired_processes, log=_log, drift_check=args.drift,
-        environment=args.environment, across_environments=args.across_environments,
-    )  # fmt: skip
+    if args.settle is not None:
+        result = run_settle(store, args.settle, policies=policies, machine=_machine(args),
+                            mode=args.mode, log=_log)  # fmt: skip
+    else:
+        result = run_gate(
+            store, args.base, args.head, policies=policies, machine=_machine(args),
+            measure=args.measure, rounds=args.rounds, mode=args.mode, bench=args.bench,
+            paired_processes=args.paired_processes, log=_log, drift_check=args.drift,
+            environment=args.environment, across_environments=args.across_environments,
+        )  # fmt: skip
+    if result.plan and args.json is None:  # the settle command reads the plan from it
+        args.json = Path(f"gate-{result.head[:12]}.json")
+    result.json_path = args.json
     text = gate_markdown(result)
     print(text)
     if args.report:
@@ -589,7 +599,8 @@ def parser() -> argparse.ArgumentParser:
             "drift finding, which fails."
         ),
     )
-    g.add_argument("--base", required=True, help="base revision (a PR's merge base)")
+    g.add_argument("--base", default=None,
+                   help="base revision (a PR's merge base); required unless --settle")  # fmt: skip
     g.add_argument("--head", default="HEAD", help="head revision (default HEAD)")
     _store_arg(g)
     _machine_arg(g)
@@ -618,7 +629,14 @@ def parser() -> argparse.ArgumentParser:
     _policies_arg(g)
     g.add_argument("--report", type=Path, default=None, help="also write the report here")
     g.add_argument("--json", type=Path, default=None,
-                   help="write the verdict and failing cells here (ragbench verdict)")  # fmt: skip
+                   help="write the verdict, the failing cells and what settles them here "
+                   "(ragbench verdict; --settle); where something is left to settle and no "
+                   "--json is given: gate-HEAD.json here")  # fmt: skip
+    g.add_argument("--settle", type=Path, default=None, metavar="GATE_JSON",
+                   help="measure again only the cells the gate whose --json this is left "
+                   "inconclusive or flagged, with the rounds its report names (estimated from "
+                   "their spread), and merge them into its verdict (the other cells passed "
+                   "there); --base, --head and --rounds come from the file")  # fmt: skip
     g.set_defaults(func=_gate)
 
     u = sub.add_parser(

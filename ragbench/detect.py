@@ -179,6 +179,7 @@ class Verdict:
     note: str = ""
     rechecked: bool = False
     method: str = "asv"
+    aa: float | None = None  # a paired cell's A/A arm: how far base moved against itself
 
 
 @dataclass

@@ -20,10 +20,10 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from . import detect, drift, paired, suite
+from . import detect, drift, paired, settle, suite
 from .ingest import ingest
 from .store import Store
-from .verdicts import Headline, Status, gate_document
+from .verdicts import Headline, Status, gate_document, read_gate_document
 
 
 class GateError(RuntimeError):
@@ -46,6 +46,10 @@ class GateResult:
     paired_processes: int = 0
     paired_seconds: float = 0.0
     drift: drift.DriftReport | None = None  # head's outputs against base's, where compared
+    plan: settle.Plan | None = None  # what settles the cells left without evidence or flagged
+    mode: str = "quick"
+    json_path: Path | None = None  # where the gate's JSON (and so its plan) was written
+    settled_from: Path | None = None  # a settle run: the first gate's JSON it completes
 
     @property
     def exit_code(self) -> int:
@@ -54,8 +58,21 @@ class GateResult:
 
 
 def to_json(res: GateResult) -> dict:
-    """The gate's verdict for ``ragbench verdict`` (``--json``): ``verdicts.gate_document``."""
-    return gate_document(res.base, res.head, res.machine, res.comparison)
+    """The gate's verdict for ``ragbench verdict`` (``--json``): ``verdicts.gate_document``,
+    and what settles it (``settle.Plan``), read back by ``run_settle``."""
+    doc = gate_document(res.base, res.head, res.machine, res.comparison)
+    if res.plan:
+        doc["settle"] = res.plan.to_json()
+    return doc
+
+
+def settle_command(res: GateResult) -> str | None:
+    """The command that settles ``res`` (``run_settle``), where it left something to settle
+    and its JSON was written."""
+    if not res.plan or not res.json_path:
+        return None
+    return (f"ragbench gate --settle {shlex.quote(str(res.json_path))} --machine "
+            f"{shlex.quote(res.machine)} --mode {res.mode}")  # fmt: skip
 
 
 # git's notations of a set of commits (A..B, A...B, ^A, A^@, A^!, A^-), where the gate and
@@ -269,7 +286,7 @@ def run_gate(
     rounds = int(rounds if rounds is not None else policies.gate.get("rounds", 2))
     if rounds < 1:
         raise GateError(f"--rounds must be at least 1, got {rounds}")
-    result = GateResult(base, head, machine, detect.Comparison(), measure, rounds)
+    result = GateResult(base, head, machine, detect.Comparison(), measure, rounds, mode=mode)
     if not measure:  # a commit's runs, on whatever branch they were ingested
         base_runs = store.runs(machine=machine, commit=base, any_branch=True)
         head_runs = store.runs(machine=machine, commit=head, any_branch=True)
@@ -302,6 +319,7 @@ def run_gate(
         if drift_check and not environments:
             with tempfile.TemporaryDirectory(prefix="ragbench-drift-", dir=work_dir) as tmp:
                 _drift(result, policies, mode=mode, bench=bench, work=Path(tmp), log=log)
+        result.plan = settle.plan(result.comparison, max(1, len(base_runs)), paired_processes)
         result.seconds = time.perf_counter() - t0
         return result
 
@@ -334,5 +352,84 @@ def run_gate(
             _drift(result, policies, mode=mode, bench=bench, work=work, log=log)
         result.base_runs = store.runs(label=f"{gate_id}:base:%")
         result.head_runs = store.runs(label=f"{gate_id}:head:%")
+    result.plan = settle.plan(result.comparison, rounds, paired_processes)
     result.seconds = time.perf_counter() - t0
     return result
+
+
+def run_settle(store: Store, path: Path, *, policies: detect.Policies, machine: str,
+               mode: str = "quick", work_dir: Path | None = None,
+               log: Callable[[str], None] = print) -> GateResult:  # fmt: skip
+    """The cells the gate whose JSON is at ``path`` left without evidence or flagged, measured
+    as its plan says (``settle.Plan``: the asv cells in alternating rounds, the host-time
+    cells in paired processes) and judged on these samples alone; merged into that gate's
+    verdict: its other cells passed there, its other failures stand."""
+    try:
+        doc = read_gate_document(path, _head_of(path))
+        plan = settle.Plan.from_json(doc.get("settle"))
+    except ValueError as exc:  # VerdictError included
+        raise GateError(f"--settle {path}: {exc}") from None
+    if doc["machine"] != machine:
+        raise GateError(f"--settle {path}: that gate ran on {doc['machine']!r}, this is "
+                        f"{machine!r}: settle it on its machine (--machine)")  # fmt: skip
+    t0 = time.perf_counter()
+    base, head = doc["base"], doc["head"]
+    for sha in (base, head):
+        _resolve(sha)  # both in this clone, before any work
+    result = GateResult(base, head, machine, detect.Comparison(), True, plan.rounds, mode=mode,
+                        settled_from=path)  # fmt: skip
+    verdicts = []
+    label = f"gate:{head[:8]}-{base[:8]}-{int(time.time())}:settle"
+    with tempfile.TemporaryDirectory(prefix="ragbench-settle-", dir=work_dir) as tmp:
+        if plan.cells:
+            ids = {"base": [], "head": []}
+            for r in range(plan.rounds):
+                for side, sha in (("base", base), ("head", head)):
+                    log(f"settle: round {r + 1}/{plan.rounds}, {side} {sha[:12]}")
+                    ids[side] += _measure(store, sha, side, f"{label}-{side}:{r}", Path(tmp),
+                                          mode=mode, machine=machine,
+                                          bench=_bench_regex(plan.cells), log=log)  # fmt: skip
+            wanted = set(plan.cells)
+            pooled = [{k: c for k, c in detect.cells(store, ids[side]).items() if k in wanted}
+                      for side in ("base", "head")]  # fmt: skip
+            verdicts += detect.compare(*pooled, policies).verdicts
+            verdicts += [_verdict(k, policies, Status.MISSING, "the settle run measured no "
+                                  "value of it on either side")
+                         for k in wanted - {v.key for v in verdicts}]  # fmt: skip
+        if plan.paired:
+            # the paired verdicts replace these (``_paired``), as they replace a gate's
+            result.comparison = detect.Comparison(
+                [_verdict(k, policies, Status.INCONCLUSIVE) for k in plan.paired])  # fmt: skip
+            _paired(result, policies, processes=plan.processes, mode=mode, work=Path(tmp),
+                    log=log)  # fmt: skip
+            wanted = set(plan.paired)
+            verdicts += [v for v in result.comparison.verdicts if v.key in wanted]
+    settled = {v.key for v in verdicts}
+    stand = [_verdict(k, policies, Status(f["status"]), f.get("note") or "", f.get("change"))
+             for f in doc["failures"]
+             if (k := (f["benchmark"], f["metric"], f["param_key"])) not in settled]  # fmt: skip
+    result.comparison = detect.Comparison(verdicts + stand, float(policies.gate.get("alpha", 0.01)))
+    result.plan = settle.plan(result.comparison, plan.rounds, plan.processes)  # still short
+    result.base_runs = store.runs(label=f"{label}-base:%")
+    result.head_runs = store.runs(label=f"{label}-head:%")
+    result.seconds = time.perf_counter() - t0
+    return result
+
+
+def _head_of(path: Path) -> str:
+    """The head a gate's JSON names (``read_gate_document`` then checks every field)."""
+    from . import jsonfile
+
+    try:
+        doc = jsonfile.read(path, limit=8 * 2**20)
+    except ValueError:
+        return ""  # read_gate_document says what is wrong with it
+    return str(doc.get("head")) if isinstance(doc, dict) else ""
+
+
+def _verdict(key: detect.Key, policies: detect.Policies, status: Status, note: str = "",
+             change: float | None = None) -> detect.Verdict:  # fmt: skip
+    """A verdict without samples: one a gate's JSON keeps (its status, note and change)."""
+    params = dict(kv.split("=", 1) for kv in key[2].split(",") if "=" in kv)
+    return detect.Verdict(key, params, None, policies.for_metric(key[0], key[1]), status,
+                          change=change, note=note)  # fmt: skip

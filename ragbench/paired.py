@@ -209,6 +209,7 @@ def _decide(v, cell: PairedCell, significant: bool, p_adj: float, level: float, 
     aa = cell.ratios.get("aa")
     if aa:
         moved = abs(detect._bad_change(statistics.median(aa), lower))
+        v.aa = moved
         v.note += f"; A/A {moved * 100:.1f}%"
         if v.status != Status.REGRESSION and moved > t / 2:
             v.status = Status.INCONCLUSIVE

@@ -8,7 +8,7 @@ from collections import defaultdict
 
 from . import paired
 from .detect import INTERVAL, RULE, Comparison, SeriesReport, Verdict, powered
-from .gate import GateResult, differences
+from .gate import GateResult, differences, settle_command
 from .verdicts import Status
 
 
@@ -84,7 +84,14 @@ def gate_markdown(res: GateResult, title: str | None = None) -> str:
     if _env(res.base_runs) != _env(res.head_runs):
         lines.append(f"Base ran in another environment: {_env(res.base_runs)}.")
     lines += differences(res.base_runs, res.head_runs)
-    if res.measured:
+    if res.settled_from:
+        lines.append(
+            f"Settling the gate of `{res.settled_from}`: its cells without evidence or flagged, "
+            f"measured again here ({res.rounds} alternating round(s) each) and judged on these "
+            "samples alone; its other cells passed there and are not repeated; its other "
+            "failures stand."
+        )
+    elif res.measured:
         lines.append(
             f"Base and head measured in this job, alternating, {res.rounds} round(s) each; "
             f"{res.rechecked} flagged or inconclusive cell(s) re-measured once."
@@ -180,6 +187,12 @@ def gate_markdown(res: GateResult, title: str | None = None) -> str:
         lines += ["", "<details><summary>Unchanged cells</summary>", "",
                   *_stat_table(shown), "", "</details>"]  # fmt: skip
     lines += _info_table(c.by_status(Status.INFO))
+    command = settle_command(res)
+    if command:
+        lines += ["", "### To settle", "", f"`{command}`", "",
+                  f"Measures only what is left without evidence or flagged: "
+                  f"{res.plan.describe()}, the rounds estimated from their spread (an "
+                  "interval narrows as 1/sqrt(samples)), merged into this verdict."]  # fmt: skip
     return "\n".join(lines) + "\n"
 
 

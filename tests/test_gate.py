@@ -4,6 +4,7 @@ machine runs in tests/test_workflows.py (the workflow rehearsal)."""
 from __future__ import annotations
 
 import itertools
+import json
 import subprocess
 import sys
 from pathlib import Path
@@ -238,3 +239,104 @@ def test_a_flagged_cell_that_breaks_when_measured_again_still_fails(tmp_path, mo
     (v,) = [v for v in res.comparison.verdicts if v.params.get("backend") == "triton"
             and v.key[1] == "gpu_us"]  # fmt: skip
     assert v.rechecked and v.status == then and res.exit_code == 1
+
+
+# --- settling what a gate left without evidence -----------------------------------------------
+
+TRITON = ("kernel.KernelLatency", "gpu_us", "backend=triton")
+
+
+def noisy_gate(store, monkeypatch, settle: str):
+    """A gate whose triton cell stays inconclusive (+1.5%, samples spread 0.5x-1.5x, also when
+    re-measured); its settle run's samples are ``tight`` (0.1% around the same +1.5%) or
+    ``wide`` (0.02x-1.98x: the same samples each side, head's 1.5% slower)."""
+    calls = []
+
+    def fake_measure(store, sha, side, label, work, *, mode, machine, bench, log, environment=None):
+        calls.append((side, label, list(bench)))
+        cells = gpu_cells(seed=len(calls))
+        spread = {"tight": 0.001, "wide": 0.98}[settle] if ":settle" in label else 0.5
+        rng = np.random.default_rng(7 if settle == "wide" else len(calls))
+        values = rng.uniform(1 - spread, 1 + spread, 40) * 10 * (1.015 if side == "head" else 1)
+        cells[("kernel.KernelLatency", "gpu_us", "triton")] = values
+        return [add_run(store, sha, cells, label)]
+
+    monkeypatch.setattr(gate, "_measure", fake_measure)
+    res = gate.run_gate(store, "HEAD~1", "HEAD", policies=detect.load_policies(), machine="m1",
+                        rounds=2, log=lambda m: None, drift_check=False)  # fmt: skip
+    return res, calls
+
+
+@pytest.mark.parametrize("settle", ["tight", "wide"])
+def test_a_gate_says_what_settles_it_and_settle_merges_into_its_verdict(
+    tmp_path, monkeypatch, settle
+):
+    """An inconclusive cell: the gate's JSON keeps the plan (that cell, the rounds its spread
+    needs), the report ends with the command; the settle run measures only that cell, as
+    many rounds, and its verdict replaces the cell's in the gate's: PASS with evidence, or
+    still INCONCLUSIVE with a larger plan where its samples spread wider than the gate's (never
+    a PASS without evidence)."""
+    from ragbench.report import gate_markdown
+
+    store = Store(tmp_path / "perf.duckdb")
+    res, calls = noisy_gate(store, monkeypatch, settle)
+    assert res.comparison.headline == "inconclusive"
+    assert res.plan.cells == [TRITON] and not res.plan.paired and res.plan.rounds > 2
+    res.json_path = tmp_path / "gate.json"
+    res.json_path.write_text(json.dumps(gate.to_json(res)))
+    text = gate_markdown(res)
+    command = f"ragbench gate --settle {res.json_path} --machine m1 --mode quick"
+    assert text.rstrip().splitlines()[-3] == f"`{command}`", text[-600:]
+    first = len(calls)
+    settled = gate.run_settle(store, res.json_path, policies=detect.load_policies(),
+                              machine="m1", log=lambda m: None)  # fmt: skip
+    again = calls[first:]
+    assert [c[0] for c in again] == ["base", "head"] * res.plan.rounds
+    assert all(c[2] == [r"^kernel\.KernelLatency\.track_gpu_us(\(|$)"] for c in again)
+    (v,) = settled.comparison.verdicts  # the settled cell alone: the others passed
+    assert v.key == TRITON and settled.settled_from == res.json_path
+    if settle == "tight":  # +1.5% under the 2% threshold, with the power to see it
+        assert settled.comparison.headline == "pass" and settled.exit_code == 0
+        assert detect.powered(v) and settled.plan is None
+    else:
+        assert settled.comparison.headline == "inconclusive" and settled.exit_code == 1
+        assert settled.plan.rounds > res.plan.rounds
+    assert "Settling the gate of" in gate_markdown(settled)
+
+
+def test_the_rounds_a_cell_needs_follow_its_spread():
+    from ragbench import settle
+    from ragbench.verdicts import Status
+
+    policy = detect.load_policies().for_metric("kernel.KernelLatency", "gpu_us", "us")
+    t = policy.threshold
+
+    def v(status, detectable=None, aa=None):
+        return detect.Verdict(TRITON, {}, "us", policy, status, detectable=detectable, aa=aa)
+
+    assert settle.needed(v(Status.INCONCLUSIVE, 2 * t), 2) == 10  # (2)^2 x 1.25 x 2
+    assert settle.needed(v(Status.INCONCLUSIVE, 1.1 * t), 2) == 4  # at least one more
+    assert settle.needed(v(Status.INCONCLUSIVE, 100 * t), 2) == 2 * settle.CAP
+    assert settle.needed(v(Status.INCONCLUSIVE, float("inf")), 3) == 8  # 2 x 1.25 x 3
+    assert settle.needed(v(Status.INCONCLUSIVE, 0.5 * t, aa=t), 3) == 15  # A/A: (t/(t/2))^2
+    assert settle.needed(v(Status.REGRESSION, 0.5 * t), 2) == 2  # reproduce at its power
+
+
+def test_settle_refuses_what_it_cannot_settle(tmp_path):
+    doc = {"schema": 2, "base": PARENT, "head": HEAD, "machine": "m1", "verdict": "pass",
+           "failures": []}  # fmt: skip
+    path = tmp_path / "gate.json"
+    path.write_text(json.dumps(doc))
+    planned = tmp_path / "planned.json"
+    plan = {"cells": [list(TRITON)], "rounds": 4, "paired": [], "processes": 3}
+    planned.write_text(json.dumps({**doc, "verdict": "inconclusive", "settle": plan,
+                                   "failures": [{"benchmark": TRITON[0], "metric": TRITON[1],
+                                                 "param_key": TRITON[2],
+                                                 "status": "inconclusive"}]}))  # fmt: skip
+    for args, why in ((["--settle", str(path)], "nothing without evidence"),
+                      (["--settle", str(tmp_path / "none.json")], "none.json"),
+                      (["--settle", str(planned), "--machine", "m2"], "ran on 'm1'"),
+                      ([], "needs --base")):  # fmt: skip
+        out = run_cli(tmp_path / "perf.duckdb", *args)
+        assert out.returncode == 2, out
+        assert why in out.stderr and len(out.stderr.strip().splitlines()) == 1, out.stderr
