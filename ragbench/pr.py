@@ -140,12 +140,27 @@ def run_url() -> str | None:
     return None
 
 
+def reproduce(pr: int, base: str | None, head: str, url: str | None) -> str:
+    """The comment's last lines: where the run's logs and artifact are, and the one command
+    that runs the same gate on a GPU machine."""
+    where = (f"Logs and the `ragbench-gate` artifact (gate.md, gate.json): {url}" if url
+             else "No workflow run to link (GITHUB_RUN_ID unset).")  # fmt: skip
+    if not base:
+        return where
+    return (
+        f"{where}  \nReproduce on a GPU machine, in a clone: `git fetch origin "
+        f"pull/{pr}/head && ragbench gate --base {base[:12]} --head {head[:12]}` (the "
+        "artifact's gate.json: `ragbench gate --settle gate.json` settles what it left)."
+    )
+
+
 def _publish(client: Client, store: Store, pr: int, head: str, j: Judgement, log,
              note: str = "", policies: Path | None = None) -> None:  # fmt: skip
-    gate = store.gate(pr, head)
-    report = (gate or {}).get("report") or ""
+    gate = store.gate(pr, head) or {}
+    report = gate.get("report") or ""
     text = verdict_markdown(j, head, pr, max_accepted(policies), note)
-    log(client.comment(pr, text + ("\n\n" + report if report else "")))
+    footer = reproduce(pr, gate.get("base"), head, run_url())
+    log(client.comment(pr, text + ("\n\n" + report if report else "") + "\n\n" + footer))
     client.status(head, j.state, j.description, run_url())
 
 

@@ -191,7 +191,8 @@ def test_one_label_accepts_at_most_max_accepted_cells(tmp_path):
     gate = tmp_path / "gate.json"
     with FakeGitHub(TOKEN) as gh:
         gh.permissions["maintainer"] = "write"
-        env = {"GITHUB_TOKEN": TOKEN, "GITHUB_API_URL": gh.url, "GITHUB_REPOSITORY": "o/r"}
+        env = {"GITHUB_TOKEN": TOKEN, "GITHUB_API_URL": gh.url, "GITHUB_REPOSITORY": "o/r",
+               "GITHUB_SERVER_URL": "https://github.example", "GITHUB_RUN_ID": "77"}  # fmt: skip
         gate_json(gate, many, [cell(i) for i in range(5000)])
         common = ["--store", store, "--pr", 4, "--head", many]
         assert_clean_exit(ragbench("verdict", *common, "--gate-json", gate, "--github", env=env),
@@ -223,7 +224,13 @@ def test_one_label_accepts_at_most_max_accepted_cells(tmp_path):
             "maintainer (write) accepted 40 failing cell(s) of PR #5",
         )
         assert len(Store(store, read_only=True).acceptances(few)) == limit
-        assert "Accepted: 40 of 40 failing cell(s), by maintainer" in gh.comments[5][-1]["body"]
+        comment = gh.comments[5][-1]["body"]
+        assert "Accepted: 40 of 40 failing cell(s), by maintainer" in comment
+        # the comment ends with the run's logs and artifact, and the command that reproduces it
+        last = comment.rstrip().splitlines()[-2:]
+        assert last[0] == ("Logs and the `ragbench-gate` artifact (gate.md, gate.json): "
+                           "https://github.example/o/r/actions/runs/77  "), last  # fmt: skip
+        assert f"ragbench gate --base {'b' * 12} --head {few[:12]}`" in last[1], last
         assert gh.statuses[few][-1]["state"] == "success"
     assert pr.max_accepted() == limit
 
