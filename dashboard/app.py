@@ -64,7 +64,7 @@ from ragbench import detect
 from ragbench.report import sensitivity_line
 from ragbench.schema import SPEED_UNITS
 from ragbench.store import FAILED, Store, StoreError, history_branch
-from ragbench.verdicts import Status
+from ragbench.verdicts import Status, worded
 
 # --- pages -----------------------------------------------------------------------------------
 
@@ -343,7 +343,7 @@ def compare(ctx):
     rows = [
         {
             "status": v.status,
-            "change (+: worse)": worse_by(v.change),
+            "change": worded(v.change, v.unit, v.policy.kind != "throughput"),
             "metric": f"{v.key[0]}.{v.key[1]}",
             "cell": v.key[2],
             "head/base 95%": f"{v.interval[0]:.3f}-{v.interval[1]:.3f}" if v.interval else "",
@@ -376,7 +376,7 @@ def compare(ctx):
         f"**{headline}**: " + ", ".join(f"{n} {s}" for s, n in df["status"].value_counts().items())
     )
     # base and head at 80 px: "5.066e-05" was cut to "5.066e-0" at 60 (a 1400 px window)
-    widths = {"status": 95, "change (+: worse)": 115, "metric": 205, "cell": 165,
+    widths = {"status": 95, "change": 125, "metric": 200, "cell": 160,
               "head/base 95%": 105, "p (Holm)": 55, "base": 80, "head": 80, "note": 45}  # fmt: skip
     columns = {k: st.column_config.Column(width=w) for k, w in widths.items()}
     numbered = df.assign(note=[f"[{notes.index(n) + 1}]" if n else "" for n in df["note"]])

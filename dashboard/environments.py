@@ -17,10 +17,9 @@ from dashboard.draw import (
     stack_fields,
     stacks,
     version_key,
-    worse_by,
 )
 from dashboard.read import comparison, query
-from ragbench.verdicts import FAILING, Headline, Status
+from ragbench.verdicts import FAILING, Headline, Status, worded
 
 
 @draws("Versions")
@@ -92,7 +91,9 @@ def upgrade_reports(ctx, measured: dict[str, pd.DataFrame]) -> None:
         for v in c.verdicts:
             row = table.setdefault(v.key, {"metric": f"{v.key[0]}.{v.key[1]}", "cell": v.key[2],
                                            ref: shown(v.base, v.unit)})  # fmt: skip
-            word = "" if v.status == Status.UNCHANGED else f" · {v.status} {worse_by(v.change)}"
+            change = worded(v.change, v.unit, v.policy.kind != "throughput")
+            word = "" if v.status == Status.UNCHANGED else f" · {v.status}" + (
+                f" {change}" if v.change is not None else "")  # fmt: skip
             row[name] = (shown(v.head, v.unit) + word).strip()
             statuses.append(v.status)
     st.markdown("\n".join(verdicts))

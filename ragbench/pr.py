@@ -16,6 +16,7 @@ record`` to carry its acceptances there.
 from __future__ import annotations
 
 import os
+import re
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -118,7 +119,7 @@ def verdict_markdown(j: Judgement, head: str, pr: int, limit: int | None = None,
     if j.unaccepted:
         lines += ["", "| cell | status | change | note |", "|---|---|---|---|"]
         for f in j.unaccepted[:50]:
-            change = f"{f['change'] * 100:+.1f}%" if isinstance(f.get("change"), float) else "-"
+            change = _words(f)
             lines.append(f"| `{f['benchmark']}.{f['metric']}` {f['param_key']} | {f['status']} | "
                          f"{change} | {str(f.get('note') or '')[:100]} |")  # fmt: skip
         if limit is not None and total > limit:
@@ -129,6 +130,19 @@ def verdict_markdown(j: Judgement, head: str, pr: int, limit: int | None = None,
             lines += ["", f"A maintainer (write access) accepts these for {head[:12]} by adding "
                           f"the `{LABEL}` label; a later push needs a new acceptance."]  # fmt: skip
     return "\n".join(lines)
+
+
+# the gate's wording of a change ("3.7% slower", "5.0% fewer img/s": verdicts.worded); the
+# document is the pull request's output, so only words of that shape are shown
+WORDS = re.compile(r"[0-9.]+% [a-z]+(?: [A-Za-z/]+)?(?: \((?:worse|better)\))?|no change|-")
+
+
+def _words(f: dict) -> str:
+    words = f.get("words")
+    if isinstance(words, str) and len(words) <= 40 and WORDS.fullmatch(words):
+        return words
+    change = f.get("change")
+    return f"{change * 100:+.1f}% (+: worse)" if isinstance(change, float) else "-"
 
 
 def run_url() -> str | None:

@@ -9,7 +9,7 @@ from collections import defaultdict
 from . import paired
 from .detect import INTERVAL, RULE, Comparison, SeriesReport, Verdict, powered
 from .gate import GateResult, differences, settle_command
-from .verdicts import Status
+from .verdicts import Status, worded
 
 
 def _num(x: float | None, digits: int = 4) -> str:
@@ -24,6 +24,12 @@ def _pct(x: float | None) -> str:
     if x is not None and math.isinf(x):
         return "none: too few samples"
     return "-" if x is None else f"{x * 100:+.1f}%"
+
+
+def _change(v: Verdict) -> str:
+    """``3.7% slower``, ``5.0% fewer img/s``: head against base, the same numbers as the
+    row's base and head (for paired cells: their per-round ratio, ``ragbench.paired``)."""
+    return worded(v.change, v.unit, v.policy.kind != "throughput")
 
 
 def _name(v: Verdict) -> str:
@@ -55,7 +61,7 @@ def _stat_table(verdicts: list[Verdict]) -> list[str]:
         interval = f"{v.interval[0]:.3f}-{v.interval[1]:.3f}" if v.interval else "-"
         note = f" ({v.note})" if v.note else (" (reproduced)" if v.rechecked else "")
         lines.append(
-            f"| {_name(v)}{note} | {_num(v.base)} | {_num(v.head)} | {_pct(v.change)} | "
+            f"| {_name(v)}{note} | {_num(v.base)} | {_num(v.head)} | {_change(v)} | "
             f"{interval} | {_num(v.p_adj, 2)} | {_pct(v.detectable)} | "
             f"{v.policy.threshold * 100:.0f}% |"
         )

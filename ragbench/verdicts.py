@@ -12,6 +12,7 @@ that never runs the pull request's code) is written by ``gate_document`` and rea
 
 from __future__ import annotations
 
+import math
 import re
 from enum import StrEnum
 from pathlib import Path
@@ -71,6 +72,36 @@ class Headline(StrEnum):
     INCONCLUSIVE = "inconclusive"  # a cell without evidence, or nothing judged: no pass
 
 
+# Units of time: a change of one reads "slower" or "faster".
+TIME_UNITS = ("ns", "us", "ms", "s", "seconds")
+
+
+def worded(change: float | None, unit: str | None, lower_better: bool = True) -> str:
+    """A verdict's ``change`` (in the bad direction: +0.05 is 5% slower, or 5% less throughput
+    per unit of it) in words by its direction: ``3.7% slower``, ``2.0% faster``, ``5.0% fewer
+    img/s``, ``1.2% more img/s``, ``4.0% more bytes (worse)``, ``4.0% higher (worse)`` (no
+    unit); ``-`` where there is none."""
+    if change is None or math.isnan(change):
+        return "-"
+    if math.isinf(change):
+        return "all of it lost" if change > 0 else "-"
+    ratio = 1 + change if lower_better else 1 / (1 + change)  # head / base
+    pct = f"{abs(ratio - 1) * 100:.1f}%"
+    up = ratio > 1
+    if pct == "0.0%":
+        return "no change"
+    if lower_better and unit in TIME_UNITS:
+        return f"{pct} {'slower' if up else 'faster'}"
+    if not lower_better:  # a rate: more of it is better
+        return f"{pct} {'more' if up else 'fewer'} {unit or 'per second'}"
+    better = "(worse)" if up else "(better)"
+    return (
+        f"{pct} {'more' if up else 'less'} {unit} {better}"
+        if unit
+        else f"{pct} {'higher' if up else 'lower'} {better}"
+    )
+
+
 # --- the gate's JSON -------------------------------------------------------------------------
 
 JSON_SCHEMA = 2  # of gate_document's document; read_gate_document refuses any other
@@ -97,7 +128,8 @@ def gate_document(base: str, head: str, machine: str, comparison) -> dict:
     judged at all)."""
     blocking = [
         {"benchmark": v.key[0], "metric": v.key[1], "param_key": v.key[2],
-         "status": str(v.status), "change": v.change, "note": v.note}
+         "status": str(v.status), "change": v.change,
+         "words": worded(v.change, v.unit, v.policy.kind != "throughput"), "note": v.note}
         for v in comparison.by_status(*BLOCKING)
     ]  # fmt: skip
     if not blocking and comparison.headline != Headline.PASS:  # nothing was judged

@@ -107,7 +107,10 @@ def test_every_page_renders_with_data(store, page):
         assert any(w in texts(at) for w in ("PASS", "FAIL", "INCONCLUSIVE"))
         df = at.dataframe[0].value
         ranks = [SEVERITY.index(s) for s in df["status"]]
-        assert ranks == sorted(ranks) and "change (+: worse)" in df
+        assert ranks == sorted(ranks) and "change" in df
+        # a change in words by its direction, or none
+        words = r"-|no change|[0-9.]+% (slower|faster|more [^ ]+|fewer [^ ]+)|.*\((worse|better)\)"
+        assert df["change"].str.fullmatch(words).all(), list(df["change"])
         hashes = df[df["metric"].str.endswith("output_hash")]
         assert not hashes.empty and hashes["base"].str.fullmatch(r"[0-9a-f]{12}").all()
         # a cell without a test has an empty p, not "None"; the rest 2 significant digits

@@ -72,7 +72,13 @@ def test_stored_gate_exit_codes_and_report(tmp_path):
     report = out.stdout
     assert "FAIL" in report and "### Regressions" in report
     assert "`kernel.KernelLatency.gpu_us` backend=triton" in report
-    assert "+10." in report and "interval of head/base" in report and "p (Holm)" in report
+    assert "interval of head/base" in report and "p (Holm)" in report
+    # one story: the change in words, from the row's own base and head
+    (row,) = [ln for ln in report.splitlines() if ln.startswith("| `kernel.KernelLatency.gpu_us`"
+              " backend=triton")]  # fmt: skip
+    base, head, change = (c.strip() for c in row.split("|")[2:5])
+    assert change.endswith("% slower"), row  # base and head shown to 4 digits
+    assert abs(float(change.split("%")[0]) - (float(head) / float(base) - 1) * 100) < 0.15, row
     assert "| regressions | 1 |" in report
     assert "| unchanged, shown with the power to see the threshold | 1 |" in report
     assert "### New on head (no baseline data)" in report and "backend=torch_varlen" in report

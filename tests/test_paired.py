@@ -245,3 +245,18 @@ def test_the_gate_s_document_reads_back_and_nothing_else_does(tmp_path):
     path.write_text(json.dumps(doc))
     with pytest.raises(verdicts.VerdictError, match="not c"):
         verdicts.read_gate_document(path, "c" * 40)
+
+
+def test_a_paired_cells_base_head_and_change_tell_one_story():
+    """Rounds whose head/base is 0.97 in 55 of 100 and 1.5 in the 45 fastest: the medians of
+    the rounds read head 9% slower, the per-round ratio (what is judged) 3% faster. The
+    verdict's head is base times that ratio, so base, head and the change agree."""
+    import statistics
+
+    base = [float(i) for i in range(1, 101)]
+    head = [b * (1.5 if b <= 45 else 0.97) for b in base]
+    assert statistics.median(head) / statistics.median(base) > 1.05  # the pooled medians
+    v = _judge([_doc(base, head)])
+    assert v.ratio == pytest.approx(0.97)
+    assert v.head == pytest.approx(v.base * v.ratio)
+    assert v.change == pytest.approx(v.head / v.base - 1)
