@@ -13,8 +13,9 @@ ingest by this process of:
 
 Each row gives the reads' median and worst time, the part of it spent waiting for the file's
 lock, and how many reads failed (StoreLocked: a reader gives up after 60 s). A reader waits for
-the lock while a writer holds the file: at most one write slice (``ragbench.store.WRITE_SLICE``
-of transactions once the reader's ``waiting_marker`` is there, then the connection's close).
+the lock while a writer holds the file: at most one write slice
+(``ragbench.store.core.WRITE_SLICE`` of transactions once the reader's ``waiting_marker`` is
+there, then the connection's close).
 """
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
 """The store's schema: its tables, their migration, its views, and the DDL a DuckLake takes
-(``ragbench/store.py`` runs them; docs/store.md describes every column)."""
+(``ragbench/store/core.py`` runs them; docs/store.md describes every column)."""
 
 from __future__ import annotations
 

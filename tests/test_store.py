@@ -499,7 +499,7 @@ def test_a_store_file_another_process_is_creating_is_waited_for(tmp_path, monkey
     unusable (exit 2 elsewhere), never taken for a new store."""
     import threading
 
-    import ragbench.store as S
+    from ragbench.store import core
 
     made = tmp_path / "made.duckdb"
     Store(made).close()  # a whole store, to appear where an empty file was
@@ -509,14 +509,14 @@ def test_a_store_file_another_process_is_creating_is_waited_for(tmp_path, monkey
     t0 = time.perf_counter()
     with Store(path) as s:  # waits for the header, then opens the store the other one made
         assert s.runs() == []
-    assert 0.3 <= time.perf_counter() - t0 < S.CREATING_WAIT
-    monkeypatch.setattr(S, "CREATING_WAIT", 0.2)
+    assert 0.3 <= time.perf_counter() - t0 < core.CREATING_WAIT
+    monkeypatch.setattr(core, "CREATING_WAIT", 0.2)
     stuck = tmp_path / "stuck.duckdb"
     stuck.write_bytes(b"")
     with pytest.raises(StoreError, match="not a usable DuckDB store"):
         Store(stuck)
     garbage = tmp_path / "garbage.duckdb"
-    garbage.write_bytes(b"\x00" * S.HEADER_BYTES)
+    garbage.write_bytes(b"\x00" * core.HEADER_BYTES)
     t0 = time.perf_counter()
     with pytest.raises(StoreError, match="not a usable DuckDB store"):
         Store(garbage)
@@ -608,11 +608,12 @@ def test_a_large_run_is_written_in_slices_each_its_own_connection(tmp_path, monk
     closes the file, so a reader waits for one slice at most. The run shows whole, and a second
     ingest of it stores nothing."""
     import ragbench.store as S
+    from ragbench.store import core, writes
     from ragbench.synth import big_result
 
-    monkeypatch.setattr(S, "SLICE_ROWS", 1_000)
-    monkeypatch.setattr(S, "WRITE_SLICE", 0.0)
-    monkeypatch.setattr(S, "WRITE_HOLD", 0.0)
+    monkeypatch.setattr(writes, "SLICE_ROWS", 1_000)
+    monkeypatch.setattr(core, "WRITE_SLICE", 0.0)
+    monkeypatch.setattr(core, "WRITE_HOLD", 0.0)
     big_result(tmp_path / "big", 4_500)
     path = tmp_path / "s.duckdb"
     store = Store(path)
@@ -637,8 +638,9 @@ def test_a_large_run_is_written_in_slices_each_its_own_connection(tmp_path, monk
 SLICED = """
 import os, signal, sys
 import ragbench.store as S
-S.SLICE_ROWS, S.WRITE_SLICE, S.WRITE_HOLD = 500, 0.0, 0.0  # 500 rows a transaction, and a
-# connection each
+from ragbench.store import core, writes
+writes.SLICE_ROWS, core.WRITE_SLICE, core.WRITE_HOLD = 500, 0.0, 0.0  # 500 rows a transaction,
+# and a connection each
 die_at = int(os.environ.get("DIE_AT_SLICE", "0"))
 insert, calls = S.Store._insert_rows, []
 def inserting(con, cols, start, stop):
@@ -736,9 +738,10 @@ def test_a_live_writers_claim_is_waited_for_and_a_dead_ones_taken_over(tmp_path,
 
     import ragbench.store as S
     from ragbench.ingest import parse
+    from ragbench.store import writes
     from ragbench.synth import big_result
 
-    monkeypatch.setattr(S, "SLICE_ROWS", 1_000)
+    monkeypatch.setattr(writes, "SLICE_ROWS", 1_000)
     path = big_result(tmp_path / "big", 3_000)
     store_path = tmp_path / "s.duckdb"
     Store(store_path)
@@ -746,7 +749,7 @@ def test_a_live_writers_claim_is_waited_for_and_a_dead_ones_taken_over(tmp_path,
     run.branch = "main"
     holder = subprocess.Popen(["sleep", "60"])
     con = duckdb.connect(str(store_path))
-    con.execute("INSERT INTO meta VALUES (?, ?)", [S.CLAIM + run.run_id,
+    con.execute("INSERT INTO meta VALUES (?, ?)", [writes.CLAIM + run.run_id,
                 f"{socket.gethostname()} {holder.pid} t0k3n {time.time():.0f}"])  # fmt: skip
     con.close()
     try:
@@ -763,9 +766,10 @@ def test_a_slice_the_store_refuses_refuses_the_file_and_leaves_no_row(tmp_path, 
     import duckdb
 
     import ragbench.store as S
+    from ragbench.store import writes
     from ragbench.synth import big_result
 
-    monkeypatch.setattr(S, "SLICE_ROWS", 1_000)
+    monkeypatch.setattr(writes, "SLICE_ROWS", 1_000)
     big_result(tmp_path / "big", 4_000)
     synth.write_history(tmp_path / "small", 2)
     insert, calls = S.Store._insert_rows, []
@@ -932,11 +936,12 @@ def test_a_writer_keeps_the_file_until_a_process_waits_for_it(tmp_path, monkeypa
     process waits for it, which that process says by touching ``waiting_marker``; with nobody
     waiting, after ``WRITE_HOLD``."""
     import ragbench.store as S
+    from ragbench.store import core
 
     path = tmp_path / "s.duckdb"
     writer = Store(path)
-    monkeypatch.setattr(S, "WRITE_SLICE", 0.0)
-    monkeypatch.setattr(S, "WRITE_HOLD", 3600.0)
+    monkeypatch.setattr(core, "WRITE_SLICE", 0.0)
+    monkeypatch.setattr(core, "WRITE_HOLD", 3600.0)
     with writer.writing():
         writer._held()
         writer.yield_slice()
