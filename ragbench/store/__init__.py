@@ -79,7 +79,6 @@ from .records import (
     Run,
     env_key,
     environment_key,
-    lower_is_better,
     param_key,
 )
 from .writes import Writes
@@ -105,7 +104,6 @@ __all__ = [
     "env_key",
     "environment_key",
     "history_branch",
-    "lower_is_better",
     "param_key",
     "store_spec",
 ]

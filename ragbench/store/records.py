@@ -9,8 +9,6 @@ import json
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
-from ..schema import HIGHER_IS_BETTER
-
 HISTORY_BRANCH = "main"
 # The environment fields that move figures: a change of any is an environment change.
 ENV_FIELDS = ("gpu", "driver", "cuda", "torch", "triton", "python")
@@ -36,10 +34,6 @@ def environment_key(environment: str) -> str:
     ``environment`` (the same as the store's ``left(sha256(environment), 12)``, which migrates
     an older store's runs)."""
     return hashlib.sha256(environment.encode()).hexdigest()[:12]
-
-
-def lower_is_better(unit: str | None) -> bool:
-    return unit not in HIGHER_IS_BETTER
 
 
 @dataclass
