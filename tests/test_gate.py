@@ -346,3 +346,40 @@ def test_settle_refuses_what_it_cannot_settle(tmp_path):
         out = run_cli(tmp_path / "perf.duckdb", *args)
         assert out.returncode == 2, out
         assert why in out.stderr and len(out.stderr.strip().splitlines()) == 1, out.stderr
+
+
+# --- bisecting main: the first commit of a range that shows a step ----------------------------
+
+
+@pytest.mark.parametrize("planted", ["middle", "last", "none"])
+def test_bisect_names_the_first_commit_that_shows_the_step(tmp_path, monkeypatch, planted):
+    """The commits between HEAD~3 and HEAD (a merge brings in several): the triton cell is
+    10% slower from one of them on. Each step gates the candidate against the good commit on
+    the cell's benchmark only; the search names the first slow commit in about log2(n)
+    steps, or says the bad end does not show it."""
+    from ragbench import bisect
+
+    candidates = bisect.commits_between("HEAD~3", "HEAD")
+    first = {"middle": len(candidates) // 2, "last": len(candidates) - 1,
+             "none": len(candidates)}[planted]  # fmt: skip
+    slow = set(candidates[first:])
+    measured = []
+
+    def fake_measure(store, sha, side, label, work, *, mode, machine, bench, log, environment=None):
+        measured.append((sha, list(bench)))
+        return [add_run(store, sha, gpu_cells(1.1 if sha in slow else 1.0, seed=len(measured)),
+                        label)]  # fmt: skip
+
+    monkeypatch.setattr(gate, "_measure", fake_measure)
+    cell = "kernel.KernelLatency.gpu_us backend=triton"
+    found, steps, bad = bisect.commit_bisect(
+        Store(tmp_path / "p.duckdb"), cell, "HEAD~3", "HEAD", policies=detect.load_policies(),
+        machine="m1", rounds=1, log=lambda m: None)  # fmt: skip
+    assert found == candidates
+    assert bad == (candidates[first] if planted != "none" else None)
+    assert steps[0].spec == candidates[-1]  # the bad end first: does it show the step at all
+    assert len(steps) <= 2 + len(candidates).bit_length()
+    # the cell's benchmark only (the gate's re-measurement of what it flagged: its track_)
+    assert all(len(b) == 1 and b[0].startswith(r"^kernel\.KernelLatency\.") for _, b in measured)
+    text = bisect.commit_markdown(cell, git("rev-parse", "HEAD~3"), found, steps, bad, 60.0)
+    assert (f"First bad commit: `{bad}`" in text) if bad else ("nothing to bisect" in text)
