@@ -2,9 +2,10 @@
 
 from ragbench.verdicts import Status as S
 
-# The pages, in the sidebar's order; Series is where the overview's links lead.
-PAGES = ["Overview", "Dispatch floors", "Speedups", "Numeric drift", "Compare", "Versions",
-         "Machines", "Series"]  # fmt: skip
+# The pages, in the sidebar's order; Series is where the overview's links lead; Alerts is the
+# landing page while an alert is new.
+PAGES = ["Overview", "Alerts", "Dispatch floors", "Speedups", "Numeric drift", "Compare",
+         "Versions", "Machines", "Series"]  # fmt: skip
 # page name -> the function that draws it (app.py checks that every page has one)
 RENDER: dict[str, object] = {}
 

@@ -29,6 +29,7 @@ from dashboard import (
     PAGES,
     RENDER,
     SEVERITY,
+    alerts,  # its page registers itself on import; any_new picks the landing page
     draws,
     environments,  # noqa: F401  (its pages register themselves on import)
     paper,
@@ -504,10 +505,12 @@ def show(path: str | Path) -> None:
         return
     ours = suite_pages(str(path), mtime)
     pages = [p for p in PAGES if p not in SUITE_PAGES or p in ours]
-    wanted = warm_page() or st.query_params.get("page", "Overview")
+    landing = "Alerts" if alerts.any_new(str(path), mtime, branch) else "Overview"
+    wanted = warm_page() or st.query_params.get("page", landing)
     page = st.sidebar.radio("page", pages, index=pages.index(wanted) if wanted in pages else 0)
     latest = runs.drop_duplicates("machine").set_index("machine")
-    machine = pick("machine", list(latest.index), "machine") if page != "Overview" else None
+    every = page in ("Overview", "Alerts")  # pages of every machine
+    machine = None if every else pick("machine", list(latest.index), "machine")
     if machine:
         st.sidebar.caption(environment(latest.loc[machine]))
     mine = runs if machine is None else runs[runs["machine"] == machine]

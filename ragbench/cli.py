@@ -14,6 +14,7 @@ import argparse
 import json
 import os
 import sys
+import tempfile
 import time
 import traceback
 from pathlib import Path
@@ -186,7 +187,7 @@ def _gate(args) -> int:
             environment=args.environment, across_environments=args.across_environments,
         )  # fmt: skip
     if result.plan and args.json is None:  # the settle command reads the plan from it
-        args.json = Path(f"gate-{result.head[:12]}.json")
+        args.json = Path(tempfile.gettempdir()) / f"ragbench-gate-{result.head[:12]}.json"
     result.json_path = args.json
     text = gate_markdown(result)
     print(text)
@@ -631,7 +632,7 @@ def parser() -> argparse.ArgumentParser:
     g.add_argument("--json", type=Path, default=None,
                    help="write the verdict, the failing cells and what settles them here "
                    "(ragbench verdict; --settle); where something is left to settle and no "
-                   "--json is given: gate-HEAD.json here")  # fmt: skip
+                   "--json is given: ragbench-gate-HEAD.json in the temp directory")  # fmt: skip
     g.add_argument("--settle", type=Path, default=None, metavar="GATE_JSON",
                    help="measure again only the cells the gate whose --json this is left "
                    "inconclusive or flagged, with the rounds its report names (estimated from "

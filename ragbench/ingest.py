@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
 
-from . import asv_results, changepoints, fingerprint, jsonfile
+from . import alerts, asv_results, changepoints, fingerprint, jsonfile
 from .store import FAILED, OK, Columns, Measurement, Run, Store, param_key
 
 # asv writes these beside its result files, and a project's root holds its config: not results.
@@ -59,12 +59,15 @@ class Report:
     rows: int = 0
     seconds: float = 0.0
     series: int = 0  # series whose stored change points were brought up to date
-    series_seconds: float = 0.0  # ... in this time (after ``seconds``, not in the rows/s)
+    series_seconds: float = 0.0  # ... and the alerts in this time (after ``seconds``)
+    alerts: int = 0  # main's alerts made, grown or marked fixed (ragbench.alerts)
 
     def summary(self) -> str:
         rate = self.rows / self.seconds if self.seconds else 0.0
         updated = (f"; change points of {self.series} series updated in "
                    f"{self.series_seconds:.1f} s" if self.series else "")  # fmt: skip
+        if self.alerts:
+            updated += f"; {self.alerts} of main's alerts made, grown or fixed (ragbench alerts)"
         return (
             f"{len(self.stored)} file(s) stored ({self.rows} rows, {rate:.0f} rows/s), "
             f"{len(self.duplicate)} already stored, {len(self.failed)} refused{updated}"
@@ -476,7 +479,9 @@ def ingest(
     described = asv_project(report.stored + report.duplicate)
     if described:
         store.describe(**described)
-    if new_runs:  # the series that got a point: their stored change points brought up to date
+    if new_runs:  # the series that got a point: their stored change points brought up to date,
+        # then main's alerts (the steps those change points are, and the ones undone since)
         report.series = changepoints.update(store, new_runs)
+        report.alerts = alerts.update_runs(store, new_runs)
         report.series_seconds = time.perf_counter() - t0 - report.seconds
     return report

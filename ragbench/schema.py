@@ -113,6 +113,37 @@ CREATE TABLE IF NOT EXISTS change_points (
     before DOUBLE,
     after DOUBLE
 );
+CREATE TABLE IF NOT EXISTS alerts (
+    branch VARCHAR NOT NULL,
+    machine VARCHAR NOT NULL,
+    commit_hash VARCHAR NOT NULL,
+    prev_commit_hash VARCHAR,
+    commit_time TIMESTAMP,
+    state VARCHAR NOT NULL,
+    reason VARCHAR,
+    changed_by VARCHAR,
+    changed_at TIMESTAMP,
+    fixed_by VARCHAR,
+    found_at TIMESTAMP,
+    PRIMARY KEY (branch, machine, commit_hash)
+);
+CREATE TABLE IF NOT EXISTS alert_cells (
+    branch VARCHAR NOT NULL,
+    machine VARCHAR NOT NULL,
+    commit_hash VARCHAR NOT NULL,
+    environment VARCHAR NOT NULL,
+    benchmark VARCHAR NOT NULL,
+    metric VARCHAR NOT NULL,
+    param_key VARCHAR NOT NULL,
+    unit VARCHAR,
+    kind VARCHAR,
+    before DOUBLE,
+    after DOUBLE,
+    ratio_lo DOUBLE,
+    ratio_hi DOUBLE,
+    found_by VARCHAR,
+    PRIMARY KEY (branch, machine, commit_hash, environment, benchmark, metric, param_key)
+);
 """
 # Schema 2 -> 3: environments as other harnesses define them (``Run.environment``: asv's
 # env_name, pytest-benchmark's Python and CPU) and their keys, the runner a machine was renamed
@@ -211,7 +242,8 @@ def lake_ddl(sql: str) -> str:
 
 # Every table and view of a ragbench store: a file holding anything else is not one.
 OURS = {"meta", "runs", "measurements", "acceptances", "gates", "series", "speedups",
-         "dispatch_floors", "drift", "change_point_series", "change_points"}  # fmt: skip
+         "dispatch_floors", "drift", "change_point_series", "change_points", "alerts",
+         "alert_cells"}  # fmt: skip
 
 MEASUREMENT_COLUMNS = (
     "run_id", "benchmark", "metric", "params", "param_key", "variant", "group_key", "unit",

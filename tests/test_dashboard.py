@@ -103,6 +103,9 @@ def test_every_page_renders_with_data(store, page):
     at = app(store, page=page, machine="synthetic")
     assert not at.exception, at.exception
     assert at.sidebar.radio[0].value == page
+    if page == "Alerts":  # synth's history gets faster and changes torch: nothing went bad
+        assert "No alerts" in texts(at)
+        return
     if page == "Compare":  # the headline; the table by severity, hashes in hex
         assert any(w in texts(at) for w in ("PASS", "FAIL", "INCONCLUSIVE"))
         df = at.dataframe[0].value
@@ -551,3 +554,34 @@ def test_a_log_axis_writes_every_tick_in_one_notation():
     spec = chart_spec.__wrapped__(df, "d", None, "drift", (), None, None, True)
     axis = spec["layer"][0]["encoding"]["y"]["axis"]
     assert axis["format"] == ".0e"
+
+
+def test_the_alerts_page_opens_while_one_is_new_and_its_buttons_change_the_state(tmp_path):
+    """A step of main 10% slower: the dashboard opens on Alerts, which shows the alert's cells
+    in words, the diff's commits, the repro and bisect commands; Acknowledge writes the state
+    to the store, and with nothing new the dashboard opens on the Overview again."""
+    from test_alerts import POLICIES, STEP, history, sha
+
+    from ragbench import alerts as ragbench_alerts
+
+    path = tmp_path / "perf.duckdb"
+    store = Store(path)
+    history(store, range(30), slow=set(range(STEP, 30)))
+    ragbench_alerts.update(store, "m1", POLICIES)
+    at = app(path)
+    assert not at.exception, at.exception
+    assert at.sidebar.radio[0].value == "Alerts"
+    text = texts(at)
+    assert f"**m1 at `{sha(STEP)[:12]}`**" in text and "**new**" in text
+    table = at.dataframe[0].value
+    assert set(table["cell"]) == {"kernel.KernelLatency.gpu_us backend=triton",
+                                  "kernel.KernelLatency.gpu_us backend=fa2"}  # fmt: skip
+    assert table["change"].str.fullmatch(r"(9|10|11)\.\d% slower").all(), list(table["change"])
+    codes = [c.value for c in at.code]
+    assert any(c.startswith(f"ragbench gate --base {sha(STEP - 1)[:12]}") for c in codes)
+    assert any(c.startswith("ragbench bisect --cell") for c in codes)
+    at.button(key=f"acknowledged-m1-{sha(STEP)}").click().run()
+    assert not at.exception, at.exception
+    (a,) = Store(path, read_only=True).alerts("m1")
+    assert (a["state"], a["changed_by"]) == ("acknowledged", "dashboard")
+    assert app(path).sidebar.radio[0].value == "Overview"  # nothing new: the usual landing

@@ -346,7 +346,16 @@ def test_a_schema_1_store_is_migrated_and_keeps_its_rows(tmp_path):
 
 def table_rows(store: Store) -> dict[str, list]:
     """Every row of every table (``ingested_at`` and the like included), sorted."""
-    names = ("runs", "measurements", "acceptances", "gates", "change_point_series", "change_points")
+    names = (
+        "runs",
+        "measurements",
+        "acceptances",
+        "gates",
+        "change_point_series",
+        "change_points",
+        "alerts",
+        "alert_cells",
+    )
     with store._connect() as con:
         return {t: sorted(map(repr, con.execute(f"SELECT * FROM {t}").fetchall())) for t in names}
 

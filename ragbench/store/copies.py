@@ -47,10 +47,11 @@ class Copies:
     def copy_from(self, source: Store) -> tuple[dict[str, int], list[str]]:
         """Every run (its measurements, raw samples and label with it), acceptance and gate
         verdict of ``source`` that this store lacks, in one transaction, run ids kept, and the
-        stored change points of each branch and machine this store had no run of (its series
-        are then the source's, point for point); -> rows added per table (a second copy adds
-        none), and the runs added to a branch and machine this store had runs of: their
-        change points are to be brought up to date (``changepoints.update``)."""
+        stored change points and alerts of each branch and machine this store had no run of
+        (its series are then the source's, point for point); -> rows added per table (a
+        second copy adds none), and the runs added to a branch and machine this store had
+        runs of: their change points are to be brought up to date
+        (``changepoints.update``)."""
         import duckdb
 
         source.counts()  # a readable ragbench store of this schema, or StoreError
@@ -85,13 +86,15 @@ class Copies:
             ):  # fmt: skip
                 ((added[table],),) = con.execute(f"INSERT INTO {table} BY NAME {select}").fetchall()
             series = ("branch", "machine", "environment", "benchmark", "metric", "param_key")
-            for table in ("change_point_series", "change_points"):
+            for table, keys in (("change_point_series", series), ("change_points", series),
+                                ("alerts", ("branch", "machine", "commit_hash")),
+                                ("alert_cells", (*series, "commit_hash"))):  # fmt: skip
                 added[table] = 0
                 for branch, machine in fresh:
                     ((n,),) = con.execute(
                         f"INSERT INTO {table} BY NAME SELECT * FROM {alias}.{table} s WHERE "
                         f"s.branch = ? AND s.machine = ? AND NOT EXISTS (SELECT 1 FROM {table} "
-                        f"d WHERE {key(series)})", [branch, machine]).fetchall()  # fmt: skip
+                        f"d WHERE {key(keys)})", [branch, machine]).fetchall()  # fmt: skip
                     added[table] += n
             return added
 

@@ -377,3 +377,29 @@ class Reads:
               AND r.commit_hash = (SELECT commit_hash FROM newest)
             ORDER BY m.benchmark, m.metric, m.param_key"""
         return self._rows(sql, [self.branch, machine, self.branch, machine])
+
+    def alerts(self, machine: str | None = None, *, state: str | None = None,
+               commit: str | None = None) -> list[dict]:  # fmt: skip
+        """main's alerts (``ragbench.alerts``), newest commit first, each with its ``cells``
+        (rows of ``alert_cells``); of one machine, state or commit (a prefix) where given."""
+        where, args = ["branch = ?"], [self.branch]
+        for col, val in (("machine", machine), ("state", state)):
+            if val is not None:
+                where.append(f"{col} = ?")
+                args.append(val)
+        if commit:
+            where.append("starts_with(commit_hash, ?)")
+            args.append(commit)
+        found = self._rows(f"SELECT * FROM alerts WHERE {' AND '.join(where)} "
+                           "ORDER BY commit_time DESC NULLS LAST, machine", args)  # fmt: skip
+        if not found:
+            return []
+        cells = self._rows(
+            "SELECT * FROM alert_cells WHERE branch = ? AND list_contains(?, commit_hash) "
+            "ORDER BY machine, commit_hash, benchmark, metric, param_key, environment",
+            [self.branch, sorted({a["commit_hash"] for a in found})],
+        )  # fmt: skip
+        by = {}
+        for c in cells:
+            by.setdefault((c["machine"], c["commit_hash"]), []).append(c)
+        return [{**a, "cells": by.get((a["machine"], a["commit_hash"]), [])} for a in found]

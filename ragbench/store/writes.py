@@ -360,3 +360,41 @@ class Writes:
                                 [[r[n] for r in rows] for n in names])  # fmt: skip
 
         self._write(work)
+
+    def save_alerts(self, alerts: list[dict], cells: list[dict]) -> None:
+        """Add ``alerts`` (rows of ``alerts``; one that is stored keeps its state) and their
+        ``cells`` (rows of ``alert_cells``; a stored cell is replaced), in one transaction."""
+        key = ("branch", "machine", "commit_hash")
+        cell_key = (*key, "environment", "benchmark", "metric", "param_key")
+
+        def work(con):
+            for a in alerts:
+                there = con.execute("SELECT 1 FROM alerts WHERE branch = ? AND machine = ? AND "
+                                    "commit_hash = ?", [a[k] for k in key]).fetchall()  # fmt: skip
+                if not there:
+                    con.execute(f"INSERT INTO alerts ({', '.join(a)}) VALUES "
+                                f"({', '.join('?' * len(a))})", list(a.values()))  # fmt: skip
+            for c in cells:
+                con.execute("DELETE FROM alert_cells WHERE "
+                            + " AND ".join(f"{k} = ?" for k in cell_key),
+                            [c[k] for k in cell_key])  # fmt: skip
+                con.execute(f"INSERT INTO alert_cells ({', '.join(c)}) VALUES "
+                            f"({', '.join('?' * len(c))})", list(c.values()))  # fmt: skip
+
+        self._write(work)
+
+    def set_alert_state(self, machine: str, commit_hash: str, state: str, *, by: str,
+                        reason: str | None = None, fixed_by: str | None = None) -> int:  # fmt: skip
+        """Change the state of the alert of ``machine`` at ``commit_hash`` (a full hash); ->
+        how many alerts changed (0: none such)."""
+
+        def work(con):
+            ((n,),) = con.execute(
+                "UPDATE alerts SET state = ?, reason = ?, changed_by = ?, changed_at = ?, "
+                "fixed_by = ? WHERE branch = ? AND machine = ? AND commit_hash = ?",
+                [state, reason, by, _ts(time.time()), fixed_by, self.branch, machine,
+                 commit_hash],
+            ).fetchall()  # fmt: skip
+            return n
+
+        return self._write(work)

@@ -1,0 +1,91 @@
+"""The dashboard's Alerts page: main's steps grouped by commit (``ragbench.alerts``), each with
+its cells, the commits to look at, the commands that reproduce and bisect it, and buttons that
+change its state (written to the store: the next run keeps it)."""
+
+from __future__ import annotations
+
+import pandas as pd
+import streamlit as st
+
+from dashboard import draws
+from dashboard.draw import shown
+from dashboard.read import store
+from ragbench import alerts
+from ragbench.store import Store
+from ragbench.verdicts import worded
+
+# the buttons: label -> state
+ACTIONS = {"Acknowledge": "acknowledged", "Expected": "expected", "Invalid": "invalid",
+           "Reopen": "new"}  # fmt: skip
+
+
+@st.cache_resource(max_entries=8, show_spinner=False)
+def alert_list(path: str, mtime: float, branch: str) -> list[dict]:
+    """main's alerts of every machine, newest commit first (read from the store itself: the
+    rollup holds none)."""
+    return store(path, mtime, branch).alerts()
+
+
+def any_new(path: str, mtime: float, branch: str) -> bool:
+    """Whether an alert waits for someone: the dashboard then opens on this page."""
+    return any(a["state"] == "new" for a in alert_list(path, mtime, branch))
+
+
+@draws("Alerts")
+def alerts_page(ctx):
+    st.header("Alerts")
+    found = alert_list(ctx["path"], ctx["mtime"], ctx["branch"])
+    if not found:
+        st.info("No alerts: no step of main's history went the bad way beyond its threshold "
+                "(each ingest of main looks for them; `ragbench alerts` lists them).")  # fmt: skip
+        return
+    counts = pd.Series([a["state"] for a in found]).value_counts()
+    states = st.multiselect("states", list(alerts.STATES), default=list(alerts.OPEN),
+                            key="alert-states")  # fmt: skip
+    st.caption(", ".join(f"{n} {s}" for s, n in counts.items()) + " in all; newest commit first")
+    repository = alerts.repository_url(ctx["policies"])
+    for a in (a for a in found if a["state"] in states):
+        alert_box(ctx, a, repository)
+
+
+def alert_box(ctx, a: dict, repository: str | None) -> None:
+    commit = a["commit_hash"][:12]
+    with st.container(border=True):
+        why = f": {a['reason']}" if a["reason"] else ""
+        by = f" (by {a['changed_by']})" if a["changed_by"] else ""
+        st.markdown(f"**{a['machine']} at `{commit}`** ({a['commit_time']}): "
+                    f"**{a['state']}**{why}{by}, {len(a['cells'])} cell(s)")  # fmt: skip
+        diff = alerts.diff_url(repository, a)
+        since = f"`{a['prev_commit_hash'][:12]}`..`{commit}`" if a["prev_commit_hash"] else commit
+        st.caption(f"arrived in {since}" + (f": [the diff]({diff})" if diff else "")
+                   + (f"; fixed by `{a['fixed_by'][:12]}`" if a["fixed_by"] else ""))  # fmt: skip
+        rows = [{"cell": f"{c['benchmark']}.{c['metric']} {c['param_key']}",
+                 "environment": c["environment"] or "-",
+                 "before": shown(c["before"], c["unit"]), "after": shown(c["after"], c["unit"]),
+                 "change": worded(alerts.cell_change(c), c["unit"], c["kind"] != "throughput"),
+                 "after/before 95%": (f"{c['ratio_lo']:.3f}-{c['ratio_hi']:.3f}"
+                                      if c["ratio_lo"] is not None else ""),
+                 "found by": c["found_by"]} for c in a["cells"]]  # fmt: skip
+        st.dataframe(pd.DataFrame(rows), hide_index=True, width="stretch")
+        st.code(alerts.repro_command(a), language="bash")
+        bisect = alerts.bisect_command(a)
+        if bisect:
+            st.caption("Several commits between? Find the first that shows it:")
+            st.code(bisect, language="bash")
+        buttons(ctx, a)
+
+
+def buttons(ctx, a: dict) -> None:
+    key = f"{a['machine']}-{a['commit_hash']}"
+    reason = st.text_input("reason (for Expected)", key=f"reason-{key}")
+    for col, (label, state) in zip(st.columns(len(ACTIONS)), ACTIONS.items(), strict=True):
+        if state == a["state"] or not col.button(label, key=f"{state}-{key}"):
+            continue
+        try:
+            alerts.change_state(Store(ctx["path"]), a["machine"], a["commit_hash"], state,
+                                by="dashboard", reason=reason or None)  # fmt: skip
+        except alerts.AlertError as exc:
+            st.error(str(exc))
+            return
+        alert_list.clear()
+        st.rerun()
