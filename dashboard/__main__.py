@@ -25,7 +25,7 @@ import sys
 import time
 from pathlib import Path
 
-from ragbench.detect import load_policies
+from ragbench.policies import load_policies
 from ragbench.store import store_spec
 
 APP = Path(__file__).resolve().parent / "app.py"

@@ -5,8 +5,9 @@
 
 Pages: Overview, Dispatch floors, Speedups, Numeric drift, Compare, Versions, and Series (where
 the overview's links lead). Everything is read through ``ragbench``'s store API and judged by
-``ragbench.detect``; this file lays out and draws. ``$RAGBENCH_COMMIT_URL`` (e.g.
-``https://github.com/org/ragged/commit/{}``) makes points link to their commit.
+``ragbench.history`` and ``ragbench.compare``; this file lays out and draws.
+``$RAGBENCH_COMMIT_URL`` (e.g. ``https://github.com/org/ragged/commit/{}``) makes points link
+to their commit.
 """
 
 from __future__ import annotations
@@ -61,7 +62,7 @@ from dashboard.read import (
     suite_pages,
     warm_page,
 )
-from ragbench import detect
+from ragbench.compare import Comparison
 from ragbench.report import sensitivity_line
 from ragbench.schema import SPEED_UNITS
 from ragbench.store import FAILED, Store, StoreError, history_branch
@@ -94,7 +95,7 @@ def overview(ctx):
                 v for v in c.verdicts if not (v.policy.paired and v.status == Status.INCONCLUSIVE)
             ]
             host = len(c.verdicts) - len(judged)
-            c = detect.Comparison(judged, c.alpha)
+            c = Comparison(judged, c.alpha)
             status = c.headline.upper()
             st.markdown(
                 f"**Gate, latest commit against {commits[1][:12]}: {status}** - "

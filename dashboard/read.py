@@ -1,6 +1,6 @@
 """The dashboard's reads of the results store: one read-only connection per query (a writer
 holds the file for one transaction at a time, so a page waits at most that long), cached
-until the file changes; and what ``ragbench.detect`` makes of them."""
+until the file changes; and what ``ragbench.history`` and ``ragbench.compare`` make of them."""
 
 from __future__ import annotations
 
@@ -12,8 +12,9 @@ import pandas as pd
 import streamlit as st
 
 from benchmarks._catalogue import DISPATCH_FLOOR, DRIFT_SUFFIX
-from ragbench import changepoints, detect
+from ragbench import changepoints, compare, history
 from ragbench.lake import is_lake
+from ragbench.policies import POLICIES, Policies, load_policies
 from ragbench.rollup import Rollup
 from ragbench.schema import SPEED_UNITS
 from ragbench.store import Store, default_path, store_spec
@@ -23,7 +24,7 @@ from ragbench.store import Store, default_path, store_spec
 SUITE_PAGES = ("Dispatch floors", "Speedups", "Numeric drift")
 
 # Change points over a series' newest commits: the stored ones (ragbench.changepoints), read
-# with the lookback in SQL (``detect.stored_histories``); a chart line that is no stored series
+# with the lookback in SQL (``history.stored_histories``); a chart line that is no stored series
 # (a speedup, a derived column) gets E-Divisive over its newest points here.
 CHANGE_POINT_COMMITS = 400
 LOOKBACK_COMMITS = 50
@@ -50,16 +51,16 @@ def warm_page() -> str | None:
     return _args().warm_page
 
 
-def policies() -> detect.Policies:
+def policies() -> Policies:
     """The policies the pages judge by: ``--policies FILE`` (as every ragbench command takes
     it), else the shipped ones; ValueError when the file is malformed."""
-    path = _args().policies or detect.POLICIES
+    path = _args().policies or POLICIES
     return _policies(str(path), path.stat().st_mtime if path.exists() else 0.0)
 
 
 @st.cache_resource(max_entries=4)
-def _policies(path: str, mtime: float) -> detect.Policies:
-    return detect.load_policies(Path(path))
+def _policies(path: str, mtime: float) -> Policies:
+    return load_policies(Path(path))
 
 
 @st.cache_resource(max_entries=8)
@@ -119,20 +120,20 @@ def project(path: str, mtime: float) -> str | None:
 @st.cache_resource(max_entries=64, **CACHED)
 def histories(path: str, mtime: float, branch: str, machine: str, last: int,
               change_points: bool = True, **series_filter):  # fmt: skip
-    """``ragbench.detect`` over the newest ``last`` commits of the machine's series (all, or
+    """``ragbench.history`` over the newest ``last`` commits of the machine's series (all, or
     those ``series_filter`` selects: benchmark, metric, params), the acceptances marked: the
-    lookback in SQL and the stored change points (``detect.stored_histories``), from the store
+    lookback in SQL and the stored change points (``history.stored_histories``), from the store
     itself (the rollup holds neither)."""
     s = store(path, mtime, branch)
-    return detect.stored_histories(s, machine, policies(), last=last,
-                                   change_points=change_points, **series_filter)  # fmt: skip
+    return history.stored_histories(s, machine, policies(), last=last,
+                                    change_points=change_points, **series_filter)  # fmt: skip
 
 
 @st.cache_resource(max_entries=64, **CACHED)
 def comparison(path: str, mtime: float, base_ids: tuple, head_ids: tuple, detail: bool):
     s = store(path, mtime, None)
-    base, head = detect.cells(s, list(base_ids)), detect.cells(s, list(head_ids))
-    return detect.compare(base, head, policies(), detail=detail)
+    base, head = compare.cells(s, list(base_ids)), compare.cells(s, list(head_ids))
+    return compare.compare(base, head, policies(), detail=detail)
 
 
 @st.cache_data(show_spinner="finding change points ...", max_entries=64)
@@ -153,7 +154,7 @@ def line_change_points(df: pd.DataFrame, y: str, color: str | None) -> pd.DataFr
                      and c["prev_commit_hash"] in commits]  # fmt: skip
         else:
             marks = []
-            for i in detect.change_points_of(line[y].to_numpy(), policies()):
+            for i in history.change_points_of(line[y].to_numpy(), policies()):
                 here, before = line.iloc[i], line.iloc[i - 1]
                 marks.append((here["commit_time"], here["commit_hash"],
                               here.get("env_key") != before.get("env_key")))  # fmt: skip

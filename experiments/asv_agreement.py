@@ -23,9 +23,10 @@ import sys
 from collections import Counter
 from pathlib import Path
 
-from ragbench import detect
+from ragbench import compare
 from ragbench.gate import run_gate
 from ragbench.ingest import ingest
+from ragbench.policies import load_policies
 from ragbench.store import Store
 from ragbench.verdicts import FAILING, Status
 
@@ -81,7 +82,7 @@ def asv_compare(asv: Path, conf: Path, machine: str, env: str, base: str,
     return marks
 
 
-def agree(mark: str, v: detect.Verdict) -> str:
+def agree(mark: str, v: compare.Verdict) -> str:
     """yes: the same call; stricter: the gate has no evidence where asv saw no change (or no
     significant one); no: one fails or improves where the other does not."""
     gate_fails = v.status in FAILING
@@ -145,7 +146,7 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     args.work.mkdir(parents=True, exist_ok=True)
     conf = asv_config(args.data, args.work)
-    policies = detect.load_policies(args.policies)
+    policies = load_policies(args.policies)
     total = Counter()
     with Store(args.store) as store:
         for pair in args.pair or PAIRS:

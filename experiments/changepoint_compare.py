@@ -23,9 +23,10 @@ from pathlib import Path
 
 import numpy as np
 
-from ragbench import changepoints, detect, stats
+from ragbench import changepoints, stats
+from ragbench.policies import load_policies
 
-POLICIES = detect.load_policies()
+POLICIES = load_policies()
 SETTINGS = changepoints.Settings.of(POLICIES)
 
 

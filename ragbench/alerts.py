@@ -26,7 +26,9 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from . import detect, stats
+from . import history, stats
+from .compare import Key, bad_change, ratio_of
+from .policies import STATISTICAL, Policies, load_policies
 from .verdicts import Status
 
 STATES = ("new", "acknowledged", "expected", "fixed", "invalid")
@@ -45,7 +47,7 @@ class Step:
     """One cell's step at a commit."""
 
     environment: str
-    key: detect.Key
+    key: Key
     unit: str | None
     kind: str  # the policy's: latency or throughput
     before: float
@@ -61,17 +63,17 @@ class Step:
 def cell_change(c: dict) -> float:
     """A step (a ``Step``'s fields, or a row of ``alert_cells``) in the bad direction: +0.05
     is 5% slower, or 5% less throughput."""
-    return detect._bad_change(detect._ratio(c["after"], c["before"]), c["kind"] == "latency")
+    return bad_change(ratio_of(c["after"], c["before"]), c["kind"] == "latency")
 
 
-def steps(store, machine: str, policies: detect.Policies, last: int = LAST) -> dict[str, list]:
+def steps(store, machine: str, policies: Policies, last: int = LAST) -> dict[str, list]:
     """The bad steps of the machine's series over its newest ``last`` commits: commit ->
     its steps (``Step``), and each commit's time under ``"_times"``."""
     out: dict[str, list] = {}
     times = {}
-    for rep in detect.stored_histories(store, machine, policies, last=last):
+    for rep in history.stored_histories(store, machine, policies, last=last):
         policy = policies.for_metric(rep.key[0], rep.key[1], rep.unit)
-        if policy.kind not in detect.STATISTICAL:
+        if policy.kind not in STATISTICAL:
             continue
         found = [(c.index, c.before, c.after, "change point") for c in rep.changes
                  if c.index not in rep.env_changes and c.index not in rep.accepted]  # fmt: skip
@@ -90,7 +92,7 @@ def steps(store, machine: str, policies: detect.Policies, last: int = LAST) -> d
     return {**out, "_times": times}
 
 
-def update(store, machine: str, policies: detect.Policies, *, last: int = LAST,
+def update(store, machine: str, policies: Policies, *, last: int = LAST,
            log: Callable[[str], None] = lambda m: None) -> tuple[int, int]:  # fmt: skip
     """Alerts of the machine brought up to date (module notes); -> (alerts made or grown,
     alerts marked fixed)."""
@@ -126,11 +128,11 @@ def update(store, machine: str, policies: detect.Policies, *, last: int = LAST,
     return grown, fixed
 
 
-def update_runs(store, run_ids: list[str], policies: detect.Policies | None = None,
+def update_runs(store, run_ids: list[str], policies: Policies | None = None,
                 log: Callable[[str], None] = lambda m: None) -> int:  # fmt: skip
     """After an ingest: the alerts of each machine these runs gave main a point on, brought
     up to date (``update``); -> the alerts made, grown or fixed."""
-    policies = policies or detect.load_policies()
+    policies = policies or load_policies()
     machines = sorted({row[0] for row in store.run_series(run_ids)})
     return sum(sum(update(store, m, policies, log=log)) for m in machines)
 
@@ -141,7 +143,7 @@ def _now():
     return datetime.fromtimestamp(time.time(), UTC).replace(tzinfo=None)
 
 
-def _points(store, machine: str, environment: str, key: detect.Key) -> list[tuple]:
+def _points(store, machine: str, environment: str, key: Key) -> list[tuple]:
     """(commit_hash, commit_time, value) of one series, oldest first."""
     return [(r[3], r[5], r[7]) for r in store.series_points(machine, environment, keys=[key])]
 
@@ -162,7 +164,7 @@ def _cell(store, machine: str, commit: str, s: Step) -> dict:
             "after": s.after, "ratio_lo": lo, "ratio_hi": hi, "found_by": s.found_by}  # fmt: skip
 
 
-def undone_by(store, machine: str, alert: dict, policies: detect.Policies) -> str | None:
+def undone_by(store, machine: str, alert: dict, policies: Policies) -> str | None:
     """The commit from which every cell of ``alert`` is back within its threshold of
     ``before``: each cell's newest points after the alert's commit that are all back, at
     least ``FIXED_AFTER`` of them (the first of them is where the cell came back); of the
@@ -175,8 +177,8 @@ def undone_by(store, machine: str, alert: dict, policies: detect.Policies) -> st
         at = next((i for i, p in enumerate(points) if p[0] == alert["commit_hash"]), None)
         run = []  # the newest points that are back, newest first
         for p in reversed(points[at + 1 :] if at is not None else []):
-            ratio = detect._ratio(p[2], c["before"])
-            if detect._bad_change(ratio, c["kind"] == "latency") > threshold:
+            ratio = ratio_of(p[2], c["before"])
+            if bad_change(ratio, c["kind"] == "latency") > threshold:
                 break
             run.append(p)
         if len(run) < FIXED_AFTER:
@@ -217,7 +219,7 @@ def repro_command(alert: dict) -> str:
     )
 
 
-def repository_url(policies: detect.Policies) -> str | None:
+def repository_url(policies: Policies) -> str | None:
     """Where a commit's diff is shown: ``repository_url`` of ``[main]`` in the policies, else
     git's ``origin`` remote as a web address (``git@github.com:o/r.git`` ->
     ``https://github.com/o/r``), else None."""

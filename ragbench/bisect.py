@@ -32,7 +32,9 @@ from dataclasses import dataclass, field
 from packaging.requirements import Requirement
 from packaging.version import InvalidVersion, Version
 
-from . import detect, envs
+from . import envs
+from .compare import Key
+from .policies import Policies
 from .verdicts import FAILING
 
 
@@ -55,7 +57,7 @@ class Bisection:
     first: str | None = None  # the first spec that shows it; None: the to-stack does not
 
 
-def parse_cell(text: str) -> detect.Key:
+def parse_cell(text: str) -> Key:
     """``"benchmark.metric params"`` (as the gate's report names a cell) -> its key."""
     name, _, params = text.strip().partition(" ")
     benchmark, _, metric = name.rpartition(".")
@@ -267,7 +269,7 @@ def markdown(b: Bisection, cell: str, from_spec: str, to_spec: str) -> str:
     return "\n".join(lines)
 
 
-def commit_bisect(store, cell: str, good: str, bad: str, *, policies: detect.Policies,
+def commit_bisect(store, cell: str, good: str, bad: str, *, policies: Policies,
                   machine: str, mode: str = "quick", rounds: int | None = None,
                   paired_processes: int = 3, log: Callable[[str], None] = print,
                   ) -> tuple[list[str], list[Step], str | None]:  # fmt: skip

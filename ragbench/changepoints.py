@@ -33,6 +33,7 @@ from dataclasses import dataclass
 from itertools import groupby
 
 from . import stats
+from .policies import load_policies
 
 # Points per window. 200 is today's `detect --last` default: E-Divisive over 200 points is
 # what main's history was judged with before (docs/calibration.md), and one window with a
@@ -53,7 +54,7 @@ class Settings:
 
     @classmethod
     def of(cls, policies) -> Settings:
-        """The main branch's settings of a ``detect.Policies``."""
+        """The main branch's settings of a ``ragbench.policies.Policies``."""
         conf = policies.main
         return cls(float(conf.get("changepoint_alpha", 0.01)),
                    int(conf.get("permutations", 199)), int(conf.get("min_size", 3)))  # fmt: skip
@@ -282,8 +283,6 @@ def compute(store, machine: str, environment: str, keys: Iterable[tuple] | None,
 def update(store, run_ids: list[str], policies=None) -> int:
     """After an ingest: the change points of the series these runs gave a point (on the
     history's branch), brought up to date and stored; -> how many series."""
-    from .detect import load_policies
-
     settings = Settings.of(policies or load_policies())
     touched: dict[tuple[str, str], dict[tuple, object]] = {}
     for machine, environment, *key, oldest in store.run_series(run_ids):
@@ -300,8 +299,6 @@ def rebuild(store, machine: str | None = None, policies=None, log=lambda m: None
     """Every series' change points (of ``machine``, or all machines) brought up to date and
     stored: the windows a state covers are kept, a series without one (or with other
     settings) is computed from its first point. -> how many series."""
-    from .detect import load_policies
-
     settings = Settings.of(policies or load_policies())
     n = 0
     for m in [machine] if machine else store.machines():

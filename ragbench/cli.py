@@ -19,8 +19,10 @@ import time
 import traceback
 from pathlib import Path
 
-from . import detect, envs, fingerprint, suite, trust
+from . import envs, fingerprint, history, suite, trust
+from .compare import RULE
 from .paired import PROCESSES as PAIRED_PROCESSES
+from .policies import load_policies
 from .store import (
     BRANCH_VAR,
     ENV_VAR,
@@ -91,7 +93,7 @@ def _ingest(args) -> int:
     missing = [p for p in args.paths if not p.exists()]
     if missing:
         raise suite.SuiteError(f"no such file or directory: {', '.join(map(str, missing))}")
-    policies = detect.load_policies(args.policies)  # its [machines] name the runners
+    policies = load_policies(args.policies)  # its [machines] name the runners
     store = _store(args)
     report = ingest(store, args.paths, label=args.label, branch=args.branch,
                     machines=policies.machine, log=_log)  # fmt: skip
@@ -137,7 +139,7 @@ def _store_copy(args) -> int:
     if behind:
         from . import changepoints
 
-        n = changepoints.update(target, behind, detect.load_policies(args.policies))
+        n = changepoints.update(target, behind, load_policies(args.policies))
         _log(f"ragbench store copy: the change points of {n} series brought up to date")
     _log(f"ragbench store copy: {source.name} -> {target.name} in "
          f"{time.perf_counter() - t0:.1f} s: " + ", ".join(f"{n} {t}" for t, n in added.items())
@@ -171,7 +173,7 @@ def _gate(args) -> int:
     from .gate import run_gate, run_settle, to_json
     from .report import gate_markdown
 
-    policies = detect.load_policies(args.policies)
+    policies = load_policies(args.policies)
     if args.settle is None and args.base is None:
         raise ValueError("gate needs --base REV (the pull request's merge base), or --settle "
                          "GATE_JSON (a gate's --json) to settle what it left")  # fmt: skip
@@ -210,7 +212,7 @@ def _versions(args) -> int:
     from .gate import _resolve, run_gate
     from .report import drift_section, gate_markdown
 
-    policies = detect.load_policies(args.policies)
+    policies = load_policies(args.policies)
     args.commit = _resolve(args.commit)  # one commit (a range is refused) before any build
     if args.bisect:
         return _bisect(args, policies)
@@ -336,7 +338,7 @@ def _accept(args) -> int:
 def _changepoints(args) -> int:
     from . import changepoints
 
-    policies = detect.load_policies(args.policies)
+    policies = load_policies(args.policies)
     store = _store(args, create=False)
     t0 = time.perf_counter()
     n = changepoints.rebuild(store, args.machine, policies, log=_log)
@@ -348,12 +350,12 @@ def _changepoints(args) -> int:
 def _detect(args) -> int:
     from .report import history_markdown, judged
 
-    policies = detect.load_policies(args.policies)
+    policies = load_policies(args.policies)
     store = _store(args, read_only=True)
     machine = _machine(args)
     # the lookback in SQL and the stored change points: never every row into Python (a
     # store of 10,000 runs x 750 cells x 3 machines: scripts/scale_bench.py)
-    reports = detect.stored_histories(store, machine, policies, last=args.last)
+    reports = history.stored_histories(store, machine, policies, last=args.last)
     failed = store.newest_failures(machine)
     if not reports and not failed and not store.runs(machine=machine):
         raise suite.SuiteError(_no_runs(store, machine))
@@ -593,7 +595,7 @@ def parser() -> argparse.ArgumentParser:
             "when set). The metrics that include host time (paired = true in the policies) "
             "are judged instead from base, head and base again (A/A) timed in the same process, "
             "in randomized interleaved rounds, in --paired-processes fresh processes. "
-            f"{detect.RULE} Exit 0 pass, 1 fail or inconclusive, 2 unusable input. --stored "
+            f"{RULE} Exit 0 pass, 1 fail or inconclusive, 2 unusable input. --stored "
             "compares what the store already holds (the paired comparison still runs). Where "
             "ragged/ differs, head's outputs (logits, keep masks, kernel outputs) are compared "
             "with base's on the same inputs: one that moved beyond base's run-to-run noise is a "

@@ -43,7 +43,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from . import detect, suite
+from . import suite
+from .compare import Key, Verdict
+from .policies import Policies, Policy
 from .store import param_key
 from .verdicts import Status
 
@@ -137,13 +139,13 @@ class Output:
     note: str = ""
 
     @property
-    def key(self) -> detect.Key:
+    def key(self) -> Key:
         return (self.benchmark, self.metric, param_key(self.params))
 
-    def verdict(self, margin: float) -> detect.Verdict:
-        policy = detect.Policy("drift.*", "drift", threshold=margin)
-        return detect.Verdict(self.key, self.params, UNITS.get(self.metric), policy,
-                              self.status, note=self.note)  # fmt: skip
+    def verdict(self, margin: float) -> Verdict:
+        policy = Policy("drift.*", "drift", threshold=margin)
+        return Verdict(self.key, self.params, UNITS.get(self.metric), policy,
+                       self.status, note=self.note)  # fmt: skip
 
 
 def _noise_text(noise: float, metric: str) -> str:
@@ -252,7 +254,7 @@ class DriftReport:
     def findings(self) -> list[Output]:
         return [o for o in self.outputs if o.status == Status.DRIFT]
 
-    def verdicts(self) -> list[detect.Verdict]:
+    def verdicts(self) -> list[Verdict]:
         return [o.verdict(self.margin) for o in self.outputs]
 
     def rule(self) -> str:
@@ -271,7 +273,7 @@ class DriftReport:
                 "that differ are a finding by themselves.")  # fmt: skip
 
 
-def margin_of(policies: detect.Policies) -> float:
+def margin_of(policies: Policies) -> float:
     margin = float(policies.gate.get("drift_margin", MARGIN))
     if not margin >= 1:
         raise ValueError(f"[gate] drift_margin must be at least 1, got {margin}")

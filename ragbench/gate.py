@@ -1,5 +1,5 @@
 """``ragbench gate``: base against head, measured in one job, alternating; flagged and
-inconclusive cells re-measured once (``detect.remeasured``): a regression fails unless the
+inconclusive cells re-measured once (``recheck.remeasured``): a regression fails unless the
 re-measurement shows, with power, that it is within its threshold. The metrics that include host
 time (``paired = true`` in the policies) are judged from base and head timed in the same
 processes instead (``ragbench.paired``): across processes they are not comparable.
@@ -20,8 +20,11 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from . import detect, drift, paired, settle, suite
+from . import compare, drift, paired, settle, suite
+from .compare import Comparison, Key, Verdict
 from .ingest import ingest
+from .policies import Policies
+from .recheck import recheck_keys, remeasured
 from .store import Store
 from .verdicts import Headline, Status, gate_document, read_gate_document
 
@@ -35,7 +38,7 @@ class GateResult:
     base: str
     head: str
     machine: str
-    comparison: detect.Comparison
+    comparison: Comparison
     measured: bool
     rounds: int
     base_runs: list[dict] = field(default_factory=list)
@@ -53,7 +56,7 @@ class GateResult:
 
     @property
     def exit_code(self) -> int:
-        """0 pass; 1 fail, or inconclusive (a cell without evidence: ``detect.RULE``)."""
+        """0 pass; 1 fail, or inconclusive (a cell without evidence: ``compare.RULE``)."""
         return 0 if self.comparison.headline == Headline.PASS else 1
 
 
@@ -120,7 +123,7 @@ def _two_commits(base: str, head: str, base_ref: str, head_ref: str) -> None:
     )
 
 
-def _judgeable(comparison: detect.Comparison) -> detect.Comparison:
+def _judgeable(comparison: Comparison) -> Comparison:
     """GateError when nothing was compared: no cell has a value on both sides, and nothing
     failed (a pass would mean nothing)."""
     if not comparison.failed and not any(
@@ -191,7 +194,7 @@ def differences(base_runs: list[dict], head_runs: list[dict]) -> list[str]:
     return lines
 
 
-def _bench_regex(keys: list[detect.Key]) -> list[str]:
+def _bench_regex(keys: list[Key]) -> list[str]:
     """asv --bench patterns that select exactly the benchmarks of these cells. asv matches a
     parameterized benchmark as ``name(param0, param1, ...)``: the name ends at ``(`` or at the
     end (``$`` alone selected nothing, and the re-measurement never ran)."""
@@ -258,7 +261,7 @@ def run_gate(
     base_ref: str,
     head_ref: str,
     *,
-    policies: detect.Policies,
+    policies: Policies,
     machine: str,
     measure: bool = True,
     rounds: int | None = None,
@@ -286,7 +289,7 @@ def run_gate(
     rounds = int(rounds if rounds is not None else policies.gate.get("rounds", 2))
     if rounds < 1:
         raise GateError(f"--rounds must be at least 1, got {rounds}")
-    result = GateResult(base, head, machine, detect.Comparison(), measure, rounds, mode=mode)
+    result = GateResult(base, head, machine, Comparison(), measure, rounds, mode=mode)
     if not measure:  # a commit's runs, on whatever branch they were ingested
         base_runs = store.runs(machine=machine, commit=base, any_branch=True)
         head_runs = store.runs(machine=machine, commit=head, any_branch=True)
@@ -307,9 +310,9 @@ def run_gate(
             command=command,
         )
         result.base_runs, result.head_runs = base_runs, head_runs
-        result.comparison = _judgeable(detect.compare(
-            detect.cells(store, [r["run_id"] for r in base_runs]),
-            detect.cells(store, [r["run_id"] for r in head_runs]),
+        result.comparison = _judgeable(compare.compare(
+            compare.cells(store, [r["run_id"] for r in base_runs]),
+            compare.cells(store, [r["run_id"] for r in head_runs]),
             policies,
         ))  # fmt: skip
         if paired_processes:
@@ -333,9 +336,9 @@ def run_gate(
                 ids[side] += _measure(store, sha, side, f"{gate_id}:{side}:{r}", work,
                                       mode=mode, machine=machine, bench=bench, log=log,
                                       environment=environments.get(side))  # fmt: skip
-        pooled = {side: detect.cells(store, ids[side]) for side in ids}
-        comparison = _judgeable(detect.compare(pooled["base"], pooled["head"], policies))
-        keys = detect.recheck_keys(comparison)
+        pooled = {side: compare.cells(store, ids[side]) for side in ids}
+        comparison = _judgeable(compare.compare(pooled["base"], pooled["head"], policies))
+        keys = recheck_keys(comparison)
         if keys:
             log(f"gate: {len(keys)} flagged or inconclusive cell(s); measuring them once more")
             runs = {}
@@ -343,8 +346,8 @@ def run_gate(
                 runs[side] = _measure(store, sha, side, f"{gate_id}:recheck-{side}", work,
                                       mode=mode, machine=machine, bench=_bench_regex(keys),
                                       log=log, environment=environments.get(side))  # fmt: skip
-            again = {side: detect.cells(store, runs[side]) for side in runs}
-            result.rechecked = detect.remeasured(comparison, pooled, again, policies)
+            again = {side: compare.cells(store, runs[side]) for side in runs}
+            result.rechecked = remeasured(comparison, pooled, again, policies)
         result.comparison = comparison
         if paired_processes:
             _paired(result, policies, processes=paired_processes, mode=mode, work=work, log=log)
@@ -357,7 +360,7 @@ def run_gate(
     return result
 
 
-def run_settle(store: Store, path: Path, *, policies: detect.Policies, machine: str,
+def run_settle(store: Store, path: Path, *, policies: Policies, machine: str,
                mode: str = "quick", work_dir: Path | None = None,
                log: Callable[[str], None] = print) -> GateResult:  # fmt: skip
     """The cells the gate whose JSON is at ``path`` left without evidence or flagged, measured
@@ -376,7 +379,7 @@ def run_settle(store: Store, path: Path, *, policies: detect.Policies, machine: 
     base, head = doc["base"], doc["head"]
     for sha in (base, head):
         _resolve(sha)  # both in this clone, before any work
-    result = GateResult(base, head, machine, detect.Comparison(), True, plan.rounds, mode=mode,
+    result = GateResult(base, head, machine, Comparison(), True, plan.rounds, mode=mode,
                         settled_from=path)  # fmt: skip
     verdicts = []
     label = f"gate:{head[:8]}-{base[:8]}-{int(time.time())}:settle"
@@ -390,15 +393,15 @@ def run_settle(store: Store, path: Path, *, policies: detect.Policies, machine: 
                                           mode=mode, machine=machine,
                                           bench=_bench_regex(plan.cells), log=log)  # fmt: skip
             wanted = set(plan.cells)
-            pooled = [{k: c for k, c in detect.cells(store, ids[side]).items() if k in wanted}
+            pooled = [{k: c for k, c in compare.cells(store, ids[side]).items() if k in wanted}
                       for side in ("base", "head")]  # fmt: skip
-            verdicts += detect.compare(*pooled, policies).verdicts
+            verdicts += compare.compare(*pooled, policies).verdicts
             verdicts += [_verdict(k, policies, Status.MISSING, "the settle run measured no "
                                   "value of it on either side")
                          for k in wanted - {v.key for v in verdicts}]  # fmt: skip
         if plan.paired:
             # the paired verdicts replace these (``_paired``), as they replace a gate's
-            result.comparison = detect.Comparison(
+            result.comparison = Comparison(
                 [_verdict(k, policies, Status.INCONCLUSIVE) for k in plan.paired])  # fmt: skip
             _paired(result, policies, processes=plan.processes, mode=mode, work=Path(tmp),
                     log=log)  # fmt: skip
@@ -408,7 +411,7 @@ def run_settle(store: Store, path: Path, *, policies: detect.Policies, machine: 
     stand = [_verdict(k, policies, Status(f["status"]), f.get("note") or "", f.get("change"))
              for f in doc["failures"]
              if (k := (f["benchmark"], f["metric"], f["param_key"])) not in settled]  # fmt: skip
-    result.comparison = detect.Comparison(verdicts + stand, float(policies.gate.get("alpha", 0.01)))
+    result.comparison = Comparison(verdicts + stand, float(policies.gate.get("alpha", 0.01)))
     result.plan = settle.plan(result.comparison, plan.rounds, plan.processes)  # still short
     result.base_runs = store.runs(label=f"{label}-base:%")
     result.head_runs = store.runs(label=f"{label}-head:%")
@@ -427,9 +430,9 @@ def _head_of(path: Path) -> str:
     return str(doc.get("head")) if isinstance(doc, dict) else ""
 
 
-def _verdict(key: detect.Key, policies: detect.Policies, status: Status, note: str = "",
-             change: float | None = None) -> detect.Verdict:  # fmt: skip
+def _verdict(key: Key, policies: Policies, status: Status, note: str = "",
+             change: float | None = None) -> Verdict:  # fmt: skip
     """A verdict without samples: one a gate's JSON keeps (its status, note and change)."""
     params = dict(kv.split("=", 1) for kv in key[2].split(",") if "=" in kv)
-    return detect.Verdict(key, params, None, policies.for_metric(key[0], key[1]), status,
-                          change=change, note=note)  # fmt: skip
+    return Verdict(key, params, None, policies.for_metric(key[0], key[1]), status,
+                   change=change, note=note)  # fmt: skip

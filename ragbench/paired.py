@@ -25,7 +25,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from . import detect, stats, suite
+from . import compare, stats, suite
+from .policies import STATISTICAL, Policies
 from .store import param_key
 from .verdicts import Status
 
@@ -53,7 +54,7 @@ class PairedCell:
     errors: dict[str, str] = field(default_factory=dict)
 
     @property
-    def key(self) -> detect.Key:
+    def key(self) -> compare.Key:
         return (self.benchmark, self.metric, param_key(self.params))
 
 
@@ -107,9 +108,9 @@ def _alone(base, head, work, processes, kw, first_head, log) -> list[dict]:
     return docs
 
 
-def collect(docs: list[dict]) -> dict[detect.Key, PairedCell]:
+def collect(docs: list[dict]) -> dict[compare.Key, PairedCell]:
     """The documents' cells pooled by key: rounds in order, one median a process, ratios."""
-    cells: dict[detect.Key, PairedCell] = {}
+    cells: dict[compare.Key, PairedCell] = {}
     for doc in docs:
         for c in doc["cells"]:
             new = PairedCell(c["benchmark"], c["metric"], c["params"], c["unit"])
@@ -124,14 +125,14 @@ def collect(docs: list[dict]) -> dict[detect.Key, PairedCell]:
             for arm in ("aa", "head"):
                 if values.get(arm) and values.get("base"):
                     cell.ratios.setdefault(arm, []).extend(
-                        detect._ratio(x, b)
+                        compare.ratio_of(x, b)
                         for x, b in zip(values[arm], values["base"], strict=True)
                     )
     return cells
 
 
-def judge(cells: dict[detect.Key, PairedCell], policies: detect.Policies, method: str,
-          processes: int) -> list[detect.Verdict]:  # fmt: skip
+def judge(cells: dict[compare.Key, PairedCell], policies: Policies, method: str,
+          processes: int) -> list[compare.Verdict]:  # fmt: skip
     """A verdict for each cell whose policy is ``paired``: head/base tested (sign test, Holm
     over these cells), the interval at the family-wise level, the A/A arm's movement."""
     alpha = float(policies.gate.get("alpha", 0.01))
@@ -140,7 +141,7 @@ def judge(cells: dict[detect.Key, PairedCell], policies: detect.Policies, method
         policy = policies.for_metric(cell.benchmark, cell.metric, cell.unit)
         if not policy.paired:
             continue
-        v = detect.Verdict(key, cell.params, cell.unit, policy, Status.INFO, method=method)
+        v = compare.Verdict(key, cell.params, cell.unit, policy, Status.INFO, method=method)
         base, head = cell.rounds.get("base"), cell.rounds.get("head")
         v.base = statistics.median(base) if base else None
         v.head = statistics.median(head) if head else None
@@ -155,7 +156,7 @@ def judge(cells: dict[detect.Key, PairedCell], policies: detect.Policies, method
         elif v.base is None:
             v.status = Status.NEW
             v.note = f"base raised: {cell.errors['base']}" if "base" in cell.errors else ""
-        elif policy.kind in detect.STATISTICAL:
+        elif policy.kind in STATISTICAL:
             tested.append(v)
         verdicts.append(v)
     level = 1 - alpha / max(1, len(tested))  # Bonferroni: the interval every cell must pass
@@ -164,7 +165,7 @@ def judge(cells: dict[detect.Key, PairedCell], policies: detect.Policies, method
     adjusted = stats.holm([v.p for v in tested])
     for v, p_adj in zip(tested, adjusted, strict=True):
         _decide(v, cells[v.key], p_adj < alpha, p_adj, level, method, processes,
-                detect.min_samples(v.policy, policies))  # fmt: skip
+                compare.min_samples(v.policy, policies))  # fmt: skip
     return verdicts
 
 
@@ -199,11 +200,11 @@ def _decide(v, cell: PairedCell, significant: bool, p_adj: float, level: float, 
     else:  # one median a process: the ratio of the sides' medians
         b, h = cell.medians["base"], cell.medians["head"]
         v.base, v.head = statistics.median(b), statistics.median(h)
-        v.ratio = detect._ratio(v.head, v.base)
+        v.ratio = compare.ratio_of(v.head, v.base)
         v.interval = stats.ratio_interval(b, h, confidence=level)
         v.note = f"{len(b)} base and {len(h)} head process(es), alternating: their medians"
         counts = (len(b), len(h))
-    v.change = detect._bad_change(v.ratio, lower)
+    v.change = compare.bad_change(v.ratio, lower)
     if min(counts) < need:
         v.status, v.detectable = Status.INCONCLUSIVE, math.inf
         v.note += f"; too few samples (the policy needs {need}): measure again"
@@ -211,10 +212,10 @@ def _decide(v, cell: PairedCell, significant: bool, p_adj: float, level: float, 
     # the smallest change this cell could flag: its threshold, or the interval's reach
     reach = max(v.ratio - v.interval[0], v.interval[1] - v.ratio) / v.ratio
     v.detectable = max(t, reach)
-    v.status = detect._by_threshold(v.change, t, significant)
+    v.status = compare.by_threshold(v.change, t, significant)
     aa = cell.ratios.get("aa")
     if aa:
-        moved = abs(detect._bad_change(statistics.median(aa), lower))
+        moved = abs(compare.bad_change(statistics.median(aa), lower))
         v.aa = moved
         v.note += f"; A/A {moved * 100:.1f}%"
         if v.status != Status.REGRESSION and moved > t / 2:
@@ -225,4 +226,4 @@ def _decide(v, cell: PairedCell, significant: bool, p_adj: float, level: float, 
         return
     if _p(cell, method, best=True) >= 1 - level:  # not even every sign alike would be flagged
         v.detectable = math.inf
-    detect.evidence(v, v.detectable)
+    compare.evidence(v, v.detectable)

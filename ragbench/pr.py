@@ -20,8 +20,9 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from . import detect, jsonfile
+from . import jsonfile
 from .github import MARKER, Client
+from .policies import load_policies
 from .store import Store
 from .verdicts import Status, VerdictError, read_gate_document
 
@@ -36,7 +37,7 @@ class AcceptanceRefused(ValueError):
 def max_accepted(policies: Path | None = None) -> int:
     """``[gate] max_accepted`` of the policies (the base branch's ragbench/policies.toml in
     the trusted job): the most failing cells one acceptance may cover."""
-    value = detect.load_policies(policies).gate.get("max_accepted")
+    value = load_policies(policies).gate.get("max_accepted")
     if isinstance(value, bool) or not isinstance(value, int) or value < 0:
         raise ValueError(f"policies: [gate] max_accepted is {value!r}, not a whole number >= 0 "
                          "(ragbench/policies.toml sets it)")  # fmt: skip

@@ -7,8 +7,9 @@ import statistics
 from collections import defaultdict
 
 from . import paired
-from .detect import INTERVAL, RULE, Comparison, SeriesReport, Verdict, powered
+from .compare import INTERVAL, RULE, Comparison, Verdict, powered
 from .gate import GateResult, differences, settle_command
+from .history import SeriesReport
 from .verdicts import Status, worded
 
 

@@ -174,7 +174,7 @@ DROP TABLE IF EXISTS change_point_series;
 # Schema 1 -> 2: a status per measurement; acceptances name their pull request and the commit
 # they were given on (a main commit's carried copy names the PR head). Schema 2 -> 3 also:
 # asv's 99% confidence interval of each value (``stats_ci_99_a``/``_b``), which judges a cell
-# without raw samples as ``asv compare`` does (``detect.compare``).
+# without raw samples as ``asv compare`` does (``compare.by_interval``).
 MIGRATIONS = (
     """
 ALTER TABLE measurements ADD COLUMN IF NOT EXISTS status VARCHAR DEFAULT 'ok';

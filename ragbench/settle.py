@@ -17,7 +17,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from .detect import Comparison, Key, Verdict
+from .compare import Comparison, Key, Verdict
 from .verdicts import Status
 
 MARGIN = 1.25  # the estimate is of a median's spread: a quarter more than it says

@@ -1,7 +1,7 @@
 """What a verdict can say, and the gate's JSON document, in one place.
 
-``Status`` is every word a cell's verdict (``detect``, ``paired``) or a series' latest point
-(``detect.history``) can carry; ``Headline`` the gate's pass / fail / inconclusive. Both are
+``Status`` is every word a cell's verdict (``compare``, ``paired``) or a series' latest point
+(``history.history``) can carry; ``Headline`` the gate's pass / fail / inconclusive. Both are
 ``StrEnum``: a member equals its word, so the store, the JSON and the reports keep the words,
 and a misspelt status is an AttributeError instead of a comparison that never matches.
 
@@ -123,7 +123,7 @@ NOTHING_JUDGED = ("ragbench.gate", "judged_cells", "")
 
 
 def gate_document(base: str, head: str, machine: str, comparison) -> dict:
-    """The gate's verdict on ``comparison`` (a ``detect.Comparison``): pass, fail or
+    """The gate's verdict on ``comparison`` (a ``compare.Comparison``): pass, fail or
     inconclusive, and every cell that keeps it from passing (``NOTHING_JUDGED`` when none was
     judged at all)."""
     blocking = [

@@ -14,7 +14,7 @@ a block is the same code (A/A) or the triton kernel slowed by 2%, 5% or 10% of i
 (``benchmarks/_inject.py``); blocks cycle through those conditions until ``--seconds`` pass.
 Each run is one JSON file of the values asv would record, read through the suite's own classes.
 
-``analyze`` feeds the blocks to ``ragbench.detect`` with the policies in force and reports the
+``analyze`` feeds the blocks to ``ragbench.compare`` with the policies in force and reports the
 false-alarm rate per gate run (A/A blocks) and the detection rate of each injected slowdown.
 
 The ``paired-*`` commands do the same for the metrics that include host time, judged by the
@@ -120,8 +120,8 @@ def load_runs(dirs: list[Path]) -> list[dict]:
 
 
 def side_cells(runs: list[dict]):
-    """The runs' cells pooled as ``ragbench.detect`` cells."""
-    from ragbench.detect import Cell, pool
+    """The runs' cells pooled as ``ragbench.compare`` cells."""
+    from ragbench.compare import Cell, pool
     from ragbench.store import param_key
 
     def cell(c: dict) -> Cell:
@@ -136,15 +136,16 @@ def side_cells(runs: list[dict]):
 def gate_run(base: list[dict], head: list[dict], recheck: tuple[dict, dict], policies):
     """What ``ragbench gate`` would decide on the cells judged across processes (the paired
     ones are the paired comparison's): -> (flagged keys, the verdicts after the
-    re-measurement of flagged and inconclusive cells, ``detect.remeasured``)."""
-    from ragbench import detect
+    re-measurement of flagged and inconclusive cells, ``recheck.remeasured``)."""
+    from ragbench.compare import compare
+    from ragbench.recheck import remeasured
     from ragbench.verdicts import Status
 
     first = {"base": side_cells(base), "head": side_cells(head)}
-    c = detect.compare(first["base"], first["head"], policies, detail=False)
+    c = compare(first["base"], first["head"], policies, detail=False)
     flagged = {v.key for v in c.verdicts if v.status == Status.REGRESSION}
     again = {"base": side_cells([recheck[0]]), "head": side_cells([recheck[1]])}
-    detect.remeasured(c, first, again, policies, detail=False)
+    remeasured(c, first, again, policies, detail=False)
     return flagged, [v for v in c.verdicts if not v.policy.paired]
 
 
@@ -180,7 +181,7 @@ def is_target(key) -> bool:
 def rates(runs: list[dict], policies) -> dict:
     """False alarms per gate run (A/A) and detection of each injected slowdown, in total and
     per triton cell (with the slowdown the gate's rounds measured there). Under the rule of
-    evidence (``detect.RULE``) a run also ends inconclusive where a cell other than the
+    evidence (``compare.RULE``) a run also ends inconclusive where a cell other than the
     injected one is, and an injected cell is caught (regression), inconclusive, or passed."""
     from ragbench.verdicts import Status
 
@@ -237,7 +238,7 @@ def noise(runs: list[dict]) -> dict[str, dict]:
 
 def sweep(runs: list[dict], policies, metrics: list[str], thresholds: list[float]) -> list[dict]:
     """Rates with the threshold of ``metrics`` (benchmark.metric globs) set to each value."""
-    from ragbench.detect import Policies, Policy
+    from ragbench.policies import Policies, Policy
 
     rows = []
     for t in thresholds:
@@ -266,9 +267,9 @@ def _pct(n: int, d: int) -> str:
 
 def detect_policies():
     """The gate's policies in force (ragbench/policies.toml)."""
-    from ragbench import detect
+    from ragbench.policies import load_policies
 
-    return detect.load_policies()
+    return load_policies()
 
 
 HOST_METRICS = ["kernel.KernelLatency.call_us", "kernel.KernelLatency.host_us",

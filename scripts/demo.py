@@ -20,9 +20,10 @@ import sys
 import time
 from pathlib import Path
 
-from ragbench import detect, fingerprint, suite
+from ragbench import fingerprint, suite
 from ragbench.gate import GateError, run_gate
 from ragbench.ingest import ingest
+from ragbench.policies import load_policies
 from ragbench.report import gate_markdown
 from ragbench.store import Store, StoreError, history_branch
 
@@ -68,7 +69,7 @@ def demo(args) -> int:
     if count < 2:
         _log("demo: HEAD has no parent: nothing to gate")
         return 0
-    res = run_gate(store, "HEAD~1", "HEAD", policies=detect.load_policies(), machine=machine,
+    res = run_gate(store, "HEAD~1", "HEAD", policies=load_policies(), machine=machine,
                    measure=False, log=_log)  # fmt: skip
     print(gate_markdown(res))
     print(f"Done in {time.perf_counter() - t0:.0f} s. The store {args.store} holds "

@@ -33,7 +33,8 @@ import sys
 import time
 from pathlib import Path
 
-from ragbench import detect, drift
+from ragbench import drift
+from ragbench.policies import load_policies
 from ragbench.report import drift_section
 from ragbench.verdicts import FAILING, Headline
 
@@ -126,7 +127,7 @@ def main(argv=None) -> int:
         print(f"drift_plants: error: unknown plant(s) {unknown}; expected of {', '.join(PLANTS)}",
               file=sys.stderr)  # fmt: skip
         return 2
-    margin = drift.margin_of(detect.load_policies())
+    margin = drift.margin_of(load_policies())
     trees = args.out / "trees"
     shutil.rmtree(trees, ignore_errors=True)
     base = plant("aa", trees / "base")

@@ -33,8 +33,14 @@ ROOT = Path(__file__).resolve().parents[1]
 # Run in a fresh process in a ragbench tree: prints its seconds as JSON on the last line.
 SNIPPET = r"""
 import json, sys, time, io, contextlib
-from ragbench import cli, detect
+from ragbench import cli
 from ragbench.store import Store
+try:
+    from ragbench import history
+    from ragbench.policies import load_policies
+except ImportError:  # a tree from before detect.py was split into history, compare, policies
+    from ragbench import detect as history
+    load_policies = history.load_policies
 what, store, machine, last, cell, policies = sys.argv[1:7]
 last = int(last)
 t0 = time.perf_counter()
@@ -46,21 +52,21 @@ if what == "detect":
     extra = {"exit": code, "lines": out.getvalue().count("\n")}
 else:
     s = Store(store, read_only=True)
-    policies = detect.load_policies(policies or None)
+    policies = load_policies(policies or None)
     bench, metric, key = json.loads(cell) if what == "series" else (None, None, None)
     filt = {"benchmark": bench, "metric": metric,
             "params": dict(kv.split("=", 1) for kv in key.split(",") if kv)} if bench else {}
     cps = what == "series"
-    if hasattr(detect, "stored_histories"):
-        reports = detect.stored_histories(s, machine, policies, last=last, change_points=cps,
-                                          **filt)
+    if hasattr(history, "stored_histories"):
+        reports = history.stored_histories(s, machine, policies, last=last, change_points=cps,
+                                           **filt)
     else:  # dashboard/read.py's histories before
         runs = s.runs(machine=machine, frame=True)
         times = runs.drop_duplicates("commit_hash")["commit_time"]
         since = times.iloc[min(last, len(times)) - 1].to_pydatetime() if len(times) else None
         rows = s.series(machine=machine, since=since, **filt)
-        reports = detect.histories(rows, policies, last=last, change_points=cps,
-                                   acceptances=s.acceptances())
+        reports = history.histories(rows, policies, last=last, change_points=cps,
+                                    acceptances=s.acceptances())
     extra = {"series": len(reports), "change_points": sum(len(r.change_points) for r in reports)}
 print(json.dumps({"seconds": time.perf_counter() - t0, **extra}))
 """

@@ -11,8 +11,10 @@ import os
 
 import pytest
 
-from ragbench import detect, synth
+from ragbench import compare, synth
+from ragbench.history import stored_histories
 from ragbench.ingest import ingest
+from ragbench.policies import load_policies
 from ragbench.store import Store
 
 COMMITS = int(os.environ.get("RAGBENCH_SELFBENCH_COMMITS", 1000))  # fewer: the tests' smoke run
@@ -49,12 +51,12 @@ def test_ingest_rows_per_second(benchmark, history, tmp_path):
 def test_gate_comparison(benchmark, store):
     """The gate's work after measuring: load two commits' cells, compare every one."""
     runs = store.runs()
-    policies = detect.load_policies()
+    policies = load_policies()
 
     def run():
-        base = detect.cells(store, [runs[1]["run_id"]])
-        head = detect.cells(store, [runs[0]["run_id"]])
-        return detect.compare(base, head, policies)
+        base = compare.cells(store, [runs[1]["run_id"]])
+        head = compare.cells(store, [runs[0]["run_id"]])
+        return compare.compare(base, head, policies)
 
     assert benchmark(run).verdicts
 
@@ -62,9 +64,9 @@ def test_gate_comparison(benchmark, store):
 def test_detect_history(benchmark, store):
     """``ragbench detect``: the lookback (SQL) and the stored change points of every series
     (last 200 commits)."""
-    policies = detect.load_policies()
+    policies = load_policies()
     reports = benchmark.pedantic(
-        lambda: detect.stored_histories(store, synth.MACHINE, policies), rounds=1, iterations=1
+        lambda: stored_histories(store, synth.MACHINE, policies), rounds=1, iterations=1
     )
     assert any(r.change_points for r in reports)
 

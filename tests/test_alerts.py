@@ -8,11 +8,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from ragbench import alerts, changepoints, detect
+from ragbench import alerts, changepoints
+from ragbench.policies import load_policies
 from ragbench.store import Measurement, Run, Store
 
 REPO = Path(__file__).resolve().parent.parent
-POLICIES = detect.load_policies()
+POLICIES = load_policies()
 STEP = 20  # the commit the slowdown arrives with
 
 

@@ -14,7 +14,8 @@ from pathlib import Path
 import duckdb
 import pytest
 
-from ragbench import cli, detect
+from ragbench import cli, compare
+from ragbench.policies import load_policies
 from ragbench.store import Store
 from ragbench.synth import COLUMNS
 from ragbench.verdicts import Status
@@ -87,7 +88,7 @@ def cell(name: str, value: float, half: float) -> dict:
 
 
 def test_default_policies_judge_asvs_benchmark_kinds_by_their_units():
-    p = detect.load_policies()
+    p = load_policies()
     for bench, metric, unit, kind in [
         ("form.FormClean", "time_form_clean", "seconds", "latency"),
         ("mem.Sizes", "peakmem_list", "bytes", "latency"),
@@ -112,7 +113,7 @@ def test_this_suites_metrics_keep_their_calibrated_policies_exactly(tmp_path):
     old = tmp_path / "old.toml"
     old.write_text(subprocess.run(["git", "show", "2f95849:ragbench/policies.toml"], cwd=REPO,
                                   capture_output=True, text=True, check=True).stdout)  # fmt: skip
-    before, now = detect.load_policies(old), detect.load_policies()
+    before, now = load_policies(old), load_policies()
     text = {m: (REPO / "benchmarks" / f"{m}.py").read_text() for m in SUITE}
     metrics = {t for src in text.values() for t in re.findall(r"def track_(\w+)", src)}
     seen = 0
@@ -135,10 +136,10 @@ def test_a_policy_names_units_as_a_list_of_texts(tmp_path):
     bad = tmp_path / "p.toml"
     bad.write_text('[[policy]]\nmatch = "*"\nunit = "seconds"\nkind = "latency"\n')
     with pytest.raises(ValueError, match="unit of '\\*' must be a list"):
-        detect.load_policies(bad)
+        load_policies(bad)
     bad.write_text("policy = [1]\n")
     with pytest.raises(ValueError, match="must be a table"):
-        detect.load_policies(bad)
+        load_policies(bad)
 
 
 def test_foreign_time_benchmarks_get_series_and_verdicts(tmp_path, capsys):
@@ -182,15 +183,15 @@ def test_cells_without_samples_are_judged_by_asvs_intervals_as_asv_compare(tmp_p
         assert "judged by asv's 99% confidence intervals" in out
 
 
-def key(name: str) -> detect.Key:
+def key(name: str) -> compare.Key:
     bench, _, metric = name.rpartition(".")
     return (bench, metric, "")
 
 
 def side(name: str, value: float, ci, samples=None) -> dict:
     bench, metric, _ = key(name)
-    return {key(name): detect.Cell(bench, metric, "", {}, "seconds", samples or [value],
-                                   ci=ci)}  # fmt: skip
+    return {key(name): compare.Cell(bench, metric, "", {}, "seconds", samples or [value],
+                                    ci=ci)}  # fmt: skip
 
 
 @pytest.mark.parametrize(
@@ -205,25 +206,25 @@ def side(name: str, value: float, ci, samples=None) -> dict:
     ],
 )
 def test_by_interval_keeps_the_rule_of_evidence(base_ci, head, head_ci, status):
-    """``detect.RULE`` for a cell judged by intervals: unchanged only with the power to see the
+    """``compare.RULE`` for a cell judged by intervals: unchanged only with the power to see the
     threshold (intervals narrow enough to have separated a 10% change) or within half of it on
     the point estimate; a cell with neither samples nor an interval has no evidence."""
-    c = detect.compare(side(NAME, 1.0, base_ci), side(NAME, head, head_ci),
-                       detect.load_policies())  # fmt: skip
+    c = compare.compare(side(NAME, 1.0, base_ci), side(NAME, head, head_ci),
+                        load_policies())  # fmt: skip
     (v,) = c.verdicts
     assert v.status == status, v
-    assert v.method == detect.INTERVAL
+    assert v.method == compare.INTERVAL
     assert v.interval[0] <= v.ratio <= v.interval[1]
-    (v,) = detect.compare(side(NAME, 1.0, None), side(NAME, head, head_ci),
-                          detect.load_policies()).verdicts  # fmt: skip
+    (v,) = compare.compare(side(NAME, 1.0, None), side(NAME, head, head_ci),
+                           load_policies()).verdicts  # fmt: skip
     assert v.status == Status.INCONCLUSIVE and "too few samples" in v.note
 
 
 def test_raw_samples_are_tested_before_intervals():
     samples = [1.0 + 0.001 * i for i in range(10)]
-    (v,) = detect.compare(side(NAME, 1.0, (0.5, 2.0), samples),
-                          side(NAME, 1.0, (0.5, 2.0), samples),
-                          detect.load_policies()).verdicts  # fmt: skip
+    (v,) = compare.compare(side(NAME, 1.0, (0.5, 2.0), samples),
+                           side(NAME, 1.0, (0.5, 2.0), samples),
+                           load_policies()).verdicts  # fmt: skip
     assert v.method == "asv" and v.p is not None
 
 
@@ -231,8 +232,8 @@ def test_pooled_runs_keep_the_hull_of_their_intervals():
     one = side(NAME, 1.0, (0.9, 1.1))[key(NAME)]
     two = side(NAME, 1.2, (1.1, 1.3))[key(NAME)]
     none = side(NAME, 1.0, None)[key(NAME)]
-    assert detect.pool([one, two])[key(NAME)].ci == (0.9, 1.3)
-    assert detect.pool([one, none])[key(NAME)].ci is None  # a run without one: no interval
+    assert compare.pool([one, two])[key(NAME)].ci == (0.9, 1.3)
+    assert compare.pool([one, none])[key(NAME)].ci is None  # a run without one: no interval
 
 
 def test_the_store_keeps_asvs_interval_and_migrates_schema_2(tmp_path):
@@ -263,8 +264,8 @@ def test_an_interval_that_is_not_one_refuses_the_file(tmp_path, capsys):
 def test_an_interval_reaching_below_zero_shows_no_power():
     """asv extends the interval of few samples below 0 (the suite's own CPU img/s: -0.039):
     such a side allows any ratio, and the cell could detect nothing."""
-    (v,) = detect.compare(side(NAME, 1.0, (0.99, 1.01)), side(NAME, 1.0, (-0.04, 2.0)),
-                          detect.load_policies()).verdicts  # fmt: skip
+    (v,) = compare.compare(side(NAME, 1.0, (0.99, 1.01)), side(NAME, 1.0, (-0.04, 2.0)),
+                           load_policies()).verdicts  # fmt: skip
     assert v.interval == (0.0, 2.0 / 0.99) and v.detectable == float("inf")
     assert v.status == Status.INCONCLUSIVE
 
@@ -345,7 +346,7 @@ def test_ten_samples_a_side_can_fail_a_run_of_sixty_cells():
         base.update(side(name, 1.0, None, fast))
         head.update(side(name, 7.0 if i == 0 else 1.0, None,
                          [x * (7.0 if i == 0 else 1.0) for x in fast]))  # fmt: skip
-    c = detect.compare(base, head, detect.load_policies())
+    c = compare.compare(base, head, load_policies())
     assert [v.key[0] for v in c.by_status(Status.REGRESSION)] == ["q.Q0"]
     assert all(v.status == Status.UNCHANGED for v in c.verdicts[1:])  # and the rest shown so
 

@@ -12,13 +12,14 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from ragbench import changepoints, cli, detect, stats, synth
+from ragbench import changepoints, cli, history, stats, synth
 from ragbench.ingest import ingest
+from ragbench.policies import load_policies
 from ragbench.store import Store
 
 REPO = Path(__file__).resolve().parent.parent
 
-POLICIES = detect.load_policies()
+POLICIES = load_policies()
 SETTINGS = changepoints.Settings.of(POLICIES)
 
 
@@ -211,7 +212,7 @@ def test_detect_reads_the_stored_points_and_judges_as_the_rows_do(tmp_path, caps
     ingest_files(store, files, tmp_path, "all")
     rows = [r for r in store.series(machine=synth.MACHINE)]
     commits = sorted({(r["commit_time"], r["commit_hash"]) for r in rows})
-    cells = sorted(r.key for r in detect.histories(rows, POLICIES, change_points=False)
+    cells = sorted(r.key for r in history.histories(rows, POLICIES, change_points=False)
                    if r.latest_z is not None)  # fmt: skip
     # acceptances move the lookback's start (mid-history) and the newest point's status
     for at in (100, -5):  # the newest of them starts the lookback: 4 points, not 10
@@ -224,8 +225,8 @@ def test_detect_reads_the_stored_points_and_judges_as_the_rows_do(tmp_path, caps
                  tuple(r.points[i].commit_hash for i in r.change_points),
                  tuple(r.points[i].commit_hash for i in r.accepted)) for r in reports}  # fmt: skip
 
-    old = judged(detect.histories(rows, POLICIES, last=200, acceptances=acceptances))
-    reports = detect.stored_histories(store, synth.MACHINE, POLICIES, last=200)
+    old = judged(history.histories(rows, POLICIES, last=200, acceptances=acceptances))
+    reports = history.stored_histories(store, synth.MACHINE, POLICIES, last=200)
     assert judged(reports) == old and any(r.change_points for r in reports)
     assert sum(bool(r.accepted) for r in reports) == 2
     assert cli.main(["detect", "--store", str(tmp_path / "s.duckdb"), "--machine",

@@ -7,10 +7,12 @@ import math
 import numpy as np
 import pytest
 
-from ragbench import detect, stats
-from ragbench.detect import Cell, Point, Policies, Policy
+from ragbench import compare, history, stats
+from ragbench.compare import Cell
+from ragbench.history import Point
+from ragbench.policies import Policies, Policy, load_policies
 
-POLICIES = detect.load_policies()
+POLICIES = load_policies()
 
 
 def test_mann_whitney_known_values():
@@ -94,11 +96,11 @@ def test_aa_noise_raises_no_alarm_and_a_real_slowdown_is_caught():
     for _ in range(100):  # 100 gate runs of 30 cells each, no change at all
         base = side(*(cell("gpu_us", rng.lognormal(3, 0.01, 40), batch=i) for i in range(30)))
         head = side(*(cell("gpu_us", rng.lognormal(3, 0.01, 40), batch=i) for i in range(30)))
-        false_alarms += detect.compare(base, head, policies).failed
+        false_alarms += compare.compare(base, head, policies).failed
     assert false_alarms <= 2
     base = side(cell("gpu_us", rng.lognormal(3, 0.01, 40)))
     head = side(cell("gpu_us", rng.lognormal(3, 0.01, 40) * 1.05))
-    (v,) = detect.compare(base, head, policies).verdicts
+    (v,) = compare.compare(base, head, policies).verdicts
     assert v.status == "regression" and v.change == pytest.approx(0.05, abs=0.01)
     assert v.p_adj < 0.01 and 1.03 < v.interval[0] < v.ratio < v.interval[1] < 1.07
     assert v.detectable >= 0.03
@@ -107,19 +109,19 @@ def test_aa_noise_raises_no_alarm_and_a_real_slowdown_is_caught():
 def test_significant_but_small_and_large_but_noisy_are_not_regressions():
     rng = np.random.default_rng(6)
     policies = Policies((Policy("*", "latency", threshold=0.03),), {"alpha": 0.01}, {})
-    small = detect.compare(side(cell("gpu_us", rng.normal(100, 0.1, 200))),
-                           side(cell("gpu_us", rng.normal(101, 0.1, 200))), policies)  # fmt: skip
+    small = compare.compare(side(cell("gpu_us", rng.normal(100, 0.1, 200))),
+                            side(cell("gpu_us", rng.normal(101, 0.1, 200))), policies)  # fmt: skip
     assert small.verdicts[0].status == "unchanged" and small.verdicts[0].p_adj < 1e-6
-    noisy = detect.compare(side(cell("gpu_us", [100, 160, 90])),
-                           side(cell("gpu_us", [150, 95, 170])), policies)  # fmt: skip
+    noisy = compare.compare(side(cell("gpu_us", [100, 160, 90])),
+                            side(cell("gpu_us", [150, 95, 170])), policies)  # fmt: skip
     assert noisy.verdicts[0].status == "inconclusive"  # 3 a side could never be flagged
-    faster = detect.compare(side(cell("gpu_us", rng.normal(100, 1, 50))),
-                            side(cell("gpu_us", rng.normal(80, 1, 50))), policies)  # fmt: skip
+    faster = compare.compare(side(cell("gpu_us", rng.normal(100, 1, 50))),
+                             side(cell("gpu_us", rng.normal(80, 1, 50))), policies)  # fmt: skip
     assert faster.verdicts[0].status == "improvement" and not faster.failed
 
 
 def test_a_verdict_needs_evidence():
-    """PASS only with evidence for every gated cell (``detect.RULE``). Each case here passed
+    """PASS only with evidence for every gated cell (``compare.RULE``). Each case here passed
     before: a run is inconclusive as soon as one cell is, not when most are."""
     from ragbench import gate
     from ragbench.verdicts import gate_document
@@ -132,7 +134,7 @@ def test_a_verdict_needs_evidence():
     # inconclusive without its change, the run PASS and gate.json's failures empty.
     thin = cell("gpu_us", rng.normal(10, 0.1, 10), batch=99)
     head = side(*quiet, cell("gpu_us", [12.5, 12.5], batch=99))
-    c = detect.compare({**base, thin.key: thin}, head, pol)
+    c = compare.compare({**base, thin.key: thin}, head, pol)
     v = next(v for v in c.verdicts if v.key == thin.key)
     assert v.status == "inconclusive" and "too few samples" in v.note
     assert v.change == pytest.approx(0.25, abs=0.02)  # shown with its change
@@ -150,16 +152,16 @@ def test_a_verdict_needs_evidence():
                                                                  "inconclusive")):  # fmt: skip
         noisy_base = cell("gpu_us", 10 * rng.uniform(0.7, 1.3, 40), batch=98)
         noisy_head = cell("gpu_us", 10 * shift * rng.uniform(0.7, 1.3, 40), batch=98)
-        c = detect.compare({**base, noisy_base.key: noisy_base},
-                           {**side(*quiet), noisy_head.key: noisy_head}, pol)  # fmt: skip
+        c = compare.compare({**base, noisy_base.key: noisy_base},
+                            {**side(*quiet), noisy_head.key: noisy_head}, pol)  # fmt: skip
         v = next(v for v in c.verdicts if v.key == noisy_base.key)
         assert (v.status, c.headline) == (status, headline), (v.change, v.note)
         assert v.detectable > 0.03 and "could detect only" in v.note
         assert ("within half" in v.note) == (status == "unchanged")
-        assert not detect.powered(v)
+        assert not compare.powered(v)
     # Nothing judged at all (every cell info): before, PASS.
     info = Policies((Policy("*", "info"),), {"alpha": 0.01}, {})
-    c = detect.compare(base, side(*quiet), info)
+    c = compare.compare(base, side(*quiet), info)
     assert c.headline == "inconclusive" and not c.judged() and not c.failed
     doc = gate_document("a" * 40, "b" * 40, "m", c)
     assert doc["verdict"] == "inconclusive" and doc["failures"][0]["metric"] == "judged_cells"
@@ -170,10 +172,10 @@ def test_a_policy_sets_the_samples_a_side_needs():
     own ``min_samples``: one value a side may then decide by the threshold."""
     pol = Policies((Policy("*", "latency", threshold=0.1, min_samples=1),), {"alpha": 0.01}, {})
     for head, status in ((10.4, "unchanged"), (10.8, "inconclusive"), (11.5, "regression")):
-        (v,) = detect.compare(side(cell("x", [10.0])), side(cell("x", [head])), pol).verdicts
+        (v,) = compare.compare(side(cell("x", [10.0])), side(cell("x", [head])), pol).verdicts
         assert v.status == status, head  # within half, between half and all, beyond
     four = side(cell("gpu_us", [10.0] * 4))
-    (v,) = detect.compare(four, four, POLICIES).verdicts
+    (v,) = compare.compare(four, four, POLICIES).verdicts
     assert v.status == "inconclusive" and "needs 5 a side" in v.note
 
 
@@ -182,11 +184,11 @@ def test_throughput_lower_is_the_regression():
     base = side(cell("img_per_s", rng.normal(1000, 5, 30), bench="pipeline.Throughput"))
     head = side(cell("img_per_s", rng.normal(800, 5, 30), bench="pipeline.Throughput"))
     pol = Policies((Policy("*", "throughput", threshold=0.1),), {"alpha": 0.01}, {})
-    (v,) = detect.compare(base, head, pol).verdicts
+    (v,) = compare.compare(base, head, pol).verdicts
     assert v.policy.kind == "throughput" and v.status == "regression"
     assert v.change == pytest.approx(0.25, abs=0.02)
     # the shipped policy judges img/s paired: across processes a 25% drop is inconclusive
-    (v,) = detect.compare(base, head, POLICIES).verdicts
+    (v,) = compare.compare(base, head, POLICIES).verdicts
     assert v.status == "inconclusive" and "one process" in v.note
 
 
@@ -197,27 +199,27 @@ def drift(backend, value, model="deit_base_224"):
 def test_drift_bounds():
     # 0.009 would break the fixed 0.007, but torch's own padded_full is 0.0089 off in this run.
     head = side(drift("triton", 0.009), drift("padded_full", 0.0089))
-    verdicts = {v.key[2]: v for v in detect.compare(head, head, POLICIES).verdicts}
+    verdicts = {v.key[2]: v for v in compare.compare(head, head, POLICIES).verdicts}
     assert all(v.status == "unchanged" for v in verdicts.values())
     head = side(drift("triton", 0.02), drift("padded_full", 0.0089))
     base = side(drift("triton", 0.005), drift("padded_full", 0.0089))
-    c = detect.compare(base, head, POLICIES)
+    c = compare.compare(base, head, POLICIES)
     (bad,) = c.by_status("violation")
     assert bad.params["backend"] == "triton" and "bound 0.0178" in bad.note and c.failed
-    c = detect.compare(head, head, POLICIES)  # broken on base as well: not this change
+    c = compare.compare(head, head, POLICIES)  # broken on base as well: not this change
     assert c.by_status("pre-existing") and not c.failed
     top1 = cell("top1_agreement", [0.97], bench="numerics.Drift", backend="triton")
-    assert detect.compare({}, side(top1), POLICIES).by_status("violation")
+    assert compare.compare({}, side(top1), POLICIES).by_status("violation")
     fp32 = cell("max_abs_diff", [2e-4], bench="cpu.Drift", backend="triton")
-    assert detect.compare({}, side(fp32), POLICIES).failed
+    assert compare.compare({}, side(fp32), POLICIES).failed
 
 
 def test_hash_change_is_reported_not_failed_and_a_new_cell_is_not_counted():
     old = cell("output_hash", [123.0], bench="numerics.Drift", backend="triton")
     new = cell("output_hash", [456.0], bench="numerics.Drift", backend="triton")
-    c = detect.compare(side(old), side(new), POLICIES)
+    c = compare.compare(side(old), side(new), POLICIES)
     assert c.by_status("hash-changed") and not c.failed
-    c = detect.compare({}, side(cell("gpu_us", [1.0, 2.0, 3.0])), POLICIES)
+    c = compare.compare({}, side(cell("gpu_us", [1.0, 2.0, 3.0])), POLICIES)
     assert c.by_status("new") and not c.failed
 
 
@@ -234,12 +236,12 @@ def failed(metric: str, bench="kernel.KernelLatency", **params) -> Cell:
 )  # fmt: skip
 def test_a_cell_that_failed_on_head_fails_whatever_its_kind(metric, bench):
     base = side(cell(metric, [1.0, 1.1, 0.9], bench))
-    c = detect.compare(base, side(failed(metric, bench)), POLICIES)
+    c = compare.compare(base, side(failed(metric, bench)), POLICIES)
     assert [v.status for v in c.verdicts] == ["failed"] and c.failed
-    both = detect.compare(side(failed(metric, bench)), side(failed(metric, bench)), POLICIES)
+    both = compare.compare(side(failed(metric, bench)), side(failed(metric, bench)), POLICIES)
     (v,) = both.verdicts  # broken on base too: still no pass for head
     assert v.status == "failed" and "base" in v.note and both.failed
-    (v,) = detect.compare({}, side(failed(metric, bench)), POLICIES).verdicts  # a new cell
+    (v,) = compare.compare({}, side(failed(metric, bench)), POLICIES).verdicts  # a new cell
     assert v.status == "failed"
 
 
@@ -251,34 +253,34 @@ def test_a_cell_that_failed_on_head_fails_whatever_its_kind(metric, bench):
      ("max_abs_error", "cpu.KernelError")],
 )  # fmt: skip
 def test_a_cell_base_has_and_head_lacks_fails(metric, bench):
-    c = detect.compare(side(cell(metric, [0.5, 0.6], bench)), {}, POLICIES)
+    c = compare.compare(side(cell(metric, [0.5, 0.6], bench)), {}, POLICIES)
     (v,) = c.verdicts
     assert v.status == "missing" and c.failed and "no value on head" in v.note
-    c = detect.compare(side(failed(metric, bench)), {}, POLICIES)  # neither side has a value
+    c = compare.compare(side(failed(metric, bench)), {}, POLICIES)  # neither side has a value
     assert [v.status for v in c.verdicts] == ["unchanged"] and not c.failed
-    c = detect.compare(side(failed(metric, bench)), side(cell(metric, [1e-4], bench)), POLICIES)
+    c = compare.compare(side(failed(metric, bench)), side(cell(metric, [1e-4], bench)), POLICIES)
     assert [v.status for v in c.verdicts] in (["new"], ["unchanged"], ["info"]) and not c.failed
 
 
 def test_zero_values_never_divide_by_zero():
     thr = dict(bench="pipeline.Throughput")
-    lost = detect.compare(side(cell("img_per_s", np.linspace(900, 1100, 12), **thr)),
-                          side(cell("img_per_s", [0.0] * 12, **thr)), POLICIES)  # fmt: skip
+    lost = compare.compare(side(cell("img_per_s", np.linspace(900, 1100, 12), **thr)),
+                           side(cell("img_per_s", [0.0] * 12, **thr)), POLICIES)  # fmt: skip
     (v,) = lost.verdicts
     assert v.change == math.inf and v.status == "regression"
     zeros = side(cell("img_per_s", [0.0] * 12, **thr))
     pol = Policies((Policy("*", "throughput", threshold=0.1),), {"alpha": 0.01}, {})
-    (v,) = detect.compare(zeros, zeros, pol).verdicts
+    (v,) = compare.compare(zeros, zeros, pol).verdicts
     assert v.status == "inconclusive" and v.change == 0  # no change could show in zeros
-    (v,) = detect.compare(zeros, side(cell("img_per_s", np.linspace(5, 7, 12), **thr)),
-                          pol).verdicts  # fmt: skip
+    (v,) = compare.compare(zeros, side(cell("img_per_s", np.linspace(5, 7, 12), **thr)),
+                           pol).verdicts  # fmt: skip
     assert v.status == "improvement"
-    (v,) = detect.compare(side(cell("gpu_us", [0.0, 0.0])), side(cell("gpu_us", [1.0, 1.0])),
-                          POLICIES).verdicts  # fmt: skip
+    (v,) = compare.compare(side(cell("gpu_us", [0.0, 0.0])), side(cell("gpu_us", [1.0, 1.0])),
+                           POLICIES).verdicts  # fmt: skip
     assert v.change == math.inf
     points = [Point(f"c{i}", i, 0.0, "e", {}) for i in range(6)]
-    rep = detect.history(points, ("pipeline.Throughput", "img_per_s", "x"), {}, "img/s",
-                         pol)  # fmt: skip
+    rep = history.history(points, ("pipeline.Throughput", "img_per_s", "x"), {}, "img/s",
+                          pol)  # fmt: skip
     assert rep.status == "unchanged"
 
 
@@ -286,10 +288,10 @@ def test_policies_file_errors(tmp_path):
     bad = tmp_path / "p.toml"
     bad.write_text('[[policy]]\nmatch = "*"\nkind = "sometimes"\n')
     with pytest.raises(ValueError, match="unknown kind"):
-        detect.load_policies(bad)
+        load_policies(bad)
     bad.write_text("[[policy]\n")
     with pytest.raises(ValueError, match="not a valid policies file"):
-        detect.load_policies(bad)
+        load_policies(bad)
 
 
 def points(values, envs=None):
@@ -304,7 +306,7 @@ def test_history_change_points_and_environment_changes():
                              rng.normal(12, 0.05, 30)])  # fmt: skip
     envs = ["torch-2.10"] * 60 + ["torch-2.11"] * 30
     key = ("kernel.KernelLatency", "gpu_us", "backend=triton")
-    rep = detect.history(points(list(values), envs), key, {}, "us", POLICIES)
+    rep = history.history(points(list(values), envs), key, {}, "us", POLICIES)
     assert rep.change_points == [30, 60] and rep.env_changes == [60]
     assert rep.describe_change(60) == "environment: torch torch-2.10 -> torch-2.11"
     assert rep.status == "unchanged"  # the newest run matches its own environment's lookback
@@ -314,13 +316,13 @@ def test_history_lookback_flags_the_newest_run():
     rng = np.random.default_rng(9)
     key = ("kernel.KernelLatency", "gpu_us", "backend=triton")
     steady = list(rng.normal(10, 0.02, 20))
-    assert detect.history(points([*steady, 10.01]), key, {}, "us", POLICIES).status == "unchanged"
-    rep = detect.history(points([*steady, 11.0]), key, {}, "us", POLICIES)
+    assert history.history(points([*steady, 10.01]), key, {}, "us", POLICIES).status == "unchanged"
+    rep = history.history(points([*steady, 11.0]), key, {}, "us", POLICIES)
     assert rep.status == "regression" and rep.latest_change == pytest.approx(0.1, abs=0.01)
-    assert detect.history(points([*steady, 9.0]), key, {}, "us", POLICIES).status == "improvement"
+    assert history.history(points([*steady, 9.0]), key, {}, "us", POLICIES).status == "improvement"
     envs = ["a"] * 20 + ["b"]  # a new environment: no lookback to judge against
     assert (
-        detect.history(points([*steady, 11.0], envs), key, {}, "us", POLICIES).status
+        history.history(points([*steady, 11.0], envs), key, {}, "us", POLICIES).status
         == "env-change"
     )
 
@@ -330,21 +332,21 @@ def test_an_accepted_change_is_marked_and_becomes_the_baseline():
     key = ("kernel.KernelLatency", "gpu_us", "backend=triton")
     values = [*rng.normal(10, 0.02, 20), 11.0]
     pts = points(values)
-    assert detect.history(pts, key, {}, "us", POLICIES).status == "regression"
-    rep = detect.history(pts, key, {}, "us", POLICIES, accepted=[pts[-1].commit_hash])
+    assert history.history(pts, key, {}, "us", POLICIES).status == "regression"
+    rep = history.history(pts, key, {}, "us", POLICIES, accepted=[pts[-1].commit_hash])
     assert rep.status == "accepted" and rep.accepted == [20]
     later = points([*values, *rng.normal(11, 0.02, 5)])  # the new level, from the accepted commit
     accepted = [later[20].commit_hash]
-    assert detect.history(later, key, {}, "us", POLICIES).status == "unchanged"  # MAD mixes both
-    rep = detect.history(later, key, {}, "us", POLICIES, accepted=accepted)
+    assert history.history(later, key, {}, "us", POLICIES).status == "unchanged"  # MAD mixes both
+    rep = history.history(later, key, {}, "us", POLICIES, accepted=accepted)
     assert rep.status == "unchanged" and rep.latest_change == pytest.approx(0, abs=0.01)
     slower = points([*values, *rng.normal(11, 0.02, 5), 11.0 * 1.1])
-    rep = detect.history(slower, key, {}, "us", POLICIES, accepted=accepted)
+    rep = history.history(slower, key, {}, "us", POLICIES, accepted=accepted)
     assert rep.status == "regression" and rep.latest_change == pytest.approx(0.1, abs=0.01)
     rows = [{"benchmark": key[0], "metric": key[1], "param_key": key[2], "commit_hash": c}
             for c in accepted]  # fmt: skip
     series = [{"benchmark": key[0], "metric": key[1], "param_key": key[2], "params": "{}",
                "unit": "us", "median": p.value, "commit_hash": p.commit_hash,
                "commit_time": p.commit_time, "env_key": "e"} for p in slower]  # fmt: skip
-    (rep,) = detect.histories(series, POLICIES, acceptances=rows)
+    (rep,) = history.histories(series, POLICIES, acceptances=rows)
     assert rep.accepted == [20] and rep.status == "regression"

@@ -19,7 +19,8 @@ from conftest import HAS_CUDA, REPO
 from test_gate import HEAD, PARENT, add_run, gpu_cells
 
 from benchmarks import _grids, _outputs
-from ragbench import detect, drift, gate
+from ragbench import compare, drift, gate
+from ragbench.policies import load_policies
 from ragbench.report import gate_markdown
 from ragbench.store import Store
 from ragbench.verdicts import Headline, Status, gate_document
@@ -66,7 +67,7 @@ def test_a_planted_numeric_change_is_a_drift_finding_that_fails(planted, head, m
     if head == "prune":  # one patch dropped, another kept: two positions of one image
         masks = outputs[("keep_masks", PADDED)].moved
         assert (masks.elements, masks.rows) == (2, 1)
-    comparison = detect.Comparison([o.verdict(drift.MARGIN) for o in outputs.values()])
+    comparison = compare.Comparison([o.verdict(drift.MARGIN) for o in outputs.values()])
     assert comparison.headline == Headline.FAIL
     failures = gate_document(PARENT, HEAD, "m", comparison)["failures"]
     assert {(f["benchmark"], f["metric"], f["param_key"]) for f in failures} == {
@@ -196,7 +197,7 @@ def test_the_gate_fails_on_a_drift_finding_in_both_modes_and_reports_it(
         if not measure:
             add_run(store, PARENT, gpu_cells(seed=1))
             add_run(store, HEAD, gpu_cells(seed=2))
-        res = gate.run_gate(store, "HEAD~1", "HEAD", policies=detect.load_policies(),
+        res = gate.run_gate(store, "HEAD~1", "HEAD", policies=load_policies(),
                             machine="m1", measure=measure, paired_processes=0,
                             log=lambda m: None)  # fmt: skip
     assert calls == [(PARENT, HEAD, "quick")]

@@ -15,7 +15,8 @@ from pathlib import Path
 import pytest
 from conftest import REPO
 
-from ragbench import asv_results, detect, ingest, synth
+from ragbench import asv_results, history, ingest, synth
+from ragbench.policies import load_policies
 from ragbench.store import ENV_FIELDS, Store
 
 COLUMNS = ["result", "params", "version", "started_at", "duration", "stats_ci_99_a",
@@ -76,8 +77,8 @@ def test_asv_environments_are_series_of_their_own(tmp_path):
     runs = store.runs(machine="m")
     assert {r["environment"] for r in runs} == {"conda-py3.12", "conda-py3.13"}
     assert len({r["env_key"] for r in runs}) == 2
-    policies = detect.load_policies(_policies(tmp_path))
-    reports = detect.histories(store.series(machine="m"), policies)
+    policies = load_policies(_policies(tmp_path))
+    reports = history.histories(store.series(machine="m"), policies)
     assert len(reports) == 2 * 2  # two cells, two environments each
     by_env = {(r.key[2], r.environment): {p.value for p in r.points} for r in reports}
     assert by_env[("p0=a", "conda-py3.12")] == {1.0}
@@ -271,8 +272,8 @@ def test_an_older_store_keeps_its_series(tmp_path):
     assert {r["runner"] for r in runs} == {r["machine"] for r in runs}
     asv_file(tmp_path / "new", sha(9), "conda-py3.13", 1.19, t=T0 + 99_000)
     ingest.ingest(store, [tmp_path / "new"], branch="main")
-    policies = detect.load_policies(_policies(tmp_path))
-    reports = detect.histories(store.series(machine="m"), policies)
+    policies = load_policies(_policies(tmp_path))
+    reports = history.histories(store.series(machine="m"), policies)
     py313 = [r for r in reports if r.environment == "conda-py3.13"]
     assert py313 and all(len(r.points) == 3 for r in py313)
 
@@ -307,12 +308,12 @@ def test_a_change_point_names_asv_number_as_its_cause(tmp_path):
     ingest.ingest(store, [tmp_path / "r"], branch="main")
     rows = store.series(machine="m")
     assert {r["stats_number"] for r in rows} == {100, 10}
-    reports = detect.histories(rows, detect.load_policies(_policies(tmp_path)))
+    reports = history.histories(rows, load_policies(_policies(tmp_path)))
     assert all(r.change_points == [6] for r in reports)
     assert {r.describe_change(6) for r in reports} == {"asv number 100 -> 10"}
-    a = detect.Point("a", None, 1.0, "k", {}, {"number": 420, "repeat": 10})
-    b = detect.Point("b", None, 1.0, "k", {}, {"number": 412, "repeat": 10})
-    assert detect.change_cause(a, b) == "code"  # asv's own calibration jitter: no cause
+    a = history.Point("a", None, 1.0, "k", {}, {"number": 420, "repeat": 10})
+    b = history.Point("b", None, 1.0, "k", {}, {"number": 412, "repeat": 10})
+    assert history.change_cause(a, b) == "code"  # asv's own calibration jitter: no cause
 
 
 def test_detect_names_the_machines_that_exist(tmp_path):
@@ -331,4 +332,4 @@ def test_a_bad_machines_table_is_refused(tmp_path, bad):
     path = tmp_path / "p.toml"
     path.write_text(bad)
     with pytest.raises(ValueError, match=r"\[machines\] maps runner-name patterns"):
-        detect.load_policies(path)
+        load_policies(path)

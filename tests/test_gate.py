@@ -12,7 +12,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from ragbench import detect, gate
+from ragbench import compare, gate
+from ragbench.policies import load_policies
 from ragbench.store import Measurement, Run, Store
 
 REPO = Path(__file__).resolve().parent.parent
@@ -144,7 +145,7 @@ def test_nonsense_revisions_are_refused_before_any_work(tmp_path, monkeypatch, b
         for sha in (HEAD, PARENT):
             add_run(store, sha, gpu_cells())
         with pytest.raises(gate.GateError, match=why):
-            gate.run_gate(store, base, head, policies=detect.load_policies(), machine="m1",
+            gate.run_gate(store, base, head, policies=load_policies(), machine="m1",
                           measure=measure, paired_processes=0, log=lambda m: None)  # fmt: skip
 
 
@@ -178,7 +179,7 @@ def test_flagged_cells_are_measured_again(tmp_path, monkeypatch, recheck):
 
     monkeypatch.setattr(gate, "_measure", fake_measure)
     with Store(tmp_path / "perf.duckdb") as store:
-        res = gate.run_gate(store, "HEAD~1", "HEAD", policies=detect.load_policies(),
+        res = gate.run_gate(store, "HEAD~1", "HEAD", policies=load_policies(),
                             machine="m1", rounds=2, log=lambda m: None,
                             drift_check=False)  # fmt: skip
     sides = [c[0] for c in calls]
@@ -194,7 +195,7 @@ def test_flagged_cells_are_measured_again(tmp_path, monkeypatch, recheck):
                                        "noisy": "inconclusive"}[recheck]  # fmt: skip
     assert len(res.base_runs) == len(res.head_runs) == 2
     if recheck == "within":  # the figures shown are the re-measurement's, which decided
-        assert "flagged at +10" in v.note and abs(v.change) < 0.02 and detect.powered(v)
+        assert "flagged at +10" in v.note and abs(v.change) < 0.02 and compare.powered(v)
     if recheck == "noisy":
         assert "without the power to clear it" in v.note and v.change > 0.09
         doc = gate.to_json(res)
@@ -240,7 +241,7 @@ def test_a_flagged_cell_that_breaks_when_measured_again_still_fails(tmp_path, mo
 
     monkeypatch.setattr(gate, "_measure", fake_measure)
     res = gate.run_gate(Store(tmp_path / "perf.duckdb"), "HEAD~1", "HEAD",
-                        policies=detect.load_policies(), machine="m1", rounds=1,
+                        policies=load_policies(), machine="m1", rounds=1,
                         log=lambda m: None, drift_check=False)  # fmt: skip
     (v,) = [v for v in res.comparison.verdicts if v.params.get("backend") == "triton"
             and v.key[1] == "gpu_us"]  # fmt: skip
@@ -268,7 +269,7 @@ def noisy_gate(store, monkeypatch, settle: str):
         return [add_run(store, sha, cells, label)]
 
     monkeypatch.setattr(gate, "_measure", fake_measure)
-    res = gate.run_gate(store, "HEAD~1", "HEAD", policies=detect.load_policies(), machine="m1",
+    res = gate.run_gate(store, "HEAD~1", "HEAD", policies=load_policies(), machine="m1",
                         rounds=2, log=lambda m: None, drift_check=False)  # fmt: skip
     return res, calls
 
@@ -294,7 +295,7 @@ def test_a_gate_says_what_settles_it_and_settle_merges_into_its_verdict(
     command = f"ragbench gate --settle {res.json_path} --machine m1 --mode quick"
     assert text.rstrip().splitlines()[-3] == f"`{command}`", text[-600:]
     first = len(calls)
-    settled = gate.run_settle(store, res.json_path, policies=detect.load_policies(),
+    settled = gate.run_settle(store, res.json_path, policies=load_policies(),
                               machine="m1", log=lambda m: None)  # fmt: skip
     again = calls[first:]
     assert [c[0] for c in again] == ["base", "head"] * res.plan.rounds
@@ -303,7 +304,7 @@ def test_a_gate_says_what_settles_it_and_settle_merges_into_its_verdict(
     assert v.key == TRITON and settled.settled_from == res.json_path
     if settle == "tight":  # +1.5% under the 2% threshold, with the power to see it
         assert settled.comparison.headline == "pass" and settled.exit_code == 0
-        assert detect.powered(v) and settled.plan is None
+        assert compare.powered(v) and settled.plan is None
     else:
         assert settled.comparison.headline == "inconclusive" and settled.exit_code == 1
         assert settled.plan.rounds > res.plan.rounds
@@ -314,11 +315,11 @@ def test_the_rounds_a_cell_needs_follow_its_spread():
     from ragbench import settle
     from ragbench.verdicts import Status
 
-    policy = detect.load_policies().for_metric("kernel.KernelLatency", "gpu_us", "us")
+    policy = load_policies().for_metric("kernel.KernelLatency", "gpu_us", "us")
     t = policy.threshold
 
     def v(status, detectable=None, aa=None):
-        return detect.Verdict(TRITON, {}, "us", policy, status, detectable=detectable, aa=aa)
+        return compare.Verdict(TRITON, {}, "us", policy, status, detectable=detectable, aa=aa)
 
     assert settle.needed(v(Status.INCONCLUSIVE, 2 * t), 2) == 10  # (2)^2 x 1.25 x 2
     assert settle.needed(v(Status.INCONCLUSIVE, 1.1 * t), 2) == 4  # at least one more
@@ -373,7 +374,7 @@ def test_bisect_names_the_first_commit_that_shows_the_step(tmp_path, monkeypatch
     monkeypatch.setattr(gate, "_measure", fake_measure)
     cell = "kernel.KernelLatency.gpu_us backend=triton"
     found, steps, bad = bisect.commit_bisect(
-        Store(tmp_path / "p.duckdb"), cell, "HEAD~3", "HEAD", policies=detect.load_policies(),
+        Store(tmp_path / "p.duckdb"), cell, "HEAD~3", "HEAD", policies=load_policies(),
         machine="m1", rounds=1, log=lambda m: None)  # fmt: skip
     assert found == candidates
     assert bad == (candidates[first] if planted != "none" else None)

@@ -11,8 +11,9 @@ import sys
 import pytest
 from conftest import REPO
 
-from ragbench import detect, gate, paired, pr, stats, verdicts
-from ragbench.detect import Cell, Policies, Policy
+from ragbench import compare, gate, history, paired, pr, stats, verdicts
+from ragbench.compare import Cell
+from ragbench.policies import Policies, Policy, load_policies
 
 POLICIES = Policies(
     (Policy("*.host_us", "latency", threshold=0.03, paired=True), Policy("*", "info")),
@@ -40,7 +41,7 @@ def _doc(base, head, aa=None, errors=None):
     return {"errors": errors or {}, "cells": [cell]}
 
 
-def _judge(docs) -> detect.Verdict:
+def _judge(docs) -> compare.Verdict:
     (v,) = paired.judge(paired.collect(docs), POLICIES, paired.TOGETHER, len(docs))
     return v
 
@@ -81,7 +82,7 @@ def test_too_few_samples_are_inconclusive_and_most_inconclusive_is_no_pass():
     pol = Policies((Policy("*", "throughput", threshold=0.10),), {"alpha": 0.01}, {})
     base = {("b", "img_per_s", ""): Cell("b", "img_per_s", "", {}, "img/s", [100.0, 101, 99])}
     head = {("b", "img_per_s", ""): Cell("b", "img_per_s", "", {}, "img/s", [71.0, 72, 70])}
-    c = detect.compare(base, head, pol)
+    c = compare.compare(base, head, pol)
     assert [v.status for v in c.verdicts] == ["inconclusive"]
     assert c.headline == "inconclusive" and not c.failed
     res = gate.GateResult("a" * 40, "b" * 40, "m", c, measured=False, rounds=1)
@@ -95,7 +96,7 @@ def test_too_few_samples_are_inconclusive_and_most_inconclusive_is_no_pass():
 def test_paired_metrics_are_not_judged_across_processes():
     base = {("kernel.K", "host_us", ""): Cell("kernel.K", "host_us", "", {}, "us", [20.0] * 30)}
     head = {("kernel.K", "host_us", ""): Cell("kernel.K", "host_us", "", {}, "us", [40.0] * 30)}
-    (v,) = detect.compare(base, head, POLICIES).verdicts
+    (v,) = compare.compare(base, head, POLICIES).verdicts
     assert v.status == "inconclusive" and "one process" in v.note
 
 
@@ -150,14 +151,14 @@ def test_a_slower_head_is_caught_in_one_process(tmp_path, monkeypatch):
 
 
 def test_the_anchored_host_ratio_is_tracked_on_main_only():
-    pol = detect.load_policies()
+    pol = load_policies()
     policy = pol.for_metric("kernel.AnchoredFloor", "host_ratio")
     assert policy.history_only and not policy.paired
     assert pol.for_metric("kernel.AnchoredFloor", "floor_ratio").kind == "info"  # spreads 4%
     key = ("kernel.AnchoredFloor", "host_ratio", "geometry=deit_b")
     base = {key: Cell(*key, {"geometry": "deit_b"}, "ratio", [1.0] * 40)}
     head = {key: Cell(*key, {"geometry": "deit_b"}, "ratio", [1.5] * 40)}
-    c = detect.compare(base, head, pol)
+    c = compare.compare(base, head, pol)
     assert [v.status for v in c.verdicts] == ["info"] and not c.failed
     assert c.headline == "inconclusive" and not c.judged()  # shown, and nothing judged
 
@@ -203,12 +204,12 @@ def test_a_head_that_loads_only_alone_is_measured_in_alternating_processes(tmp_p
 def test_main_does_not_judge_host_time_of_separate_runs():
     """floor_us on main moves 2x from run to run: no lookback verdict, no change points (the
     anchored ratio is what main tracks)."""
-    points = [detect.Point(f"c{i}", i, 20.0 * (1 + (i >= 6)), "e", {}) for i in range(12)]
+    points = [history.Point(f"c{i}", i, 20.0 * (1 + (i >= 6)), "e", {}) for i in range(12)]
     key = ("kernel.DispatchFloor", "floor_us", "backend=triton")
-    rep = detect.history(points, key, {}, "us", detect.load_policies())
+    rep = history.history(points, key, {}, "us", load_policies())
     assert rep.status == "info" and rep.change_points == []
-    rep = detect.history(points, ("kernel.AnchoredFloor", "host_ratio", "g"), {}, "ratio",
-                         detect.load_policies())  # fmt: skip
+    rep = history.history(points, ("kernel.AnchoredFloor", "host_ratio", "g"), {}, "ratio",
+                          load_policies())  # fmt: skip
     assert rep.status != "info" and rep.change_points == [6]
 
 
@@ -230,7 +231,7 @@ def test_the_gate_s_document_reads_back_and_nothing_else_does(tmp_path):
     pol = Policies((Policy("*", "throughput", threshold=0.10),), {"alpha": 0.01}, {})
     base = {("b", "img_per_s", ""): Cell("b", "img_per_s", "", {}, "img/s", [100.0] * 12)}
     head = {("b", "img_per_s", ""): Cell("b", "img_per_s", "", {}, "img/s", [50.0] * 12)}
-    c = detect.compare(base, head, pol)
+    c = compare.compare(base, head, pol)
     assert c.headline == verdicts.Headline.FAIL
     path = tmp_path / "gate.json"
     doc = verdicts.gate_document("a" * 40, "b" * 40, "m", c)
