@@ -1,0 +1,25 @@
+"""``ragbench export``: the store's tables and views as Parquet."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from .common import open_store, store_arg
+
+
+def add_parser(sub) -> None:
+    e = sub.add_parser(
+        "export",
+        help="write the store's tables and views as Parquet",
+        description="meta, runs, measurements, acceptances, gates, series, speedups, "
+        "dispatch_floors and drift, one <name>.parquet each.",
+    )
+    e.add_argument("--out", type=Path, required=True, help="output directory")
+    store_arg(e)
+    e.set_defaults(func=run)
+
+
+def run(args) -> int:
+    for path in open_store(args, read_only=True).export_parquet(args.out):
+        print(path)
+    return 0

@@ -1,0 +1,28 @@
+"""``ragbench fingerprint``: this environment's fingerprint as JSON."""
+
+from __future__ import annotations
+
+import json
+
+from .. import fingerprint, suite
+from .common import MODE_HELP
+
+
+def add_parser(sub) -> None:
+    f = sub.add_parser(
+        "fingerprint",
+        help="print this environment's fingerprint (JSON)",
+        description="GPU, driver, CUDA, torch/triton/timm/Python versions, commit, harness.",
+    )
+    f.add_argument("--commit", default="HEAD", help="revision to record (default HEAD)")
+    f.add_argument("--machine", default=fingerprint.default_machine(), help="machine name")
+    f.add_argument("--mode", choices=["quick", "full"], default="quick", help=MODE_HELP)
+    f.set_defaults(func=run)
+
+
+def run(args) -> int:
+    fp = fingerprint.collect(
+        commit=suite.resolve([args.commit])[0], machine=args.machine, mode=args.mode
+    )
+    print(json.dumps(fp, indent=2, sort_keys=True))
+    return 0

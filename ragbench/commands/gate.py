@@ -1,0 +1,122 @@
+"""``ragbench gate``: head judged against base, measured in this job (or as stored)."""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from pathlib import Path
+
+from ..compare import RULE
+from ..paired import PROCESSES as PAIRED_PROCESSES
+from ..policies import load_policies
+from .common import (
+    MODE_HELP,
+    bench_arg,
+    log,
+    machine_arg,
+    machine_of,
+    open_store,
+    policies_arg,
+    store_arg,
+)
+
+
+def add_parser(sub) -> None:
+    g = sub.add_parser(
+        "gate",
+        help="judge head against base: markdown report, exit 1 on a regression or failure",
+        description=(
+            "Measure base and head in this job, alternating (--rounds each), ingest, and "
+            "compare every cell: a latency is a regression when Mann-Whitney U on the raw "
+            "samples is significant after Holm's correction AND the change exceeds the metric's "
+            "threshold (policies.toml); flagged and inconclusive cells are measured once more: "
+            "a regression stands unless the re-measurement shows, with power, that it is within "
+            "its threshold. Numeric drift is held to deterministic bounds. A cell "
+            "that failed on head, or that base has and head does not (NaN, skipped, gone), "
+            "fails the gate. Prints a markdown report (also appended to $GITHUB_STEP_SUMMARY "
+            "when set). The metrics that include host time (paired = true in the policies) "
+            "are judged instead from base, head and base again (A/A) timed in the same process, "
+            "in randomized interleaved rounds, in --paired-processes fresh processes. "
+            f"{RULE} Exit 0 pass, 1 fail or inconclusive, 2 unusable input. --stored "
+            "compares what the store already holds (the paired comparison still runs). Where "
+            "ragged/ differs, head's outputs (logits, keep masks, kernel outputs) are compared "
+            "with base's on the same inputs: one that moved beyond base's run-to-run noise is a "
+            "drift finding, which fails."
+        ),
+    )
+    g.add_argument("--base", default=None,
+                   help="base revision (a PR's merge base); required unless --settle")  # fmt: skip
+    g.add_argument("--head", default="HEAD", help="head revision (default HEAD)")
+    store_arg(g)
+    machine_arg(g)
+    g.add_argument(
+        "--stored",
+        dest="measure",
+        action="store_false",
+        help="compare the runs already in the store instead of measuring (no re-measurement)",
+    )
+    g.add_argument("--environment", default=None, metavar="ENV",
+                   help="--stored: compare the runs of this environment only (asv's env_name, "
+                   "pytest-benchmark's 'python 3.12, <CPU>', or an env_key)")  # fmt: skip
+    g.add_argument("--across-environments", action="store_true",
+                   help="--stored: pool runs of different environments (refused otherwise: a "
+                   "Python 3.8 run against a 3.10 one is no code change)")  # fmt: skip
+    g.add_argument("--rounds", type=int, default=None, help="alternating rounds (policies: 2)")
+    g.add_argument("--paired-processes", type=int, default=PAIRED_PROCESSES, metavar="N",
+                   help=f"fresh processes of the paired comparison (default {PAIRED_PROCESSES}; "
+                   "0: none; the host-time cells then fail only beyond 100%%, else are "
+                   "inconclusive)")  # fmt: skip
+    g.add_argument("--no-drift", dest="drift", action="store_false",
+                   help="skip the comparison of head's outputs with base's (ragbench.drift): "
+                   "the numerics then keep only their bounds")  # fmt: skip
+    g.add_argument("--mode", choices=["quick", "full"], default="quick", help=MODE_HELP)
+    bench_arg(g)
+    policies_arg(g)
+    g.add_argument("--report", type=Path, default=None, help="also write the report here")
+    g.add_argument("--json", type=Path, default=None,
+                   help="write the verdict, the failing cells and what settles them here "
+                   "(ragbench verdict; --settle); where something is left to settle and no "
+                   "--json is given: ragbench-gate-HEAD.json in the temp directory")  # fmt: skip
+    g.add_argument("--settle", type=Path, default=None, metavar="GATE_JSON",
+                   help="measure again only the cells the gate whose --json this is left "
+                   "inconclusive or flagged, with the rounds its report names (estimated from "
+                   "their spread), and merge them into its verdict (the other cells passed "
+                   "there); --base, --head and --rounds come from the file")  # fmt: skip
+    g.set_defaults(func=run)
+
+
+def run(args) -> int:
+    from ..gate import run_gate, run_settle, to_json
+    from ..report import gate_markdown
+
+    policies = load_policies(args.policies)
+    if args.settle is None and args.base is None:
+        raise ValueError("gate needs --base REV (the pull request's merge base), or --settle "
+                         "GATE_JSON (a gate's --json) to settle what it left")  # fmt: skip
+    store = open_store(args, read_only=not args.measure)  # --stored only reads
+    if args.settle is not None:
+        result = run_settle(store, args.settle, policies=policies, machine=machine_of(args),
+                            mode=args.mode, log=log)  # fmt: skip
+    else:
+        result = run_gate(
+            store, args.base, args.head, policies=policies, machine=machine_of(args),
+            measure=args.measure, rounds=args.rounds, mode=args.mode, bench=args.bench,
+            paired_processes=args.paired_processes, log=log, drift_check=args.drift,
+            environment=args.environment, across_environments=args.across_environments,
+        )  # fmt: skip
+    if result.plan and args.json is None:  # the settle command reads the plan from it
+        args.json = Path(tempfile.gettempdir()) / f"ragbench-gate-{result.head[:12]}.json"
+    result.json_path = args.json
+    text = gate_markdown(result)
+    print(text)
+    if args.report:
+        args.report.write_text(text)
+    if args.json:
+        args.json.write_text(json.dumps(to_json(result), indent=2))
+    summary = os.environ.get("GITHUB_STEP_SUMMARY")
+    if summary:
+        with open(summary, "a") as fh:
+            fh.write(text)
+    log(f"ragbench gate: {result.comparison.headline.upper()} in {result.seconds:.0f} s")
+    return result.exit_code

@@ -1,0 +1,47 @@
+"""``ragbench ingest``: asv result files and pytest-benchmark JSON into the store."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from .. import suite
+from ..policies import load_policies
+from .common import log, open_store, store_arg
+
+
+def add_parser(sub) -> None:
+    i = sub.add_parser(
+        "ingest",
+        help="store asv result files and pytest-benchmark JSON in the DuckDB store",
+        description=(
+            "Read asv result files (with the environment fingerprint beside them) and "
+            "pytest-benchmark JSON (--benchmark-json) into the store, one transaction per file. "
+            "Directories are searched recursively. Each file is checked alone: a commit hash, "
+            "plausible dates, at least one measurement, finite non-negative numbers. A bad file "
+            "is reported and refused (exit 1), every good one is stored; a run already stored "
+            "is skipped. A cell asv recorded as failed is stored as failed."
+        ),
+    )
+    i.add_argument("paths", nargs="+", type=Path, help="result files or directories")
+    store_arg(i)
+    i.add_argument("--label", default=None, help="tag the runs (e.g. gate:<id>:base:0)")
+    i.add_argument("--branch", default=None,
+                   help="record the runs as made on this branch (history is main's)")  # fmt: skip
+    i.add_argument("--policies", type=Path, default=None,
+                   help="policies file (TOML); its [machines] map runner names to machines "
+                   "(hosted CI runners, each named after its node, as one machine)")  # fmt: skip
+    i.set_defaults(func=run)
+
+
+def run(args) -> int:
+    from ..ingest import ingest
+
+    missing = [p for p in args.paths if not p.exists()]
+    if missing:
+        raise suite.SuiteError(f"no such file or directory: {', '.join(map(str, missing))}")
+    policies = load_policies(args.policies)  # its [machines] name the runners
+    store = open_store(args)
+    report = ingest(store, args.paths, label=args.label, branch=args.branch,
+                    machines=policies.machine, log=log)  # fmt: skip
+    log(f"ragbench ingest: {report.summary()} into {store.name}")
+    return 1 if report.failed else 0
