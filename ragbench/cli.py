@@ -18,6 +18,8 @@ import traceback
 from . import envs, suite, trust
 from .commands import (
     accept,
+    alerts,
+    bisect,
     changepoints,
     detect,
     export,
@@ -34,7 +36,7 @@ from .store import StoreError
 
 # the verbs in the order ``--help`` lists them; each module adds its own parser
 VERBS = (run, fingerprint, ingest, record, export, store, gate, versions, verdict, accept,
-         changepoints, detect, trust)  # fmt: skip
+         changepoints, detect, alerts, bisect, trust)  # fmt: skip
 
 
 def parser() -> argparse.ArgumentParser:

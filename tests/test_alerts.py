@@ -3,6 +3,8 @@ people set and later runs keep, marked fixed when a later run shows them undone.
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -85,6 +87,39 @@ def test_a_state_set_by_hand_is_kept_and_what_is_no_state_is_refused(tmp_path):
     assert command.startswith(f"ragbench gate --base {sha(STEP - 1)[:12]} --head "
                               f"{sha(STEP)[:12]} --machine m1 --bench")  # fmt: skip
     assert r"kernel\.KernelLatency\.track_gpu_us" in command
+
+
+def test_an_ingest_makes_the_alerts_and_the_cli_lists_and_changes_them(tmp_path):
+    """The alerts come with each ingest of main (no command to remember); ``ragbench alerts``
+    lists them with their cells and the repro command, and changes a state (exit 2, one line,
+    for one that does not exist)."""
+    from ragbench import synth
+    from ragbench.ingest import ingest
+
+    out = synth.write_history(tmp_path / "history", 40)
+    path = tmp_path / "perf.duckdb"
+    with Store(path) as s:
+        report = ingest(s, [out], branch="main")
+    assert report.alerts == 0  # synth's history gets faster (-10%) and changes torch: no alert
+
+    def cli(*args):
+        return subprocess.run([sys.executable, "-m", "ragbench", "alerts", "--store", str(path),
+                               *args], capture_output=True, text=True, cwd=REPO)  # fmt: skip
+
+    store = Store(path)
+    history(store, range(40, 70), slow=set(range(55, 70)), machine=synth.MACHINE)
+    alerts.update(store, synth.MACHINE, POLICIES)
+    listed = cli("--machine", synth.MACHINE)
+    assert listed.returncode == 1, listed.stderr  # a new alert: something to look at
+    assert sha(55)[:12] in listed.stdout and "new" in listed.stdout
+    assert "10.0% slower" in listed.stdout or "% slower" in listed.stdout
+    assert "ragbench gate --base" in listed.stdout
+    done = cli("--machine", synth.MACHINE, "--set", "acknowledged", "--commit", sha(55)[:12],
+               "--user", "ana")  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert cli("--machine", synth.MACHINE).returncode == 0  # nothing new
+    bad = cli("--machine", synth.MACHINE, "--set", "invalid", "--commit", "beef", "--user", "x")
+    assert bad.returncode == 2 and len(bad.stderr.strip().splitlines()) == 1, bad.stderr
 
 
 def test_alerts_in_a_lake(tmp_path, postgres):

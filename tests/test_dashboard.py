@@ -92,7 +92,9 @@ def test_the_overview_draws_each_flagged_series(tmp_path):
     row[11] = [[x * 1.5 for x in s] if s else s for s in row[11]]
     files[-1].write_text(json.dumps(newest))
     ingest(Store(tmp_path / "perf.duckdb"), [history], branch="main")
-    at = app(tmp_path / "perf.duckdb")
+    # the ingest made it an alert: the dashboard opens on Alerts while it is new
+    assert app(tmp_path / "perf.duckdb").sidebar.radio[0].value == "Alerts"
+    at = app(tmp_path / "perf.duckdb", page="Overview")
     assert not at.exception
     assert "regression" in texts(at) and "(worse)" in texts(at)
     assert sum(len(at.get(t)) for t in ("vega_lite_chart", "arrow_vega_lite_chart")) >= 1

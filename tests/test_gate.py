@@ -384,3 +384,19 @@ def test_bisect_names_the_first_commit_that_shows_the_step(tmp_path, monkeypatch
     assert all(len(b) == 1 and b[0].startswith(r"^kernel\.KernelLatency\.") for _, b in measured)
     text = bisect.commit_markdown(cell, git("rev-parse", "HEAD~3"), found, steps, bad, 60.0)
     assert (f"First bad commit: `{bad}`" in text) if bad else ("nothing to bisect" in text)
+
+
+def test_bisect_refuses_what_it_cannot_bisect(tmp_path):
+    """One line, exit 2, before anything is measured: a cell named wrong, a metric that is
+    shown and never judged, a good commit that is no ancestor of the bad one."""
+    for args, why in ((["--cell", "nonsense", "--good", "HEAD~1", "--bad", "HEAD"],
+                       "expected 'benchmark.metric params'"),
+                      (["--cell", "cpu.Pipeline.img_per_s batch=1", "--good", "HEAD~1",
+                        "--bad", "HEAD"], "shown, not judged"),
+                      (["--cell", "kernel.KernelLatency.gpu_us backend=triton", "--good",
+                        "HEAD", "--bad", "HEAD~1"], "must be an ancestor")):  # fmt: skip
+        out = subprocess.run([sys.executable, "-m", "ragbench", "bisect", "--store",
+                              str(tmp_path / "b.duckdb"), *args], capture_output=True,
+                             text=True, cwd=REPO)  # fmt: skip
+        assert out.returncode == 2 and why in out.stderr, out.stderr
+        assert len(out.stderr.strip().splitlines()) == 1, out.stderr
