@@ -20,7 +20,8 @@ latencies of the quick grid (``--bench``):
   (DIR/bisect.md).
 
 DIR/drill.json keeps each step's seconds, exit code and outcome. A step that needs an earlier
-one's output (settle: the gate's JSON; bisect: the alert's cell) runs that one first.
+one's output (settle: the gate's JSON; bisect: the alert's cell, unless ``--cell`` names one)
+runs that one first.
 """
 
 from __future__ import annotations
@@ -113,6 +114,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--at", type=int, default=5, help="the branch commit that plants it")
     ap.add_argument("--sleep-cycles", type=int, default=20000, help="GPU cycles a triton call")
     ap.add_argument("--machine", default="drill-gpu", help="the machine name results carry")
+    ap.add_argument("--cell", default=None,
+                    help="bisect this cell ('benchmark.metric params') instead of the alert's "
+                    "first (then bisect needs no history step)")  # fmt: skip
     args = ap.parse_args(argv)
     steps = [s for s in args.steps.split(",") if s]
     if set(steps) - set(STEPS) or not 1 <= args.at <= args.branch:
@@ -130,7 +134,7 @@ def main(argv: list[str] | None = None) -> int:
         _log(f"main {len(c['main'])} commits, the merge {merge[:12]} of {args.branch}, "
              f"planted at {c['planted'][:12]}")  # fmt: skip
         gate_json = args.out.resolve() / "gate.json"
-        if "history" in steps or "bisect" in steps:
+        if "history" in steps or ("bisect" in steps and not args.cell):
             results = Path(tmp) / "results"
             run = ragbench(clone, args.out, "run.json", "run", *c["main"][1:], merge,
                            "--bench", BENCH, "--results", str(results), *common)  # fmt: skip
@@ -151,7 +155,7 @@ def main(argv: list[str] | None = None) -> int:
                          "--store", str(Path(tmp) / "gate.duckdb"), *common)
                 if planned else {"skipped": "the gate left nothing to settle"})  # fmt: skip
         if "bisect" in steps:
-            cell = _alert_cell(args.out / "alerts.txt")
+            cell = args.cell or _alert_cell(args.out / "alerts.txt")
             figures["steps"]["bisect"] = (
                 ragbench(clone, args.out, "bisect.md", "bisect", "--cell", cell, "--good", base,
                          "--bad", merge, "--rounds", "1", "--store",
