@@ -412,7 +412,7 @@ def run_settle(store: Store, path: Path, *, policies: Policies, machine: str,
              for f in doc["failures"]
              if (k := (f["benchmark"], f["metric"], f["param_key"])) not in settled]  # fmt: skip
     result.comparison = Comparison(verdicts + stand, float(policies.gate.get("alpha", 0.01)))
-    result.plan = settle.plan(result.comparison, plan.rounds, plan.processes)  # still short
+    result.plan = settle.plan(result.comparison, plan.rounds, plan.processes, flagged=False)
     result.base_runs = store.runs(label=f"{label}-base:%")
     result.head_runs = store.runs(label=f"{label}-head:%")
     result.seconds = time.perf_counter() - t0

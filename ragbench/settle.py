@@ -89,11 +89,14 @@ class Plan:
         return " and ".join(parts)
 
 
-def plan(c: Comparison, rounds: int, processes: int) -> Plan | None:
+def plan(c: Comparison, rounds: int, processes: int, flagged: bool = True) -> Plan | None:
     """What settles ``c`` (a gate's comparison of ``rounds`` rounds and ``processes`` paired
-    processes): its regressions and inconclusive cells, with the rounds the least powered of
-    them needs; None where nothing is left to settle."""
-    todo = [v for v in c.verdicts if v.status in SETTLED]
+    processes): its inconclusive cells, and with ``flagged`` its regressions, with the rounds
+    the least powered of them needs; None where nothing is left to settle. A settle run's
+    regressions are settled (a third measurement that showed them): only its inconclusive
+    cells are left."""
+    wanted = SETTLED if flagged else (Status.INCONCLUSIVE,)
+    todo = [v for v in c.verdicts if v.status in wanted]
     cells = [v for v in todo if not v.policy.paired]
     pairs = [v for v in todo if v.policy.paired]
     if not todo:

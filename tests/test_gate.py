@@ -283,6 +283,7 @@ def test_a_gate_says_what_settles_it_and_settle_merges_into_its_verdict(
     many rounds, and its verdict replaces the cell's in the gate's: PASS with evidence, or
     still INCONCLUSIVE with a larger plan where its samples spread wider than the gate's (never
     a PASS without evidence)."""
+    from ragbench import settle as settle_mod
     from ragbench.report import gate_markdown
 
     store = Store(tmp_path / "perf.duckdb")
@@ -302,6 +303,10 @@ def test_a_gate_says_what_settles_it_and_settle_merges_into_its_verdict(
     assert all(c[2] == [r"^kernel\.KernelLatency\.track_gpu_us(\(|$)"] for c in again)
     (v,) = settled.comparison.verdicts  # the settled cell alone: the others passed
     assert v.key == TRITON and settled.settled_from == res.json_path
+    # a regression the settle run shows again is settled: nothing more to measure
+    assert settle_mod.plan(compare.Comparison([compare.Verdict(
+        TRITON, {}, "us", v.policy, "regression", detectable=0.02)]), 4, 3,
+        flagged=False) is None  # fmt: skip
     if settle == "tight":  # +1.5% under the 2% threshold, with the power to see it
         assert settled.comparison.headline == "pass" and settled.exit_code == 0
         assert compare.powered(v) and settled.plan is None
