@@ -66,12 +66,17 @@ def alert_box(ctx, a: dict, repository: str | None) -> None:
                  "after/before 95%": (f"{c['ratio_lo']:.3f}-{c['ratio_hi']:.3f}"
                                       if c["ratio_lo"] is not None else ""),
                  "found by": c["found_by"]} for c in a["cells"]]  # fmt: skip
-        st.dataframe(pd.DataFrame(rows), hide_index=True, width="stretch")
-        st.code(alerts.repro_command(a), language="bash")
+        df = pd.DataFrame(rows)
+        if (df["environment"] == "-").all():  # this suite's runs: the stack is in the sidebar
+            df = df.drop(columns="environment")
+        widths = {"cell": 330, "before": 60, "after": 60, "change": 110, "after/before 95%": 105}
+        columns = {k: st.column_config.Column(width=w) for k, w in widths.items()}
+        st.dataframe(df, hide_index=True, width="stretch", column_config=columns)
+        st.code(alerts.repro_command(a), language="bash", wrap_lines=True)
         bisect = alerts.bisect_command(a)
         if bisect:
             st.caption("Several commits between? Find the first that shows it:")
-            st.code(bisect, language="bash")
+            st.code(bisect, language="bash", wrap_lines=True)
         buttons(ctx, a)
 
 

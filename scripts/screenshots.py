@@ -33,6 +33,7 @@ FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-ne
 # what each page shows once it has rendered: a chart, or the overview's gate line
 READY = {
     "Overview": "text=Newest run against its lookback",
+    "Alerts": "[data-testid='stDataFrame'], [data-testid='stAlert']",
     "Compare": "[data-testid='stDataFrame']",
 }
 # what each screenshot shows, where the first cell would say little: a series that moved
