@@ -94,7 +94,8 @@ def build(clone: Path, history: int, branch: int, at: int, cycles: int) -> dict:
 
 
 def ragbench(clone: Path, out: Path, name: str, *args: str) -> dict:
-    """``python -m ragbench ARGS`` in the clone (its own code): stdout to DIR/NAME, timed."""
+    """``ragbench ARGS`` run by this Python in the clone (its own code): stdout to DIR/NAME,
+    timed."""
     t0 = time.perf_counter()
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
     proc = subprocess.run([sys.executable, "-m", "ragbench", *args], cwd=clone, text=True,
