@@ -1,5 +1,5 @@
 """The gate's verdicts against ``asv compare``'s, cell by cell, on pairs of commits of a public
-asv project's results (issue 35: django/django-asv, MIT).
+asv project's results (django/django-asv, MIT).
 
 For each pair (machine, environment, base, head): the two result files are ingested into a
 store (only that environment's, so that no run of another Python is pooled in), judged by

@@ -67,7 +67,7 @@ OBJECT_STORES = ("s3://", "s3a://", "r2://", "gcs://", "gs://")  # what httpfs r
 # A postgres catalog's timeouts unless the lake string sets them (docs/store.md). connect, in
 # seconds (libpq takes no less than 2): a server that answers does so in well under one; the
 # watch's question is a new connection too, so a server that stopped answering fails an
-# operation after about twice this (20-25 s here), within the 30 s that issue 34 asks.
+# operation after about twice this (20-25 s here), within 30 s.
 CONNECT_TIMEOUT = 10
 # The server's: a catalog statement takes milliseconds (DuckLake's commit of a run is about
 # ten of them, 60 ms in all), a lock is held for one commit.

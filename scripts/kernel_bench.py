@@ -1,4 +1,4 @@
-"""Kernel-level timings on a CUDA GPU: the table of issue 2, launch paths, config sweep.
+"""Kernel-level timings on a CUDA GPU: the kernel table, launch paths, config sweep.
 
     python -m scripts.kernel_bench                    # table: every backend, DeiT-B/S geometry
     python -m scripts.kernel_bench --launch-paths     # host cost of each way to launch Triton
@@ -35,7 +35,7 @@ from ragged.kernels import attention as KA
 from ragged.kernels.launch_paths import launch_paths as ragged_launch_paths
 from ragged.testing import packed_qkv
 
-# The table's axes (issue 2's table, wider than the suite's grid); inputs as the suite's
+# The table's axes (docs/kernel.md's table, wider than the suite's grid); inputs as the suite's
 MODELS = tuple(W.HEADS)  # attention geometry: heads, head_dim 64
 BATCHES = (1, 4, 32, 64)
 PRUNE = (0.0, 0.5, 0.8)

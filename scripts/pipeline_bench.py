@@ -148,7 +148,7 @@ def paired_speedup(fast: dict, slow: dict) -> tuple[float, float, float]:
 
 
 def share_of_bound(fa2, triton, bound) -> tuple[float, float, float]:
-    """Issue 19's measure from per-round µs samples (pipelines alternating within a round):
+    """The share of the bound from per-round µs samples (pipelines alternating within a round):
     triton/fa2 reaches 1 + share x (bound/fa2 - 1), the two speedups each the median over
     rounds of that round's ratio -> (share, and its 95% percentile-bootstrap interval over
     rounds). Each round's own share, (triton/fa2 - 1) / (bound/fa2 - 1), is no estimate: a
@@ -365,7 +365,7 @@ def summary(results: dict) -> str:
             "quartiles of those ratios; "
             + ("a round is turns of one forward of every pipeline, each synced and timed alone"
                if timing == "turns" else "pipelines alternate within a round, ~40 ms each")
-            + ". Share of the bound (issue 19): triton/fa2 = 1 + share x (no_attention/fa2 - "
+            + ". Share of the bound: triton/fa2 = 1 + share x (no_attention/fa2 - "
             "1), from those medians, with its 95% bootstrap interval over rounds; of the bound "
             "with a launch: the same with launch_only (no_attention plus one empty kernel "
             "launched per call) in place of no_attention.\n"
