@@ -66,9 +66,10 @@ def cell_change(c: dict) -> float:
     return bad_change(ratio_of(c["after"], c["before"]), c["kind"] == "latency")
 
 
-def steps(store, machine: str, policies: Policies, last: int = LAST) -> dict[str, list]:
-    """The bad steps of the machine's series over its newest ``last`` commits: commit ->
-    its steps (``Step``), and each commit's time under ``"_times"``."""
+def steps(store, machine: str, policies: Policies,
+          last: int = LAST) -> tuple[dict[str, list[Step]], dict]:  # fmt: skip
+    """The bad steps of the machine's series over its newest ``last`` commits: (commit ->
+    its steps, commit -> its time)."""
     out: dict[str, list] = {}
     times = {}
     for rep in history.stored_histories(store, machine, policies, last=last):
@@ -89,15 +90,14 @@ def steps(store, machine: str, policies: Policies, last: int = LAST) -> dict[str
                 commit = rep.points[i].commit_hash
                 out.setdefault(commit, []).append(step)
                 times[commit] = rep.points[i].commit_time
-    return {**out, "_times": times}
+    return out, times
 
 
 def update(store, machine: str, policies: Policies, *, last: int = LAST,
            log: Callable[[str], None] = lambda m: None) -> tuple[int, int]:  # fmt: skip
     """Alerts of the machine brought up to date (module notes); -> (alerts made or grown,
     alerts marked fixed)."""
-    found = steps(store, machine, policies, last)
-    times = found.pop("_times")
+    found, times = steps(store, machine, policies, last)
     stored = {a["commit_hash"]: a for a in store.alerts(machine)}
     alerts, cells = [], []
     for commit, group in found.items():
