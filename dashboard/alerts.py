@@ -12,7 +12,6 @@ from dashboard.draw import shown
 from dashboard.read import store
 from ragbench import alerts
 from ragbench.store import Store
-from ragbench.verdicts import worded
 
 # the buttons: label -> state
 ACTIONS = {"Acknowledge": "acknowledged", "Expected": "expected", "Invalid": "invalid",
@@ -62,9 +61,7 @@ def alert_box(ctx, a: dict, repository: str | None) -> None:
         rows = [{"cell": f"{c['benchmark']}.{c['metric']} {c['param_key']}",
                  "environment": c["environment"] or "-",
                  "before": shown(c["before"], c["unit"]), "after": shown(c["after"], c["unit"]),
-                 "change": worded(alerts.cell_change(c), c["unit"], c["kind"] != "throughput"),
-                 "after/before 95%": (f"{c['ratio_lo']:.3f}-{c['ratio_hi']:.3f}"
-                                      if c["ratio_lo"] is not None else ""),
+                 **dict(zip(("change", "after/before 95%"), alerts.cell_words(c), strict=True)),
                  "found by": c["found_by"]} for c in a["cells"]]  # fmt: skip
         df = pd.DataFrame(rows)
         if (df["environment"] == "-").all():  # this suite's runs: the stack is in the sidebar

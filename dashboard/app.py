@@ -62,7 +62,7 @@ from dashboard.read import (
 )
 from ragbench.schema import SPEED_UNITS
 from ragbench.store import FAILED, Store, StoreError, history_branch
-from ragbench.verdicts import Status, worded
+from ragbench.verdicts import Status, verdict_words
 
 # --- pages -----------------------------------------------------------------------------------
 
@@ -213,7 +213,7 @@ def compare(ctx):
     rows = [
         {
             "status": v.status,
-            "change": worded(v.change, v.unit, v.policy.kind != "throughput"),
+            "change": verdict_words(v),
             "metric": f"{v.key[0]}.{v.key[1]}",
             "cell": v.key[2],
             "head/base 95%": f"{v.interval[0]:.3f}-{v.interval[1]:.3f}" if v.interval else "",

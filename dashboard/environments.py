@@ -19,7 +19,7 @@ from dashboard.draw import (
     version_key,
 )
 from dashboard.read import comparison, query
-from ragbench.verdicts import FAILING, Headline, Status, worded
+from ragbench.verdicts import FAILING, Headline, Status, verdict_words
 
 
 @draws("Versions")
@@ -91,7 +91,7 @@ def upgrade_reports(ctx, measured: dict[str, pd.DataFrame]) -> None:
         for v in c.verdicts:
             row = table.setdefault(v.key, {"metric": f"{v.key[0]}.{v.key[1]}", "cell": v.key[2],
                                            ref: shown(v.base, v.unit)})  # fmt: skip
-            change = worded(v.change, v.unit, v.policy.kind != "throughput")
+            change = verdict_words(v)
             word = "" if v.status == Status.UNCHANGED else f" · {v.status}" + (
                 f" {change}" if v.change is not None else "")  # fmt: skip
             row[name] = (shown(v.head, v.unit) + word).strip()

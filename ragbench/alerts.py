@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from . import history, stats
 from .compare import Key, bad_change, ratio_of
 from .policies import STATISTICAL, Policies, load_policies
-from .verdicts import Status
+from .verdicts import Status, worded
 
 STATES = ("new", "acknowledged", "expected", "fixed", "invalid")
 OPEN = ("new", "acknowledged")
@@ -58,6 +58,14 @@ class Step:
     @property
     def change(self) -> float:
         return cell_change(vars(self))
+
+
+def cell_words(c: dict) -> tuple[str, str]:
+    """A row of ``alert_cells`` in words: its step (``3.7% slower``) and the interval of
+    after/before (``1.752-1.766``; '' where there is none)."""
+    change = worded(cell_change(c), c["unit"], c["kind"] != "throughput")
+    interval = f"{c['ratio_lo']:.3f}-{c['ratio_hi']:.3f}" if c["ratio_lo"] is not None else ""
+    return change, interval
 
 
 def cell_change(c: dict) -> float:

@@ -10,7 +10,7 @@ from . import paired
 from .compare import INTERVAL, RULE, Comparison, Verdict, powered
 from .gate import GateResult, differences, settle_command
 from .history import SeriesReport
-from .verdicts import Status, worded
+from .verdicts import Status, verdict_words
 
 
 def _num(x: float | None, digits: int = 4) -> str:
@@ -25,12 +25,6 @@ def _pct(x: float | None) -> str:
     if x is not None and math.isinf(x):
         return "none: too few samples"
     return "-" if x is None else f"{x * 100:+.1f}%"
-
-
-def _change(v: Verdict) -> str:
-    """``3.7% slower``, ``5.0% fewer img/s``: head against base, the same numbers as the
-    row's base and head (for paired cells: their per-round ratio, ``ragbench.paired``)."""
-    return worded(v.change, v.unit, v.policy.kind != "throughput")
 
 
 def _name(v: Verdict) -> str:
@@ -62,7 +56,7 @@ def _stat_table(verdicts: list[Verdict]) -> list[str]:
         interval = f"{v.interval[0]:.3f}-{v.interval[1]:.3f}" if v.interval else "-"
         note = f" ({v.note})" if v.note else (" (reproduced)" if v.rechecked else "")
         lines.append(
-            f"| {_name(v)}{note} | {_num(v.base)} | {_num(v.head)} | {_change(v)} | "
+            f"| {_name(v)}{note} | {_num(v.base)} | {_num(v.head)} | {verdict_words(v)} | "
             f"{interval} | {_num(v.p_adj, 2)} | {_pct(v.detectable)} | "
             f"{v.policy.threshold * 100:.0f}% |"
         )

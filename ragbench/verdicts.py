@@ -102,6 +102,11 @@ def worded(change: float | None, unit: str | None, lower_better: bool = True) ->
     )
 
 
+def verdict_words(v) -> str:
+    """A verdict's change in words (``worded``): its policy's kind says which way is better."""
+    return worded(v.change, v.unit, v.policy.kind != "throughput")
+
+
 # --- the gate's JSON -------------------------------------------------------------------------
 
 JSON_SCHEMA = 2  # of gate_document's document; read_gate_document refuses any other
@@ -129,7 +134,7 @@ def gate_document(base: str, head: str, machine: str, comparison) -> dict:
     blocking = [
         {"benchmark": v.key[0], "metric": v.key[1], "param_key": v.key[2],
          "status": str(v.status), "change": v.change,
-         "words": worded(v.change, v.unit, v.policy.kind != "throughput"), "note": v.note}
+         "words": verdict_words(v), "note": v.note}
         for v in comparison.by_status(*BLOCKING)
     ]  # fmt: skip
     if not blocking and comparison.headline != Headline.PASS:  # nothing was judged

@@ -5,7 +5,6 @@ from __future__ import annotations
 import getpass
 
 from ..policies import load_policies
-from ..verdicts import worded
 from .common import machine_arg, open_store, policies_arg, store_arg
 
 
@@ -71,9 +70,8 @@ def text(a: dict, repository: str | None) -> str:
              f"{a['state']}{why}{fixed}", "", f"Arrived in {since}"
              + (f": {alerts.diff_url(repository, a)}" if repository else "."), ""]  # fmt: skip
     for c in a["cells"]:
-        change = worded(alerts.cell_change(c), c["unit"], c["kind"] != "throughput")
-        interval = (f", after/before {c['ratio_lo']:.3f}-{c['ratio_hi']:.3f}"
-                    if c["ratio_lo"] is not None else "")  # fmt: skip
+        change, interval = alerts.cell_words(c)
+        interval = f", after/before {interval}" if interval else ""
         env = f" [{c['environment']}]" if c["environment"] else ""
         lines.append(f"- `{c['benchmark']}.{c['metric']} {c['param_key']}`{env}: "
                      f"{c['before']:.4g} -> {c['after']:.4g}, {change}{interval} "
