@@ -379,6 +379,7 @@ def run_settle(store: Store, path: Path, *, policies: Policies, machine: str,
     base, head = doc["base"], doc["head"]
     for sha in (base, head):
         _resolve(sha)  # both in this clone, before any work
+    _two_commits(base, head, base, head)  # a gate of a commit against itself never passes
     result = GateResult(base, head, machine, Comparison(), True, plan.rounds, mode=mode,
                         settled_from=path)  # fmt: skip
     verdicts = []

@@ -345,7 +345,10 @@ def test_settle_refuses_what_it_cannot_settle(tmp_path):
                                    "failures": [{"benchmark": TRITON[0], "metric": TRITON[1],
                                                  "param_key": TRITON[2],
                                                  "status": "inconclusive"}]}))  # fmt: skip
+    itself = tmp_path / "itself.json"  # a commit against itself: A/A would pass
+    itself.write_text(planned.read_text().replace(PARENT, HEAD))
     for args, why in ((["--settle", str(path)], "nothing without evidence"),
+                      (["--settle", str(itself)], "are the same commit"),
                       (["--settle", str(tmp_path / "none.json")], "none.json"),
                       (["--settle", str(planned), "--machine", "m2"], "ran on 'm1'"),
                       ([], "needs --base")):  # fmt: skip
