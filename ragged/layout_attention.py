@@ -31,11 +31,15 @@ class LayoutAttention:
     call, written again by the next one: read it before the next call (on the same stream, as
     a ViT's next block does).
 
-    What a call checks: when qkv's (shape, strides, dtype, device), ``max_seqlen`` or
-    ``cu_seqlens``' (length, dtype, stride, device) differ from those of the call whose launch
-    was kept, everything, through ``varlen_attention(*qkv.unbind(1), ..., validate=False)``;
-    otherwise that no launch hook is installed, the device is current and qkv's data pointer is
-    16-byte aligned, and else takes that same checked call. Other backends always do.
+    What a call checks: when qkv's (shape, strides, dtype, device) or ``cu_seqlens``' (length,
+    dtype, stride, device) differ from those of the call whose launch was kept, or
+    ``max_seqlen`` is beyond qkv's rows or of another span than the kept one's (a span shares
+    one compiled kernel: ``kernels.config.length_span``), everything, through
+    ``varlen_attention(*qkv.unbind(1), ..., validate=False)``; otherwise that no launch hook is
+    installed, the device is current and qkv's data pointer is 16-byte aligned, and else takes
+    that same checked call. A new ``max_seqlen`` of the span (data-dependent pruning: a new
+    longest image each forward) launches the kept kernel over its own grid, with no check,
+    plan or compile more. Other backends always take the checked call.
     ``rebind`` (once per forward in the pipeline) drops the kept launch when the triton
     backend was replaced in ``ragged.BACKENDS`` or the Triton plans were dropped
     (``kernels.attention.forget_plans``, after a sweep) since it was kept: a launch that is
@@ -50,9 +54,9 @@ class LayoutAttention:
 
     def rebind(self, cu_seqlens: torch.Tensor, max_seqlen: int) -> None:
         """Point later calls at a new layout. Each call compares its layout with the kept
-        launch's (``max_seqlen``, and ``cu_seqlens``' length, dtype, stride and device: the
-        same grid) and launches that with the new ``cu_seqlens``; a call of another layout is
-        checked, and kept again. Here the launch is only dropped when it is no longer what
+        launch's (``cu_seqlens``' length, dtype, stride and device, and ``max_seqlen``'s span)
+        and launches that with the new ``cu_seqlens`` and ``max_seqlen``; a call of another
+        layout is checked, and kept again. Here the launch is only dropped when it is no longer what
         ``varlen_attention`` would run (see the class docstring)."""
         self.cu_seqlens, self.max_seqlen = cu_seqlens, max_seqlen
         launch = self._launch
@@ -89,10 +93,11 @@ class LayoutAttention:
             prepared = KA.prepare(q, k, v, o, self.cu_seqlens, self.max_seqlen, scale)
             k_offset, v_offset = k.data_ptr() - q.data_ptr(), v.data_ptr() - q.data_ptr()
             if prepared is not None and not (k_offset | v_offset) & 15:
-                direct, grid_x, scalars = prepared
+                direct, grid_x, scalars, block_m, span = prepared
                 key = (qkv.shape, qkv.stride(), qkv.dtype, qkv.get_device())
                 self._launch = KA.with_image(KA.KeptLaunch(
                     direct, KA.launch_spec(direct), key, grid_x, k_offset, v_offset, o,
                     o.data_ptr(), self.cu_seqlens.shape[0], scalars, self.max_seqlen, KA.epoch,
+                    block_m, span,
                 ))  # fmt: skip
         return o

@@ -19,6 +19,7 @@ import ragged
 from ragged import attention as A
 from ragged.kernels import attention as KA
 from ragged.kernels import launch as L
+from ragged.kernels.config import length_span
 from ragged.testing import packed_qkv
 
 LENGTHS = [40, 3, 0, 99]
@@ -64,10 +65,13 @@ def recorder(impl, no_ready, monkeypatch):
     monkeypatch.setattr(L, "_SINGLE_DEVICE", True)
 
     def ready(q, max_seqlen):
-        key = (q.get_device(), q.dtype, q.shape[2], max_seqlen)
-        plan = KA._make_plan(*key, None)
+        """Register a recording launch for q's key and the span of ``max_seqlen``."""
+        key = (q.get_device(), q.dtype, q.shape[2])
+        plan = KA._make_plan(*key, max_seqlen, None)
         scale = (1.0 / (q.shape[2] ** 0.5)) * KA.LOG2E
-        KA._ready[key] = (lambda *args: calls.append(args), plan.config.block_m, scale, None)
+        span = (*length_span(max_seqlen), lambda *args: calls.append(args),
+                plan.config.block_m, scale, None)  # fmt: skip
+        KA._ready[key] = (*KA._ready.get(key, ()), span)
 
     return calls, ready
 
@@ -135,7 +139,7 @@ def _variants(q, k, v, cu, max_seqlen):
         ("max_seqlen a bool", (q, k, v, cu, True, None, None)),
         ("max_seqlen a float", (q, k, v, cu, float(max_seqlen), None, None)),
         ("max_seqlen > total", (q, k, v, cu, q.shape[0] + 1, None, None)),
-        ("max_seqlen not launched before", (q, k, v, cu, max_seqlen - 1, None, None)),
+        ("max_seqlen of a span not launched", (q, k, v, cu, 16, None, None)),
         ("scale a tensor", (q, k, v, cu, max_seqlen, torch.tensor(0.1), None)),
         ("head_dim not unit stride", (big, k, v, cu, max_seqlen, None, None)),
         ("q misaligned", (odd, k, v, cu, max_seqlen, None, None)),
@@ -152,8 +156,7 @@ def _variants(q, k, v, cu, max_seqlen):
 def test_every_call_off_the_common_case_is_left_to_the_checked_path(recorder):
     calls, ready = recorder
     q, k, v, cu, max_seqlen = packed_qkv(LENGTHS, 12, 64)
-    ready(q, max_seqlen)
-    ready(q, q.shape[0] + 1)  # an entry exists: only the bound on total_tokens rejects it
+    ready(q, max_seqlen)  # its span holds q.shape[0] + 1: only the bound on total_tokens
     for what, args in _variants(q, k, v, cu, max_seqlen):
         assert KA.fast_call(*args) is None, what
     assert calls == []
@@ -351,18 +354,63 @@ def test_rebind_to_a_like_layout_keeps_the_launch_with_the_new_cu_seqlens(record
     assert calls[-1] == _expected(q, k, v, out, new_cu, max_seqlen, 0.125)
 
 
+def test_a_new_max_seqlen_of_a_launched_span_launches_at_once(recorder):
+    """Data-dependent pruning brings a new longest image (a new max_seqlen) every forward:
+    within the span of a launched one it takes the fast path, over its own grid."""
+    calls, ready = recorder
+    q, k, v, cu, max_seqlen = packed_qkv(LENGTHS, 12, 64)
+    ready(q, max_seqlen)
+    for new_max in (max_seqlen + 1, 17, q.shape[0]):
+        out = KA.fast_call(q, k, v, cu, new_max, None, None)
+        assert out is not None
+        assert calls[-1] == _expected(q, k, v, out, cu, new_max, 0.125)
+    for other in (16, 0, q.shape[0] + 1, -1):  # another span; more than the rows; negative
+        assert KA.fast_call(q, k, v, cu, other, None, None) is None
+    assert len(calls) == 3
+
+
+def test_every_max_seqlen_of_a_span_shares_one_plan():
+    """One Plan, so one Launcher entry and one compiled kernel, for a span's max_seqlens."""
+    plan = KA._make_plan(-1, torch.float16, 64, 40, None)
+    assert KA._make_plan(-1, torch.float16, 64, 197, None) is plan
+    assert KA._make_plan(-1, torch.float16, 64, 16, None) is not plan  # the short class
+    lo, hi = length_span(40)
+    assert lo <= 40 <= hi and length_span(lo) == length_span(hi) == (lo, hi)
+    assert length_span(lo - 1) != (lo, hi)
+
+
+def test_layout_attention_takes_a_new_max_seqlen_of_its_span_unchecked(recorder, monkeypatch):
+    calls, ready = recorder
+    qkv, cu, max_seqlen = _qkv()
+    q, k, v = qkv.unbind(1)
+    ready(q, max_seqlen)
+    call = ragged.LayoutAttention(cu, max_seqlen)
+    out = call(qkv)
+    kept = call._launch
+    checked = _count_checked(monkeypatch)
+    for new_max in (max_seqlen + 30, 17, max_seqlen):
+        call.rebind(cu, new_max)
+        assert call(qkv) is out
+        assert calls[-1] == _expected(q, k, v, out, cu, new_max, 0.125)
+    assert checked == [] and call._launch is kept
+    call.rebind(cu, qkv.shape[0] + 1)  # more than the rows: the checked call says so
+    with pytest.raises(ValueError, match="more than total_tokens"):
+        call(qkv)
+    assert checked == [1]
+
+
 def test_a_call_of_another_layout_is_checked_and_kept_again(recorder, monkeypatch):
     calls, ready = recorder
     qkv, cu, max_seqlen = _qkv()
     q, k, v = qkv.unbind(1)
     ready(q, max_seqlen)
-    ready(q, max_seqlen + 1)
+    ready(q, 16)
     call = ragged.LayoutAttention(cu, max_seqlen)
     out = call(qkv)
     checked = _count_checked(monkeypatch)
     strided = torch.stack([cu, cu], 1)[:, 0]  # cu's values and length, stride 2
     for new_cu, new_max in [(strided, max_seqlen),  # the kept length, not contiguous
-                            (cu, max_seqlen + 1),  # another grid
+                            (cu, 16),  # another span: another compiled kernel
                             (cu[:-1], max_seqlen)]:  # another batch  # fmt: skip
         call.rebind(new_cu, new_max)
         if new_cu is strided:

@@ -69,7 +69,7 @@ def _cpp(fast) -> bool:
     """Whether the C++ paths are in place, launching through cuLaunchKernel themselves."""
     if fast == "cpp":
         assert KA.fast_call.func.__module__ == KA.layout_call.func.__module__ == "ragged_fastpath"
-        assert all(entry[3] is not None for entry in KA._ready.values())
+        assert all(span[5] is not None for spans in KA._ready.values() for span in spans)
     return fast == "cpp"
 
 
@@ -80,7 +80,7 @@ def test_the_fast_path_launches_correctly_after_one_checked_call(fast, monkeypat
     lengths = [40, 3, 0, 99]
     q, k, v, cu, max_seqlen = packed_qkv(lengths, 12, head_dim, dtype=dtype, device="cuda")
     ragged.varlen_attention(q, k, v, cu, max_seqlen, validate=False)  # checked: plans, compiles
-    assert (0, dtype, head_dim, max_seqlen) in KA._ready
+    assert KA.ready_entry(0, dtype, head_dim, max_seqlen) is not None
     _cpp(fast)
     plain = []
     monkeypatch.setattr(KA._launcher, "launch", lambda *a, **kw: plain.append(a))
@@ -122,6 +122,31 @@ def test_layout_attention_keeps_its_launch_and_stays_correct(fast, monkeypatch):
         torch.cuda.synchronize()
         assert_attention_close(out, *t.unbind(1), cu)
     assert plain == [], "a kept launch went through the checked path"
+
+
+def test_a_new_max_seqlen_launches_at_once_and_stays_correct(fast, monkeypatch):
+    """New lengths each call (data-dependent pruning): after one call of the span, every
+    max_seqlen of it launches with no plan, no compile, no check, correct over its grid."""
+    heads, head_dim = 12, 64
+    q, k, v, cu, max_seqlen = packed_qkv([40, 3, 0, 99], heads, head_dim, device="cuda")
+    ragged.varlen_attention(q, k, v, cu, max_seqlen, validate=False)
+    call = ragged.LayoutAttention(cu, max_seqlen)
+    qkv = torch.stack((q, k, v), 1)
+    call(qkv)
+    _cpp(fast)
+    plain = []
+    monkeypatch.setattr(KA._launcher, "launch", lambda *a, **kw: plain.append(a))
+    monkeypatch.setattr(ragged.LayoutAttention, "_checked", lambda *a: plain.append(a))
+    for seed, lengths in enumerate(([20, 3, 0, 119], [17, 17, 17, 91], [100, 10, 20, 12])):
+        q2, k2, v2, cu2, m2 = packed_qkv(lengths, heads, head_dim, device="cuda", seed=seed)
+        assert m2 != max_seqlen and q2.shape == q.shape  # the rows of the kept layout
+        assert_attention_close(ragged.varlen_attention(q2, k2, v2, cu2, m2, validate=False),
+                               q2, k2, v2, cu2)  # fmt: skip
+        call.rebind(cu2, m2)
+        out = call(torch.stack((q2, k2, v2), 1))
+        torch.cuda.synchronize()
+        assert_attention_close(out, q2, k2, v2, cu2)
+    assert plain == [], "a new max_seqlen of the span went through the Launcher or a check"
 
 
 def test_misaligned_views_take_the_plain_path():

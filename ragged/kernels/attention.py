@@ -27,6 +27,7 @@ from .config import (
     AttentionConfig,
     attention_config,  # noqa: F401  (imported from here by callers)
     config_for,
+    length_span,
 )
 from .kept import KeptLaunch, _ready
 from .launch import Launcher, specializable
@@ -136,10 +137,16 @@ class Plan:
 
 # (device, dtype, head_dim, max_seqlen, config override) -> Plan: one dict lookup per call.
 _plans: dict[tuple, Plan] = {}
+# (device, dtype, head_dim, config) -> Plan: one Plan, so one Launcher entry and one compiled
+# kernel, for every max_seqlen of a config; a new max_seqlen then compiles nothing.
+_plan_of: dict[tuple, Plan] = {}
 
 
 def _make_plan(device_index, dtype, head_dim, max_seqlen, config) -> Plan:
     cfg = config or config_for(head_dim, max_seqlen, dtype, device_index)  # table, or sweep
+    plan = _plan_of.get((device_index, dtype, head_dim, cfg))
+    if plan is not None:
+        return plan
     constexprs = {
         "HEAD_DIM": head_dim,
         "BLOCK_D": max(16, triton.next_power_of_2(head_dim)),
@@ -148,7 +155,8 @@ def _make_plan(device_index, dtype, head_dim, max_seqlen, config) -> Plan:
         "IEEE_DOT": dtype == torch.float32,
         "DELAY_CYCLES": cfg.delay_cycles,
     }
-    return Plan(cfg, constexprs, device_index)
+    plan = _plan_of[(device_index, dtype, head_dim, cfg)] = Plan(cfg, constexprs, device_index)
+    return plan
 
 
 def launch_args(q, k, v, out, cu_seqlens, max_seqlen, softmax_scale, config=None):
@@ -201,43 +209,58 @@ epoch = 0
 
 
 def forget_plans() -> None:
-    """Drop every plan and fast-path entry: the next calls re-plan (after a sweep, tuning.py)."""
+    """Drop every plan, its direct launch and fast-path entry: the next calls re-plan (after a
+    sweep, tuning.py)."""
     global epoch
     _plans.clear()
+    _plan_of.clear()
+    _launcher._cache.clear()
     _ready.clear()
     epoch += 1
 
 
+def ready_entry(device_index, dtype, head_dim, max_seqlen) -> tuple | None:
+    """The ``_ready`` span that serves this max_seqlen: (lo, hi, direct, block_m, default
+    scale, spec), or None."""
+    for span in _ready.get((device_index, dtype, head_dim), ()):
+        if span[0] <= max_seqlen <= span[1]:
+            return span
+    return None
+
+
 def prepare(q, k, v, out, cu_seqlens, max_seqlen, softmax_scale):
-    """-> (direct launch, grid_x, scalars) that launch this call again, or None, for a call
+    """-> (direct launch, grid_x, scalars, block_m, span) that launch this call again (and
+    any max_seqlen of ``span`` with the grid of ``block_m``-row tiles), or None, for a call
     that just passed ``varlen_attention``'s checks (the Launcher holds its kernel; the grid
     is not empty; Triton's stride specialization and 16-byte alignment of q and out hold)."""
-    entry = _ready.get((q.get_device(), q.dtype, q.shape[2], max_seqlen))
+    entry = ready_entry(q.get_device(), q.dtype, q.shape[2], max_seqlen)
     if entry is None:
         return None
     _, grid, scalars, fast = launch_args(q, k, v, out, cu_seqlens, max_seqlen, softmax_scale)
     if not fast or not grid[0] or (q.data_ptr() | out.data_ptr()) & 15:
         return None
-    return entry[0], grid[0], scalars
+    return entry[2], grid[0], scalars, entry[3], entry[:2]
 
 
 def remember(q: torch.Tensor, max_seqlen: int) -> None:
     """After a checked ``varlen_attention`` call launched: let ``fast_call`` take later calls
-    of q's device, dtype and head_dim and this ``max_seqlen`` (once the Launcher holds the
-    compiled kernel for direct launch), and make the C++ fast paths ``fast_call`` and
-    ``layout_call`` (built at the first such call on this machine: ``fastpath.module()``)."""
+    of q's device, dtype and head_dim and any ``max_seqlen`` of this one's span
+    (``config.length_span``), once the Launcher holds the compiled kernel for direct launch,
+    and make the C++ fast paths ``fast_call`` and ``layout_call`` (built at the first such
+    call on this machine: ``fastpath.module()``)."""
     global fast_call, layout_call
-    key = (q.get_device(), q.dtype, q.shape[2], max_seqlen)
-    plan = _plans.get((*key, None))
+    key = (q.get_device(), q.dtype, q.shape[2])
+    plan = _plans.get((*key, max_seqlen, None))
     direct = None if plan is None or key[0] < 0 else _launcher.direct(plan)
     if direct is None:
         return
     module = fastpath.module()  # built once per machine, then cached (functools.cache)
     if module is not None:
         fast_call, layout_call = module.attention, module.layout
-    if key not in _ready:
-        _ready[key] = (direct, plan.config.block_m, (1.0 / math.sqrt(key[2])) * LOG2E,
-                       launch_spec(direct))  # fmt: skip
+    if ready_entry(*key, max_seqlen) is None:
+        span = (*length_span(max_seqlen), direct, plan.config.block_m,
+                (1.0 / math.sqrt(key[2])) * LOG2E, launch_spec(direct))  # fmt: skip
+        _ready[key] = (*_ready.get(key, ()), span)
 
 
 # The attention kernel's runtime parameter types after its four data pointers, as
@@ -258,9 +281,10 @@ def launch_spec(direct) -> tuple[int, int, int] | None:
 
 def launch_ready(q, k, v, cu_seqlens, max_seqlen, softmax_scale, out):
     """The whole ``varlen_attention(..., validate=False)`` call in one function, for a call
-    whose (device, dtype, head_dim, max_seqlen) was launched directly before -> ``out`` (or
-    a new output), or None when anything differs from the common case (the caller then takes
-    the checked path, which says what is wrong or launches through the Launcher).
+    whose (device, dtype, head_dim) and a max_seqlen of the same span was launched directly
+    before -> ``out`` (or a new output), or None when anything differs from the common case
+    (the caller then takes the checked path, which says what is wrong or launches through the
+    Launcher).
 
     The same checks as ``ragged.attention._check_types`` and ``Launcher.launch`` hold when it
     launches; the ones a ``_ready`` entry implies (dtype, head_dim range, a CUDA device,
@@ -278,7 +302,7 @@ def launch_ready(q, k, v, cu_seqlens, max_seqlen, softmax_scale, out):
         return None
     dtype, dev = q.dtype, q.get_device()
     total, heads, head_dim = shape
-    entry = _ready.get((dev, dtype, head_dim, max_seqlen))
+    entry = ready_entry(dev, dtype, head_dim, max_seqlen)
     cu_shape = cu_seqlens.shape
     if (
         entry is None
@@ -311,7 +335,7 @@ def launch_ready(q, k, v, cu_seqlens, max_seqlen, softmax_scale, out):
         or (pq | pk | pv | po) & 15  # 16-byte aligned (cu_seqlens is not specialized on it)
     ):  # fmt: skip
         return None
-    direct, block_m, default_scale, _ = entry
+    _, _, direct, block_m, default_scale, _ = entry
     num_m_blocks = -(-max_seqlen // block_m)
     grid = num_m_blocks * (cu_shape[0] - 1) * heads
     if grid > 2**31 - 1:  # more programs than a grid holds: the checked path says so
@@ -342,21 +366,23 @@ def with_image(launch: KeptLaunch) -> KeptLaunch:
 
 
 def kept_launch(call, qkv: torch.Tensor) -> torch.Tensor | None:
-    """Launch ``call._launch`` (a ``LayoutAttention``'s KeptLaunch) on qkv's data and
-    ``call.cu_seqlens`` -> the launch's ``out``; None when no launch is kept, qkv is not
-    exactly a tensor of its ``key``, ``call.max_seqlen`` is not its ``max_seqlen`` or
-    ``call.cu_seqlens`` not an int32 tensor of ``cu_len`` with unit stride on qkv's device,
-    a launch hook is installed, the device is not current or qkv's data pointer is not
-    16-byte aligned (the caller then takes the checked call).
+    """Launch ``call._launch`` (a ``LayoutAttention``'s KeptLaunch) on qkv's data,
+    ``call.cu_seqlens`` and ``call.max_seqlen`` -> the launch's ``out``; None when no launch
+    is kept, qkv is not exactly a tensor of its ``key``, ``call.max_seqlen`` is not an int of
+    its ``span`` up to qkv's rows or ``call.cu_seqlens`` not an int32 tensor of ``cu_len``
+    with unit stride on qkv's device, a launch hook is installed, the device is not current
+    or qkv's data pointer is not 16-byte aligned (the caller then takes the checked call).
+    Another max_seqlen of the span launches the kept kernel over its own grid.
     fastpath.cpp's ``layout`` does the same, and ``layout_call`` is it once built."""
     launch = call._launch
     if launch is None or type(qkv) is not torch.Tensor:
         return None
-    cu, dev = call.cu_seqlens, qkv.get_device()
+    cu, dev, max_seqlen = call.cu_seqlens, qkv.get_device(), call.max_seqlen
     if (
         (qkv.shape, qkv.stride(), qkv.dtype, dev) != launch.key
         or qkv.is_neg()
-        or type(call.max_seqlen) is not int or call.max_seqlen != launch.max_seqlen
+        or type(max_seqlen) is not int
+        or not launch.span[0] <= max_seqlen <= launch.span[1] or max_seqlen > qkv.shape[0]
         or type(cu) is not torch.Tensor or cu.dtype is not torch.int32
         or cu.shape != (launch.cu_len,) or (launch.cu_len > 1 and cu.stride(0) != 1)
         or cu.get_device() != dev
@@ -367,8 +393,16 @@ def kept_launch(call, qkv: torch.Tensor) -> torch.Tensor | None:
     p = qkv.data_ptr()
     if p & 15:
         return None
-    launch.direct(launch.grid_x, 1, 1, _launch._raw_stream(dev), p, p + launch.k_offset,
-                  p + launch.v_offset, launch.out_ptr, cu.data_ptr(), *launch.scalars)  # fmt: skip
+    grid_x, scalars = launch.grid_x, launch.scalars
+    if max_seqlen != launch.max_seqlen:  # the same kernel over another grid
+        num_m_blocks = -(-max_seqlen // launch.block_m)
+        grid_x = num_m_blocks * (launch.cu_len - 1) * scalars[9]
+        if grid_x > 2**31 - 1:
+            return None
+        scalars = (*scalars[:10], num_m_blocks)
+    if grid_x:
+        launch.direct(grid_x, 1, 1, _launch._raw_stream(dev), p, p + launch.k_offset,
+                      p + launch.v_offset, launch.out_ptr, cu.data_ptr(), *scalars)  # fmt: skip
     return launch.out
 
 

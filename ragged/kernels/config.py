@@ -19,6 +19,8 @@ import torch
 import triton
 
 SWEPT = {"NVIDIA H100 80GB HBM3"}  # where attention_config's table was measured
+SHORT = 16  # the longest max_seqlen of the "short" class: the table's one max_seqlen boundary
+MAX_LENGTH = 2**31 - 1
 
 
 @dataclass(frozen=True)
@@ -56,7 +58,7 @@ def attention_config(
     block_d = max(16, triton.next_power_of_2(head_dim))
     if dtype == torch.float32 and capability != (0, 0):
         block_m, block_n = 32, 32
-    elif max_seqlen <= 16:
+    elif max_seqlen <= SHORT:
         block_m, block_n = 16, 16
     elif block_d <= 64:
         block_m, block_n = 64, 64
@@ -69,9 +71,17 @@ def shape_class(head_dim: int, max_seqlen: int, dtype: torch.dtype) -> str:
     """The table's branch this problem falls in (``attention_config``'s order)."""
     if dtype == torch.float32:
         return "fp32"
-    if max_seqlen <= 16:
+    if max_seqlen <= SHORT:
         return "short"
     return "d64" if max(16, triton.next_power_of_2(head_dim)) <= 64 else "dlarge"
+
+
+def length_span(max_seqlen: int) -> tuple[int, int]:
+    """(lo, hi): every max_seqlen from lo to hi gets the configuration ``max_seqlen`` gets,
+    for any head_dim, dtype and device (``attention_config``'s branches and ``shape_class``
+    change with max_seqlen only at ``SHORT``; sweeps are per class). A new max_seqlen in a
+    span already launched then needs no plan and no compile."""
+    return (0, SHORT) if max_seqlen <= SHORT else (SHORT + 1, MAX_LENGTH)
 
 
 def cache_path(device_name: str) -> Path:

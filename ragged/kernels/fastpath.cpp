@@ -9,8 +9,9 @@
 // the kernel goes to cuLaunchKernel directly. Measured figures: docs/kernel.md.
 //
 // What the Python side keeps (read on every call from the context, so a monkeypatch holds):
-//   kernels.kept._ready  {(device, dtype, head_dim, max_seqlen):
-//                         (direct, block_m, default_scale x log2 e, spec)}
+//   kernels.kept._ready  {(device, dtype, head_dim):
+//                         ((lo, hi, direct, block_m, default_scale x log2 e, spec), ...)}
+//                        (each span: every max_seqlen from lo to hi launches that kernel)
 //   kernels.launch            _SINGLE_DEVICE, _current_device, _raw_stream, _runtime_knobs
 //   the LayoutAttention       _launch (a KeptLaunch or None: its numbers from its image,
 //                             an Image made by ``image``), cu_seqlens, max_seqlen
@@ -69,13 +70,6 @@ ErrorFn cu_error = nullptr;
 bool plain(const at::Tensor &t) {
   return t.layout() == c10::kStrided && !t.is_nested() && !t.is_neg() &&
          !t.unsafeGetTensorImpl()->has_symbolic_sizes_strides() && (t.is_cuda() || t.is_cpu());
-}
-
-// An exact Python int equal to ``value``.
-bool equal_int(PyObject *item, int64_t value) {
-  int overflow = 0;
-  return PyLong_CheckExact(item) && PyLong_AsLongLongAndOverflow(item, &overflow) == value &&
-         !overflow;
 }
 
 // A strong reference, released on every way out (returns and C++ exceptions alike).
@@ -199,6 +193,27 @@ bool specializable(const int64_t *v, int n) {
 #define NONE_UNLESS(cond) \
   if (!(cond)) Py_RETURN_NONE
 
+// The span of a _ready value (a tuple of (lo, hi, direct, block_m, scale, spec)) that holds
+// max_seqlen: its index + 1, 0 for none, -1 with an error set.
+int find_span(PyObject *spans, long long max_seqlen) {
+  if (!PyTuple_Check(spans)) {
+    PyErr_SetString(PyExc_TypeError, "a _ready value is a tuple of spans");
+    return -1;
+  }
+  for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(spans); ++i) {
+    PyObject *span = PyTuple_GET_ITEM(spans, i);
+    if (!PyTuple_Check(span) || PyTuple_GET_SIZE(span) != 6) {
+      PyErr_SetString(PyExc_TypeError, "a span is (lo, hi, direct, block_m, scale, spec)");
+      return -1;
+    }
+    const long long lo = PyLong_AsLongLong(PyTuple_GET_ITEM(span, 0));
+    const long long hi = PyLong_AsLongLong(PyTuple_GET_ITEM(span, 1));
+    if (PyErr_Occurred()) return -1;
+    if (lo <= max_seqlen && max_seqlen <= hi) return (int)i + 1;
+  }
+  return 0;
+}
+
 // attention(*context, q, k, v, cu_seqlens, max_seqlen, softmax_scale, out)
 //   -> out | a new output | None
 PyObject *attention(PyObject *, PyObject *const *all_args, Py_ssize_t nargs) {
@@ -235,23 +250,23 @@ PyObject *attention(PyObject *, PyObject *const *all_args, Py_ssize_t nargs) {
     const int64_t dev = q.get_device(), heads = q.size(1), head_dim = q.size(2);
 
     Owned ready{attr(c.kept_module, s_ready)};
-    Owned key{Py_BuildValue("(LOLO)", (long long)dev, (PyObject *)torch::getTHPDtype(dtype),
-                            (long long)head_dim, max_o)};
-    Owned entry{ready.p && key.p ? Py_XNewRef(PyDict_GetItemWithError(ready.p, key.p)) : nullptr};
-    if (!entry.p) {
+    Owned key{Py_BuildValue("(LOL)", (long long)dev, (PyObject *)torch::getTHPDtype(dtype),
+                            (long long)head_dim)};
+    Owned spans{ready.p && key.p ? Py_XNewRef(PyDict_GetItemWithError(ready.p, key.p)) : nullptr};
+    if (!spans.p) {
       if (PyErr_Occurred()) return nullptr;
       Py_RETURN_NONE;
     }
-    if (!PyTuple_Check(entry.p) || PyTuple_GET_SIZE(entry.p) != 4) {
-      PyErr_SetString(PyExc_TypeError, "a _ready entry is (direct, block_m, scale, spec)");
-      return nullptr;
-    }
-    PyObject *direct = PyTuple_GET_ITEM(entry.p, 0);
+    const int found = find_span(spans.p, max_seqlen);
+    if (found < 0) return nullptr;
+    NONE_UNLESS(found);
+    PyObject *entry = PyTuple_GET_ITEM(spans.p, found - 1);
+    PyObject *direct = PyTuple_GET_ITEM(entry, 2);
     Spec spec;
-    const int has_spec = read_spec(PyTuple_GET_ITEM(entry.p, 3), &spec);
+    const int has_spec = read_spec(PyTuple_GET_ITEM(entry, 5), &spec);
     if (has_spec < 0) return nullptr;
-    const long long block_m = PyLong_AsLongLong(PyTuple_GET_ITEM(entry.p, 1));
-    const double default_scale = PyFloat_AsDouble(PyTuple_GET_ITEM(entry.p, 2));
+    const long long block_m = PyLong_AsLongLong(PyTuple_GET_ITEM(entry, 3));
+    const double default_scale = PyFloat_AsDouble(PyTuple_GET_ITEM(entry, 4));
     const int ok = PyErr_Occurred() ? -1 : launchable(c, dev);
     if (ok < 0) return nullptr;
     NONE_UNLESS(ok && block_m > 0);
@@ -302,7 +317,7 @@ PyObject *attention(PyObject *, PyObject *const *all_args, Py_ssize_t nargs) {
 
 // The fields of kernels.kept.KeptLaunch, by index.
 enum { L_DIRECT, L_SPEC, L_KEY, L_GRID, L_KOFF, L_VOFF, L_OUT, L_OUT_PTR, L_CU_LEN, L_SCALARS,
-       L_MAX_SEQLEN, L_EPOCH, L_IMAGE };
+       L_MAX_SEQLEN, L_EPOCH, L_BLOCK_M, L_SPAN, L_IMAGE };
 
 // A KeptLaunch's numbers, as ``image`` writes them into its ``image`` (bytes): what ``layout``
 // reads on every call, one object where the tuple's fields are ~35 (ints, tuples, a dtype).
@@ -311,6 +326,7 @@ struct Image {
   int32_t has_spec, dtype;  // dtype: the qkv's c10::ScalarType
   int64_t sizes[4], strides[4], device;  // the key: the qkv the launch was kept for
   int64_t grid_x, k_offset, v_offset, cu_len, max_seqlen;
+  int64_t block_m, span[2];  // another max_seqlen of the span: the grid of block_m-row tiles
   uint64_t out_ptr;
   double qk_scale;
   int64_t ints[kInts];
@@ -367,7 +383,12 @@ PyObject *image(PyObject *, PyObject *kept) {
   im.out_ptr = PyLong_AsUnsignedLongLong(f[L_OUT_PTR]);
   im.cu_len = PyLong_AsLongLong(f[L_CU_LEN]);
   im.max_seqlen = PyLong_AsLongLong(f[L_MAX_SEQLEN]);
-  if (PyErr_Occurred()) return nullptr;
+  im.block_m = PyLong_AsLongLong(f[L_BLOCK_M]);
+  if (PyErr_Occurred() || !read_ints(f[L_SPAN], 2, im.span, "span")) return nullptr;
+  if (im.block_m <= 0) {
+    PyErr_SetString(PyExc_ValueError, "a kept launch's block_m is positive");
+    return nullptr;
+  }
   return PyBytes_FromStringAndSize((const char *)&im, sizeof im);
 }
 
@@ -400,8 +421,12 @@ PyObject *layout(PyObject *, PyObject *const *args, Py_ssize_t nargs) {
   if (!cu_o.p || !max_o.p) return nullptr;
   PyObject *T = c.tensor_type;
   NONE_UNLESS((PyObject *)Py_TYPE(qkv_o) == T && (PyObject *)Py_TYPE(cu_o.p) == T);
-  // the kept layout's max_seqlen (its grid was planned for it)
-  NONE_UNLESS(equal_int(max_o.p, k.max_seqlen));
+  // a max_seqlen of the kept kernel's span
+  NONE_UNLESS(PyLong_CheckExact(max_o.p));
+  int overflow = 0;
+  const long long max_seqlen = PyLong_AsLongLongAndOverflow(max_o.p, &overflow);
+  if (max_seqlen == -1 && PyErr_Occurred()) return nullptr;
+  NONE_UNLESS(!overflow && k.span[0] <= max_seqlen && max_seqlen <= k.span[1]);
   try {
     const at::Tensor &qkv = THPVariable_Unpack(qkv_o);
     const at::Tensor &cu = THPVariable_Unpack(cu_o.p);
@@ -410,7 +435,8 @@ PyObject *layout(PyObject *, PyObject *const *args, Py_ssize_t nargs) {
     const int64_t dev = qkv.get_device();
     NONE_UNLESS(qkv.dim() == 4 && equal_ints(qkv.sizes(), k.sizes) &&
                 equal_ints(qkv.strides(), k.strides) &&
-                (int32_t)qkv.scalar_type() == k.dtype && dev == k.device);
+                (int32_t)qkv.scalar_type() == k.dtype && dev == k.device &&
+                max_seqlen <= k.sizes[0]);
     // cu_seqlens as the checked call takes it (int32, 1-D, unit stride, qkv's device), of
     // the kept length (the grid's batch)
     NONE_UNLESS(cu.scalar_type() == at::kInt && cu.dim() == 1 && cu.get_device() == dev &&
@@ -422,8 +448,14 @@ PyObject *layout(PyObject *, PyObject *const *args, Py_ssize_t nargs) {
     NONE_UNLESS((p & 15) == 0);
     const uint64_t ptrs[kPointers] = {p, p + k.k_offset, p + k.v_offset, k.out_ptr,
                                       (uint64_t)cu.data_ptr()};
-    if (!launch(c, k.has_spec ? &k.spec : nullptr, f[L_DIRECT], dev, k.grid_x, ptrs,
-                k.qk_scale, k.ints))
+    int64_t grid = k.grid_x;
+    if (max_seqlen != k.max_seqlen) {  // the same kernel over another grid
+      k.ints[kInts - 1] = max_seqlen / k.block_m + (max_seqlen % k.block_m != 0);
+      NONE_UNLESS(!__builtin_mul_overflow(k.ints[kInts - 1], k.cu_len - 1, &grid) &&
+                  !__builtin_mul_overflow(grid, k.ints[kInts - 2], &grid) && grid <= INT32_MAX);
+    }
+    if (grid && !launch(c, k.has_spec ? &k.spec : nullptr, f[L_DIRECT], dev, grid, ptrs,
+                        k.qk_scale, k.ints))
       return nullptr;
     return Py_NewRef(f[L_OUT]);
   } catch (python_error &e) {
@@ -447,12 +479,11 @@ PyModuleDef module_def = {PyModuleDef_HEAD_INIT, "ragged_fastpath", nullptr, -1,
 }  // namespace
 
 PyMODINIT_FUNC PyInit_ragged_fastpath(void) {
-  const char *names[] = {"_ready",          "_SINGLE_DEVICE",    "_current_device",
-                         "_raw_stream",     "_runtime_knobs",    "launch_enter_hook",
-                         "calls",           "_launch",           "cu_seqlens",
-                         "max_seqlen"};
-  PyObject **slots[] = {&s_ready, &s_single, &s_current, &s_stream,       &s_knobs,
-                        &s_enter, &s_calls,  &s_launch,  &s_cu_seqlens, &s_max_seqlen};
+  const char *names[] = {"_ready",      "_SINGLE_DEVICE", "_current_device", "_raw_stream",
+                         "_runtime_knobs", "launch_enter_hook", "calls",        "_launch",
+                         "cu_seqlens",  "max_seqlen"};
+  PyObject **slots[] = {&s_ready, &s_single, &s_current,    &s_stream,     &s_knobs, &s_enter,
+                        &s_calls, &s_launch, &s_cu_seqlens, &s_max_seqlen};
   for (int i = 0; i < 10; ++i)
     if (!(*slots[i] = PyUnicode_InternFromString(names[i]))) return nullptr;
   // libcuda, when this process has one (never on a machine without a GPU driver).

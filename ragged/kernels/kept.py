@@ -11,10 +11,12 @@ from typing import Any, NamedTuple
 
 import torch
 
-# (device index, dtype, head_dim, max_seqlen) -> (direct launch, block_m, default scale x
-# log2 e, launch spec): what ``attention.launch_ready`` needs to skip the plan, the Launcher
-# and their checks, for calls of the table's config that passed ``ragged.attention``'s checks
-# once (``attention.remember``). fastpath.cpp reads it too.
+# (device index, dtype, head_dim) -> spans, each (lo, hi, direct launch, block_m, default
+# scale x log2 e, launch spec): every max_seqlen from lo to hi plans the same compiled kernel
+# (``config.length_span``), so a max_seqlen never called before launches at once, with no
+# plan and no compile. What ``attention.launch_ready`` needs to skip the plan, the Launcher and
+# their checks, for calls of the table's config that passed ``ragged.attention``'s checks once
+# (``attention.remember``). fastpath.cpp reads it too.
 _ready: dict[tuple, tuple] = {}
 
 
@@ -34,6 +36,8 @@ class KeptLaunch(NamedTuple):
     scalars: tuple  # (qk_scale, 8 strides, heads, num_m_blocks)
     max_seqlen: int
     epoch: int  # ``attention.epoch`` when kept
+    block_m: int  # the grid of another max_seqlen of ``span``: num_m_blocks = ceil(it / block_m)
+    span: tuple  # (lo, hi): every max_seqlen the kept kernel serves (``config.length_span``)
     # The numbers above as the C struct fastpath.cpp's ``layout`` reads
     # (``attention.with_image``), or None: then that takes the checked call. Made from the
     # fields: a ``_replace`` must be followed by ``with_image`` again.
