@@ -182,3 +182,22 @@ def test_a_new_max_seqlen_compiles_nothing_and_never_syncs():
     a kept call, is the benchmark's: kernel.FirstCall)."""
     new = F.measure(["new_max_seqlen"], max_seqlens=(171, 183))["new_max_seqlen"]
     assert new["compiles"] == [0, 0] and new["host_syncs"] == [0, 0]
+
+
+def test_kernel_bench_prints_the_first_call_table(monkeypatch, capsys):
+    from scripts import kernel_bench
+
+    cases = {
+        "new_max_seqlen": {"first_call_us": [30.0, 10.0, 20.0], "kept_call_us": [10.0] * 3,
+                           "first_over_kept": [3.0, 1.0, 2.0], "compiles": [0, 0, 0],
+                           "host_syncs": [0, 1, 0]},
+        "new_head_dim_cached": {"skip": "cannot drop the in-memory caches: no its _cache"},
+    }  # fmt: skip
+    monkeypatch.setattr(kernel_bench.F, "measure", lambda: cases)
+    monkeypatch.setattr(kernel_bench.F, "fastpath_build_s", lambda: 9.87)
+    assert kernel_bench.first_call(None) == {"cases": cases, "fastpath_build_s": 9.87}
+    lines = capsys.readouterr().out.splitlines()
+    assert "| new_max_seqlen | 20 (10-30) | 10.0 | 2.0 | 0 | 0-1 |" in lines
+    assert "| new_head_dim_cached | skipped: cannot drop the in-memory caches: no its _cache |" \
+        " | | | |" in lines  # fmt: skip
+    assert "| C++ fast path build (once a machine) | 9.9 s | | | | |" in lines
