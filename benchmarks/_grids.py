@@ -21,6 +21,11 @@ GEOMETRIES = grid(["deit_b"], ["deit_s", "deit_b"])  # deit_b: 12 heads, deit_s:
 LENGTHS = ["uniform", "mixed"]  # all images equal, or widely spread with the same total
 FLOOR = (1, 0.8, "uniform")  # the dispatch floor's workload: BS=1, 80% pruned
 ERROR_DTYPES = grid(["float16"], ["float16", "bfloat16"])  # q, k, v dtype against the oracle
+# what is new to the process at a first call (_first_call.CASES). Quick: the length alone,
+# which compiles nothing; each head_dim and dtype case adds compiles (~1-2 s each on the H100)
+FIRST_CALL_CASES = grid(
+    ["new_max_seqlen"], ["new_max_seqlen", "new_head_dim", "new_head_dim_cached", "new_dtype"]
+)
 
 # --- pipeline.py and numerics.py: the pruned DeiT pipeline, fp16 --------------------------------
 # layout and attention backend (_catalogue.PIPELINES); dense = the unpruned timm model

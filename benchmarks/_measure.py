@@ -84,6 +84,22 @@ def kernels(self) -> dict:
     return {"skip": None, "cells": cells}
 
 
+def first_calls(self) -> dict:
+    """Table ``first_call``: what the first call of an unseen shape costs (``_first_call``),
+    in a process of its own that launched nothing before: not ``kernels``, whose set-up tunes
+    and launches the shapes first."""
+    torch = _gpu()
+    if torch is None:
+        return skipped("needs a CUDA GPU: first-call costs are GPU costs")
+    from . import _first_call
+    from . import _workloads as W
+
+    if "triton" not in W.ragged.available_backends():
+        return skipped("backend triton is not available here")
+    measured = _first_call.measure(G.FIRST_CALL_CASES)
+    return {"skip": None, "cells": {"first_call": {(c,): m for c, m in measured.items()}}}
+
+
 ANCHOR_ENV = "RAGBENCH_ANCHOR"  # the anchor's source tree (ragbench.suite checks it out)
 ANCHOR_ROUNDS = 40
 

@@ -8,9 +8,9 @@ wall-clock timer cannot time microsecond GPU work (it never synchronises the dev
 
 from __future__ import annotations
 
+from . import _first_call, _measure
 from . import _grids as G
 from . import _harness as H
-from . import _measure
 from . import _suite as S
 
 
@@ -104,3 +104,44 @@ class AnchoredFloor(S.Grid):
 
 
 AnchoredFloor.version += f"-anchor{H.ANCHOR[:8]}"  # a new anchor starts a new series
+
+
+@S.versioned
+class FirstCall(S.Grid):
+    """The first triton call of a shape the process has not seen (``_first_call``: a new
+    max_seqlen of a compiled configuration; a new head_dim or dtype, Triton's disk cache empty
+    or full) beside the same call kept: one value a sample, each sample a new shape."""
+
+    params = [G.FIRST_CALL_CASES]
+    param_names = ["case"]
+    unit = "us"
+    table = "first_call"
+    setup_cache = _measure.first_calls
+
+    def track_first_call_us(self, cache, case):
+        """Host time of the first call."""
+        return self.metric("first_call_us")
+
+    def track_kept_call_us(self, cache, case):
+        """Host time of the same call again (median of its kept calls)."""
+        return self.metric("kept_call_us")
+
+    def track_first_over_kept(self, cache, case):
+        return self.metric("first_over_kept")
+
+    track_first_over_kept.unit = "ratio"
+
+    def track_compiles(self, cache, case):
+        """Kernels Triton compiled or loaded from its disk cache during the first call."""
+        return self.metric("compiles")
+
+    track_compiles.unit = "count"
+
+    def track_host_syncs(self, cache, case):
+        """Synchronising CUDA operations torch saw during the first call."""
+        return self.metric("host_syncs")
+
+    track_host_syncs.unit = "count"
+
+
+FirstCall.version += f"-{_first_call.DIGEST}"  # the measuring code is _first_call's

@@ -2,6 +2,7 @@
 
     python -m scripts.kernel_bench                    # table: every backend, DeiT-B/S geometry
     python -m scripts.kernel_bench --launch-paths     # host cost of each way to launch Triton
+    python -m scripts.kernel_bench --first-call --no-table  # first call of an unseen shape
     python -m scripts.kernel_bench --sweep            # launch-config sweep behind the table in
                                                       # ragged/kernels/attention.py
     ... --out DIR                                     # also write JSON (raw samples) there
@@ -27,6 +28,7 @@ import triton
 
 import ragged
 from benchmarks import _catalogue as C
+from benchmarks import _first_call as F
 from benchmarks import _grids as G
 from benchmarks import _harness as H
 from benchmarks import _workloads as W
@@ -183,6 +185,37 @@ def launch_paths(args) -> list[dict]:
     return rows
 
 
+# --- first calls ----------------------------------------------------------------------------
+
+
+def first_call(args) -> dict:
+    """What the suite's ``kernel.FirstCall`` measures (``_first_call.measure``, every case),
+    and the C++ fast path's build, which a cold machine pays once."""
+    measured = F.measure()
+    build = F.fastpath_build_s()
+    print("\n| case | first call µs | kept call µs | first/kept | compiles | host syncs |")
+    print("|---|---|---|---|---|---|")
+    for case, m in measured.items():
+        if "skip" in m:
+            print(f"| {case} | skipped: {m['skip']} | | | | |")
+            continue
+        med = {k: statistics.median(v) for k, v in m.items()}
+        first = m["first_call_us"]
+        print(f"| {case} | {med['first_call_us']:.0f} ({min(first):.0f}-{max(first):.0f}) | "
+              f"{med['kept_call_us']:.1f} | {med['first_over_kept']:.1f} | "
+              f"{_span(m['compiles'])} | {_span(m['host_syncs'])} |")  # fmt: skip
+    shown = f"{build:.1f} s" if isinstance(build, float) else build
+    print(f"| C++ fast path build (once a machine) | {shown} | | | | |")
+    print(f"({len(F.MAX_SEQLENS)} lengths, head_dims {F.HEAD_DIMS}: one sample each; "
+          "first call: median (min-max))")  # fmt: skip
+    return {"cases": measured, "fastpath_build_s": build}
+
+
+def _span(values) -> str:
+    lo, hi = min(values), max(values)
+    return f"{lo:g}" if lo == hi else f"{lo:g}-{hi:g}"
+
+
 # --- config sweep ---------------------------------------------------------------------------
 
 SWEEP_SHAPES = [  # (heads, head_dim, dtype, batch, length)
@@ -291,6 +324,11 @@ def main(argv=None) -> int:
     p.add_argument("--launch-paths", action="store_true", help="compare Triton launch paths")
     p.add_argument("--rounds", type=int, default=15,
                    help="interleaved rounds of --launch-paths (its ratios pair them)")  # fmt: skip
+    p.add_argument(
+        "--first-call",
+        action="store_true",
+        help="first call of an unseen shape (measured before anything else)",
+    )
     p.add_argument("--sweep", action="store_true", help="sweep kernel launch configs")
     p.add_argument("--sweep-seconds", type=float, default=240, help="time cap of the sweep")
     p.add_argument("--no-table", action="store_true", help="skip the backend table")
@@ -305,6 +343,8 @@ def main(argv=None) -> int:
     env = environment()
     print(json.dumps(env))
     results = {"environment": env, "harness_version": H.HARNESS_VERSION}
+    if args.first_call:  # first: the others launch (and compile) the shapes it needs unseen
+        results["first_call"] = first_call(args)
     if args.launch_paths:
         results["launch_paths"] = launch_paths(args)
     if args.sweep:
