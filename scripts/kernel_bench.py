@@ -166,12 +166,12 @@ def launch_paths(args) -> tuple[list[dict], dict | None]:
         ),
     }
     try:
-        empty = P.arms(q, k, v, cu, max_seqlen)
+        arms = P.arms(q, k, v, cu, max_seqlen)
     except RuntimeError as exc:  # no kept launch on this machine: no promise to check
         print(f"launch promises: not measured: {exc}", file=sys.stderr)
-        empty = None
+        arms = None
     else:
-        paths.update({P.ARM_NAMES[a]: empty[a] for a in ("empty_kept", "empty_direct")})
+        paths.update({P.ARM_NAMES[a]: arms[a] for a in ("empty_kept", "empty_direct")})
     measured = H.measure_interleaved(paths, rounds=args.rounds, gpu=False)
     rows = [{"path": name, **m} for name, m in measured.items()]
     ref = ragged.varlen_attention(q, k, v, cu, max_seqlen, backend="reference")
@@ -193,7 +193,7 @@ def launch_paths(args) -> tuple[list[dict], dict | None]:
     ):
         r = [a / b for a, b in zip(measured[name]["host_us"]["samples"], fa2, strict=True)]
         print(f"| {name.strip()} | {statistics.median(r):.2f} | {min(r):.2f}-{max(r):.2f} |")
-    if empty is None:
+    if arms is None:
         return rows, None
     ratios = P.measure(q, k, v, cu, max_seqlen, rounds=args.promise_rounds)
     print_promises(ratios, args.promise_rounds)
