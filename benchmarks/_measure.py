@@ -144,6 +144,24 @@ def _anchored(W) -> dict:
     return cells
 
 
+def promises(self) -> dict:
+    """Table ``promise``: per geometry, at the dispatch floor's workload, the per-round
+    host-time ratios of the API's launch promises (``_promises.measure``). Its own cache: the
+    kernels' cache's source is part of their asv version, which must not move."""
+    torch = _gpu()
+    if torch is None:
+        return skipped("needs a CUDA GPU: the promises are host times of GPU launches")
+    from . import _harness as H
+    from . import _promises as P
+    from . import _workloads as W
+
+    H.tune(W.ragged)
+    H.spin_up()
+    batch, prune, lengths = G.FLOOR
+    cells = {(g,): P.measure(*W.kernel_inputs(batch, prune, g, lengths)) for g in G.GEOMETRIES}
+    return {"skip": None, "cells": {"promise": cells}}
+
+
 def pipelines(self) -> dict:
     """Tables ``throughput`` and ``methods`` (img/s samples), ``memory``, ``ideal``,
     ``stages`` (ms samples) and ``drift``."""

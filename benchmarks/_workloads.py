@@ -28,16 +28,23 @@ PRUNE_AT = 4  # prune after block 4, as in the paper
 KEEP = 0.5  # pipelines keep half the patches (ATS: a budget of half)
 
 
-@functools.cache
-def no_attention():
+def no_attention(rows_vary: bool = False):
     """A ``LayoutAttention`` that launches nothing: every call returns the output buffer its
-    layout keeps (eager: across forwards, as triton's own), of its first call's shape (the
-    bound runs fixed-ratio pruning: the rows never change). A pipeline's time with it is the
-    bound of any attention kernel; its logits are meaningless. Nothing but an attribute read
-    per call: a shape check per call made DeiT-B BS 1 forwards 1.1% slower (H100, same-process
-    A/B), a bound lower by that. Built on first use: builds of ragged before LayoutAttention
-    run every other pipeline."""
+    layout keeps (eager: across forwards, as triton's own). A pipeline's time with it is the
+    bound of any attention kernel; its logits are meaningless. Built on first use: builds of
+    ragged before LayoutAttention run every other pipeline.
 
+    ``rows_vary=False`` (fixed-ratio pruning: a layout's rows never change): the buffer of the
+    first call's shape, with nothing but an attribute read per call: a shape check per call
+    made DeiT-B BS 1 forwards 1.1% slower (H100, same-process A/B), a bound lower by that.
+    ``rows_vary=True`` (pruning whose kept rows change with the data, ATS: ``rows_vary``
+    below): the buffer is made again when a call's rows differ from its own; only these
+    pipelines pay that check."""
+    return _no_attention_classes()[rows_vary]
+
+
+@functools.cache
+def _no_attention_classes() -> tuple[type, type]:
     class NoAttention(ragged.LayoutAttention):
         _out = None
 
@@ -47,14 +54,30 @@ def no_attention():
                 out = self._out = torch.empty_like(qkv[:, 0])
             return out
 
-    return NoAttention
+    class NoAttentionRows(ragged.LayoutAttention):
+        _out = None
+
+        def __call__(self, qkv: torch.Tensor) -> torch.Tensor:
+            out = self._out
+            if out is None or out.shape[0] != qkv.shape[0]:
+                out = self._out = torch.empty_like(qkv[:, 0])
+            return out
+
+    return NoAttention, NoAttentionRows
 
 
-def launch_only():
-    """``no_attention`` plus one launch of an empty kernel (one program, ragged's C launcher)
-    per call: the bound of any attention kernel that has to be launched, with nothing of a
-    kernel's own checks or GPU time. Eager only (``scripts/pipeline_bench.py --sections
-    bound``). Built on first use."""
+def rows_vary(model, method) -> bool:
+    """Whether ``method`` keeps a number of tokens the host does not know (ATS): then a
+    ragged layout's rows change with the data, from one forward to the next."""
+    tokens = model.patch_embed.num_patches + 1
+    return method.kept_tokens(tokens, tokens) is None
+
+
+def launch_only(rows_vary: bool = False):
+    """``no_attention(rows_vary)`` plus one launch of an empty kernel (one program, ragged's C
+    launcher) per call: the bound of any attention kernel that has to be launched, with
+    nothing of a kernel's own checks or GPU time. Eager only (``scripts/pipeline_bench.py
+    --sections bound``). Built on first use."""
     import triton
 
     from ragged.kernels import c_launch
@@ -80,7 +103,17 @@ def launch_only():
                 out = self._out = torch.empty_like(qkv[:, 0])
             return out
 
-    return LaunchOnly
+    class LaunchOnlyRows(ragged.LayoutAttention):  # no_attention(rows_vary=True)'s, likewise
+        _out = None
+
+        def __call__(self, qkv: torch.Tensor) -> torch.Tensor:
+            direct(1, 1, 1, stream(dev), ptr)
+            out = self._out
+            if out is None or out.shape[0] != qkv.shape[0]:
+                out = self._out = torch.empty_like(qkv[:, 0])
+            return out
+
+    return LaunchOnlyRows if rows_vary else LaunchOnly
 
 
 METHODS = ("threshold_l2", "dynamicvit", "evit", "ats")
@@ -140,7 +173,7 @@ def make_method(name: str, model, *, device="cuda", dtype=torch.float16):
 def pipeline(model, method, name: str) -> PrunedViT:
     """The catalogue's pipeline ``name`` pruning with ``method`` after block ``PRUNE_AT``."""
     p = _catalogue.PIPELINE_BY_NAME[name]
-    extra = {"layout_attention": no_attention()} if p.no_attention else {}
+    extra = {"layout_attention": no_attention(rows_vary(model, method))} if p.no_attention else {}
     return PrunedViT(model, PruneStage(PRUNE_AT, method), mode=p.mode, backend=p.backend,
                      cuda_graph=p.cuda_graph, **extra)  # fmt: skip
 

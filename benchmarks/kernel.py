@@ -3,7 +3,8 @@
 ``call_us``, ``gpu_us`` and ``host_us`` as docs/metrics.md defines them, measured by
 ``_harness.measure_interleaved``: the backends of one workload in alternating rounds. asv's
 wall-clock timer cannot time microsecond GPU work (it never synchronises the device), hence
-``track_`` benchmarks carrying the harness's raw samples. GPU only. Axes: ``_grids``.
+``track_`` benchmarks carrying the harness's raw samples; ``LaunchPromise``, the API's launch
+promises as per-round ratios (``_promises``). GPU only. Axes: ``_grids``.
 """
 
 from __future__ import annotations
@@ -145,3 +146,24 @@ class FirstCall(S.Grid):
 
 
 FirstCall.version += f"-{_first_call.DIGEST}"  # the measuring code is _first_call's
+
+
+@S.versioned
+class LaunchPromise(S.Grid):
+    """The API's launch promises at the dispatch floor's workload (``_promises``), per-round
+    ratios of host time from interleaved rounds in one process: ``layout_over_launch``,
+    ``LayoutAttention``'s call over the same kept launch of an empty kernel with the kernel's
+    16 parameters (promised <= 1.5), and ``api_over_aten``, ``varlen_attention(...,
+    validate=False)`` over one aten op, ``x.add_(1)`` (promised <= 1.0). GPU only."""
+
+    params = [G.GEOMETRIES]
+    param_names = ["geometry"]
+    unit = "ratio"
+    table = "promise"
+    setup_cache = _measure.promises
+
+    def track_layout_over_launch(self, cache, geometry):
+        return self.metric("layout_over_launch")
+
+    def track_api_over_aten(self, cache, geometry):
+        return self.metric("api_over_aten")

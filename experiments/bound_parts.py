@@ -38,11 +38,10 @@ import torch
 import triton
 
 import ragged
+from benchmarks import _promises as P
 from benchmarks import _revision
 from benchmarks import _workloads as W
 from ragbench.stats import median_interval
-from ragged.kernels import attention as KA
-from ragged.kernels import c_launch
 from ragged.models import SHARP_ATTENTION, build_model, get_config
 from ragged.pipeline import PrunedViT, PruneStage
 from ragged.testing import synthetic_images
@@ -51,24 +50,8 @@ from scripts.pipeline_bench import paired_speedup, share_cell, share_of_bound, t
 _raw_stream = torch._C._cuda_getCurrentRawStream
 
 
-@triton.jit(do_not_specialize=["cu", "heads", "m_blocks"], do_not_specialize_on_alignment=["cu"])
-def _empty16(Q, K, V, O, cu, scale, sqt, sqh, skt, skh, svt, svh, sot, soh, heads, m_blocks):
-    pass  # _varlen_fwd_kernel's runtime parameters, and nothing else
-
-
-class Grid1(ragged.LayoutAttention):
-    """triton's kept launch with one program: the same host path, almost no GPU time."""
-
-    def _checked(self, qkv):
-        out = super()._checked(qkv)
-        if self._launch is not None:
-            kept = self._launch._replace(grid_x=1, **self._swap(qkv, self._launch))
-            self._launch = KA.with_image(kept)
-        return out
-
-    def _swap(self, qkv, kept) -> dict:
-        """Further fields of the kept launch to replace."""
-        return {}
+Grid1 = P.OneProgram  # triton's kept launch with one program
+KeptEmpty16 = P.KeptEmpty16
 
 
 @triton.jit
@@ -76,24 +59,11 @@ def _empty1(x):
     pass  # launch_only's kernel
 
 
-class KeptEmpty1(Grid1):
-    """triton's kept launch (fastpath.cpp: checks, cuLaunchKernel) of an empty kernel, one
-    program: the kept path's host cost with launch_only's kernel."""
-
-    def _swap(self, qkv, kept):
-        md = (compiled := self._empty(qkv, kept)).metadata
-        return {"spec": (compiled.function, 32 * md.num_warps, md.shared)}
+class KeptEmpty1(KeptEmpty16):
+    """As KeptEmpty16, with launch_only's kernel (one parameter)."""
 
     def _empty(self, qkv, kept):
         return _empty1[(1,)](qkv)
-
-
-class KeptEmpty16(KeptEmpty1):
-    """As KeptEmpty1, with an empty kernel of triton's 16 parameters."""
-
-    def _empty(self, qkv, kept):
-        q, k, v = qkv.unbind(1)
-        return _empty16[(1,)](q, k, v, kept.out, self.cu_seqlens, *kept.scalars)
 
 
 class PyDirect(ragged.LayoutAttention):
@@ -123,9 +93,7 @@ class Empty16(PyDirect):
             scratch = torch.empty(16, device="cuda")
             cu = torch.zeros(2, device="cuda", dtype=torch.int32)
             scale, *ints = kept.scalars
-            launch = c_launch.direct(_empty16[(1,)](*[scratch] * 4, cu, scale, *ints))
-            if launch is None:
-                raise RuntimeError("the C launcher could not be built here")
+            launch = P.direct(P._empty16[(1,)](*[scratch] * 4, cu, scale, *ints))
             Empty16._empty = lambda _grid, *args: launch(1, *args)
         return Empty16._empty
 

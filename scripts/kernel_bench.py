@@ -1,7 +1,8 @@
 """Kernel-level timings on a CUDA GPU: the kernel table, launch paths, config sweep.
 
     python -m scripts.kernel_bench                    # table: every backend, DeiT-B/S geometry
-    python -m scripts.kernel_bench --launch-paths     # host cost of each way to launch Triton
+    python -m scripts.kernel_bench --launch-paths     # host cost of each way to launch Triton,
+                                                      # and the API's launch promises
     python -m scripts.kernel_bench --first-call --no-table  # first call of an unseen shape
     python -m scripts.kernel_bench --sweep            # launch-config sweep behind the table in
                                                       # ragged/kernels/attention.py
@@ -31,8 +32,10 @@ from benchmarks import _catalogue as C
 from benchmarks import _first_call as F
 from benchmarks import _grids as G
 from benchmarks import _harness as H
+from benchmarks import _promises as P
 from benchmarks import _workloads as W
 from ragbench import fingerprint
+from ragbench.stats import median_interval
 from ragged.kernels import attention as KA
 from ragged.kernels.launch_paths import launch_paths as ragged_launch_paths
 from ragged.testing import packed_qkv
@@ -139,9 +142,12 @@ def _empty_kernel(x):
     pass
 
 
-def launch_paths(args) -> list[dict]:
+def launch_paths(args) -> tuple[list[dict], dict | None]:
     """Host and call time of each way to launch the same kernel, BS=1 / 80%, DeiT-B, beside
-    the bare fa2 op, one aten op and an empty Triton kernel."""
+    the bare fa2 op, one aten op and empty Triton kernels (one with the kernel's 16
+    parameters through the kept launch and through the C launcher); then the API's launch
+    promises (``_promises.measure``: per-round ratios by cell, or None where this machine
+    keeps no launch)."""
     q, k, v, cu, max_seqlen = W.kernel_inputs(*G.FLOOR[:2], "deit_b", G.FLOOR[2])
     out = torch.empty(q.shape, dtype=q.dtype, device=q.device)
     scale = q.shape[-1] ** -0.5
@@ -161,6 +167,13 @@ def launch_paths(args) -> list[dict]:
             1, 1, 1, stream, efn, emeta, None, None, None, q
         ),
     }
+    try:
+        arms = P.arms(q, k, v, cu, max_seqlen)
+    except RuntimeError as exc:  # no kept launch on this machine: no promise to check
+        print(f"launch promises: not measured: {exc}", file=sys.stderr)
+        arms = None
+    else:
+        paths.update({P.ARM_NAMES[a]: arms[a] for a in ("empty_kept", "empty_direct")})
     measured = H.measure_interleaved(paths, rounds=args.rounds, gpu=False)
     rows = [{"path": name, **m} for name, m in measured.items()]
     ref = ragged.varlen_attention(q, k, v, cu, max_seqlen, backend="reference")
@@ -182,7 +195,36 @@ def launch_paths(args) -> list[dict]:
     ):
         r = [a / b for a, b in zip(measured[name]["host_us"]["samples"], fa2, strict=True)]
         print(f"| {name.strip()} | {statistics.median(r):.2f} | {min(r):.2f}-{max(r):.2f} |")
-    return rows
+    if arms is None:
+        return rows, None
+    ratios = P.measure(q, k, v, cu, max_seqlen, rounds=args.promise_rounds)
+    print_promises(ratios, args.promise_rounds)
+    return rows, ratios
+
+
+def promise_verdict(ratios: list[float], limit: float | None) -> str:
+    """A promise's verdict from per-round ratios: "met" where the 95% interval of their
+    median is wholly at or below ``limit``, "not met" where wholly above it, else
+    "unresolved"; "-" for no promise."""
+    if limit is None:
+        return "-"
+    lo, hi = median_interval(ratios, 0.95)
+    return "met" if hi <= limit else "not met" if lo > limit else "unresolved"
+
+
+def print_promises(ratios: dict[str, list[float]], rounds: int) -> None:
+    print(
+        f"\n| host time, per-round ratio ({rounds} rounds of {P.CALLS} calls, arms in a random "
+        "order; BS=1, 80%, DeiT-B) | median [95%] | promise | verdict |\n|---|---|---|---|"
+    )
+    for cell, (num, den, limit) in P.CELLS.items():
+        r = ratios[cell]
+        lo, hi = median_interval(r, 0.95)
+        print(
+            f"| {cell}: {P.ARM_NAMES[num]} / {P.ARM_NAMES[den]} | {statistics.median(r):.3f} "
+            f"[{lo:.3f}, {hi:.3f}] | {'-' if limit is None else f'<= {limit}'} | "
+            f"{promise_verdict(r, limit)} |"
+        )
 
 
 # --- first calls ----------------------------------------------------------------------------
@@ -329,6 +371,8 @@ def main(argv=None) -> int:
         action="store_true",
         help="first call of an unseen shape (measured before anything else)",
     )
+    p.add_argument("--promise-rounds", type=int, default=P.ROUNDS,
+                   help="interleaved rounds of the launch promises (--launch-paths)")  # fmt: skip
     p.add_argument("--sweep", action="store_true", help="sweep kernel launch configs")
     p.add_argument("--sweep-seconds", type=float, default=240, help="time cap of the sweep")
     p.add_argument("--no-table", action="store_true", help="skip the backend table")
@@ -346,7 +390,7 @@ def main(argv=None) -> int:
     if args.first_call:  # first: the others launch (and compile) the shapes it needs unseen
         results["first_call"] = first_call(args)
     if args.launch_paths:
-        results["launch_paths"] = launch_paths(args)
+        results["launch_paths"], results["launch_promises"] = launch_paths(args)
     if args.sweep:
         results["sweep"] = sweep(args)
     if not args.no_table:

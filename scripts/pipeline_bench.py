@@ -11,8 +11,9 @@ Sections (all by default; ``--sections`` picks some):
   accuracy    logits of every ragged backend against padded_max over the same keep masks
               (max |diff|, top-1 agreement), the all-kept pipeline against the timm model,
               and whether the ragged path synchronises with the host
-  bound       DeiT-B 224 at BS 1, 4, 8 and 384 at BS 1, 4: fa2 and triton beside the ragged
-              pipeline with its attention call removed (no_attention): the most any
+  bound       DeiT-B 224 at BS 1, 4, 8 and 384 at BS 1, 4, Threshold-L2 and ATS (narrowed by
+              --bound-models, --bound-methods, --bound-batches): fa2 and triton beside the
+              ragged pipeline with its attention call removed (no_attention): the most any
               attention kernel could gain over fa2 in this pipeline; and with one empty
               kernel launched in its place (launch_only): the most a launched kernel could
               gain
@@ -57,6 +58,8 @@ SECTIONS = ("throughput", "stages", "r384", "models", "methods", "accuracy", "bo
 PIPELINES = ["dense", "padded_full", "padded_max", "fa2", "triton", "dense_graph", "fa2_graph",
              "triton_graph"]  # fmt: skip
 METHODS = ("threshold_l2", "dynamicvit", "evit", "ats", "threshold_l2_per_image")
+# The bound section's models and their batch sizes (--bound-models, --bound-batches)
+BOUND_BATCHES = {"deit_base_224": [1, 4, 8], "deit_base_384": [1, 4]}
 PRUNE_AT = W.PRUNE_AT
 DTYPE = torch.float16
 
@@ -80,7 +83,7 @@ def pipelines(model, method, names) -> dict[str, PrunedViT]:
 
 def _launch_only(model, method) -> PrunedViT:
     return PrunedViT(model, PruneStage(PRUNE_AT, method), mode="ragged",
-                     layout_attention=W.launch_only())  # fmt: skip
+                     layout_attention=W.launch_only(W.rows_vary(model, method)))  # fmt: skip
 
 
 def turns_us(
@@ -370,11 +373,11 @@ def summary(results: dict) -> str:
             "with a launch: the same with launch_only (no_attention plus one empty kernel "
             "launched per call) in place of no_attention.\n"
         )  # fmt: skip
-        lines.append("| model | BS | fa2 img/s | triton/fa2 | bound: no_attention/fa2 | "
+        lines.append("| model | method | BS | fa2 img/s | triton/fa2 | bound: no_attention/fa2 | "
                      "triton/fa2, graphs | bound, graphs | µs per call in the forward: fa2 | "
                      "triton | triton's share of the bound | bound with a launch: "
                      "launch_only/fa2 | triton's share of it |")  # fmt: skip
-        lines.append("|---" * 12 + "|")
+        lines.append("|---" * 13 + "|")
         for r in results["bound"]:
             res = r["pipelines"]
             cols = [paired_speedup(res[a], res[b]) for a, b in (
@@ -389,7 +392,8 @@ def summary(results: dict) -> str:
             ]  # fmt: skip
             launch = ("{:.3f} ({:.3f}-{:.3f})".format(*paired_speedup(res["launch_only"],
                       res["fa2"])) if "launch_only" in res else "-")  # fmt: skip
-            lines.append(f"| {r['model']} | {r['batch']} | {res['fa2']['img_per_s']:.0f} | "
+            lines.append(f"| {r['model']} | {r['method']} | {r['batch']} | "
+                         f"{res['fa2']['img_per_s']:.0f} | "
                          + " | ".join(f"{m:.3f} ({lo:.3f}-{hi:.3f})" for m, lo, hi in cols)
                          + f" | {per_call[0]:.1f} | {per_call[1]:.1f} | "
                          f"{share_cell(res, 'no_attention')}"
@@ -439,6 +443,24 @@ def main(argv=None) -> int:
         help="bound section: one forward of each pipeline in turn (default), or "
         "the other sections' alternating 40 ms rounds",
     )
+    ap.add_argument(
+        "--bound-models",
+        nargs="+",
+        choices=list(BOUND_BATCHES),
+        default=list(BOUND_BATCHES),
+        help="bound section: the models",
+    )
+    ap.add_argument(
+        "--bound-methods",
+        nargs="+",
+        choices=METHODS,
+        default=["threshold_l2", "ats"],
+        help="bound section: the pruning methods (default: threshold_l2 ats)",
+    )
+    ap.add_argument("--bound-batches", nargs="+", type=int, metavar="BS",
+                    help="bound section: these batch sizes for every model (default: "
+                    + "; ".join(f"{m} {' '.join(map(str, b))}" for m, b in BOUND_BATCHES.items())
+                    + ")")  # fmt: skip
     ap.add_argument("--out", type=Path, help="write results.json and summary.md here")
     args = ap.parse_args(argv)
     if not torch.cuda.is_available():
@@ -473,9 +495,9 @@ def main(argv=None) -> int:
         names = ["fa2", "triton", "no_attention", "launch_only", "fa2_graph", "triton_graph",
                  "no_attention_graph"]  # fmt: skip
         results["bound"] = [
-            row for m, bs in (("deit_base_224", [1, 4, 8]), ("deit_base_384", [1, 4]))
-            for row in run_throughput(m, bs, names, "threshold_l2", max(rounds, 101), "bound",
-                                      args.bound_timing)
+            row for m in args.bound_models for method in args.bound_methods
+            for row in run_throughput(m, args.bound_batches or BOUND_BATCHES[m], names, method,
+                                      max(rounds, 101), "bound", args.bound_timing)
         ]  # fmt: skip
     results["seconds"] = time.perf_counter() - t0
     text = summary(results)

@@ -42,7 +42,7 @@ def tracks(cls) -> list[str]:
 @pytest.mark.parametrize("mode", ["quick", "full"])
 def test_every_benchmark_declares_params_units_and_a_version(mode):
     classes = suite_classes(mode)
-    assert len(classes) == 15
+    assert len(classes) == 16
     for name, cls in classes.items():
         assert len(cls.params) == len(cls.param_names), name
         for axis in cls.params:
@@ -64,6 +64,40 @@ def test_quick_grid_is_a_subset_of_the_full_grid():
     cells = {m: sum(math.prod(map(len, c.params)) * len(tracks(c)) for c in g.values())
              for m, g in (("quick", quick), ("full", full))}  # fmt: skip
     assert cells["quick"] < cells["full"] < 1000  # ~0.55 s of asv per cell on the H100 VM
+
+
+def test_the_launch_promises_are_a_gpu_cell_skipped_here_with_a_reason():
+    import torch
+
+    cls = suite_classes("quick")["kernel.LaunchPromise"]
+    assert set(tracks(cls)) == {"track_layout_over_launch", "track_api_over_aten"}
+    assert cls.unit == "ratio" and cls.setup_cache.__qualname__ == "promises"
+    if torch.cuda.is_available():
+        pytest.skip("a CUDA GPU is here: the promises are measured")
+    cache = cls.setup_cache(None)
+    with pytest.raises(NotImplementedError, match="needs a CUDA GPU"):
+        cls().setup(cache, "deit_b")
+
+
+def test_the_promises_pair_each_rounds_host_times(monkeypatch):
+    """``_promises.measure``'s ratios come from the same round of both arms."""
+    from benchmarks import _harness as H
+    from benchmarks import _promises as P
+
+    us = {"layout": 6.0, "empty_kept": 5.0, "empty_direct": 4.0, "api": 9.0, "aten": 10.0}
+    clock = {"round": 0}
+
+    def host_us(fn, calls, rounds):  # every arm's time doubles each round: paired, it cancels
+        value = fn() * 2 ** (clock["round"] // len(us))
+        clock["round"] += 1
+        return H.Timing(value, [value])
+
+    monkeypatch.setattr(P, "arms", lambda *a: {n: (lambda v=v: v) for n, v in us.items()})
+    monkeypatch.setattr(H, "warmup", lambda fn: None)
+    monkeypatch.setattr(H, "host_us", host_us)
+    ratios = P.measure(None, None, None, None, 0, rounds=6)
+    assert ratios == {"layout_over_launch": [1.5] * 6, "api_over_aten": [0.9] * 6,
+                      "kept_over_launch": [1.25] * 6}  # fmt: skip
 
 
 def test_bad_mode_is_refused():

@@ -11,7 +11,7 @@ from benchmarks import _catalogue as C
 from benchmarks import _grids as G
 from ragged.models import build_model
 from ragged.pipeline import PrunedViT, PruneStage, ragged_backends
-from ragged.pruning import ThresholdL2
+from ragged.pruning import ATS, ThresholdL2
 from ragged.testing import assert_attention_close, packed_qkv
 
 
@@ -41,6 +41,9 @@ def test_the_grids_and_the_workloads_come_from_the_catalogue():
         pipe = W.pipeline(model, method, p.name)
         assert (pipe.mode, pipe.backend, pipe.cuda_graph) == (p.mode, p.backend, p.cuda_graph)
         assert (pipe.layout_attention is W.no_attention()) is p.no_attention
+    ats = ATS(0.5)  # data-dependent kept lengths: the bound's buffer follows the rows
+    assert W.rows_vary(model, ats) and not W.rows_vary(model, method)
+    assert W.pipeline(model, ats, "no_attention").layout_attention is W.no_attention(True)
     assert set(G.KERNEL_BACKENDS) <= {b.name for b in C.BACKENDS if b.kernel}
     for names in (G.PIPELINES, G.STAGE_PIPELINES, G.DRIFT_BACKENDS, G.CPU_PIPELINES,
                   G.CPU_DRIFT_BACKENDS):  # fmt: skip
@@ -49,6 +52,23 @@ def test_the_grids_and_the_workloads_come_from_the_catalogue():
         assert set(C.pipelines(axis, C.QUICK)) <= set(C.pipelines(axis, C.FULL))
     assert set(C.DEFAULT_BASELINES) <= set(C.PIPELINE_BY_NAME)
     assert C.candidates() == ["triton", "triton_graph"]
+
+
+def test_no_attention_gives_a_buffer_of_the_calls_rows_where_rows_vary():
+    from benchmarks import _workloads as W
+
+    fixed, varying = W.no_attention(), W.no_attention(rows_vary=True)
+    assert fixed is not varying
+    for cls in (fixed, varying):
+        layout = cls(None, 0)
+        first = layout(torch.zeros(5, 3, 2, 8))
+        assert first.shape == (5, 2, 8) and layout(torch.zeros(5, 3, 2, 8)) is first
+    layout = varying(None, 0)
+    a = layout(torch.zeros(5, 3, 2, 8))
+    b = layout(torch.zeros(7, 3, 2, 8))
+    assert b.shape == (7, 2, 8) and layout(torch.zeros(7, 3, 2, 8)) is b and a is not b
+    layout = fixed(None, 0)  # fixed ratios: no check per call, the first call's buffer
+    assert layout(torch.zeros(5, 3, 2, 8)) is layout(torch.zeros(7, 3, 2, 8))
 
 
 def test_the_version_locked_slow_set_matches_the_catalogue():

@@ -163,6 +163,22 @@ def test_the_anchored_host_ratio_is_tracked_on_main_only():
     assert c.headline == "inconclusive" and not c.judged()  # shown, and nothing judged
 
 
+def test_the_launch_promises_are_bounds_at_the_promised_ratios():
+    from benchmarks import _promises
+
+    pol = load_policies()
+    for cell, (_, _, limit) in _promises.CELLS.items():
+        policy = pol.for_metric("kernel.LaunchPromise", cell)
+        if limit is None:  # no promise: not a suite cell
+            continue
+        assert policy.kind == "bound" and policy.max == limit and policy.min is None
+        key = ("kernel.LaunchPromise", cell, "geometry=deit_b")
+        ok = {key: Cell(*key, {"geometry": "deit_b"}, "ratio", [limit * 0.9] * 40)}
+        broken = {key: Cell(*key, {"geometry": "deit_b"}, "ratio", [limit * 1.1] * 40)}
+        assert not compare.compare(ok, ok, pol).failed
+        assert compare.compare(ok, broken, pol).failed
+
+
 def test_a_clone_without_the_anchor_skips_it(monkeypatch, tmp_path):
     import contextlib
 

@@ -58,3 +58,57 @@ def test_a_share_from_exact_rounds_is_exact():
     fa2 = np.array([4000.0, 5000.0, 4500.0])
     share, lo, hi = P.share_of_bound(fa2, fa2 / 1.08, fa2 / 1.10)
     assert share == pytest.approx(0.8) and lo == pytest.approx(0.8) and hi == pytest.approx(0.8)
+
+
+def bound_row(model, method, batch, rng):
+    """A fake bound-section row: every pipeline's per-round µs and img/s."""
+    fa2, triton, bound = rounds(rng, 41, 0.14, 0.8)
+    us = {
+        "fa2": fa2,
+        "triton": triton,
+        "no_attention": bound,
+        "launch_only": bound * 1.02,
+        "fa2_graph": fa2 / 3,
+        "triton_graph": triton / 3,
+        "no_attention_graph": bound / 3,
+    }
+    pipes = {n: {"samples_us": list(s), "img_per_s": batch / float(np.median(s)) * 1e6}
+             for n, s in us.items()}  # fmt: skip
+    return {"model": model, "method": method, "batch": batch, "pipelines": pipes,
+            "ragged_attention_calls": 8, "timing": "turns"}  # fmt: skip
+
+
+def test_the_bound_table_has_a_row_per_model_method_and_batch():
+    rng = np.random.default_rng(1)
+    rows = [bound_row(m, method, b, rng) for m in ("deit_base_224", "deit_base_384")
+            for method in ("threshold_l2", "ats") for b in (1, 4)]  # fmt: skip
+    lines = P.summary({"bound": rows}).splitlines()
+    header = next(line for line in lines if line.startswith("| model |"))
+    cols = [c.strip() for c in header.strip("|").split("|")]
+    assert cols[:3] == ["model", "method", "BS"]
+    body = [line for line in lines if line.startswith("| deit_")]
+    assert len(body) == len(rows)
+    for line, r in zip(body, rows, strict=True):
+        cells = [c.strip() for c in line.strip("|").split("|")]
+        assert len(cells) == len(cols)
+        assert cells[:3] == [r["model"], r["method"], str(r["batch"])]
+    assert lines[lines.index(header) + 1] == "|---" * len(cols) + "|"
+
+
+def test_the_bound_section_narrows_to_the_models_methods_and_batches_asked(monkeypatch):
+    calls = []
+
+    def fake_run(model, batches, names, method, rounds, label, timing):
+        calls.append((model, method, tuple(batches), rounds))
+        return [bound_row(model, method, b, np.random.default_rng(b)) for b in batches]
+
+    monkeypatch.setattr(P.torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(P, "environment", dict)
+    monkeypatch.setattr(P, "run_throughput", fake_run)
+    assert P.main(["--sections", "bound", "--bound-batches", "1", "4"]) == 0
+    assert calls == [(m, method, (1, 4), 101) for m in ("deit_base_224", "deit_base_384")
+                     for method in ("threshold_l2", "ats")]  # fmt: skip
+    calls.clear()
+    P.main(["--sections", "bound", "--bound-models", "deit_base_384", "--bound-methods",
+            "ats", "--rounds", "201"])  # fmt: skip
+    assert calls == [("deit_base_384", "ats", (1, 4), 201)]
