@@ -25,6 +25,7 @@
 #include <ATen/PythonTorchFunctionTLS.h>
 #include <ATen/core/Tensor.h>
 #include <ATen/ops/empty_like.h>
+#include <ATen/ops/empty_native.h>
 #include <c10/core/impl/TorchDispatchModeTLS.h>
 #include <torch/csrc/Dtype.h>
 #include <torch/csrc/DynamicTypes.h>
@@ -64,6 +65,15 @@ using LaunchFn = int (*)(void *, unsigned, unsigned, unsigned, unsigned, unsigne
 using ErrorFn = int (*)(int, const char **);
 LaunchFn cu_launch = nullptr;
 ErrorFn cu_error = nullptr;
+
+// torch's CUDA kernel of at::empty (at::native::empty_cuda: the caching allocator, and the
+// deterministic fill where torch.use_deterministic_algorithms asks for it), found in the
+// loaded libtorch_cuda; null where it is not (a CPU build of torch, another signature): then
+// at::empty_like allocates. It skips at::empty_like's two dispatcher calls.
+decltype(&at::native::empty_cuda) empty_cuda = nullptr;
+constexpr const char *kEmptyCuda =
+    "_ZN2at6native10empty_cudaEN3c108ArrayRefIlEESt8optionalINS1_10ScalarTypeEES4_INS1_6Layout"
+    "EES4_INS1_6DeviceEES4_IbES4_INS1_12MemoryFormatEE";
 
 // A dense strided tensor whose sizes and strides can be read (not sparse, nested, symbolic)
 // and whose memory holds its values (no negative view, whose sign the kernel cannot see).
@@ -278,7 +288,13 @@ PyObject *attention(PyObject *, PyObject *const *all_args, Py_ssize_t nargs) {
       // raise: leave such calls to Python.
       NONE_UNLESS(!at::impl::torch_function_mode_enabled() &&
                   !c10::impl::TorchDispatchModeTLS::any_modes_set());
-      allocated = at::empty_like(q);
+      // what empty_like(q) gives where its strides are contiguous (q contiguous, or not dense:
+      // a view of a packed qkv), through empty_cuda
+      if (empty_cuda && q.is_cuda() && (q.is_contiguous() || !q.is_non_overlapping_and_dense()))
+        allocated = empty_cuda(q.sizes(), dtype, at::kStrided, device, false,
+                               at::MemoryFormat::Contiguous);
+      else
+        allocated = at::empty_like(q);
       out = &allocated;
     } else {
       out = &THPVariable_Unpack(out_o);
@@ -487,6 +503,8 @@ PyMODINIT_FUNC PyInit_ragged_fastpath(void) {
   for (int i = 0; i < 10; ++i)
     if (!(*slots[i] = PyUnicode_InternFromString(names[i]))) return nullptr;
   // libcuda, when this process has one (never on a machine without a GPU driver).
+  if (void *torch_cuda = dlopen("libtorch_cuda.so", RTLD_NOW | RTLD_NOLOAD))
+    empty_cuda = (decltype(empty_cuda))dlsym(torch_cuda, kEmptyCuda);
   if (void *cuda = dlopen("libcuda.so.1", RTLD_NOW | RTLD_GLOBAL)) {
     cu_launch = (LaunchFn)dlsym(cuda, "cuLaunchKernel");
     cu_error = (ErrorFn)dlsym(cuda, "cuGetErrorString");
