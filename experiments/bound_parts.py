@@ -11,7 +11,8 @@ replaced, part by part, all in one process, timed in turns (``pipeline_bench.tur
 Per arm: its cost per attention call over no_attention (µs, median over rounds [95%
 interval]), and triton's share of the bound that arm would set (``share_of_bound``; on
 the rows of triton and of the triton pipelines below, their own share of no_attention's).
-DeiT-B 224, Threshold-L2 keeping half the patches after block 4, fp16, BS 1 and 4.
+DeiT-B 224, Threshold-L2 keeping half the patches after block 4 (``--method ats``: ATS, whose
+lengths and rows come from the data), fp16, BS 1 and 4.
 
 ``--base SRC`` adds the triton pipeline of another revision (``SRC/ragged``, e.g. a
 ``git worktree`` of the commit before a change, loaded as ``benchmarks._paired`` loads one)
@@ -24,7 +25,7 @@ timing of ``pipeline_bench`` (40 ms rounds of back-to-back forwards, and turns),
 in one process: the share and how wide its interval is under each.
 
     python -m experiments.bound_parts [--rounds 101] [--batches 1 4] [--parts NAME ...]
-        [--base SRC] [--compare-timings]
+        [--base SRC] [--method threshold_l2|ats] [--compare-timings]
 """
 
 from __future__ import annotations
@@ -147,6 +148,12 @@ def main(argv=None) -> int:
         help="a source tree whose triton pipeline is timed as arm base",
     )
     p.add_argument(
+        "--method",
+        choices=("threshold_l2", "ats"),
+        default="threshold_l2",
+        help="the pruning: half the patches (fixed lengths), or ATS (lengths from the data)",
+    )
+    p.add_argument(
         "--compare-timings",
         action="store_true",
         help="the share under both timings of pipeline_bench, 3 times each",
@@ -157,12 +164,13 @@ def main(argv=None) -> int:
     cfg = get_config("deit_base_224")
     model = build_model(cfg.name, device="cuda", dtype=torch.float16,
                         attention_scale=SHARP_ATTENTION)  # fmt: skip
-    method = W.make_method("threshold_l2", model)
+    method = W.make_method(args.method, model)
     if args.compare_timings:
         compare_timings(model, method, args.batches, args.rounds)
         return 0
     calls = len(model.blocks) - W.PRUNE_AT
-    parts = {n: W.launch_only() if n == "launch_only" else PARTS[n] for n in args.parts}
+    rows_vary = W.rows_vary(model, method)
+    parts = {n: W.launch_only(rows_vary) if n == "launch_only" else PARTS[n] for n in args.parts}
     base = None
     if args.base is not None:
         try:
@@ -179,7 +187,7 @@ def main(argv=None) -> int:
             pipes[name] = PrunedViT(model, PruneStage(W.PRUNE_AT, method), mode="ragged",
                                     layout_attention=cls)  # fmt: skip
         if base is not None:
-            pipes["base"] = base.pipeline(model, base.make_method("threshold_l2", model), "triton")
+            pipes["base"] = base.pipeline(model, base.make_method(args.method, model), "triton")
             pipes["head2"] = W.pipeline(model, method, "triton")
         res = throughput(pipes, images, args.rounds, "turns")
         top = res["no_attention"]["samples_us"]
@@ -201,7 +209,7 @@ def main(argv=None) -> int:
             for a, b in (("triton", "base"), ("head2", "triton")):
                 print(f"  BS {batch}: {a} - {b} " + difference(res[a], res[b], calls), flush=True)
     print(f"\n{torch.cuda.get_device_name()}, torch {torch.__version__}, "
-          f"triton {triton.__version__}, {args.rounds} rounds")  # fmt: skip
+          f"triton {triton.__version__}, {args.method}, {args.rounds} rounds")  # fmt: skip
     return 0
 
 
