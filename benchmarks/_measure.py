@@ -96,7 +96,7 @@ def first_calls(self) -> dict:
 
     if "triton" not in W.ragged.available_backends():
         return skipped("backend triton is not available here")
-    measured = _first_call.measure(G.FIRST_CALL_CASES)
+    measured = _first_call.measure([*G.NEW_LENGTH, *G.FIRST_CALL_CASES])
     return {"skip": None, "cells": {"first_call": {(c,): m for c, m in measured.items()}}}
 
 

@@ -109,9 +109,10 @@ AnchoredFloor.version += f"-anchor{H.ANCHOR[:8]}"  # a new anchor starts a new s
 
 @S.versioned
 class FirstCall(S.Grid):
-    """The first triton call of a shape the process has not seen (``_first_call``: a new
-    max_seqlen of a compiled configuration; a new head_dim or dtype, Triton's disk cache empty
-    or full) beside the same call kept: one value a sample, each sample a new shape."""
+    """The first triton call of a shape the process has not seen that compiles (or loads) a
+    kernel (``_first_call``: a new head_dim or dtype, Triton's disk cache empty or full)
+    beside the same call kept: one value a sample, each sample a new shape. What a cold
+    machine, or a new process, pays once; shown, not gated."""
 
     params = [G.FIRST_CALL_CASES]
     param_names = ["case"]
@@ -146,6 +147,18 @@ class FirstCall(S.Grid):
 
 
 FirstCall.version += f"-{_first_call.DIGEST}"  # the measuring code is _first_call's
+
+
+@S.versioned
+class NewLength(FirstCall):
+    """The first call of a new max_seqlen within a compiled configuration, what data-dependent
+    pruning pays on every new length: its promise (no compile, no host sync, at most 2x the
+    kept call) gated as bounds (``ragbench/policies.toml``)."""
+
+    params = [G.NEW_LENGTH]
+
+
+NewLength.version += f"-{_first_call.DIGEST}"
 
 
 @S.versioned

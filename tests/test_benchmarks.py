@@ -42,7 +42,7 @@ def tracks(cls) -> list[str]:
 @pytest.mark.parametrize("mode", ["quick", "full"])
 def test_every_benchmark_declares_params_units_and_a_version(mode):
     classes = suite_classes(mode)
-    assert len(classes) == 16
+    assert len(classes) == 17
     for name, cls in classes.items():
         assert len(cls.params) == len(cls.param_names), name
         for axis in cls.params:
