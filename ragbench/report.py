@@ -74,6 +74,7 @@ def gate_markdown(res: GateResult, title: str | None = None) -> str:
     unchanged = [v for v in c.gated() if v.status == Status.UNCHANGED]
     shown = [v for v in unchanged if powered(v)]
     point = [v for v in unchanged if not powered(v)]
+    held = [v for v in c.judged() if v.policy.kind == "bound" and v.status == Status.UNCHANGED]
     verdict = f"**{c.headline.upper()}**"
     lines = [
         f"## {title or f'ragbench gate: {res.head[:12]} against {res.base[:12]}'} - {verdict}",
@@ -131,6 +132,7 @@ def gate_markdown(res: GateResult, title: str | None = None) -> str:
         f"| improvements | {len(improvements)} |",
         f"| unchanged, shown with the power to see the threshold | {len(shown)} |",
         f"| unchanged, within half the threshold on the point estimate | {len(point)} |",
+        f"| bounds held on head | {len(held)} |",
         f"| inconclusive (no evidence either way: no pass) | {len(inconclusive)} |",
         f"| bound broken on base too (not this change) | {len(c.by_status('pre-existing'))} |",
         f"| output hash changed (reported only) | {len(c.by_status('hash-changed'))} |",
@@ -187,6 +189,7 @@ def gate_markdown(res: GateResult, title: str | None = None) -> str:
     if shown:
         lines += ["", "<details><summary>Unchanged cells</summary>", "",
                   *_stat_table(shown), "", "</details>"]  # fmt: skip
+    lines += _bounds_table(held)
     lines += _info_table(c.by_status(Status.INFO))
     command = settle_command(res)
     if command:
@@ -195,6 +198,23 @@ def gate_markdown(res: GateResult, title: str | None = None) -> str:
                   f"{res.plan.describe()}, the rounds estimated from their spread (an "
                   "interval narrows as 1/sqrt(samples)), merged into this verdict."]  # fmt: skip
     return "\n".join(lines) + "\n"
+
+
+def _bounds_table(held: list[Verdict]) -> list[str]:
+    """The deterministic bounds that held: each cell's value on head beside its bound."""
+    if not held:
+        return []
+    lines = ["", "<details><summary>Bounds held on head</summary>", "",
+             "| cell | base | head | bound |", "|---|---|---|---|"]  # fmt: skip
+    for v in held:
+        p = v.policy
+        bound = " and ".join(
+            [f"< {_num(p.max)}" + (" (widened by its reference cell)" if p.relative_to else "")]
+            * (p.max is not None)
+            + [f">= {_num(p.min)}"] * (p.min is not None)
+        )  # fmt: skip
+        lines.append(f"| {_name(v)} | {_num(v.base)} | {_num(v.head)} | {bound} |")
+    return [*lines, "", "</details>"]
 
 
 def _info_table(info: list[Verdict]) -> list[str]:

@@ -583,6 +583,30 @@ def test_a_broken_bound_reference_and_a_worse_pre_existing_break_fail(tmp_path):
     assert_clean_exit(out, 1, "| bound violations | 1 |", "0.9 >= bound 0.012")
 
 
+def test_a_bound_that_held_is_shown_beside_its_bound(tmp_path):
+    promise = "kernel.LaunchPromise.track_api_over_aten"  # a bound: at most 1.0
+    axes = [["'deit_b'"]]
+    cells = {promise: (["geometry"], axes, [0.9], [samples(0.9)])}
+    out = gate_stored(tmp_path / "a", cells, [{promise: (["geometry"], axes, [0.87],
+                                                         [samples(0.87)])}])  # fmt: skip
+    assert_clean_exit(
+        out,
+        0,
+        "| bounds held on head | 1 |",
+        "Bounds held on head",
+        "`kernel.LaunchPromise.api_over_aten` geometry=deit_b | 0.8996 | 0.8696 | < 1 |",
+    )
+    out = gate_stored(tmp_path / "b", cells, [{promise: (["geometry"], axes, [1.05],
+                                                         [samples(1.05)])}])  # fmt: skip
+    assert_clean_exit(
+        out,
+        1,
+        "| bound violations | 1 |",
+        ">= bound 1",
+        "| bounds held on head | 0 |",
+    )
+
+
 def test_a_latency_of_zero_on_head_is_missing_not_faster(tmp_path):
     both = [samples(2.7), samples(5.8)]
     base = {KL: (["backend"], AXES, [med(s) for s in both], both)}
