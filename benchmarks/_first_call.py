@@ -1,5 +1,5 @@
-"""What the first call of a shape the process has not seen costs: ``kernel.FirstCall`` and
-``python -m scripts.kernel_bench --first-call`` (docs/metrics.md).
+"""What the first call of a shape the process has not seen costs: ``kernel.NewLength``,
+``kernel.FirstCall`` and ``python -m scripts.kernel_bench --first-call`` (docs/metrics.md).
 
 One sample is one call of the triton backend, ``varlen_attention(..., validate=False)``, at a
 shape the process has not called with: ragged's in-memory caches (its plans and fast-path
@@ -9,7 +9,7 @@ holds its kernel only in ``new_max_seqlen`` (a length needs no kernel of its own
     first_call_us   host time of that call (perf_counter around it; the GPU synchronised
                     after, outside the timing)
     kept_call_us    the same call again, hot: the median of ``KEPT_CALLS`` calls timed alike
-    first_over_kept the two, per sample: the issue's "a new max_seqlen costs <= 2x a kept call"
+    first_over_kept the two, per sample: the promise "a new max_seqlen costs <= 2x a kept call"
     compiles       kernels Triton compiled or loaded from its disk cache during the first call
                     (``triton.knobs.runtime.jit_post_compile_hook``, Triton >= 3.4)
     host_syncs     synchronising CUDA operations torch reported during the first call
@@ -56,7 +56,7 @@ MAX_SEQLENS = (17, 37, 57, 77, 97, 117, 137, 157, 177, 197)
 HEAD_DIMS = (32, 96, 128)
 KEPT_CALLS = 20
 SYNC_WARNING = "called a synchronizing CUDA operation"  # torch's text in "warn" mode
-# A part of FirstCall's asv version: the measuring code lives here, not in the class.
+# A part of FirstCall's and NewLength's asv version: the measuring code lives here.
 DIGEST = hashlib.sha256(Path(__file__).read_bytes()).hexdigest()[:8]
 
 

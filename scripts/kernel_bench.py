@@ -231,7 +231,7 @@ def print_promises(ratios: dict[str, list[float]], rounds: int) -> None:
 
 
 def first_call(args) -> dict:
-    """What the suite's ``kernel.FirstCall`` measures (``_first_call.measure``, every case),
+    """What the suite's ``kernel.NewLength`` and ``kernel.FirstCall`` measure (``_first_call``),
     and the C++ fast path's build, which a cold machine pays once."""
     measured = F.measure()
     build = F.fastpath_build_s()
