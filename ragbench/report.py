@@ -35,8 +35,8 @@ def _name(v: Verdict) -> str:
 def _env(runs: list[dict]) -> str:
     """The first run's environment, as far as it was recorded (another project's results
     carry no GPU, torch or triton: they are left out, never printed as None)."""
-    if not runs:
-        return "no runs"
+    if not runs:  # a settle run of host-time cells alone: the paired runner measured them
+        return "no asv run here (host-time cells only, timed by the paired runner)"
     r = runs[0]
     parts = [r["gpu"]] if r.get("gpu") else []
     parts += [f"{k} {r[k]}" for k in ("torch", "triton", "driver", "python") if r.get(k)]
