@@ -204,6 +204,16 @@ bool specializable(const int64_t *v, int n) {
 #define NONE_UNLESS(cond) \
   if (!(cond)) Py_RETURN_NONE
 
+// The kernel's grid for max_seqlen: *num_m_blocks query tiles of block_m rows a sequence and
+// head, *grid = that x batch x heads programs; false where it overflows a 1-D grid (the
+// checked path then decides).
+bool grid_of(int64_t max_seqlen, int64_t block_m, int64_t batch, int64_t heads,
+             int64_t *num_m_blocks, int64_t *grid) {
+  *num_m_blocks = max_seqlen / block_m + (max_seqlen % block_m != 0);
+  return !__builtin_mul_overflow(*num_m_blocks, batch, grid) &&
+         !__builtin_mul_overflow(*grid, heads, grid) && *grid <= INT32_MAX && heads <= INT32_MAX;
+}
+
 // The span of a _ready value (a tuple of (lo, hi, direct, block_m, scale, spec)) that holds
 // max_seqlen: its index + 1, 0 for none, -1 with an error set.
 int find_span(PyObject *spans, long long max_seqlen) {
@@ -309,11 +319,8 @@ PyObject *attention(PyObject *, PyObject *const *all_args, Py_ssize_t nargs) {
         (uint64_t)out->data_ptr(), (uint64_t)cu.data_ptr()};
     NONE_UNLESS(sq[2] == 1 && sk[2] == 1 && sv[2] == 1 && so[2] == 1 &&
                 specializable(strides, 8) && !((ptrs[0] | ptrs[1] | ptrs[2] | ptrs[3]) & 15));
-    const int64_t num_m_blocks = max_seqlen / block_m + (max_seqlen % block_m != 0);
-    int64_t grid;
-    NONE_UNLESS(!__builtin_mul_overflow(num_m_blocks, cu.size(0) - 1, &grid) &&
-                !__builtin_mul_overflow(grid, heads, &grid) && grid <= INT32_MAX &&
-                heads <= INT32_MAX);  // else the checked path decides
+    int64_t num_m_blocks, grid;
+    NONE_UNLESS(grid_of(max_seqlen, block_m, cu.size(0) - 1, heads, &num_m_blocks, &grid));
     if (grid) {
       const double qk_scale =
           scale_o == Py_None ? default_scale : PyFloat_AS_DOUBLE(scale_o) * 1.4426950408889634;
@@ -466,11 +473,9 @@ PyObject *layout(PyObject *, PyObject *const *args, Py_ssize_t nargs) {
     const uint64_t ptrs[kPointers] = {p, p + k.k_offset, p + k.v_offset, k.out_ptr,
                                       (uint64_t)cu.data_ptr()};
     int64_t grid = k.grid_x;
-    if (max_seqlen != k.max_seqlen) {  // the same kernel over another grid
-      k.ints[kInts - 1] = max_seqlen / k.block_m + (max_seqlen % k.block_m != 0);
-      NONE_UNLESS(!__builtin_mul_overflow(k.ints[kInts - 1], k.cu_len - 1, &grid) &&
-                  !__builtin_mul_overflow(grid, k.ints[kInts - 2], &grid) && grid <= INT32_MAX);
-    }
+    if (max_seqlen != k.max_seqlen)  // the same kernel over another grid
+      NONE_UNLESS(grid_of(max_seqlen, k.block_m, k.cu_len - 1, k.ints[kInts - 2],
+                          &k.ints[kInts - 1], &grid));
     if (grid && !launch(c, k.has_spec ? &k.spec : nullptr, f[L_DIRECT], dev, grid, ptrs,
                         k.qk_scale, k.ints))
       return nullptr;
@@ -496,16 +501,18 @@ PyModuleDef module_def = {PyModuleDef_HEAD_INIT, "ragged_fastpath", nullptr, -1,
 }  // namespace
 
 PyMODINIT_FUNC PyInit_ragged_fastpath(void) {
-  const char *names[] = {"_ready",      "_SINGLE_DEVICE", "_current_device", "_raw_stream",
-                         "_runtime_knobs", "launch_enter_hook", "calls",        "_launch",
-                         "cu_seqlens",  "max_seqlen"};
-  PyObject **slots[] = {&s_ready, &s_single, &s_current,    &s_stream,     &s_knobs, &s_enter,
-                        &s_calls, &s_launch, &s_cu_seqlens, &s_max_seqlen};
+  const char *names[] = {"_ready",          "_SINGLE_DEVICE",    "_current_device",
+                         "_raw_stream",     "_runtime_knobs",    "launch_enter_hook",
+                         "calls",           "_launch",           "cu_seqlens",
+                         "max_seqlen"};
+  PyObject **slots[] = {&s_ready, &s_single, &s_current, &s_stream,       &s_knobs,
+                        &s_enter, &s_calls,  &s_launch,  &s_cu_seqlens, &s_max_seqlen};
   for (int i = 0; i < 10; ++i)
     if (!(*slots[i] = PyUnicode_InternFromString(names[i]))) return nullptr;
-  // libcuda, when this process has one (never on a machine without a GPU driver).
+  // torch's CUDA library, where this torch loaded one (never opened here: RTLD_NOLOAD)
   if (void *torch_cuda = dlopen("libtorch_cuda.so", RTLD_NOW | RTLD_NOLOAD))
     empty_cuda = (decltype(empty_cuda))dlsym(torch_cuda, kEmptyCuda);
+  // libcuda, when this process has one (never on a machine without a GPU driver).
   if (void *cuda = dlopen("libcuda.so.1", RTLD_NOW | RTLD_GLOBAL)) {
     cu_launch = (LaunchFn)dlsym(cuda, "cuLaunchKernel");
     cu_error = (ErrorFn)dlsym(cuda, "cuGetErrorString");
