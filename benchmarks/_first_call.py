@@ -142,7 +142,7 @@ def drop_memory_caches(kernels) -> str | None:
     if missing or not (isinstance(kept, dict) and isinstance(jit, dict)):
         return "cannot drop the in-memory caches: no " + ", ".join(missing or ["dict caches"])
     forget()
-    kept.clear()
+    kept.clear()  # this ragged's forget_plans clears it too; older revisions' do not
     jit.clear()
     return None
 

@@ -30,7 +30,6 @@ import triton
 
 import ragged
 from ragged.kernels import attention as KA
-from ragged.kernels import c_launch
 
 from . import _harness as H
 from . import _workloads as W
@@ -90,14 +89,6 @@ class KeptEmpty16(OneProgram):
         return _empty16[(1,)](q, k, v, kept.out, self.cu_seqlens, *kept.scalars)
 
 
-def direct(compiled) -> Callable[..., None]:
-    """``compiled``'s launch through ragged's C launcher (``c_launch.direct``)."""
-    launch = c_launch.direct(compiled)
-    if launch is None:
-        raise RuntimeError("the C launcher could not be built here")
-    return launch
-
-
 def arms(q, k, v, cu_seqlens, max_seqlen: int) -> dict[str, Callable[[], object]]:
     """Zero-argument calls on ``varlen_attention``'s inputs (CUDA), by ``ARM_NAMES`` key; the
     kept launches checked once. RuntimeError where this machine keeps no launch (no C
@@ -110,7 +101,7 @@ def arms(q, k, v, cu_seqlens, max_seqlen: int) -> dict[str, Callable[[], object]
         if call._launch is None or call._launch.image is None:
             raise RuntimeError("no kept launch here (the C launcher or the C++ fast path is "
                                "missing): the promises are about that path")  # fmt: skip
-    kept, launch = empty_kept._launch, direct(empty_kept.compiled)
+    kept, launch = empty_kept._launch, W.c_launcher(empty_kept.compiled)
     p = qkv.data_ptr()
     args = (p, p + kept.k_offset, p + kept.v_offset, kept.out_ptr, cu_seqlens.data_ptr(),
             *kept.scalars)  # fmt: skip

@@ -73,6 +73,17 @@ def rows_vary(model, method) -> bool:
     return method.kept_tokens(tokens, tokens) is None
 
 
+def c_launcher(compiled):
+    """``compiled``'s launch through ragged's C launcher (``c_launch.direct``: (grid_x,
+    grid_y, grid_z, stream, *args)); RuntimeError where it cannot be built here."""
+    from ragged.kernels import c_launch
+
+    launch = c_launch.direct(compiled)
+    if launch is None:
+        raise RuntimeError("the C launcher could not be built here")
+    return launch
+
+
 def launch_only(rows_vary: bool = False):
     """``no_attention(rows_vary)`` plus one launch of an empty kernel (one program, ragged's C
     launcher) per call: the bound of any attention kernel that has to be launched, with
@@ -80,16 +91,12 @@ def launch_only(rows_vary: bool = False):
     --sections bound``). Built on first use."""
     import triton
 
-    from ragged.kernels import c_launch
-
     @triton.jit
     def _empty(x):
         pass
 
     scratch = torch.empty(16, device="cuda")
-    direct = c_launch.direct(_empty[(1,)](scratch))
-    if direct is None:
-        raise RuntimeError("the C launcher could not be built here")
+    direct = c_launcher(_empty[(1,)](scratch))
     stream, ptr = torch._C._cuda_getCurrentRawStream, scratch.data_ptr()
     dev = scratch.get_device()
 

@@ -94,7 +94,7 @@ class Empty16(PyDirect):
             scratch = torch.empty(16, device="cuda")
             cu = torch.zeros(2, device="cuda", dtype=torch.int32)
             scale, *ints = kept.scalars
-            launch = P.direct(P._empty16[(1,)](*[scratch] * 4, cu, scale, *ints))
+            launch = W.c_launcher(P._empty16[(1,)](*[scratch] * 4, cu, scale, *ints))
             Empty16._empty = lambda _grid, *args: launch(1, *args)
         return Empty16._empty
 

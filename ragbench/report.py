@@ -207,13 +207,13 @@ def _bounds_table(held: list[Verdict]) -> list[str]:
     lines = ["", "<details><summary>Bounds held on head</summary>", "",
              "| cell | base | head | bound |", "|---|---|---|---|"]  # fmt: skip
     for v in held:
-        p = v.policy
-        bound = " and ".join(
-            [f"< {_num(p.max)}" + (" (widened by its reference cell)" if p.relative_to else "")]
-            * (p.max is not None)
-            + [f">= {_num(p.min)}"] * (p.min is not None)
-        )  # fmt: skip
-        lines.append(f"| {_name(v)} | {_num(v.base)} | {_num(v.head)} | {bound} |")
+        p, bound = v.policy, []
+        if p.max is not None:
+            widened = " (widened by its reference cell)" if p.relative_to else ""
+            bound.append(f"< {_num(p.max)}{widened}")
+        if p.min is not None:
+            bound.append(f">= {_num(p.min)}")
+        lines.append(f"| {_name(v)} | {_num(v.base)} | {_num(v.head)} | {' and '.join(bound)} |")
     return [*lines, "", "</details>"]
 
 
