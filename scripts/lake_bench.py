@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import shutil
 import statistics
 import sys
 import tempfile
@@ -96,6 +97,7 @@ def main(argv: list[str] | None = None) -> int:
         finally:
             if server is not None:
                 server.stop()
+                shutil.rmtree(server.root, ignore_errors=True)  # 245 MB after 10,000 commits
     print(markdown(figures))
     if args.out:
         args.out.write_text(json.dumps(figures, indent=2) + "\n")
