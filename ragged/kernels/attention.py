@@ -159,6 +159,16 @@ def _make_plan(device_index, dtype, head_dim, max_seqlen, config) -> Plan:
     return plan
 
 
+MAX_GRID = 2**31 - 1  # programs of a 1-D grid
+
+
+def grid_of(max_seqlen: int, block_m: int, batch: int, heads: int) -> tuple[int, int]:
+    """(num_m_blocks, programs): ``block_m``-row query tiles of ``max_seqlen`` per sequence
+    and head, times ``batch`` x ``heads`` (fastpath.cpp's ``grid_of``)."""
+    num_m_blocks = -(-max_seqlen // block_m)
+    return num_m_blocks, num_m_blocks * batch * heads
+
+
 def launch_args(q, k, v, out, cu_seqlens, max_seqlen, softmax_scale, config=None):
     """(plan, grid, scalar args, fast) for one call; ``config`` overrides the table."""
     sqt, sqh, _ = q.stride()
@@ -170,8 +180,9 @@ def launch_args(q, k, v, out, cu_seqlens, max_seqlen, softmax_scale, config=None
     plan = _plans.get(plan_key)
     if plan is None:
         plan = _plans[plan_key] = _make_plan(*plan_key)
-    num_m_blocks = -(-max_seqlen // plan.config.block_m)
-    grid = (num_m_blocks * (cu_seqlens.shape[0] - 1) * heads, 1, 1)
+    num_m_blocks, programs = grid_of(max_seqlen, plan.config.block_m, cu_seqlens.shape[0] - 1,
+                                     heads)  # fmt: skip
+    grid = (programs, 1, 1)
     scalars = (softmax_scale * LOG2E, sqt, sqh, skt, skh, svt, svh, sot, soh, heads, num_m_blocks)
     return plan, grid, scalars, specializable(sqt, sqh, skt, skh, svt, svh, sot, soh)
 
@@ -336,9 +347,8 @@ def launch_ready(q, k, v, cu_seqlens, max_seqlen, softmax_scale, out):
     ):  # fmt: skip
         return None
     _, _, direct, block_m, default_scale, _ = entry
-    num_m_blocks = -(-max_seqlen // block_m)
-    grid = num_m_blocks * (cu_shape[0] - 1) * heads
-    if grid > 2**31 - 1:  # more programs than a grid holds: the checked path says so
+    num_m_blocks, grid = grid_of(max_seqlen, block_m, cu_shape[0] - 1, heads)
+    if grid > MAX_GRID:  # more programs than a grid holds: the checked path says so
         return None
     if grid:
         qk_scale = default_scale if softmax_scale is None else softmax_scale * LOG2E
@@ -395,9 +405,9 @@ def kept_launch(call, qkv: torch.Tensor) -> torch.Tensor | None:
         return None
     grid_x, scalars = launch.grid_x, launch.scalars
     if max_seqlen != launch.max_seqlen:  # the same kernel over another grid
-        num_m_blocks = -(-max_seqlen // launch.block_m)
-        grid_x = num_m_blocks * (launch.cu_len - 1) * scalars[9]
-        if grid_x > 2**31 - 1:
+        num_m_blocks, grid_x = grid_of(max_seqlen, launch.block_m, launch.cu_len - 1,
+                                       scalars[9])  # fmt: skip
+        if grid_x > MAX_GRID:
             return None
         scalars = (*scalars[:10], num_m_blocks)
     if grid_x:
