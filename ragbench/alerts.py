@@ -216,10 +216,10 @@ def change_state(
 
 def repro_command(alert: dict) -> str:
     """The gate that measures exactly the alert's cells: its commit against the one before."""
-    from .gate import _bench_regex
+    from .discovery import bench_regex
 
     keys = [(c["benchmark"], c["metric"], c["param_key"]) for c in alert["cells"]]
-    bench = " ".join(f"--bench {shlex.quote(b)}" for b in _bench_regex(keys))
+    bench = " ".join(f"--bench {shlex.quote(b)}" for b in bench_regex(keys))
     base = alert["prev_commit_hash"] or f"{alert['commit_hash']}~1"
     return (
         f"ragbench gate --base {base[:12]} --head {alert['commit_hash'][:12]} --machine "
