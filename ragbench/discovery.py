@@ -122,5 +122,6 @@ def check_cell(key: Key, benchmarks: dict[str, dict], mode: str = "quick") -> No
     for axis_name, axis in zip(names, info["params"], strict=True):
         values = [str(v) for v in param_values(axis)]
         if given[axis_name] not in values:
+            full = "; --mode full measures the full grid" if mode == "quick" else ""
             raise CellError(f"{benchmark}.{metric}: {axis_name}={given[axis_name]} is not in "
-                            f"the {mode} grid (its values: {', '.join(values)})")  # fmt: skip
+                            f"the {mode} grid (its values: {', '.join(values)}){full}")  # fmt: skip

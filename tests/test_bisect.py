@@ -460,3 +460,27 @@ def test_the_cli_refuses_what_it_cannot_bisect(tmp_path):
                              text=True, cwd=REPO)  # fmt: skip
         assert out.returncode == 2 and why in out.stderr, out.stderr
         assert len(out.stderr.strip().splitlines()) == 1, out.stderr
+
+
+def test_the_alert_s_bisect_command_searches_a_merge_from_its_first_parent(repo):
+    """The alert of a merge names its first parent as the previous measured commit: the
+    printed command bisects it (the first-parent line is the merge; its branch is searched
+    against the merge-base). A range of one commit, no merge, has nothing to bisect."""
+    import shlex
+
+    from ragbench import alerts
+
+    c = _merge(repo, main=2, branch=6)
+    cells = [{"benchmark": KEY[0], "metric": KEY[1], "param_key": KEY[2]}]
+    alert = {"prev_commit_hash": c["main"][-1], "commit_hash": c["merge"], "cells": cells,
+             "machine": "gpu 1"}  # fmt: skip
+    command = alerts.bisect_command(alert)
+    args = shlex.split(command)
+    assert args[:2] == ["ragbench", "bisect"] and args[args.index("--cell") + 1] == CELL
+    good, bad = args[args.index("--good") + 1], args[args.index("--bad") + 1]
+    assert args[args.index("--machine") + 1] == "gpu 1"
+    slow = {*c["branch"][2:], c["merge"]}
+    b, _ = _bisect(repo, good, bad, slow=slow)
+    assert b.first == c["branch"][2]
+    one = {**alert, "prev_commit_hash": c["main"][0], "commit_hash": c["main"][1]}
+    assert alerts.bisect_command(one) is None
