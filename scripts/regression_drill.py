@@ -207,7 +207,7 @@ def main(argv: list[str] | None = None) -> int:
                 if cell else {"skipped": "no alert to bisect"})  # fmt: skip
     (args.out / "drill.json").write_text(json.dumps(figures, indent=2) + "\n")
     print(json.dumps(figures["steps"], indent=2))
-    return 0
+    return 0 if figures["steps"].get("bisect", {}).get("found_planted", True) else 1
 
 
 def bisect(clone: Path, out: Path, cell: str, prev: str, merge: str, planted: str,
@@ -233,9 +233,12 @@ def bisect(clone: Path, out: Path, cell: str, prev: str, merge: str, planted: st
                   planted=planted, found_planted=bool(first) and first.group(1) == planted,
                   steps=int(cost.group(1)) if cost else None,
                   measurements=int(cost.group(2)) if cost else None)  # fmt: skip
-    print(f"bisect: {'found the planted commit' if result['found_planted'] else 'WRONG ANSWER'}"
-          f" {result['first'] or '(none named)'} (planted {planted}) in {result['seconds']} s, "
-          f"{result['steps']} step(s), {result['measurements']} measurement(s)")  # fmt: skip
+    answer = ("found the planted commit" if result["found_planted"] else
+              f"no answer (exit {result['exit']}, see bisect.md)" if result["exit"] == 2 else
+              "WRONG ANSWER")  # fmt: skip
+    print(f"bisect: {answer}: {result['first'] or 'none named'} (planted {planted}) in "
+          f"{result['seconds']} s, {result['steps']} step(s), {result['measurements']} "
+          "measurement(s)")  # fmt: skip
     return result
 
 
