@@ -179,8 +179,11 @@ class Ruler:
         runs = [self._asv(sha, f"{sha[:12]} run {r + 1}/{self.rounds}")
                 for r in range(self.rounds)]  # fmt: skip
         v = self._judge(cell, runs)
-        if v.status == Status.INCONCLUSIVE:
+        if v.status == Status.INCONCLUSIVE:  # once more, and the base's kept samples grow
             runs.append(self._asv(sha, f"{sha[:12]} once more (inconclusive)"))
+            again = self._asv(base, f"base {base[:12]} once more (a step was inconclusive)")
+            if self.key in again and not again[self.key].failures:
+                cell = self.bases[base] = compare.pool([cell, again[self.key]])[self.key]
             v = self._judge(cell, runs)
         return v
 
@@ -310,9 +313,13 @@ def commit_bisect(store, cell: str, good: str, bad: str, *, policies: Policies,
                              else discovery.discover(mode), mode)  # fmt: skip
     except discovery.CellError as exc:
         raise BisectError(f"--cell {cell!r}: {exc}") from None
-    if policies.for_metric(key[0], key[1]).kind == "info":
+    policy = policies.for_metric(key[0], key[1])
+    if policy.kind == "info":
         raise BisectError(f"{cell!r} is shown, not judged (policy info): no commit can change "
                           "its verdict")  # fmt: skip
+    if policy.history_only:
+        raise BisectError(f"{cell!r} is judged on main's history only (history_only), never "
+                          "by a gate: a bisection step cannot judge it")  # fmt: skip
     g, b_ = resolve(good, "--good"), line[-1]
     b = CommitBisection(cell, g, b_, line)
     log(f"bisect: {len(line)} first-parent commit(s) after {g[:12]} up to {b_[:12]}")
@@ -384,7 +391,8 @@ def markdown(b: CommitBisection) -> str:
              f"`{b.bad[:12]}`, each gated against `{b.good[:12]}`."]  # fmt: skip
     for br in b.branches:
         lines.append(f"The merge `{br.merge[:12]}` brings a branch of {len(br.candidates)} "
-                     f"commit(s), each gated against their merge-base `{br.base[:12]}`.")  # fmt: skip
+                     "commit(s), each gated against their merge-base "
+                     f"`{br.base[:12]}`.")  # fmt: skip
     lines += ["A step measures this cell alone (the gate's rules), its base's samples once "
               "(asv) or beside it in the same processes (paired metrics).", "",
               "| commit | against | shows the step? | verdict, or why it was skipped |",

@@ -510,3 +510,43 @@ def test_the_paired_runner_builds_no_model_for_a_kernel_cell():
     _paired._pipelines({"base": Arm()}, {}, 1, random.Random(0), out, {}, True,
                        re.compile(r"^cpu\.Pipeline "))  # fmt: skip
     assert built and out  # a pipeline cell selected: its model is built (here it raised)
+
+
+def test_an_inconclusive_step_is_measured_again_then_skipped(repo):
+    """The 4th of 8 commits gives samples too spread to judge (half at 5 us, half at 15.3):
+    it and the base are measured once more, and, still inconclusive, it is skipped (before,
+    inconclusive read as "does not show it")."""
+    from ragbench import bisect_commits
+    from ragbench.compare import Cell
+    from ragbench.policies import load_policies
+
+    root = _commit(repo, "root")
+    commits = [_commit(repo, f"c{i + 1}") for i in range(8)]
+    measured = []
+
+    def run_asv(sha):
+        measured.append(sha)
+        if sha == commits[3]:
+            params = {"backend": "triton", "batch": "1"}
+            return {KEY: Cell(*KEY, params, "us", [5.0] * 20 + [15.3] * 20)}
+        return _cells(1.1 if sha in commits[5:] else 1.0, len(measured))
+
+    b = bisect_commits.commit_bisect(None, CELL, root, commits[-1], policies=load_policies(),
+                                     machine="m1", benchmarks=SUITE, run_asv=run_asv,
+                                     run_paired=None, log=lambda m: None)  # fmt: skip
+    assert b.first == commits[5]
+    (skipped,) = [s for s in b.steps if s.shows is None]
+    assert skipped.spec == commits[3] and "inconclusive" in skipped.note
+    assert measured.count(commits[3]) == 2 and measured.count(root) == 2
+
+
+def test_a_metric_judged_on_main_s_history_only_is_refused(repo):
+    from ragbench import bisect_commits
+
+    suite_ = {"kernel.AnchoredFloor.track_host_ratio": {"params": [["'deit_b'"]],
+                                                        "param_names": ["geometry"]}}  # fmt: skip
+    root = _commit(repo, "root")
+    commits = [_commit(repo, f"c{i + 1}") for i in range(3)]
+    with pytest.raises(bisect_commits.BisectError, match="history only"):
+        _bisect(repo, root, commits[-1], cell="kernel.AnchoredFloor.host_ratio geometry=deit_b",
+                listing=suite_)  # fmt: skip
