@@ -166,20 +166,25 @@ def _pipelines(W: dict, slow: dict, rounds: int, rng, out: list, slowed: dict, c
     else:
         grid = list(itertools.product(G.MODELS, G.BATCHES))
         names = G.PIPELINES
+
+    def key_of(model_name, batch, name):
+        if cpu:
+            return ("cpu.Pipeline", {"pipeline": name, "method": "threshold_l2"})
+        return ("pipeline.Throughput", {"pipeline": name, "model": model_name, "batch": batch})
+
     for model_name in dict.fromkeys(m for m, _ in grid):
+        batches = [b for m, b in grid if m == model_name]
+        if not any(_wanted(only, *key_of(model_name, b, n)) for b in batches for n in names):
+            continue  # --only selects none of this model's cells: it is not built
         models, errors = {}, {}
         for arm, w in W.items():
             try:
                 models[arm] = w.build(model_name, **dev)
             except Exception as exc:
                 errors[arm] = H.failure(exc)
-        for batch in [b for m, b in grid if m == model_name]:
+        for batch in batches:
             for name in names:
-                if cpu:
-                    key = ("cpu.Pipeline", {"pipeline": name, "method": "threshold_l2"})
-                else:
-                    key = ("pipeline.Throughput",
-                           {"pipeline": name, "model": model_name, "batch": batch})  # fmt: skip
+                key = key_of(model_name, batch, name)
                 if not _wanted(only, *key):
                     continue
                 samplers, errs = {}, dict(errors)

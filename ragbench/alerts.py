@@ -216,10 +216,10 @@ def change_state(
 
 def repro_command(alert: dict) -> str:
     """The gate that measures exactly the alert's cells: its commit against the one before."""
-    from .gate import _bench_regex
+    from .discovery import bench_regex
 
     keys = [(c["benchmark"], c["metric"], c["param_key"]) for c in alert["cells"]]
-    bench = " ".join(f"--bench {shlex.quote(b)}" for b in _bench_regex(keys))
+    bench = " ".join(f"--bench {shlex.quote(b)}" for b in bench_regex(keys))
     base = alert["prev_commit_hash"] or f"{alert['commit_hash']}~1"
     return (
         f"ragbench gate --base {base[:12]} --head {alert['commit_hash'][:12]} --machine "
@@ -255,12 +255,25 @@ def diff_url(repository: str | None, alert: dict) -> str | None:
 
 
 def bisect_command(alert: dict) -> str | None:
-    """Where the step arrived with several commits: the bisection of one of its cells."""
+    """Where the step arrived with several commits, or with a merge: the bisection of one of
+    its cells (``ragbench bisect``: the first-parent line from the previous measured commit,
+    then a merge's branch against its merge-base). None where the range is one commit and no
+    merge (it is the one), or holds none."""
     if not alert["prev_commit_hash"] or not alert["cells"]:
+        return None
+    from . import suite
+
+    prev, commit = alert["prev_commit_hash"], alert["commit_hash"]
+    try:
+        line = suite.git("rev-list", "--first-parent", "--ancestry-path", f"{prev}..{commit}")
+        merge = len(suite.git("rev-list", "--parents", "-n", "1", commit).split()) > 2
+    except suite.SuiteError:  # commits this clone lacks: the command says what it can
+        line, merge = "", True
+    if len(line.split()) == 1 and not merge:
         return None
     c = alert["cells"][0]
     cell = f"{c['benchmark']}.{c['metric']} {c['param_key']}"
     return (
-        f"ragbench bisect --cell {shlex.quote(cell)} --good {alert['prev_commit_hash'][:12]} "
-        f"--bad {alert['commit_hash'][:12]} --machine {shlex.quote(alert['machine'])}"
+        f"ragbench bisect --cell {shlex.quote(cell)} --good {prev[:12]} "
+        f"--bad {commit[:12]} --machine {shlex.quote(alert['machine'])}"
     )

@@ -1,5 +1,5 @@
-"""Bisection: the first release between two stacks, or the first commit of a range, that
-shows a change of one cell.
+"""Version bisection: the first release between two stacks that shows a change of one
+cell, and the binary search it shares with the commit bisection (``ragbench.bisect_commits``).
 
     ragbench versions --bisect 'cpu.Pipeline.img_per_s batch=1,pipeline=triton' \\
         --between torch==2.12.1 torch==2.15.0
@@ -12,14 +12,8 @@ the candidate with the gate's rules (``ragbench versions``' measurement); the ca
 the change when the cell's verdict fails (regression, bound violation, failed, missing). The
 second stack must show it first, else there is nothing to look for. Then a binary search, which
 assumes, as ``git bisect`` does, that once a release shows the change every later one does: a
-candidate that cannot be installed or run is skipped and reported, as ``git bisect skip``.
-
-    ragbench bisect --cell 'kernel.KernelLatency.gpu_us backend=triton,...' --good A --bad B
-
-The candidates are the commits B has and A has not (the branch a merge brought in, a batch of
-pushes measured once), oldest first. A step gates the candidate against A as ``ragbench gate``
-does, on the cell's benchmark only and paired where its metric is (as ``asv find`` searches,
-but by the gate's rules); the candidate shows the change when the cell's verdict fails.
+candidate that cannot be installed or run is skipped and reported, as ``git bisect skip``;
+where skipped candidates leave the first one open, every one that may be it is named.
 """
 
 from __future__ import annotations
@@ -34,8 +28,6 @@ from packaging.version import InvalidVersion, Version
 
 from . import envs
 from .compare import Key
-from .policies import Policies
-from .verdicts import FAILING
 
 
 class BisectError(RuntimeError):
@@ -47,6 +39,7 @@ class Step:
     spec: str
     shows: bool | None  # None: the candidate could not be built or run (skipped)
     note: str
+    base: str = ""  # what it was measured against (the commit bisection: a base it contains)
 
 
 @dataclass
@@ -54,7 +47,13 @@ class Bisection:
     package: str
     candidates: list[str]
     steps: list[Step] = field(default_factory=list)
-    first: str | None = None  # the first spec that shows it; None: the to-stack does not
+    possible: list[str] = field(default_factory=list)  # ``search``'s answer
+
+    @property
+    def first(self) -> str | None:
+        """The first spec that shows it; None where the to-stack does not, or where skipped
+        candidates leave several possible."""
+        return self.possible[0] if len(self.possible) == 1 else None
 
 
 def parse_cell(text: str) -> Key:
@@ -173,76 +172,50 @@ def bisect(
     specs = [candidate_spec(from_spec, name, v) for v in releases(name, low, high, listing)]
     b = Bisection(name, list(specs))
     log(f"bisect: {len(specs)} {name} release(s) between {low} and {high}")
-    b.first = search(specs, to_spec, shows, b.steps, envs.EnvError, log)
+    b.possible = search(specs, to_spec, shows, b.steps, envs.EnvError, log)
     return b
 
 
 def search(candidates: list[str], last: str, shows: Callable[[str], tuple[bool, str]],
            steps: list[Step], skip: type[Exception] | tuple = (),
-           log: Callable[[str], None] = print) -> str | None:  # fmt: skip
-    """The first of ``candidates`` (oldest first), else ``last``, that ``shows`` the change;
-    None where ``last`` does not (its exception is the caller's: unusable input). Binary
-    search, assuming (as ``git bisect`` does) that once one shows it every later one does; a
-    candidate whose ``shows`` raises ``skip`` is skipped (``git bisect skip``). Each step
-    measured is appended to ``steps``."""
-    hit, note = shows(last)
-    steps.append(Step(last, hit, note))
+           log: Callable[[str], None] = print, last_step: Step | None = None,
+           ) -> list[str]:  # fmt: skip
+    """Which of ``candidates`` (oldest first), else ``last``, is the first that ``shows``
+    the change -> one where the search names it; several where skipped candidates leave it
+    open (each may be the first, as ``git bisect`` says when only skipped commits are left to
+    test); none where ``last`` does not show it. ``last`` is measured first (what it raises
+    is the caller's: unusable input), unless ``last_step`` is its step already measured.
+    Binary search, assuming (as ``git bisect`` does) that once one shows it every later one
+    does; a candidate whose ``shows`` raises ``skip`` is skipped (``git bisect skip``) and
+    the one nearest the middle of what is left is measured instead. Each step measured is
+    appended to ``steps``."""
+    if last_step is None:
+        hit, note = shows(last)
+        steps.append(Step(last, hit, note))
+    else:
+        hit = last_step.shows
     if not hit:
-        return None
-    candidates = list(candidates)
+        return []
     lo, hi = -1, len(candidates)  # candidates[lo] does not show it (-1: the good end), [hi] does
-    while hi - lo > 1:
-        mid = (lo + hi) // 2
-        log(f"bisect: {candidates[mid]} ({hi - lo - 1} candidate(s) left)")
+    skipped: set[int] = set()
+    while True:
+        left = [i for i in range(lo + 1, hi) if i not in skipped]
+        if not left:
+            break
+        middle = (lo + hi) / 2
+        mid = min(left, key=lambda i: (abs(i - middle), i))
+        log(f"bisect: {candidates[mid][:40]} ({hi - lo - 1} candidate(s) left)")
         try:
             hit, note = shows(candidates[mid])
         except skip as exc:
+            log(f"bisect: skipped {candidates[mid][:40]}: {exc}")
             steps.append(Step(candidates[mid], None, str(exc)))
-            del candidates[mid]
-            hi -= 1
+            skipped.add(mid)
             continue
         steps.append(Step(candidates[mid], hit, note))
         lo, hi = (lo, mid) if hit else (mid, hi)
-    return candidates[hi] if hi < len(candidates) else last
-
-
-def commits_between(good: str, bad: str) -> list[str]:
-    """The commits ``bad`` has and ``good`` has not, oldest first, ``bad`` last: what a merge
-    brought in (a --no-ff merge's branch, a batch of pushes measured once). BisectError where
-    ``good`` is no ancestor of ``bad``."""
-    from . import suite
-
-    try:
-        good, bad = suite.resolve([good, bad])
-        suite.git("merge-base", "--is-ancestor", good, bad)
-    except suite.SuiteError as exc:
-        raise BisectError(f"--good {good[:12]} must be an ancestor of --bad {bad[:12]}: "
-                          f"{str(exc)[-200:]}") from None  # fmt: skip
-    found = suite.git("rev-list", "--reverse", "--topo-order", f"{good}..{bad}").split()
-    if not found:
-        raise BisectError(f"--good {good[:12]} and --bad {bad[:12]} are the same commit")
-    return found
-
-
-def commit_markdown(cell: str, good: str, candidates: list[str], steps: list[Step],
-                    first: str | None, seconds: float) -> str:  # fmt: skip
-    """The commit bisection's report: each commit measured against ``good``, the first bad."""
-    lines = [f"## ragbench bisect: `{cell}`", "",
-             f"{len(candidates)} commit(s) after `{good[:12]}` up to `{candidates[-1][:12]}`, "
-             "each gated against it (the gate's rules; paired where the metric is).", "",
-             "| commit | against the good one | verdict, or why it was skipped |",
-             "|---|---|---|"]  # fmt: skip
-    for s in steps:
-        word = "skipped" if s.shows is None else "shows it" if s.shows else "does not show it"
-        lines.append(f"| `{s.spec[:12]}` | {word} | {s.note.replace('|', chr(92) + '|')} |")
-    lines.append("")
-    if first is None:
-        lines.append(f"`{candidates[-1][:12]}` does not show a change of this cell against "
-                     f"`{good[:12]}`: nothing to bisect.")  # fmt: skip
-    else:
-        lines.append(f"First bad commit: `{first}` ({len(steps)} commit(s) measured in "
-                     f"{seconds / 60:.1f} min). See it: `git show {first[:12]}`.")  # fmt: skip
-    return "\n".join(lines)
+    ends = [*candidates, last]
+    return [ends[i] for i in range(lo + 1, hi) if i in skipped] + [ends[hi]]
 
 
 def markdown(b: Bisection, cell: str, from_spec: str, to_spec: str) -> str:
@@ -260,49 +233,14 @@ def markdown(b: Bisection, cell: str, from_spec: str, to_spec: str) -> str:
         note = s.note.replace("|", "\\|")  # pip's and Python's last lines, joined by " | "
         lines.append(f"| `{s.spec}` | {word} | {note} |")
     lines.append("")
-    if b.first is None:
+    if not b.possible:
         lines.append(f"`{to_spec}` does not show a change of this cell: nothing to bisect.")
+    elif b.first is None:
+        lines.append(f"Skipped stacks leave the first release that shows it open: any of "
+                     f"{', '.join(f'`{s}`' for s in b.possible)} ({len(b.steps)} stack(s) "
+                     "measured).")  # fmt: skip
     else:
         lines.append(
             f"First release that shows it: `{b.first}` ({len(b.steps)} stack(s) measured)."
         )
     return "\n".join(lines)
-
-
-def commit_bisect(store, cell: str, good: str, bad: str, *, policies: Policies,
-                  machine: str, mode: str = "quick", rounds: int | None = None,
-                  paired_processes: int = 3, log: Callable[[str], None] = print,
-                  ) -> tuple[list[str], list[Step], str | None]:  # fmt: skip
-    """The first commit after ``good`` up to ``bad`` whose gate against ``good`` fails on
-    ``cell`` -> (the candidates, the steps, the first bad one or None where ``bad`` does not
-    show it)."""
-    import re
-
-    from . import gate, suite
-
-    key = parse_cell(cell)
-    policy = policies.for_metric(key[0], key[1])
-    if policy.kind == "info":
-        raise BisectError(f"{cell!r} is shown, not judged (policy info, or no such metric): no "
-                          "commit can change its verdict")  # fmt: skip
-    candidates = commits_between(good, bad)
-    good = gate._resolve(good)
-    log(f"bisect: {len(candidates)} commit(s) after {good[:12]} up to {candidates[-1][:12]}")
-
-    def shows(sha: str) -> tuple[bool, str]:
-        result = gate.run_gate(
-            store, good, sha, policies=policies, machine=machine, rounds=rounds, mode=mode,
-            bench=[f"^{re.escape(key[0])}\\."], drift_check=False, log=log,
-            paired_processes=paired_processes if policy.paired else 0,
-        )  # fmt: skip
-        v = next((v for v in result.comparison.verdicts if v.key == key), None)
-        if v is None:
-            raise BisectError(f"no cell {cell!r} in {key[0]}'s results (name it as the gate's "
-                              "report does: 'benchmark.metric params')")  # fmt: skip
-        change = f" {v.change:+.1%}" if v.change is not None else ""
-        return v.status in FAILING, f"{v.status}{change}" + (f": {v.note}" if v.note else "")
-
-    steps: list[Step] = []
-    skip = (gate.GateError, suite.SuiteError)  # a commit that cannot be built or run
-    first = search(candidates[:-1], candidates[-1], shows, steps, skip, log)
-    return candidates, steps, first

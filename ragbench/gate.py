@@ -22,6 +22,7 @@ from pathlib import Path
 
 from . import compare, drift, paired, settle, suite
 from .compare import Comparison, Key, Verdict
+from .discovery import bench_regex
 from .ingest import ingest
 from .policies import Policies
 from .recheck import recheck_keys, remeasured
@@ -194,14 +195,6 @@ def differences(base_runs: list[dict], head_runs: list[dict]) -> list[str]:
     return lines
 
 
-def _bench_regex(keys: list[Key]) -> list[str]:
-    """asv --bench patterns that select exactly the benchmarks of these cells. asv matches a
-    parameterized benchmark as ``name(param0, param1, ...)``: the name ends at ``(`` or at the
-    end (``$`` alone selected nothing, and the re-measurement never ran)."""
-    names = sorted({f"{b}.track_{m}" for b, m, _ in keys})
-    return [rf"^{re.escape(n)}(\(|$)" for n in names]
-
-
 def _measure(store, sha, side, label, work, *, mode, machine, bench, log,
              environment=None) -> list[str]:  # fmt: skip
     results = work / label.replace(":", "-")
@@ -344,7 +337,7 @@ def run_gate(
             runs = {}
             for side, sha in (("base", base), ("head", head)):
                 runs[side] = _measure(store, sha, side, f"{gate_id}:recheck-{side}", work,
-                                      mode=mode, machine=machine, bench=_bench_regex(keys),
+                                      mode=mode, machine=machine, bench=bench_regex(keys),
                                       log=log, environment=environments.get(side))  # fmt: skip
             again = {side: compare.cells(store, runs[side]) for side in runs}
             result.rechecked = remeasured(comparison, pooled, again, policies)
@@ -392,7 +385,7 @@ def run_settle(store: Store, path: Path, *, policies: Policies, machine: str,
                     log(f"settle: round {r + 1}/{plan.rounds}, {side} {sha[:12]}")
                     ids[side] += _measure(store, sha, side, f"{label}-{side}:{r}", Path(tmp),
                                           mode=mode, machine=machine,
-                                          bench=_bench_regex(plan.cells), log=log)  # fmt: skip
+                                          bench=bench_regex(plan.cells), log=log)  # fmt: skip
             wanted = set(plan.cells)
             pooled = [{k: c for k, c in compare.cells(store, ids[side]).items() if k in wanted}
                       for side in ("base", "head")]  # fmt: skip

@@ -59,8 +59,10 @@ class PairedCell:
 
 
 def _process(arms: dict[str, Path], out: Path, *, seed: int, mode: str, rounds: int | None,
-             pipeline_rounds: int | None) -> dict:  # fmt: skip
+             pipeline_rounds: int | None, only: str | None = None) -> dict:  # fmt: skip
     args = ["--out", str(out), "--seed", str(seed)]
+    if only:
+        args += ["--only", only]
     if rounds:
         args += ["--rounds", str(rounds)]
     if pipeline_rounds:
@@ -76,14 +78,16 @@ def _process(arms: dict[str, Path], out: Path, *, seed: int, mode: str, rounds: 
 
 def measure(base: Path, head: Path, work: Path, *, processes: int = PROCESSES,
             mode: str = "quick", rounds: int | None = None, pipeline_rounds: int | None = None,
-            log: Callable[[str], None] = print) -> tuple[str, list[dict]]:  # fmt: skip
+            log: Callable[[str], None] = print,
+            only: str | None = None) -> tuple[str, list[dict]]:  # fmt: skip
     """-> (method, documents): base, A/A and head in each of ``processes`` processes
     (``TOGETHER``); where head loads only alone, one revision a process in ``2 * processes``
     alternating processes (``ALONE``); where head does not load at all, the one process that
-    shows it (its cells fail)."""
+    shows it (its cells fail). ``only``: the cells whose "benchmark param_key" it matches
+    (the paired runner's ``--only``; ``ragbench bisect``: one cell)."""
     if processes < 1:
         raise PairedError(f"--paired-processes must be at least 1, got {processes}")
-    kw = {"mode": mode, "rounds": rounds, "pipeline_rounds": pipeline_rounds}
+    kw = {"mode": mode, "rounds": rounds, "pipeline_rounds": pipeline_rounds, "only": only}
     arms = {"base": base, "aa": base, "head": head}
     docs = []
     for i in range(processes):

@@ -12,7 +12,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from ragbench import compare, gate
+from ragbench import compare, discovery, gate
 from ragbench.policies import load_policies
 from ragbench.store import Measurement, Run, Store
 
@@ -184,7 +184,8 @@ def test_flagged_cells_are_measured_again(tmp_path, monkeypatch, recheck):
                             drift_check=False)  # fmt: skip
     sides = [c[0] for c in calls]
     assert sides == ["base", "head", "base", "head", "base", "head"]  # alternating, then again
-    assert calls[-1][2] == [r"^kernel\.KernelLatency\.track_gpu_us(\(|$)"]  # only what was flagged
+    # only what was flagged: that cell's params of its benchmark
+    assert calls[-1][2] == discovery.bench_regex([TRITON])
     (v,) = [v for v in res.comparison.verdicts if v.params.get("backend") == "triton"
             and v.key[1] == "gpu_us"]  # fmt: skip
     assert v.rechecked and res.rechecked == 1
@@ -217,8 +218,10 @@ def test_the_recheck_selects_exactly_the_flagged_benchmarks_in_asv():
              bench("cpu.Plain.track_x", [])]  # fmt: skip
     keys = [("kernel.KernelLatency", "gpu_us", "backend=fa2,batch=1"), ("cpu.Plain", "x", "")]
     conf = SimpleNamespace(benchmark_dir="benchmarks")
-    picked = Benchmarks(conf, found, regex=gate._bench_regex(keys))
+    picked = Benchmarks(conf, found, regex=discovery.bench_regex(keys))
     assert sorted(picked) == ["cpu.Plain.track_x", "kernel.KernelLatency.track_gpu_us"]
+    # of track_gpu_us's cells, ('fa2', 1) alone (the product's third), not every backend's
+    assert picked._benchmark_selection["kernel.KernelLatency.track_gpu_us"] == [2]
 
 
 @pytest.mark.parametrize("then", ["failed", "missing"])
@@ -300,7 +303,7 @@ def test_a_gate_says_what_settles_it_and_settle_merges_into_its_verdict(
                               machine="m1", log=lambda m: None)  # fmt: skip
     again = calls[first:]
     assert [c[0] for c in again] == ["base", "head"] * res.plan.rounds
-    assert all(c[2] == [r"^kernel\.KernelLatency\.track_gpu_us(\(|$)"] for c in again)
+    assert all(c[2] == discovery.bench_regex([TRITON]) for c in again)
     (v,) = settled.comparison.verdicts  # the settled cell alone: the others passed
     assert v.key == TRITON and settled.settled_from == res.json_path
     # a regression the settle run shows again is settled: nothing more to measure
@@ -355,56 +358,3 @@ def test_settle_refuses_what_it_cannot_settle(tmp_path):
         out = run_cli(tmp_path / "perf.duckdb", *args)
         assert out.returncode == 2, out
         assert why in out.stderr and len(out.stderr.strip().splitlines()) == 1, out.stderr
-
-
-# --- bisecting main: the first commit of a range that shows a step ----------------------------
-
-
-@pytest.mark.parametrize("planted", ["middle", "last", "none"])
-def test_bisect_names_the_first_commit_that_shows_the_step(tmp_path, monkeypatch, planted):
-    """The commits between HEAD~3 and HEAD (a merge brings in several): the triton cell is
-    10% slower from one of them on. Each step gates the candidate against the good commit on
-    the cell's benchmark only; the search names the first slow commit in about log2(n)
-    steps, or says the bad end does not show it."""
-    from ragbench import bisect
-
-    candidates = bisect.commits_between("HEAD~3", "HEAD")
-    first = {"middle": len(candidates) // 2, "last": len(candidates) - 1,
-             "none": len(candidates)}[planted]  # fmt: skip
-    slow = set(candidates[first:])
-    measured = []
-
-    def fake_measure(store, sha, side, label, work, *, mode, machine, bench, log, environment=None):
-        measured.append((sha, list(bench)))
-        return [add_run(store, sha, gpu_cells(1.1 if sha in slow else 1.0, seed=len(measured)),
-                        label)]  # fmt: skip
-
-    monkeypatch.setattr(gate, "_measure", fake_measure)
-    cell = "kernel.KernelLatency.gpu_us backend=triton"
-    found, steps, bad = bisect.commit_bisect(
-        Store(tmp_path / "p.duckdb"), cell, "HEAD~3", "HEAD", policies=load_policies(),
-        machine="m1", rounds=1, log=lambda m: None)  # fmt: skip
-    assert found == candidates
-    assert bad == (candidates[first] if planted != "none" else None)
-    assert steps[0].spec == candidates[-1]  # the bad end first: does it show the step at all
-    assert len(steps) <= 2 + len(candidates).bit_length()
-    # the cell's benchmark only (the gate's re-measurement of what it flagged: its track_)
-    assert all(len(b) == 1 and b[0].startswith(r"^kernel\.KernelLatency\.") for _, b in measured)
-    text = bisect.commit_markdown(cell, git("rev-parse", "HEAD~3"), found, steps, bad, 60.0)
-    assert (f"First bad commit: `{bad}`" in text) if bad else ("nothing to bisect" in text)
-
-
-def test_bisect_refuses_what_it_cannot_bisect(tmp_path):
-    """One line, exit 2, before anything is measured: a cell named wrong, a metric that is
-    shown and never judged, a good commit that is no ancestor of the bad one."""
-    for args, why in ((["--cell", "nonsense", "--good", "HEAD~1", "--bad", "HEAD"],
-                       "expected 'benchmark.metric params'"),
-                      (["--cell", "cpu.Pipeline.img_per_s batch=1", "--good", "HEAD~1",
-                        "--bad", "HEAD"], "shown, not judged"),
-                      (["--cell", "kernel.KernelLatency.gpu_us backend=triton", "--good",
-                        "HEAD", "--bad", "HEAD~1"], "must be an ancestor")):  # fmt: skip
-        out = subprocess.run([sys.executable, "-m", "ragbench", "bisect", "--store",
-                              str(tmp_path / "b.duckdb"), *args], capture_output=True,
-                             text=True, cwd=REPO)  # fmt: skip
-        assert out.returncode == 2 and why in out.stderr, out.stderr
-        assert len(out.stderr.strip().splitlines()) == 1, out.stderr

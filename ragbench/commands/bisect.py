@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import tempfile
-import time
 from pathlib import Path
 
 from ..paired import PROCESSES as PAIRED_PROCESSES
@@ -16,13 +15,18 @@ def add_parser(sub) -> None:
         "bisect",
         help="find the first commit between --good and --bad that shows a cell's step",
         description=(
-            "The commits --bad has and --good has not (a merge's branch, a batch of pushes "
-            "measured once), oldest first: --bad is gated against --good on the cell's "
-            "benchmark by the gate's rules (paired where its metric is), then a binary search "
-            "gates the commits between, each against --good, and names the first whose verdict "
-            "of the cell fails (as asv find, by the gate's rules). A commit that cannot be "
-            "built or run is skipped, as git bisect skip. Exit 0 found, 1 --bad does not show "
-            "a change of the cell, 2 unusable input."
+            "As git bisect does across a merge: the first-parent commits after --good up to "
+            "--bad, --bad gated against --good first, then a binary search gating each "
+            "against --good; where the first bad one is a merge, its branch is searched, each "
+            "commit gated against the merge-base. A step measures the cell alone (asv --bench "
+            "of its benchmark and params, or the paired runner where its metric is paired) by "
+            "the gate's rules; a base's asv samples are measured once. A commit that cannot be "
+            "measured (it does not build, the benchmark raised, no value, inconclusive twice) "
+            "is skipped, as git bisect skip; where skips leave the answer open, the commits "
+            "that may be it are named. A cell the suite does not have, --good equal to --bad "
+            "or not its ancestor, or nothing between them: one line, exit 2, before anything "
+            "is measured. Exit 0 one commit named, 1 none (--bad does not show the step, or "
+            "skips leave several possible), 2 unusable input."
         ),
     )
     b.add_argument("--cell", required=True,
@@ -33,7 +37,8 @@ def add_parser(sub) -> None:
     b.add_argument("--store", type=Path, default=None,
                    help="keep the measured runs here (default: a temporary store)")  # fmt: skip
     machine_arg(b)
-    b.add_argument("--rounds", type=int, default=None, help="alternating rounds a step")
+    b.add_argument("--rounds", type=int, default=1,
+                   help="asv runs of each commit (a base's once for the whole search)")  # fmt: skip
     b.add_argument("--paired-processes", type=int, default=PAIRED_PROCESSES, metavar="N",
                    help="paired processes a step, where the metric is paired")  # fmt: skip
     b.add_argument("--mode", choices=["quick", "full"], default="quick", help=MODE_HELP)
@@ -43,21 +48,19 @@ def add_parser(sub) -> None:
 
 
 def run(args) -> int:
-    from .. import bisect, suite
+    from .. import bisect_commits
 
     policies = load_policies(args.policies)
-    t0 = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="ragbench-bisect-") as tmp:
         args.store = args.store or Path(tmp) / "bisect.duckdb"
-        store = open_store(args)
-        candidates, steps, first = bisect.commit_bisect(
-            store, args.cell, args.good, args.bad, policies=policies, machine=machine_of(args),
-            mode=args.mode, rounds=args.rounds, paired_processes=args.paired_processes, log=log,
-        )  # fmt: skip
-    good = suite.resolve([args.good])[0]
-    text = bisect.commit_markdown(args.cell, good, candidates, steps, first,
-                                  time.perf_counter() - t0)  # fmt: skip
+        with open_store(args) as store:
+            found = bisect_commits.commit_bisect(
+                store, args.cell, args.good, args.bad, policies=policies,
+                machine=machine_of(args), mode=args.mode, rounds=args.rounds,
+                paired_processes=args.paired_processes, log=log,
+            )  # fmt: skip
+    text = bisect_commits.markdown(found)
     print(text)
     if args.report:
         args.report.write_text(text + "\n")
-    return 0 if first else 1
+    return 0 if found.first else 1
