@@ -1,6 +1,6 @@
 """How long a reader of the store waits while an ingest writes it.
 
-    python -m experiments.reader_wait [--case big|refused|files] ... [--commits 1000]
+    python -m experiments.reader_wait [--case big|refused|files] ... [--commits 1000] [--load 8]
 
 A store of 50 synthetic main commits (ragbench.synth) is read by another process every
 ~100 ms (a fresh ``Store(read_only=True)`` and one query, ``counts``), before and during an
@@ -11,16 +11,19 @@ ingest by this process of:
   (a negative value) after the whole file was read and checked;
 - ``files``: ``--commits`` synthetic result files (59 rows each).
 
-Each row gives the reads' median and worst time, the part of it spent waiting for the file's
-lock, and how many reads failed (StoreLocked: a reader gives up after 60 s). A reader waits for
-the lock while a writer holds the file: at most one write slice
-(``ragbench.store.core.WRITE_SLICE`` of transactions once the reader's ``waiting_marker`` is
-there, then the connection's close).
+``--load N`` keeps N processes spinning beside it (each ended with the run), so that the
+machine's load is known rather than whatever else runs. Each row gives the reads' median and
+worst time, the part of it spent waiting for the file's lock, how many waited over 1 s, and how
+many failed (StoreLocked: a reader gives up after 60 s). A reader waits for the lock while a
+writer holds the file: at most one write slice (``ragbench.store.core.WRITE_SLICE`` of
+transactions once the reader's ``waiting_marker`` is there), the connection's close, and the
+writer then stays out until the reader is in (``HAND_OVER``).
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import statistics
 import subprocess
@@ -81,6 +84,21 @@ def _inputs(case: str, tmp: Path, commits: int) -> tuple[list[Path], str]:
     return [history], f"{commits} result files"
 
 
+SPIN = "import time\nend = time.monotonic() + 900\nwhile time.monotonic() < end: pass"
+
+
+@contextlib.contextmanager
+def load(n: int):
+    """``n`` processes spinning on the CPU while the block runs (at most 15 min each)."""
+    spinners = [subprocess.Popen([sys.executable, "-c", SPIN]) for _ in range(n)]
+    try:
+        yield
+    finally:
+        for p in spinners:
+            p.kill()
+            p.wait()
+
+
 def measure(case: str, commits: int = 1000, before: float = 2.0) -> dict:
     """Reads of another process before and during one ingest of ``case``."""
     with tempfile.TemporaryDirectory() as tmp:
@@ -104,6 +122,7 @@ def measure(case: str, commits: int = 1000, before: float = 2.0) -> dict:
         "case": case, "what": what, "ingest_s": seconds, "summary": report.summary(),
         "alone_ms": statistics.median(t for during, t, _, _ in reads if not during) * 1e3,
         "reads": len(busy), "failed": sum(not ok for _, _, _, ok in busy),
+        "over_1s": sum(lock > 1.0 for _, _, lock, _ in busy),
         **{f"{name}_{stat}_ms": f([r[i] for r in busy]) * 1e3 for i, name in ((1, "read"),
            (2, "lock")) for stat, f in (("median", statistics.median), ("max", max))},
     }  # fmt: skip
@@ -118,17 +137,20 @@ def main(argv=None) -> int:
         help="what is ingested (repeatable; default: big and refused)",
     )
     ap.add_argument("--commits", type=int, default=1000, help="files of --case files")
+    ap.add_argument("--load", type=int, default=0, metavar="N",
+                    help="N processes spinning on the CPU beside it (default 0)")  # fmt: skip
     args = ap.parse_args(argv)
     print(
         "| ingest | its time | reads | read median / worst ms | of which waiting for the "
-        "lock, median / worst ms | failed | a read with no writer, ms |"
+        "lock, median / worst ms | waits over 1 s | failed | a read with no writer, ms |"
     )
-    print("|---|---|---|---|---|---|---|")
+    print("|---|---|---|---|---|---|---|---|")
     for case in args.case or ["big", "refused"]:
-        r = measure(case, args.commits)
+        with load(args.load):
+            r = measure(case, args.commits)
         print(f"| {r['what']} ({r['summary']}) | {r['ingest_s']:.1f} s | {r['reads']} | "
               f"{r['read_median_ms']:.0f} / {r['read_max_ms']:.0f} | {r['lock_median_ms']:.0f} "
-              f"/ {r['lock_max_ms']:.0f} | {r['failed']} | {r['alone_ms']:.0f} |",
+              f"/ {r['lock_max_ms']:.0f} | {r['over_1s']} | {r['failed']} | {r['alone_ms']:.0f} |",
               flush=True)  # fmt: skip
     return 0
 

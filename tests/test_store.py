@@ -14,6 +14,7 @@ import sys
 import time
 from pathlib import Path
 
+import duckdb
 import pytest
 
 from ragbench import synth
@@ -975,3 +976,36 @@ def test_a_writer_keeps_the_file_until_a_process_waits_for_it(tmp_path, monkeypa
     with writer.writing():
         writer._held()
     assert not writer.waiting_marker.exists()  # its end lets go, and leaves nothing behind
+
+
+def test_a_writer_that_lets_go_stays_out_until_the_waiting_reader_is_in(tmp_path, monkeypatch):
+    """Between transactions a writer that closed the file for a waiting reader opens it again
+    only once that reader is in (it removes ``waiting_marker``), however late the reader's next
+    try comes: reopening after a fixed pause won the file back from a reader not scheduled in
+    time (reads of 1-2 s at a load of 8)."""
+    from ragbench.store import core
+
+    path = tmp_path / "s.duckdb"
+    writer = Store(path)
+    monkeypatch.setattr(core, "WRITE_SLICE", 0.0)
+    monkeypatch.setattr(core, "HAND_OVER", 120.0)  # a busy machine: the reader comes in time
+    # A reader that tries every 0.5 s, far slower than the writer's pause: holds the file once in.
+    reader = ("import sys, time; from ragbench.store import Store, core; core.LOCK_POLL = 0.5; "
+              f"s = Store({str(path)!r}, read_only=True); c = s._open(write=False); "
+              "print('in', flush=True); sys.stdin.read()")  # fmt: skip
+    with writer.writing():
+        writer._held()
+        proc = subprocess.Popen([sys.executable, "-c", reader], stdin=subprocess.PIPE,
+                                stdout=subprocess.PIPE, text=True)  # fmt: skip
+        try:
+            while not writer.waiting_marker.exists():  # the reader found the file locked
+                assert proc.poll() is None
+                time.sleep(0.01)
+            writer.yield_slice()
+            assert writer._writer is None
+            with pytest.raises(duckdb.IOException, match="lock"):  # the reader has it now
+                duckdb.connect(str(path))
+            assert proc.stdout.readline().strip() == "in"
+            assert not writer.waiting_marker.exists()
+        finally:
+            proc.communicate("")
