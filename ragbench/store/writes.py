@@ -328,12 +328,26 @@ class Writes:
         self._write(work)
 
     def save_change_points(self, states: list[dict], found: list[dict]) -> None:
-        """Replace, in one transaction, each series' state (``states``: rows of
-        ``change_point_series``) and its change points of windows from ``window_from`` on (a
-        key of each state, not a column) with ``found`` (rows of ``change_points``)."""
+        """Replace each series' state (``states``: rows of ``change_point_series``) and its
+        change points of windows from ``window_from`` on (a key of each state, not a column)
+        with ``found`` (rows of ``change_points``): a series' state and points in one
+        transaction, ``SLICE_ROWS`` series a transaction, readers let in between
+        (``yield_slice``). One transaction for an ingest's 100,000 new series held the file
+        9.2 s against a reader (load 8)."""
         if not states:
             return
         key = ("branch", "machine", "environment", "benchmark", "metric", "param_key")
+        if len(states) > SLICE_ROWS:
+            parts = [states[i : i + SLICE_ROWS] for i in range(0, len(states), SLICE_ROWS)]
+            part_of = {tuple(s[k] for k in key): n for n, part in enumerate(parts) for s in part}
+            points: list[list[dict]] = [[] for _ in parts]
+            for f in found:  # a point of no state given goes with the first
+                points[part_of.get(tuple(f[k] for k in key), 0)].append(f)
+            with self.writing():
+                for part, its in zip(parts, points, strict=True):
+                    self.save_change_points(part, its)
+                    self.yield_slice()
+            return
         cols = [c for c in states[0] if c != "window_from"]
         on = " AND ".join(f"t.{k} = d.{k}" for k in key)
 
