@@ -162,7 +162,7 @@ def record(store, doc: dict, *, source: str, machine: str | None = None, pr: int
     ]  # fmt: skip
     store.record_gate_verdict({
         "gate_id": d[:16], "digest": d, "base": doc["base"], "head": doc["head"],
-        "machine": machine or doc["machine"], "verdict": doc["verdict"],
+        "machine": machine or str(doc.get("machine") or ""), "verdict": doc["verdict"],
         "mode": doc.get("mode", "quick"), "rounds": rounds, "processes": processes,
         "plan": None if plan is None else json.dumps(plan, sort_keys=True),
         "document": canonical(doc), "source": source, "pr": pr, "settles": settles,
