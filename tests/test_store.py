@@ -401,8 +401,10 @@ def test_a_schema_5_store_gains_the_gate_verdicts_and_a_copy_brings_them(tmp_pat
 
 def test_copy_file_to_lake_to_file_round_trips_every_row(quick_run, tmp_path, postgres):
     """``ragbench store copy``: a runner's file into a lake, the lake back into a new file;
-    every row of every table the same (run ids, raw samples, labels, acceptances, gates), and
-    a second copy adds nothing."""
+    every row of every table the same (run ids, raw samples, labels, acceptances, gates, the
+    gates' own verdicts), and a second copy adds nothing."""
+    from ragbench import settle
+
     results = copy_results(quick_run, tmp_path / "results")
     first = tmp_path / "runner.duckdb"
     with Store(first) as s:
@@ -411,6 +413,10 @@ def test_copy_file_to_lake_to_file_round_trips_every_row(quick_run, tmp_path, po
                label="gate:x:head:0")  # fmt: skip
         s.accept("c" * 40, "kernel.KernelLatency", "gpu_us", "backend=triton", "known", "me", pr=7)
         s.record_gate(7, "c" * 40, "b" * 40, "ci", [{"cell": "x"}], "report")
+        settle.record(s, {"schema": 2, "base": "b" * 40, "head": "c" * 40, "machine": "ci",
+                          "verdict": "fail", "failures": [{
+                              "benchmark": "k.K", "metric": "gpu_us", "param_key": "",
+                              "status": "regression", "change": 0.1}]}, source="gate")  # fmt: skip
     lake, back = postgres.lake(tmp_path), tmp_path / "back.duckdb"
 
     def copy(a, b):
@@ -421,6 +427,7 @@ def test_copy_file_to_lake_to_file_round_trips_every_row(quick_run, tmp_path, po
 
     added = copy(first, lake)
     assert added["runs"] == 3 and added["acceptances"] == added["gates"] == 1
+    assert added["gate_verdicts"] == added["gate_verdict_cells"] == 1
     assert not any(copy(first, lake).values())
     copy(lake, back)
     expected = table_rows(Store(first, read_only=True))
