@@ -128,25 +128,31 @@ bench-summary: $(TRUST) setup
 	$(BIN)/python -m ragbench detect --store "$(STORE)" >> $(SUMMARY) || test $$? = 1
 
 # pull requests: the gate on the merge base of BASE_SHA and HEAD_SHA against HEAD_SHA, into a
-# scratch store (never STORE); the report into the summary and results/gate.md, the verdict and
-# failing cells into results/gate.json.
+# scratch store (never STORE), which records it (what `ragbench gate --settle ID --store
+# GATE_STORE`, the report's last command, continues); the report into the summary and
+# results/gate.md, the verdict and failing cells into results/gate.json.
+# Exit: make makes any failed recipe 2, a FAIL (ragbench's 1) as much as unusable input (2):
+# ragbench's own code is left in GATE_RC (0 pass, 1 fail or inconclusive, 2 unusable), for a
+# caller that tells them apart (`make gate || test "$(cat results/gate.rc)" = 1`).
 BASE_SHA ?= HEAD~1
 HEAD_SHA ?= HEAD
 GATE_STORE ?= results/gate.duckdb
-GATE = base=$$(git merge-base $(BASE_SHA) $(HEAD_SHA)) || exit 2; \
+GATE_RC ?= results/gate.rc
+GATE = rm -f $(GATE_RC); ( base=$$(git merge-base $(BASE_SHA) $(HEAD_SHA)) || exit 2; \
 	$(BIN)/python -m ragbench gate --store $(GATE_STORE) --base $$base --head $(HEAD_SHA) \
 	  --report results/gate.md --json results/gate.json $(BENCH_ARGS) \
-	  $(if $(ROUNDS),--rounds $(ROUNDS))
+	  $(if $(ROUNDS),--rounds $(ROUNDS)) ); rc=$$?; echo $$rc > $(GATE_RC)
 gate: setup
 	mkdir -p results
-	$(GATE)
+	$(GATE); exit $$rc
 
 # What the sandbox runs: the pull request's own code (scripts/sandbox.py calls the pull
 # request's `make gate-pr`). Exit 1 (it fails) is left to the trusted verdict, which knows the
-# acceptances; a gate that could not judge (2) fails the job.
+# acceptances (this target exits 0, GATE_RC says 1); a gate that could not judge (2) fails
+# the job.
 gate-pr: setup
 	mkdir -p results
-	$(GATE) || test $$? = 1
+	$(GATE); test $$rc = 0 || test $$rc = 1
 
 # bench-pr's three jobs (docs/runner.md). approve (trusted): may this pull_request_target event
 # (ACTION by SENDER, LABEL) run PR's code? Exit 1 when not, and a stale bench-gpu label comes
@@ -163,12 +169,18 @@ gate-sandbox: setup
 	  --base $(BASE_SHA) --head $(HEAD_SHA) --venv $(abspath $(VENV)) --out results
 
 # The trusted jobs (the base branch's code, $GITHUB_TOKEN): the gate's artifact judged
-# against the acceptances of HEAD_SHA, posted as PR PR's comment and the ragbench/gate status;
-# and the perf-regression-accepted label, added (or removed: LABEL_ACTION=unlabeled) by
-# LABEL_USER, recorded if GitHub says LABEL_USER may write to the repository.
+# against the acceptances of HEAD_SHA, recorded in STORE (the gate `ragbench gate --settle`
+# continues), posted as PR PR's comment and the ragbench/gate status; and the
+# perf-regression-accepted label, added (or removed: LABEL_ACTION=unlabeled) by LABEL_USER,
+# recorded if GitHub says LABEL_USER may write to the repository. gate-verdict fails on
+# failures not accepted (ragbench's 1) and on no usable gate output (2) alike: ragbench's code
+# is left in VERDICT_RC.
+VERDICT_RC ?= results/verdict.rc
 gate-verdict: $(TRUST) setup
-	$(BIN)/python -m ragbench verdict --github --store "$(STORE)" --gate-json results/gate.json \
-	  --report results/gate.md --pr $(PR) --head $(HEAD_SHA)
+	mkdir -p results
+	rm -f $(VERDICT_RC); $(BIN)/python -m ragbench verdict --github --store "$(STORE)" \
+	  --gate-json results/gate.json --report results/gate.md --pr $(PR) --head $(HEAD_SHA); \
+	  rc=$$?; echo $$rc > $(VERDICT_RC); exit $$rc
 
 gate-accept: $(TRUST) setup
 	$(BIN)/python -m ragbench accept --store "$(STORE)" --pr $(PR) --head $(HEAD_SHA) \

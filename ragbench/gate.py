@@ -12,8 +12,11 @@ comparison still runs unless ``paired=False``.
 from __future__ import annotations
 
 import contextlib
+import json
+import os
 import re
 import shlex
+import stat
 import tempfile
 import time
 from collections.abc import Callable
@@ -27,7 +30,7 @@ from .ingest import ingest
 from .policies import Policies
 from .recheck import recheck_keys, remeasured
 from .store import Store
-from .verdicts import Headline, Status, gate_document, read_gate_document
+from .verdicts import GATE_FIELDS, Headline, Status, gate_document
 
 
 class GateError(RuntimeError):
@@ -53,7 +56,10 @@ class GateResult:
     plan: settle.Plan | None = None  # what settles the cells left without evidence or flagged
     mode: str = "quick"
     json_path: Path | None = None  # where the gate's JSON (and so its plan) was written
-    settled_from: Path | None = None  # a settle run: the first gate's JSON it completes
+    settled_from: str | None = None  # a settle run: the id of the recorded gate it completes
+    basis: tuple[int, int] = (1, 0)  # the rounds and paired processes the plan was made for
+    gate_id: str | None = None  # the id its store recorded it under (``settle.record``)
+    store: str | None = None  # that store, as ``--store`` names it
 
     @property
     def exit_code(self) -> int:
@@ -62,9 +68,14 @@ class GateResult:
 
 
 def to_json(res: GateResult) -> dict:
-    """The gate's verdict for ``ragbench verdict`` (``--json``): ``verdicts.gate_document``,
-    and what settles it (``settle.Plan``), read back by ``run_settle``."""
-    doc = gate_document(res.base, res.head, res.machine, res.comparison)
+    """The gate's verdict for ``ragbench verdict`` (``--json``): ``verdicts.gate_document``
+    with how it measured (the mode, and the rounds and processes its plan was made for), and
+    what settles it (``settle.Plan``). Its store records it (``settle.record``): what
+    ``run_settle`` reads."""
+    rounds, processes = (min(n, hi) for n, (_, hi) in zip(res.basis, GATE_FIELDS.values(),
+                                                           strict=True))  # fmt: skip
+    doc = gate_document(res.base, res.head, res.machine, res.comparison, mode=res.mode,
+                        rounds=rounds, processes=processes)  # fmt: skip
     if res.plan:
         doc["settle"] = res.plan.to_json()
     return doc
@@ -72,11 +83,52 @@ def to_json(res: GateResult) -> dict:
 
 def settle_command(res: GateResult) -> str | None:
     """The command that settles ``res`` (``run_settle``), where it left something to settle
-    and its JSON was written."""
-    if not res.plan or not res.json_path:
+    and its store recorded it: the recorded gate's id and that store."""
+    if not res.plan or not res.gate_id or not res.store:
         return None
-    return (f"ragbench gate --settle {shlex.quote(str(res.json_path))} --machine "
-            f"{shlex.quote(res.machine)} --mode {res.mode}")  # fmt: skip
+    return (f"ragbench gate --settle {res.gate_id} --store {shlex.quote(res.store)} "
+            f"--machine {shlex.quote(res.machine)}")  # fmt: skip
+
+
+def _plan(res: GateResult, rounds: int, processes: int, flagged: bool = True) -> None:
+    """``res``'s plan (``settle.plan``) for a gate of ``rounds`` rounds and ``processes``
+    paired processes, which its JSON keeps (``basis``): what caps the plan where it is read."""
+    res.plan = settle.plan(res.comparison, rounds, processes, flagged)
+    res.basis = (rounds, processes)
+
+
+def private_dir() -> Path:
+    """A directory of this user's alone for the gate's JSON: ``$XDG_RUNTIME_DIR/ragbench``,
+    else ``ragbench-<uid>`` in the temp directory, made 0700, or taken where it is a directory
+    (not a link) this user owns that no one else may use; else a new ``mkdtemp`` (another
+    user who made that name first gets nothing from it)."""
+    runtime = os.environ.get("XDG_RUNTIME_DIR")
+    where = (Path(runtime) / "ragbench" if runtime and Path(runtime).is_dir()
+             else Path(tempfile.gettempdir()) / f"ragbench-{os.getuid()}")  # fmt: skip
+    with contextlib.suppress(FileExistsError):
+        where.mkdir(mode=0o700)
+    try:
+        info = os.lstat(where)
+    except OSError:
+        info = None
+    if (info is None or not stat.S_ISDIR(info.st_mode) or info.st_uid != os.getuid()
+            or info.st_mode & 0o077):  # fmt: skip
+        return Path(tempfile.mkdtemp(prefix="ragbench-gate-"))
+    return where
+
+
+def write_json(res: GateResult, path: Path | None) -> Path:
+    """The gate's JSON (``to_json``) written to ``path``, or (None) to ``gate-<id>.json`` in
+    ``private_dir``, 0600 and never through a link planted there; -> where."""
+    text = json.dumps(to_json(res), indent=2)
+    if path is not None:
+        path.write_text(text)
+        return path
+    path = private_dir() / f"gate-{res.gate_id or res.head[:12]}.json"
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
+    with os.fdopen(fd, "w") as fh:
+        fh.write(text)
+    return path
 
 
 # git's notations of a set of commits (A..B, A...B, ^A, A^@, A^!, A^-), where the gate and
@@ -315,7 +367,7 @@ def run_gate(
         if drift_check and not environments:
             with tempfile.TemporaryDirectory(prefix="ragbench-drift-", dir=work_dir) as tmp:
                 _drift(result, policies, mode=mode, bench=bench, work=Path(tmp), log=log)
-        result.plan = settle.plan(result.comparison, max(1, len(base_runs)), paired_processes)
+        _plan(result, max(1, len(base_runs)), paired_processes)
         result.seconds = time.perf_counter() - t0
         return result
 
@@ -348,33 +400,39 @@ def run_gate(
             _drift(result, policies, mode=mode, bench=bench, work=work, log=log)
         result.base_runs = store.runs(label=f"{gate_id}:base:%")
         result.head_runs = store.runs(label=f"{gate_id}:head:%")
-    result.plan = settle.plan(result.comparison, rounds, paired_processes)
+    _plan(result, rounds, paired_processes)
     result.seconds = time.perf_counter() - t0
     return result
 
 
-def run_settle(store: Store, path: Path, *, policies: Policies, machine: str,
-               mode: str = "quick", work_dir: Path | None = None,
+def run_settle(store: Store, ref: str, *, policies: Policies, machine: str,
+               mode: str | None = None, work_dir: Path | None = None,
                log: Callable[[str], None] = print) -> GateResult:  # fmt: skip
-    """The cells the gate whose JSON is at ``path`` left without evidence or flagged, measured
-    as its plan says (``settle.Plan``: the asv cells in alternating rounds, the host-time
-    cells in paired processes) and judged on these samples alone; merged into that gate's
-    verdict: its other cells passed there, its other failures stand."""
+    """The cells the gate ``ref`` names (``settle.recorded``: the id ``store`` recorded it
+    under, or its very JSON) left without evidence or flagged, measured as its recorded plan
+    says (``settle.planned``: the asv cells in alternating rounds, the host-time cells in
+    paired processes) and judged on these samples alone; merged into that gate's recorded
+    verdict: its other cells passed there, its other failures stand. ``mode``: the gate's
+    (refused where another is asked for)."""
     try:
-        doc = read_gate_document(path, _head_of(path))
-        plan = settle.Plan.from_json(doc.get("settle"))
-    except ValueError as exc:  # VerdictError included
-        raise GateError(f"--settle {path}: {exc}") from None
-    if doc["machine"] != machine:
-        raise GateError(f"--settle {path}: that gate ran on {doc['machine']!r}, this is "
+        gate = settle.recorded(store, str(ref))
+        plan = settle.planned(gate)
+    except ValueError as exc:
+        raise GateError(f"--settle {ref}: {exc}") from None
+    if gate["machine"] != machine:
+        raise GateError(f"--settle {ref}: that gate ran on {gate['machine']!r}, this is "
                         f"{machine!r}: settle it on its machine (--machine)")  # fmt: skip
+    if mode is not None and mode != gate["mode"]:
+        raise GateError(f"--settle {ref}: that gate measured in --mode {gate['mode']}, not "
+                        f"{mode}: its plan is for its own mode")  # fmt: skip
+    mode = gate["mode"]
     t0 = time.perf_counter()
-    base, head = doc["base"], doc["head"]
+    base, head = gate["base"], gate["head"]
     for sha in (base, head):
         _resolve(sha)  # both in this clone, before any work
     _two_commits(base, head, base, head)  # a gate of a commit against itself never passes
     result = GateResult(base, head, machine, Comparison(), True, plan.rounds, mode=mode,
-                        settled_from=path)  # fmt: skip
+                        settled_from=gate["gate_id"])  # fmt: skip
     verdicts = []
     label = f"gate:{head[:8]}-{base[:8]}-{int(time.time())}:settle"
     with tempfile.TemporaryDirectory(prefix="ragbench-settle-", dir=work_dir) as tmp:
@@ -402,26 +460,15 @@ def run_settle(store: Store, path: Path, *, policies: Policies, machine: str,
             wanted = set(plan.paired)
             verdicts += [v for v in result.comparison.verdicts if v.key in wanted]
     settled = {v.key for v in verdicts}
-    stand = [_verdict(k, policies, Status(f["status"]), f.get("note") or "", f.get("change"))
-             for f in doc["failures"]
-             if (k := (f["benchmark"], f["metric"], f["param_key"])) not in settled]  # fmt: skip
+    stand = [_verdict(k, policies, Status(c["status"]), c["note"] or "", c["change"])
+             for c in gate["cells"]
+             if (k := (c["benchmark"], c["metric"], c["param_key"])) not in settled]  # fmt: skip
     result.comparison = Comparison(verdicts + stand, float(policies.gate.get("alpha", 0.01)))
-    result.plan = settle.plan(result.comparison, plan.rounds, plan.processes, flagged=False)
+    _plan(result, plan.rounds, plan.processes, flagged=False)
     result.base_runs = store.runs(label=f"{label}-base:%")
     result.head_runs = store.runs(label=f"{label}-head:%")
     result.seconds = time.perf_counter() - t0
     return result
-
-
-def _head_of(path: Path) -> str:
-    """The head a gate's JSON names (``read_gate_document`` then checks every field)."""
-    from . import jsonfile
-
-    try:
-        doc = jsonfile.read(path, limit=8 * 2**20)
-    except ValueError:
-        return ""  # read_gate_document says what is wrong with it
-    return str(doc.get("head")) if isinstance(doc, dict) else ""
 
 
 def _verdict(key: Key, policies: Policies, status: Status, note: str = "",

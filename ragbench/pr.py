@@ -3,24 +3,26 @@ output, in jobs that never run the pull request's code (``bench-pr.yml``'s verdi
 ``bench-accept.yml``, both on ``pull_request_target`` on the trusted runner; docs/runner.md).
 
 ``verdict`` reads the gate's JSON (an artifact the pull request's code wrote: checked field by
-field, and for the head commit GitHub names, not the one it claims), records it in the store,
-and judges it against the acceptances given on that head commit: the ``ragbench/gate`` commit
-status, one PR comment, and the exit code. ``accept`` records a maintainer's acceptance (the
-``perf-regression-accepted`` label, added by a user GitHub says may write to the repository)
-of the failures that verdict recorded for the head commit it was given on, at most
-``[gate] max_accepted`` of them, or withdraws it (the label removed). ``merged_pulls`` names
-the pull request that merged a main commit from GitHub's own association, for ``ragbench
-record`` to carry its acceptances there.
+field, and for the head commit GitHub names, not the one it claims), records it in the store
+(also as a gate verdict under its digest, ``settle.record``: what ``ragbench gate --settle``
+continues, and only that), and judges it against the acceptances given on that head commit:
+the ``ragbench/gate`` commit status, one PR comment, and the exit code. ``accept`` records a
+maintainer's acceptance (the ``perf-regression-accepted`` label, added by a user GitHub says
+may write to the repository) of the failures that verdict recorded for the head commit it
+was given on, at most ``[gate] max_accepted`` of them, or withdraws it (the label removed).
+``merged_pulls`` names the pull request that merged a main commit from GitHub's own
+association, for ``ragbench record`` to carry its acceptances there.
 """
 
 from __future__ import annotations
 
 import os
 import re
+import shlex
 from dataclasses import dataclass
 from pathlib import Path
 
-from . import jsonfile
+from . import jsonfile, settle
 from .github import MARKER, Client
 from .policies import load_policies
 from .store import Store
@@ -42,6 +44,17 @@ def max_accepted(policies: Path | None = None) -> int:
         raise ValueError(f"policies: [gate] max_accepted is {value!r}, not a whole number >= 0 "
                          "(ragbench/policies.toml sets it)")  # fmt: skip
     return value
+
+
+def trusted_counts(policies: Path | None = None) -> tuple[int, int]:
+    """The most rounds and paired processes a pull request's gate runs here (``[gate] rounds``
+    of the base branch's policies, ``paired.PROCESSES``: bench-pr sets neither): what the
+    rounds and processes its JSON claims are held to where they are recorded, and so what
+    caps the plan that settles it (``settle.limits``)."""
+    from .paired import PROCESSES
+
+    rounds = load_policies(policies).gate.get("rounds", 2)
+    return (rounds if isinstance(rounds, int) and rounds >= 1 else 2), PROCESSES
 
 
 def merged_pulls(client: Client, sha: str, branch: str) -> list[tuple[int, str]]:
@@ -155,18 +168,26 @@ def run_url() -> str | None:
     return None
 
 
-def reproduce(pr: int, base: str | None, head: str, url: str | None) -> str:
-    """The comment's last lines: where the run's logs and artifact are, and the one command
-    that runs the same gate on a GPU machine."""
+def reproduce(pr: int, base: str | None, head: str, url: str | None,
+              settle: dict | None = None) -> str:  # fmt: skip
+    """The comment's last lines: where the run's logs and artifact are, the one command that
+    runs the same gate on a GPU machine, and where the gate left something to settle
+    (``settle``: the gate verdict this job recorded, ``Store.gate_verdict``), the one that
+    settles it from the store this job recorded it in."""
     where = (f"Logs and the `ragbench-gate` artifact (gate.md, gate.json): {url}" if url
              else "No workflow run to link (GITHUB_RUN_ID unset).")  # fmt: skip
     if not base:
         return where
-    return (
-        f"{where}  \nReproduce on a GPU machine, in a clone: `git fetch origin "
-        f"pull/{pr}/head && ragbench gate --base {base[:12]} --head {head[:12]}` (the "
-        "artifact's gate.json: `ragbench gate --settle gate.json` settles what it left)."
-    )
+    text = (f"{where}  \nReproduce on a GPU machine, in a clone: `git fetch origin "
+            f"pull/{pr}/head && ragbench gate --base {base[:12]} --head {head[:12]}`.")  # fmt: skip
+    if settle and settle.get("plan"):
+        gate_id, machine = settle["gate_id"], shlex.quote(settle["machine"])
+        text += (f"  \nSettle what it left (gate `{gate_id}`, as this job recorded it) on its "
+                 f"machine, in that clone: `ragbench gate --settle {gate_id} --store "
+                 f"\"$RAGBENCH_STORE\" --machine {machine}` ($RAGBENCH_STORE: the store this "
+                 "job writes; the artifact's gate.json names the same gate, an edited one "
+                 "none).")  # fmt: skip
+    return text
 
 
 def _publish(client: Client, store: Store, pr: int, head: str, j: Judgement, log,
@@ -174,7 +195,8 @@ def _publish(client: Client, store: Store, pr: int, head: str, j: Judgement, log
     gate = store.gate(pr, head) or {}
     report = gate.get("report") or ""
     text = verdict_markdown(j, head, pr, max_accepted(policies), note)
-    footer = reproduce(pr, gate.get("base"), head, run_url())
+    recorded = store.gate_verdict(gate_id=gate["gate_id"]) if gate.get("gate_id") else None
+    footer = reproduce(pr, gate.get("base"), head, run_url(), recorded)
     log(client.comment(pr, text + ("\n\n" + report if report else "") + "\n\n" + footer))
     client.status(head, j.state, j.description, run_url())
 
@@ -196,8 +218,10 @@ def verdict(store: Store, client: Client | None, *, gate_json: Path, report: Pat
     text = ""
     if report is not None and report.is_file():
         text = jsonfile.read_text(report, limit=1 * 2**20)
+    gate_id = settle.record(store, doc, source="verdict", machine=machine, pr=pr,
+                            most=trusted_counts(policies))  # fmt: skip
     store.record_gate(pr, head, doc["base"], machine or doc.get("machine"), doc["failures"],
-                      text)  # fmt: skip
+                      text, gate_id)  # fmt: skip
     j = judge(doc["failures"], accepted_on(store, pr, head))
     if client is not None:
         _publish(client, store, pr, head, j, log, policies=policies)

@@ -88,7 +88,8 @@ def gate_markdown(res: GateResult, title: str | None = None) -> str:
     lines += differences(res.base_runs, res.head_runs)
     if res.settled_from:
         lines.append(
-            f"Settling the gate of `{res.settled_from}`: its cells without evidence or flagged, "
+            f"Settling the gate `{res.settled_from}` (as its store recorded it): its cells "
+            "without evidence or flagged, "
             f"measured again here ({res.rounds} alternating round(s) each) and judged on these "
             "samples alone; its other cells passed there and are not repeated; its other "
             "failures stand."
@@ -196,7 +197,8 @@ def gate_markdown(res: GateResult, title: str | None = None) -> str:
         lines += ["", "### To settle", "", f"`{command}`", "",
                   f"Measures only what is left without evidence or flagged: "
                   f"{res.plan.describe()}, the rounds estimated from their spread (an "
-                  "interval narrows as 1/sqrt(samples)), merged into this verdict."]  # fmt: skip
+                  "interval narrows as 1/sqrt(samples)), merged into this verdict as "
+                  f"`{res.store}` recorded it (gate `{res.gate_id}`)."]  # fmt: skip
     return "\n".join(lines) + "\n"
 
 

@@ -144,6 +144,35 @@ CREATE TABLE IF NOT EXISTS alert_cells (
     found_by VARCHAR,
     PRIMARY KEY (branch, machine, commit_hash, environment, benchmark, metric, param_key)
 );
+CREATE TABLE IF NOT EXISTS gate_verdicts (
+    gate_id VARCHAR PRIMARY KEY,
+    digest VARCHAR NOT NULL,
+    base VARCHAR NOT NULL,
+    head VARCHAR NOT NULL,
+    machine VARCHAR NOT NULL,
+    verdict VARCHAR NOT NULL,
+    mode VARCHAR NOT NULL,
+    rounds INTEGER NOT NULL,
+    processes INTEGER NOT NULL,
+    plan JSON,
+    document VARCHAR NOT NULL,
+    source VARCHAR NOT NULL,
+    pr INTEGER,
+    settles VARCHAR,
+    recorded_at TIMESTAMP DEFAULT current_timestamp
+);
+CREATE TABLE IF NOT EXISTS gate_verdict_cells (
+    gate_id VARCHAR NOT NULL,
+    position INTEGER NOT NULL,
+    benchmark VARCHAR NOT NULL,
+    metric VARCHAR NOT NULL,
+    param_key VARCHAR NOT NULL,
+    status VARCHAR NOT NULL,
+    change DOUBLE,
+    words VARCHAR,
+    note VARCHAR,
+    PRIMARY KEY (gate_id, position)
+);
 """
 # Schema 2 -> 3: environments as other harnesses define them (``Run.environment``: asv's
 # env_name, pytest-benchmark's Python and CPU) and their keys, the runner a machine was renamed
@@ -171,6 +200,12 @@ DROP_CHANGE_POINTS = """
 DROP TABLE IF EXISTS change_points;
 DROP TABLE IF EXISTS change_point_series;
 """
+# Schema 6: the gates' own verdicts (``gate_verdicts``, ``gate_verdict_cells``: what
+# ``ragbench gate --settle`` continues), made by TABLES; a pull request's recorded verdict names
+# the one its JSON is (``gates.gate_id``).
+MIGRATE_GATE_IDS = """
+ALTER TABLE gates ADD COLUMN IF NOT EXISTS gate_id VARCHAR;
+"""
 # Schema 1 -> 2: a status per measurement; acceptances name their pull request and the commit
 # they were given on (a main commit's carried copy names the PR head). Schema 2 -> 3 also:
 # asv's 99% confidence interval of each value (``stats_ci_99_a``/``_b``), which judges a cell
@@ -184,6 +219,7 @@ ALTER TABLE measurements ADD COLUMN IF NOT EXISTS ci_99_a DOUBLE;
 ALTER TABLE measurements ADD COLUMN IF NOT EXISTS ci_99_b DOUBLE;
 """
     + MIGRATE_ENVIRONMENTS
+    + MIGRATE_GATE_IDS
 )
 
 
@@ -243,7 +279,7 @@ def lake_ddl(sql: str) -> str:
 # Every table and view of a ragbench store: a file holding anything else is not one.
 OURS = {"meta", "runs", "measurements", "acceptances", "gates", "series", "speedups",
          "dispatch_floors", "drift", "change_point_series", "change_points", "alerts",
-         "alert_cells"}  # fmt: skip
+         "alert_cells", "gate_verdicts", "gate_verdict_cells"}  # fmt: skip
 
 MEASUREMENT_COLUMNS = (
     "run_id", "benchmark", "metric", "params", "param_key", "variant", "group_key", "unit",

@@ -7,11 +7,15 @@ and a misspelt status is an AttributeError instead of a comparison that never ma
 
 The gate's JSON (``ragbench gate --json``, read by ``ragbench verdict`` in the trusted job
 that never runs the pull request's code) is written by ``gate_document`` and read back by
-``read_gate_document``, which checks every field: schema ``JSON_SCHEMA``.
+``read_gate_document``, which checks every field: schema ``JSON_SCHEMA``. Its ``digest`` (of
+the ``canonical`` text) is how a store names the document a gate recorded (``ragbench gate
+--settle`` continues only a recorded one).
 """
 
 from __future__ import annotations
 
+import hashlib
+import json
 import math
 import re
 from enum import StrEnum
@@ -113,6 +117,21 @@ JSON_SCHEMA = 2  # of gate_document's document; read_gate_document refuses any o
 _SHA = re.compile(r"[0-9a-f]{40}(?:[0-9a-f]{24})?")
 
 
+MODES = ("quick", "full")  # the suite's modes (``ragbench.suite``), a gate's ``mode``
+GATE_FIELDS = {"rounds": (1, 1000), "processes": (0, 1000)}  # a gate's counts, when given
+
+
+def canonical(doc: dict) -> str:
+    """``doc`` as one canonical JSON text (keys sorted, no spaces): what its digest is of, so
+    that the file a gate wrote (indented) and the same document parsed again hash alike."""
+    return json.dumps(doc, sort_keys=True, separators=(",", ":"), ensure_ascii=True)
+
+
+def digest(doc: dict) -> str:
+    """The sha256 (hex) of ``canonical(doc)``: a gate's document as its store recorded it."""
+    return hashlib.sha256(canonical(doc).encode()).hexdigest()
+
+
 class VerdictError(ValueError):
     """The gate's output cannot be judged: missing, malformed, or of another commit."""
 
@@ -127,10 +146,10 @@ BLOCKING = (*FAILING, Status.INCONCLUSIVE)
 NOTHING_JUDGED = ("ragbench.gate", "judged_cells", "")
 
 
-def gate_document(base: str, head: str, machine: str, comparison) -> dict:
+def gate_document(base: str, head: str, machine: str, comparison, **gate) -> dict:
     """The gate's verdict on ``comparison`` (a ``compare.Comparison``): pass, fail or
     inconclusive, and every cell that keeps it from passing (``NOTHING_JUDGED`` when none was
-    judged at all)."""
+    judged at all); ``gate``: how it measured (``mode``, ``rounds``, ``processes``)."""
     blocking = [
         {"benchmark": v.key[0], "metric": v.key[1], "param_key": v.key[2],
          "status": str(v.status), "change": v.change,
@@ -150,6 +169,7 @@ def gate_document(base: str, head: str, machine: str, comparison) -> dict:
         "machine": machine,
         "verdict": str(comparison.headline),
         "failures": blocking,
+        **gate,
     }
 
 
@@ -175,4 +195,10 @@ def read_gate_document(path: Path, head: str) -> dict:
             raise VerdictError(f"{path}: malformed failure {str(f)[:120]}")
     if (doc["verdict"] != Headline.PASS) != bool(failures):
         raise VerdictError(f"{path}: verdict {doc['verdict']!r} with {len(failures)} failure(s)")
+    for name, (lo, hi) in GATE_FIELDS.items():
+        n = doc.get(name, lo)
+        if isinstance(n, bool) or not isinstance(n, int) or not lo <= n <= hi:
+            raise VerdictError(f"{path}: {name} {str(n)[:20]!r} is not a count of {lo}-{hi}")
+    if doc.get("mode", MODES[0]) not in MODES:
+        raise VerdictError(f"{path}: mode {str(doc.get('mode'))[:20]!r} is not one of {MODES}")
     return doc

@@ -5,9 +5,11 @@ from __future__ import annotations
 
 import itertools
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -293,19 +295,22 @@ def test_a_gate_says_what_settles_it_and_settle_merges_into_its_verdict(
     res, calls = noisy_gate(store, monkeypatch, settle)
     assert res.comparison.headline == "inconclusive"
     assert res.plan.cells == [TRITON] and not res.plan.paired and res.plan.rounds > 2
-    res.json_path = tmp_path / "gate.json"
-    res.json_path.write_text(json.dumps(gate.to_json(res)))
+    res.gate_id = settle_mod.record(store, gate.to_json(res), source="gate")
+    res.store = store.name
+    res.json_path = gate.write_json(res, tmp_path / "gate.json")
     text = gate_markdown(res)
-    command = f"ragbench gate --settle {res.json_path} --machine m1 --mode quick"
+    command = f"ragbench gate --settle {res.gate_id} --store {store.name} --machine m1"
     assert text.rstrip().splitlines()[-3] == f"`{command}`", text[-600:]
     first = len(calls)
-    settled = gate.run_settle(store, res.json_path, policies=load_policies(),
+    # the recorded gate, by its id or by the very JSON it wrote
+    ref = res.gate_id if settle == "tight" else str(res.json_path)
+    settled = gate.run_settle(store, ref, policies=load_policies(),
                               machine="m1", log=lambda m: None)  # fmt: skip
     again = calls[first:]
     assert [c[0] for c in again] == ["base", "head"] * res.plan.rounds
     assert all(c[2] == discovery.bench_regex([TRITON]) for c in again)
     (v,) = settled.comparison.verdicts  # the settled cell alone: the others passed
-    assert v.key == TRITON and settled.settled_from == res.json_path
+    assert v.key == TRITON and settled.settled_from == res.gate_id
     # a regression the settle run shows again is settled: nothing more to measure
     assert settle_mod.plan(compare.Comparison([compare.Verdict(
         TRITON, {}, "us", v.policy, "regression", detectable=0.02)]), 4, 3,
@@ -316,7 +321,7 @@ def test_a_gate_says_what_settles_it_and_settle_merges_into_its_verdict(
     else:
         assert settled.comparison.headline == "inconclusive" and settled.exit_code == 1
         assert settled.plan.rounds > res.plan.rounds
-    assert "Settling the gate of" in gate_markdown(settled)
+    assert f"Settling the gate `{res.gate_id}`" in gate_markdown(settled)
 
 
 def test_the_rounds_a_cell_needs_follow_its_spread():
@@ -337,24 +342,201 @@ def test_the_rounds_a_cell_needs_follow_its_spread():
     assert settle.needed(v(Status.REGRESSION, 0.5 * t), 2) == 2  # reproduce at its power
 
 
-def test_settle_refuses_what_it_cannot_settle(tmp_path):
+def test_settle_refuses_what_it_cannot_settle(tmp_path, capsys):
+    """Gates a store recorded (``settle.record``, as a gate or the trusted verdict does) that
+    leave nothing to settle, or that it cannot: one line, exit 2, nothing measured."""
+    from ragbench import cli, settle
+
     doc = {"schema": 2, "base": PARENT, "head": HEAD, "machine": "m1", "verdict": "pass",
            "failures": []}  # fmt: skip
-    path = tmp_path / "gate.json"
-    path.write_text(json.dumps(doc))
-    planned = tmp_path / "planned.json"
     plan = {"cells": [list(TRITON)], "rounds": 4, "paired": [], "processes": 3}
-    planned.write_text(json.dumps({**doc, "verdict": "inconclusive", "settle": plan,
-                                   "failures": [{"benchmark": TRITON[0], "metric": TRITON[1],
-                                                 "param_key": TRITON[2],
-                                                 "status": "inconclusive"}]}))  # fmt: skip
-    itself = tmp_path / "itself.json"  # a commit against itself: A/A would pass
-    itself.write_text(planned.read_text().replace(PARENT, HEAD))
-    for args, why in ((["--settle", str(path)], "nothing without evidence"),
-                      (["--settle", str(itself)], "are the same commit"),
+    planned = {**doc, "verdict": "inconclusive", "settle": plan,
+               "failures": [{"benchmark": TRITON[0], "metric": TRITON[1],
+                             "param_key": TRITON[2], "status": "inconclusive"}]}  # fmt: skip
+    itself = json.loads(json.dumps(planned).replace(PARENT, HEAD))  # A/A would pass
+    with Store(tmp_path / "perf.duckdb") as store:
+        ids = [settle.record(store, d, source="gate") for d in (doc, itself, planned)]
+    for args, why in ((["--settle", ids[0]], "nothing without evidence"),
+                      (["--settle", ids[1]], "are the same commit"),
                       (["--settle", str(tmp_path / "none.json")], "none.json"),
-                      (["--settle", str(planned), "--machine", "m2"], "ran on 'm1'"),
+                      (["--settle", "0123456789abcdef"], "recorded no gate 0123456789abcdef"),
+                      (["--settle", ids[2], "--machine", "m2"], "ran on 'm1'"),
+                      (["--settle", ids[2], "--mode", "full"], "measured in --mode quick"),
                       ([], "needs --base")):  # fmt: skip
-        out = run_cli(tmp_path / "perf.duckdb", *args)
-        assert out.returncode == 2, out
-        assert why in out.stderr and len(out.stderr.strip().splitlines()) == 1, out.stderr
+        code = cli.main(["gate", "--store", str(tmp_path / "perf.duckdb"), "--machine", "m1",
+                         *args])  # fmt: skip
+        err = capsys.readouterr().err
+        assert code == 2 and why in err and len(err.strip().splitlines()) == 1, err
+
+
+def regression_gate(store, monkeypatch, tmp_path) -> tuple[gate.GateResult, Path]:
+    """A measured gate that FAILs: head's triton cell 10% slower, reproduced when measured
+    again, and the torch_varlen cell inconclusive (spread 0.5x-1.5x): its plan settles both.
+    Recorded in ``store`` as ``ragbench gate`` records it; -> it and its JSON."""
+    from ragbench import settle
+    from ragbench.commands import gate as gate_cmd
+
+    def fake_measure(store, sha, side, label, work, *, mode, machine, bench, log, environment=None):
+        rng = np.random.default_rng(len(label) + (side == "head"))
+        cells = gpu_cells(1.1 if side == "head" else 1.0, seed=int(rng.integers(99)), extra=True)
+        cells[TORCH] = rng.uniform(0.5, 1.5, 40) * 20
+        return [add_run(store, sha, cells, label)]
+
+    monkeypatch.setattr(gate, "_measure", fake_measure)
+    res = gate.run_gate(store, "HEAD~1", "HEAD", policies=load_policies(), machine="m1",
+                        rounds=2, log=lambda m: None, drift_check=False)  # fmt: skip
+    assert res.comparison.headline == "fail" and TRITON in res.plan.cells
+    args = SimpleNamespace(store=store.name, history_branch=None)
+    gate_cmd.record(args, store, res)
+    assert res.gate_id and settle.recorded(store, res.gate_id)["verdict"] == "fail"
+    return res, gate.write_json(res, tmp_path / "gate.json")
+
+
+TORCH = ("kernel.KernelLatency", "gpu_us", "torch_varlen")
+
+
+def test_settle_continues_only_the_gate_its_store_recorded(tmp_path, monkeypatch, capsys):
+    """A gate that failed (triton 10% slower) is recorded with its plan. Its JSON with the
+    regression taken out of the failures and the plan, another head's JSON with ``head``
+    edited, a hand-written JSON naming one quiet cell, and a recorded plan of 1,000 rounds
+    (a pull request's JSON as the trusted verdict records it): each refused in one line,
+    exit 2, before anything is measured. Before, each settled to PASS (exit 0) for a head
+    that is 10% slower. The genuine JSON and its id settle as before."""
+    from ragbench import cli, pr
+
+    store = Store(tmp_path / "perf.duckdb")
+    res, path = regression_gate(store, monkeypatch, tmp_path)
+    doc = json.loads(path.read_text())
+    quiet = {"benchmark": "kernel.KernelLatency", "metric": "gpu_us", "param_key": "backend=fa2",
+             "status": "inconclusive", "change": 0.0}  # fmt: skip
+    edited = {
+        "failure removed": {**doc, "verdict": "inconclusive", "failures": [
+            f for f in doc["failures"] if f["param_key"] != "backend=triton"],
+            "settle": {**doc["settle"], "cells": [c for c in doc["settle"]["cells"]
+                                                  if c[2] != "backend=triton"]}},
+        "head edited": {**doc, "head": PARENT, "base": git("rev-parse", "HEAD~2")},
+        "hand-written": {"schema": 2, "base": PARENT, "head": HEAD, "machine": "m1",
+                         "verdict": "inconclusive", "failures": [quiet],
+                         "settle": {"cells": [[quiet["benchmark"], quiet["metric"],
+                                               quiet["param_key"]]], "rounds": 2,
+                                    "paired": [], "processes": 1}},
+    }  # fmt: skip
+    measured = []
+    monkeypatch.setattr(gate, "_measure", lambda *a, **k: measured.append(a) or [])
+    for name, forged in edited.items():
+        p = tmp_path / f"{name}.json"
+        p.write_text(json.dumps(forged, indent=2))
+        code = cli.main(["gate", "--settle", str(p), "--store", store.name, "--machine", "m1"])
+        err = capsys.readouterr().err
+        assert code == 2 and "no gate recorded in" in err, (name, err)
+        assert len(err.strip().splitlines()) == 1, err
+    # a pull request's JSON, recorded by the trusted verdict, asking for 1,000 rounds
+    greedy = tmp_path / "greedy.json"
+    greedy.write_text(json.dumps({**doc, "rounds": 1000, "settle": {**doc["settle"],
+                                                                    "rounds": 1000}}))  # fmt: skip
+    pr.verdict(store, None, gate_json=greedy, report=None, pr=7, head=HEAD, machine=None,
+               log=lambda m: None)  # fmt: skip
+    for ref in (str(greedy), store.gate(7, HEAD)["gate_id"]):
+        code = cli.main(["gate", "--settle", ref, "--store", store.name, "--machine", "m1"])
+        err = capsys.readouterr().err
+        assert code == 2 and "asks for 1000 round(s), more than 8x the gate's 2" in err, err
+        assert len(err.strip().splitlines()) == 1, err
+    assert not measured
+    # the trusted verdict records the genuine JSON as the gate's own id: the PR comment's
+    # settle command names it
+    pr.verdict(store, None, gate_json=path, report=None, pr=8, head=HEAD, machine=None,
+               log=lambda m: None)  # fmt: skip
+    assert store.gate(8, HEAD)["gate_id"] == res.gate_id
+    footer = pr.reproduce(8, PARENT, HEAD, None, store.gate_verdict(gate_id=res.gate_id))
+    assert (f'`ragbench gate --settle {res.gate_id} --store "$RAGBENCH_STORE" --machine m1`'
+            in footer)  # fmt: skip
+    # the genuine JSON, byte for byte or re-indented, names the recorded gate
+    path.write_text(json.dumps(doc))
+    for ref in (str(path), res.gate_id):
+        monkeypatch.setattr(gate, "_measure", lambda store, sha, side, label, *a, **k: [
+            add_run(store, sha, gpu_cells(1.1 if side == "head" else 1.0, seed=len(label)),
+                    label)])  # fmt: skip
+        code = cli.main(["gate", "--settle", ref, "--store", store.name, "--machine", "m1",
+                         "--no-drift", "--paired-processes", "0"])  # fmt: skip
+        out = capsys.readouterr()
+        assert code == 1 and f"Settling the gate `{res.gate_id}`" in out.out, out.err
+        assert "### Regressions" in out.out
+
+
+def test_the_default_json_is_private_and_never_follows_a_planted_link(tmp_path, monkeypatch,
+                                                                     capsys):  # fmt: skip
+    """A gate that leaves a plan and is given no --json writes it in a directory of this
+    user's alone (0700, the file 0600), never at the guessable name in the shared temp
+    directory where another user planted a link (before: ``$TMPDIR/ragbench-gate-HEAD.json``,
+    followed); a planted link in place of that directory is not used either. The report's
+    settle command names the recorded gate and its store, and runs."""
+    import shlex
+    import stat
+    import tempfile
+
+    from ragbench import cli
+
+    shared = tmp_path / "tmp"
+    shared.mkdir()
+    monkeypatch.setenv("TMPDIR", str(shared))
+    monkeypatch.delenv("XDG_RUNTIME_DIR", raising=False)
+    monkeypatch.setattr(tempfile, "tempdir", None)
+    victim = tmp_path / "victim"
+    victim.write_text("keep")
+    (shared / f"ragbench-gate-{HEAD[:12]}.json").symlink_to(victim)
+    path = tmp_path / "perf.duckdb"
+    with Store(path) as store:
+        add_run(store, PARENT, gpu_cells(seed=1))
+        noisy = gpu_cells(seed=2)
+        noisy[("kernel.KernelLatency", "gpu_us", "triton")] = np.linspace(5, 15.3, 40)
+        add_run(store, HEAD, noisy)
+    argv = ["gate", "--stored", "--store", str(path), "--machine", "m1", "--base", "HEAD~1",
+            "--no-drift", "--paired-processes", "0"]  # fmt: skip
+    assert cli.main(argv) == 1
+    report = capsys.readouterr().out
+    assert victim.read_text() == "keep"
+    private = shared / f"ragbench-{os.getuid()}"
+    (written,) = private.iterdir()
+    assert stat.S_IMODE(private.stat().st_mode) == 0o700
+    assert stat.S_IMODE(written.stat().st_mode) == 0o600
+    assert json.loads(written.read_text())["verdict"] == "inconclusive"
+    (command,) = [ln.strip("`") for ln in report.splitlines()
+                  if ln.startswith("`ragbench gate --settle")]  # fmt: skip
+    words = shlex.split(command)
+    assert words[3] == written.name.removeprefix("gate-").removesuffix(".json")
+    monkeypatch.setattr(gate, "_measure", lambda store, sha, side, label, *a, **k: [
+        add_run(store, sha, gpu_cells(seed=len(label)), label)])  # fmt: skip
+    assert cli.main([*words[1:], "--no-drift"]) == 0, capsys.readouterr().err
+    # another user's link where the private directory goes: a new private directory instead
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir(mode=0o777)
+    written.unlink()
+    private.rmdir()
+    private.symlink_to(elsewhere)
+    assert cli.main(argv) == 1
+    capsys.readouterr()
+    assert not list(elsewhere.iterdir()) and victim.read_text() == "keep"
+    (made,) = [p for p in shared.iterdir() if p.name.startswith("ragbench-gate-") and p.is_dir()]
+    assert stat.S_IMODE(made.stat().st_mode) == 0o700 and len(list(made.iterdir())) == 1
+
+
+def test_make_gate_keeps_the_gates_exit_code(tmp_path):
+    """``make gate`` (and gate-pr, gate-verdict): make turns any failed recipe into 2, so a
+    FAIL (1) read as unusable input (2). The recipe leaves ragbench's code in GATE_RC
+    (VERDICT_RC): 1 and 2 apart; gate-pr passes a FAIL on to the trusted verdict (0)."""
+    fake = tmp_path / "bin"
+    fake.mkdir()
+    python = fake / "python"
+    python.write_text('#!/bin/sh\nexit "$FAKE_RC"\n')
+    python.chmod(0o755)
+    for target, code, make_code in (("gate", 1, 2), ("gate", 2, 2), ("gate", 0, 0),
+                                    ("gate-pr", 1, 0), ("gate-pr", 2, 2),
+                                    ("gate-verdict", 1, 2), ("gate-verdict", 2, 2)):  # fmt: skip
+        rc = tmp_path / f"{target}-{code}.rc"
+        out = subprocess.run(
+            ["make", "--no-print-directory", "-s", target, f"BIN={fake}", f"STAMP={python}",
+             f"GATE_RC={rc}", f"VERDICT_RC={rc}", "PR=1", "GITHUB_ACTIONS="],
+            cwd=REPO, capture_output=True, text=True, env={**os.environ, "FAKE_RC": str(code)},
+        )  # fmt: skip
+        assert out.returncode == make_code, (target, code, out.stderr)
+        assert rc.read_text().strip() == str(code), (target, code)

@@ -356,15 +356,56 @@ def table_rows(store: Store) -> dict[str, list]:
         "change_points",
         "alerts",
         "alert_cells",
+        "gate_verdicts",
+        "gate_verdict_cells",
     )
     with store._connect() as con:
         return {t: sorted(map(repr, con.execute(f"SELECT * FROM {t}").fetchall())) for t in names}
 
 
+def test_a_schema_5_store_gains_the_gate_verdicts_and_a_copy_brings_them(tmp_path):
+    """Schema 6: a schema-5 store (no ``gate_verdicts``, no ``gates.gate_id``) is refused to
+    readers, and the next writer migrates it, its rows kept; a gate's recorded verdict and its
+    cells come with a copy, once."""
+    import duckdb
+
+    from ragbench import settle
+
+    path = tmp_path / "perf.duckdb"
+    with Store(path) as s:
+        s.record_gate(7, "c" * 40, "b" * 40, "ci", [{"cell": "x"}], "report")
+    con = duckdb.connect(str(path))
+    con.execute("DROP TABLE gate_verdict_cells; DROP TABLE gate_verdicts; "
+                "ALTER TABLE gates DROP COLUMN gate_id; "
+                "UPDATE meta SET value = '5' WHERE key = 'schema_version'")  # fmt: skip
+    con.close()
+    with pytest.raises(StoreError, match="schema 5: open it once for writing"):
+        Store(path, read_only=True).runs()
+    store = Store(path)  # a writer migrates
+    kept = store.gate(7, "c" * 40)
+    assert kept["report"] == "report" and kept["gate_id"] is None
+    doc = {"schema": 2, "base": "b" * 40, "head": "c" * 40, "machine": "ci",
+           "verdict": "fail", "failures": [{"benchmark": "k.K", "metric": "gpu_us",
+                                            "param_key": "backend=triton", "status": "regression",
+                                            "change": 0.1, "words": "10.0% slower", "note": ""}],
+           "settle": {"cells": [["k.K", "gpu_us", "backend=triton"]], "rounds": 2, "paired": [],
+                      "processes": 1}, "mode": "quick", "rounds": 2, "processes": 0}  # fmt: skip
+    gate_id = settle.record(store, doc, source="gate")
+    assert settle.record(store, doc, source="gate") == gate_id  # the same document, kept once
+    target = Store(tmp_path / "copy.duckdb")
+    added, _ = target.copy_from(Store(path, read_only=True))
+    assert added["gate_verdicts"] == added["gate_verdict_cells"] == 1
+    assert not any(target.copy_from(Store(path, read_only=True))[0].values())
+    assert table_rows(target) == table_rows(Store(path, read_only=True))
+    assert settle.planned(target.gate_verdict(gate_id=gate_id)).rounds == 2
+
+
 def test_copy_file_to_lake_to_file_round_trips_every_row(quick_run, tmp_path, postgres):
     """``ragbench store copy``: a runner's file into a lake, the lake back into a new file;
-    every row of every table the same (run ids, raw samples, labels, acceptances, gates), and
-    a second copy adds nothing."""
+    every row of every table the same (run ids, raw samples, labels, acceptances, gates, the
+    gates' own verdicts), and a second copy adds nothing."""
+    from ragbench import settle
+
     results = copy_results(quick_run, tmp_path / "results")
     first = tmp_path / "runner.duckdb"
     with Store(first) as s:
@@ -373,6 +414,10 @@ def test_copy_file_to_lake_to_file_round_trips_every_row(quick_run, tmp_path, po
                label="gate:x:head:0")  # fmt: skip
         s.accept("c" * 40, "kernel.KernelLatency", "gpu_us", "backend=triton", "known", "me", pr=7)
         s.record_gate(7, "c" * 40, "b" * 40, "ci", [{"cell": "x"}], "report")
+        settle.record(s, {"schema": 2, "base": "b" * 40, "head": "c" * 40, "machine": "ci",
+                          "verdict": "fail", "failures": [{
+                              "benchmark": "k.K", "metric": "gpu_us", "param_key": "",
+                              "status": "regression", "change": 0.1}]}, source="gate")  # fmt: skip
     lake, back = postgres.lake(tmp_path), tmp_path / "back.duckdb"
 
     def copy(a, b):
@@ -383,6 +428,7 @@ def test_copy_file_to_lake_to_file_round_trips_every_row(quick_run, tmp_path, po
 
     added = copy(first, lake)
     assert added["runs"] == 3 and added["acceptances"] == added["gates"] == 1
+    assert added["gate_verdicts"] == added["gate_verdict_cells"] == 1
     assert not any(copy(first, lake).values())
     copy(lake, back)
     expected = table_rows(Store(first, read_only=True))

@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-import json
 import os
-import tempfile
 from pathlib import Path
 
 from ..compare import RULE
@@ -70,30 +68,34 @@ def add_parser(sub) -> None:
     g.add_argument("--no-drift", dest="drift", action="store_false",
                    help="skip the comparison of head's outputs with base's (ragbench.drift): "
                    "the numerics then keep only their bounds")  # fmt: skip
-    g.add_argument("--mode", choices=["quick", "full"], default="quick", help=MODE_HELP)
+    g.add_argument("--mode", choices=["quick", "full"], default=None,
+                   help=f"{MODE_HELP} (default quick; --settle: the gate's)")  # fmt: skip
     bench_arg(g)
     policies_arg(g)
     g.add_argument("--report", type=Path, default=None, help="also write the report here")
     g.add_argument("--json", type=Path, default=None,
                    help="write the verdict, the failing cells and what settles them here "
-                   "(ragbench verdict; --settle); where something is left to settle and no "
-                   "--json is given: ragbench-gate-HEAD.json in the temp directory")  # fmt: skip
-    g.add_argument("--settle", type=Path, default=None, metavar="GATE_JSON",
-                   help="measure again only the cells the gate whose --json this is left "
+                   "(ragbench verdict); where something is left to settle and no --json is "
+                   "given: gate-ID.json in a directory of this user's alone ($XDG_RUNTIME_DIR/"
+                   "ragbench, else ragbench-UID in the temp directory)")  # fmt: skip
+    g.add_argument("--settle", default=None, metavar="GATE",
+                   help="measure again only the cells a gate recorded in --store left "
                    "inconclusive or flagged, with the rounds its report names (estimated from "
-                   "their spread), and merge them into its verdict (the other cells passed "
-                   "there); --base, --head and --rounds come from the file")  # fmt: skip
+                   "their spread), and merge them into its recorded verdict (the other cells "
+                   "passed there). GATE: the id its report names, or its --json as written "
+                   "(a JSON whose digest the store did not record is refused); --base, --head, "
+                   "--rounds and --mode come from the store")  # fmt: skip
     g.set_defaults(func=run)
 
 
 def run(args) -> int:
-    from ..gate import run_gate, run_settle, to_json
+    from ..gate import run_gate, run_settle, write_json
     from ..report import gate_markdown
 
     policies = load_policies(args.policies)
     if args.settle is None and args.base is None:
         raise ValueError("gate needs --base REV (the pull request's merge base), or --settle "
-                         "GATE_JSON (a gate's --json) to settle what it left")  # fmt: skip
+                         "GATE (the id a gate's report names) to settle what it left")  # fmt: skip
     store = open_store(args, read_only=not args.measure)  # --stored only reads
     if args.settle is not None:
         result = run_settle(store, args.settle, policies=policies, machine=machine_of(args),
@@ -101,22 +103,40 @@ def run(args) -> int:
     else:
         result = run_gate(
             store, args.base, args.head, policies=policies, machine=machine_of(args),
-            measure=args.measure, rounds=args.rounds, mode=args.mode, bench=args.bench,
-            paired_processes=args.paired_processes, log=log, drift_check=args.drift,
-            environment=args.environment, across_environments=args.across_environments,
+            measure=args.measure, rounds=args.rounds, mode=args.mode or "quick",
+            bench=args.bench, paired_processes=args.paired_processes, log=log,
+            drift_check=args.drift, environment=args.environment,
+            across_environments=args.across_environments,
         )  # fmt: skip
-    if result.plan and args.json is None:  # the settle command reads the plan from it
-        args.json = Path(tempfile.gettempdir()) / f"ragbench-gate-{result.head[:12]}.json"
-    result.json_path = args.json
+    record(args, store, result)
+    if result.plan or args.json:  # the settle command names the recorded gate; this its JSON
+        result.json_path = write_json(result, args.json)
     text = gate_markdown(result)
     print(text)
     if args.report:
         args.report.write_text(text)
-    if args.json:
-        args.json.write_text(json.dumps(to_json(result), indent=2))
     summary = os.environ.get("GITHUB_STEP_SUMMARY")
     if summary:
         with open(summary, "a") as fh:
             fh.write(text)
     log(f"ragbench gate: {result.comparison.headline.upper()} in {result.seconds:.0f} s")
     return result.exit_code
+
+
+def record(args, store, result) -> None:
+    """``result``'s verdict, blocking cells and plan recorded in the store (``settle.record``):
+    what ``--settle`` continues, by the id its report then names. A store this gate may not
+    write (--stored opened it to read) is said in one line, and the report names no settle
+    command."""
+    from .. import settle
+    from ..gate import to_json
+    from ..store import StoreError
+
+    try:
+        writer = store if not store.read_only else open_store(args, create=False)
+        result.gate_id = settle.record(writer, to_json(result),
+                                       source="settle" if result.settled_from else "gate",
+                                       settles=result.settled_from)  # fmt: skip
+        result.store = writer.name
+    except (StoreError, OSError) as exc:
+        log(f"gate: not recorded in {store.name} ({exc}): nothing to settle it by")

@@ -18,6 +18,8 @@ No SQL lives outside this package, its schema (``ragbench/schema.py``) and the l
     acceptances   failures a maintainer accepted on a pull request (the label), per cell and
                   commit; carried to the main commit that merged them
     gates         the verdict of each pull-request gate the trusted workflow read
+    gate_verdicts what each gate decided (verdict, plan, canonical JSON and its digest) and
+                  its blocking cells (``gate_verdict_cells``): what ``gate --settle`` reads
     views         ``series`` (measurements joined with their run), ``speedups`` (a candidate
                   backend against each other one in the same run and cell), ``dispatch_floors``,
                   ``drift``
@@ -47,7 +49,8 @@ The package, one job a module (``Store`` composes the parts, which reach each ot
     core.py             opening a store: a file's connections, the write lock and its
                         waiting marker, one transaction, the schema's creation and checks
     lake_connection.py  this process's connection to each lake, and the watch around it
-    writes.py           ``add_run`` (in slices), acceptances, gate verdicts, change points
+    writes.py           ``add_run`` (in slices), acceptances, gate verdicts (the pull
+                        requests' and the gates' own), change points
     copies.py           ``copy_from``, ``maintain``, ``export_parquet``
     reads.py            the queries
 """

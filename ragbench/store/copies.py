@@ -36,7 +36,7 @@ class Copies:
         with self._connect() as con:
             for name in ("meta", "runs", "measurements", "acceptances", "gates", "series",
                          "speedups", "dispatch_floors", "drift", "change_point_series",
-                         "change_points"):  # fmt: skip
+                         "change_points", "gate_verdicts", "gate_verdict_cells"):  # fmt: skip
                 path = out_dir / f"{name}.parquet"
                 table = (con.sql(f"SELECT * FROM measurements WHERE {STORED}")
                          if name == "measurements" else con.table(name))  # fmt: skip
@@ -45,10 +45,11 @@ class Copies:
         return paths
 
     def copy_from(self, source: Store) -> tuple[dict[str, int], list[str]]:
-        """Every run (its measurements, raw samples and label with it), acceptance and gate
-        verdict of ``source`` that this store lacks, in one transaction, run ids kept, and the
-        stored change points and alerts of each branch and machine this store had no run of
-        (its series are then the source's, point for point); -> rows added per table (a
+        """Every run (its measurements, raw samples and label with it), acceptance, gate
+        verdict and gate's own verdict (``gate_verdicts`` with its cells) of ``source`` that
+        this store lacks, in one transaction, run ids kept, and the stored change points and
+        alerts of each branch and machine this store had no run of (its series are then the
+        source's, point for point); -> rows added per table (a
         second copy adds none), and the runs added to a branch and machine this store had
         runs of: their change points are to be brought up to date
         (``changepoints.update``)."""
@@ -83,6 +84,10 @@ class Copies:
                 ("acceptances", missing.format(a=alias, t="acceptances", on=key(
                     ("commit_hash", "benchmark", "metric", "param_key")))),
                 ("gates", missing.format(a=alias, t="gates", on=key(("pr", "head")))),
+                ("gate_verdicts", missing.format(a=alias, t="gate_verdicts", on=key(
+                    ("gate_id",)))),
+                ("gate_verdict_cells", missing.format(a=alias, t="gate_verdict_cells", on=key(
+                    ("gate_id", "position")))),
             ):  # fmt: skip
                 ((added[table],),) = con.execute(f"INSERT INTO {table} BY NAME {select}").fetchall()
             series = ("branch", "machine", "environment", "benchmark", "metric", "param_key")

@@ -200,6 +200,18 @@ class Reads:
             return None
         return {**rows[0], "failures": json.loads(rows[0]["failures"])}
 
+    def gate_verdict(self, *, gate_id: str | None = None,
+                     digest: str | None = None) -> dict | None:  # fmt: skip
+        """The gate verdict recorded (``Writes.record_gate_verdict``) under ``gate_id``, or
+        whose document has ``digest``, with its ``cells`` in order; None where there is none."""
+        col, value = ("gate_id", gate_id) if gate_id is not None else ("digest", digest)
+        rows = self._rows(f"SELECT * FROM gate_verdicts WHERE {col} = ?", [value])
+        if not rows:
+            return None
+        cells = self._rows("SELECT * FROM gate_verdict_cells WHERE gate_id = ? ORDER BY position",
+                           [rows[0]["gate_id"]])  # fmt: skip
+        return {**rows[0], "cells": cells}
+
     # --- stored change points (ragbench/changepoints.py computes them) -----------------------
 
     def series_points(self, machine: str, environment: str, *, since=None,

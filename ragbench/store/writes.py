@@ -301,20 +301,44 @@ class Writes:
         return self._write(work)
 
     def record_gate(self, pr: int, head: str, base: str | None, machine: str | None,
-                    failures: list[dict], report: str = "") -> None:  # fmt: skip
+                    failures: list[dict], report: str = "",
+                    gate_id: str | None = None) -> None:  # fmt: skip
         """The verdict of a pull request's gate (its failing cells and its markdown report),
-        as the trusted workflow read it; a verdict recorded before for this head is replaced."""
+        as the trusted workflow read it; a verdict recorded before for this head is replaced.
+        ``gate_id``: the gate verdict (``record_gate_verdict``) its JSON is."""
 
         def work(con):
             con.execute("DELETE FROM gates WHERE pr = ? AND head = ?", [pr, head])
             con.execute(
-                "INSERT INTO gates (pr, head, base, machine, failures, report, recorded_at) "
-                "VALUES (?, ?, ?, ?, ?, ?, ?)",
+                "INSERT INTO gates (pr, head, base, machine, failures, report, recorded_at, "
+                "gate_id) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
                 [pr, head, base, machine, json.dumps(failures, sort_keys=True), report,
-                 _ts(time.time())],
+                 _ts(time.time()), gate_id],
             )  # fmt: skip
 
         self._write(work)
+
+    def record_gate_verdict(self, verdict: dict, cells: list[dict]) -> bool:
+        """A gate's verdict (a row of ``gate_verdicts``, ``recorded_at`` given here) and its
+        blocking ``cells`` (rows of ``gate_verdict_cells`` less ``gate_id`` and ``position``,
+        in order), in one transaction; -> whether it was new. A verdict of the same
+        ``gate_id`` (the same document: the id is its digest's) is kept as it was."""
+        row = {**verdict, "recorded_at": _ts(time.time())}
+
+        def work(con):
+            there = con.execute("SELECT 1 FROM gate_verdicts WHERE gate_id = ?",
+                                [row["gate_id"]]).fetchall()  # fmt: skip
+            if there:
+                return False
+            con.execute(f"INSERT INTO gate_verdicts ({', '.join(row)}) VALUES "
+                        f"({', '.join('?' * len(row))})", list(row.values()))  # fmt: skip
+            for i, c in enumerate(cells):
+                c = {"gate_id": row["gate_id"], "position": i, **c}
+                con.execute(f"INSERT INTO gate_verdict_cells ({', '.join(c)}) VALUES "
+                            f"({', '.join('?' * len(c))})", list(c.values()))  # fmt: skip
+            return True
+
+        return self._write(work)
 
     def describe(self, **values: str) -> None:
         """Keep facts about the results in ``meta`` (ingest: asv's ``project`` and
