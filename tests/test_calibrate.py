@@ -119,3 +119,23 @@ def test_the_alone_analysis_reports_what_the_fallback_could_not_judge(tmp_path, 
     out = capsys.readouterr().out
     assert "3 processes a side" in out
     assert "| `kernel.KernelLatency.host_us` | 2 | inconclusive 2 | none, none |" in out
+
+
+def test_the_rule_table_counts_aa_passes_and_planted_slowdowns(tmp_path, capsys):
+    """rule-table on a paired collection whose planted +10% is caught and whose A/A comparison
+    passes, and on synthetic cells: one row each, with the A/A gate runs that passed."""
+    rng = np.random.default_rng(2)
+    paired_dir = tmp_path / "pcal"
+    paired_dir.mkdir()
+    for i in range(3):
+        doc = _paired_doc("detect", rng, {"h05": 0.05, "h10": 0.10})
+        (paired_dir / f"paired-{i:04d}.json").write_text(json.dumps(doc))
+    out = tmp_path / "table.md"
+    assert calibrate.main(["rule-table", "--paired", str(paired_dir), "--seeds", "2",
+                           "--write", str(out)]) == 0  # fmt: skip
+    rows = {r.split(" |")[0]: r for r in out.read_text().splitlines()}
+    paired = rows["| paired, host-time cells in one process (3 processes)"]
+    assert "| 1 | 1/1 (100.0%) | 0/1 (0.0%) | 0/1 (0.0%) | - |" in paired
+    assert "1/1 (100.0%) caught, 0 inc., 0 pass |" in paired
+    noisy = rows["| synthetic cell, 30.0% spread, 2% threshold"]
+    assert noisy.count(" 0 pass") == 3  # no planted slowdown of a noisy cell passes
