@@ -237,17 +237,22 @@ def compare(
             b.samples, h.samples, alpha / len(tested), v.policy.threshold, lower
         )
         if v.status == Status.UNCHANGED:
-            evidence(v, v.detectable)
+            if v.interval is None and v.detectable > v.policy.threshold:  # judged by it
+                v.interval = stats.ratio_interval(
+                    b.samples, h.samples, confidence=conf, resamples=resamples
+                )
+            evidence(v, v.detectable, name=f"{conf:.0%} interval")
     return out
 
 
 # --- the rule of evidence: what a cell needs to pass ----------------------------------------
 
 RULE = (
-    "PASS only when every gated cell showed, with the power to see its threshold, that it did "
-    "not get worse, or stayed within half its threshold on the point estimate shown (with "
-    "enough samples that the test could have flagged it); a cell without that evidence is "
-    "inconclusive, and so is the run (exit 1)."
+    "PASS only when every gated cell showed that it did not get worse by its threshold: the "
+    "confidence interval of head/base stayed under the threshold at its worse end (for a "
+    "host-time cell timed in one process, the interval widened by how far the A/A arm, base "
+    "against itself, moved), or the test had the power to see the threshold and did not flag "
+    "it; a cell without that evidence is inconclusive, and so is the run (exit 1)."
 )
 
 INTERVAL = "interval"  # Verdict.method of a cell judged by asv's confidence intervals
@@ -263,8 +268,8 @@ def by_interval(v: Verdict, base_ci: tuple[float, float], head_ci: tuple[float, 
     ``interval``: the head/base ratios both intervals allow; ``detectable``: the smallest
     change in the bad direction that would have separated intervals as wide as these (never
     below the threshold, as ``stats.min_detectable``). So ``evidence`` applies as to tested
-    cells: unchanged with power when that is within the threshold, else only within half of
-    it on the point estimate, else inconclusive (``RULE``)."""
+    cells: unchanged with power when that is within the threshold, else only where the
+    interval stays under the threshold at its worse end, else inconclusive (``RULE``)."""
     (b_lo, b_hi), (h_lo, h_hi) = base_ci, head_ci
     v.method = INTERVAL
     # a bound at or below 0 (asv's, from few samples) allows any ratio on that side
@@ -280,7 +285,7 @@ def by_interval(v: Verdict, base_ci: tuple[float, float], head_ci: tuple[float, 
     v.detectable = max(need - 1, v.policy.threshold)
     v.status = by_threshold(v.change, _threshold(v.policy), significant=different)
     if not _across_processes(v) and v.status == Status.UNCHANGED:
-        evidence(v, v.detectable)
+        evidence(v, v.detectable, name="head/base within asv's 99% intervals")
 
 
 # Below 5 values a side, Mann-Whitney at alpha 0.01 can never be significant (5 and 5: the
@@ -303,26 +308,55 @@ def too_few(n_base: int, n_head: int, need: int) -> str:
     )
 
 
-def evidence(v: Verdict, detectable: float | None) -> None:
-    """An ``unchanged`` verdict keeps its word only with evidence: ``detectable`` (the
-    smallest change these samples could flag; None: one value a side, the threshold alone
-    flags) within the threshold, or a point estimate within half the threshold from samples
-    that could have flagged some change, against a base that is not 0. Else inconclusive."""
+def evidence(v: Verdict, detectable: float | None, *, interval: tuple[float, float] | None = None,
+             name: str = "interval", widen: float = 0.0, power: bool = True) -> None:  # fmt: skip
+    """An ``unchanged`` verdict keeps its word only with evidence (``RULE``): ``detectable``
+    (the smallest change these samples could flag; None: one value a side) within the
+    threshold, or ``interval`` of head/base (``v.interval`` where not given; ``name`` says
+    which it is) under the threshold at its worse end, made ``widen`` worse (a paired cell's
+    A/A movement: ``worst``), from samples that could have flagged some change. Else
+    inconclusive. The note says which, with the figures. ``power=False``: the interval alone
+    decides (a paired cell, whose A/A arm widens it).
+
+    The interval is the cell's own, not widened for the number of cells: the run passes only
+    when every cell does, so each cell's test at its level keeps the run's at that level (an
+    intersection-union test)."""
     t = v.policy.threshold
-    if detectable is not None and detectable <= t:
+    if power and detectable is not None and detectable <= t:
+        v.note = join_notes(v.note, f"unchanged: could detect {detectable * 100:.1f}%, "
+                            f"within the {t * 100:g}% threshold")  # fmt: skip
         return
-    can_flag = detectable is None or math.isfinite(detectable)
-    power = (
-        "one value a side" if detectable is None
-        else f"could detect only {detectable * 100:.0f}%" if can_flag
+    can_flag = detectable is not None and math.isfinite(detectable)
+    reach = (
+        "one value a side: no interval" if detectable is None
+        else f"could detect only {detectable * 100:.1f}%" if can_flag
         else "too few samples to detect any change"
     )  # fmt: skip
-    if can_flag and v.change is not None and v.change <= t / 2 and v.base:
-        v.note = join_notes(v.note, f"{power}; within half the {t * 100:g}% threshold on the "
-                            f"point estimate ({v.change * 100:+.1f}%)")  # fmt: skip
+    interval = interval if interval is not None else v.interval
+    bound = worst(v, interval, widen)
+    if bound is None:
+        v.status = Status.INCONCLUSIVE
+        v.note = join_notes(v.note, reach)
+        return
+    lo, hi = interval
+    widened = f" widened by the A/A arm's {widen * 100:.1f}%" if widen else ""
+    judged = f"{name} {lo:.3f}-{hi:.3f}{widened}, at worst {bound * 100:+.1f}%"
+    if can_flag and bound < t:
+        v.note = join_notes(v.note, f"unchanged: {judged}, under the {t * 100:g}% threshold")
         return
     v.status = Status.INCONCLUSIVE
-    v.note = join_notes(v.note, power)
+    v.note = join_notes(v.note, f"{reach}; {judged}, not under the {t * 100:g}% threshold")
+
+
+def worst(v: Verdict, interval: tuple[float, float] | None, widen: float = 0.0) -> float | None:
+    """The change in the bad direction (+0.05: 5% slower or 5% less throughput) at the worse
+    end of ``interval`` (of head/base, for ``v``'s metric), made ``widen`` worse (relative);
+    None without a finite interval."""
+    if interval is None or not all(map(math.isfinite, interval)):
+        return None
+    lower = v.policy.kind == "latency"
+    end = bad_change(interval[1] if lower else interval[0], lower)
+    return (1 + end) * (1 + widen) - 1
 
 
 def powered(v: Verdict) -> bool:

@@ -7,8 +7,9 @@ both revisions into one process and times them in randomized interleaved rounds;
 runs it in ``processes`` fresh processes and judges each cell from the per-round ratios
 head/base: their median, a sign test (Holm over the paired cells), and the distribution-free
 interval of the median at the family-wise level. A third arm, ``aa`` (base loaded again),
-gives the ratio of two copies of the same code: where that moved, the process was too noisy
-to judge, and the cell is inconclusive instead of unchanged.
+gives the ratio of two copies of the same code: how far it moved widens the interval a cell is
+judged by, so a cell is unchanged only where that widened interval stays under the threshold
+(``compare.evidence``).
 
 Where base and head cannot share a process (one of them loads only alone: a clash of global
 registrations, a changed package layout), each process loads one revision, base and head
@@ -140,6 +141,7 @@ def judge(cells: dict[compare.Key, PairedCell], policies: Policies, method: str,
     """A verdict for each cell whose policy is ``paired``: head/base tested (sign test, Holm
     over these cells), the interval at the family-wise level, the A/A arm's movement."""
     alpha = float(policies.gate.get("alpha", 0.01))
+    conf = float(policies.gate.get("confidence", 0.95))
     verdicts, tested = [], []
     for key, cell in sorted(cells.items()):
         policy = policies.for_metric(cell.benchmark, cell.metric, cell.unit)
@@ -168,7 +170,7 @@ def judge(cells: dict[compare.Key, PairedCell], policies: Policies, method: str,
         v.p = _p(cells[v.key], method)
     adjusted = stats.holm([v.p for v in tested])
     for v, p_adj in zip(tested, adjusted, strict=True):
-        _decide(v, cells[v.key], p_adj < alpha, p_adj, level, method, processes,
+        _decide(v, cells[v.key], p_adj < alpha, p_adj, (level, conf), method, processes,
                 compare.min_samples(v.policy, policies))  # fmt: skip
     return verdicts
 
@@ -185,8 +187,11 @@ def _p(cell: PairedCell, method: str, best: bool = False) -> float:
     return stats.mann_whitney(b, h)[1]
 
 
-def _decide(v, cell: PairedCell, significant: bool, p_adj: float, level: float, method: str,
-            processes: int, need: int) -> None:  # fmt: skip
+def _decide(v, cell: PairedCell, significant: bool, p_adj: float, levels: tuple[float, float],
+            method: str, processes: int, need: int) -> None:  # fmt: skip
+    """``levels``: the family-wise level of the interval shown (and of ``detectable``), and the
+    cell's own confidence, of the interval it is judged unchanged by (``compare.evidence``)."""
+    level, conf = levels
     lower = v.policy.kind == "latency"
     t = v.policy.threshold
     v.p_adj = p_adj
@@ -197,6 +202,7 @@ def _decide(v, cell: PairedCell, significant: bool, p_adj: float, level: float, 
         ratios = cell.ratios["head"]
         v.ratio = statistics.median(ratios)
         v.interval = stats.median_interval(ratios, level)
+        judged = stats.median_interval(ratios, conf)
         v.head = v.base * v.ratio
         v.note = (f"{len(ratios)} rounds in {processes} process(es); head = base x the median "
                   "per-round ratio")  # fmt: skip
@@ -206,6 +212,7 @@ def _decide(v, cell: PairedCell, significant: bool, p_adj: float, level: float, 
         v.base, v.head = statistics.median(b), statistics.median(h)
         v.ratio = compare.ratio_of(v.head, v.base)
         v.interval = stats.ratio_interval(b, h, confidence=level)
+        judged = stats.ratio_interval(b, h, confidence=conf)
         v.note = f"{len(b)} base and {len(h)} head process(es), alternating: their medians"
         counts = (len(b), len(h))
     v.change = compare.bad_change(v.ratio, lower)
@@ -218,16 +225,25 @@ def _decide(v, cell: PairedCell, significant: bool, p_adj: float, level: float, 
     v.detectable = max(t, reach)
     v.status = compare.by_threshold(v.change, t, significant)
     aa = cell.ratios.get("aa")
-    if aa:
+    moved = 0.0
+    if aa:  # how far base moved against itself: the interval judged is that much wider
         moved = abs(compare.bad_change(statistics.median(aa), lower))
         v.aa = moved
         v.note += f"; A/A {moved * 100:.1f}%"
-        if v.status != Status.REGRESSION and moved > t / 2:
+    if v.status == Status.IMPROVEMENT and moved:
+        bound = compare.worst(v, judged, moved)
+        if bound is None or bound >= t:
             v.status = Status.INCONCLUSIVE
-            v.note += f": the A/A arm moved more than half the {t * 100:.0f}% threshold"
-            return
+            v.note += (f": better, but the {conf:.0%} interval widened by it reaches "
+                       f"{_signed(bound)}, not under the {t * 100:g}% threshold")  # fmt: skip
+        return
     if v.status != Status.UNCHANGED:
         return
     if _p(cell, method, best=True) >= 1 - level:  # not even every sign alike would be flagged
         v.detectable = math.inf
-    compare.evidence(v, v.detectable)
+    compare.evidence(v, v.detectable, interval=judged, name=f"{conf:.0%} interval", widen=moved,
+                     power=False)  # fmt: skip
+
+
+def _signed(change: float | None) -> str:
+    return "no finite bound" if change is None else f"{change * 100:+.1f}%"

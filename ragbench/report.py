@@ -132,7 +132,7 @@ def gate_markdown(res: GateResult, title: str | None = None) -> str:
         f"| missing on head (base has a value: NaN, skipped or gone) | {len(missing)} |",
         f"| improvements | {len(improvements)} |",
         f"| unchanged, shown with the power to see the threshold | {len(shown)} |",
-        f"| unchanged, within half the threshold on the point estimate | {len(point)} |",
+        f"| unchanged, the interval of head/base under the threshold | {len(point)} |",
         f"| bounds held on head | {len(held)} |",
         f"| inconclusive (no evidence either way: no pass) | {len(inconclusive)} |",
         f"| bound broken on base too (not this change) | {len(c.by_status('pre-existing'))} |",
@@ -185,7 +185,7 @@ def gate_markdown(res: GateResult, title: str | None = None) -> str:
             lines.append(f"- ... and {len(new) - 50} more")
     lines += ["", *sensitivity(c.verdicts)]
     if point:
-        lines += ["", "### Unchanged on the point estimate only (within half the threshold)",
+        lines += ["", "### Unchanged by the interval of head/base (under the threshold)",
                   "", *_stat_table(point)]  # fmt: skip
     if shown:
         lines += ["", "<details><summary>Unchanged cells</summary>", "",

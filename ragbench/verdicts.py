@@ -46,8 +46,8 @@ class Status(StrEnum):
 MEANING = {
     Status.REGRESSION: "worse beyond the metric's threshold, and significant",
     Status.IMPROVEMENT: "better beyond the threshold, and significant",
-    Status.UNCHANGED: "not worse: shown with the power to see the threshold, or within half "
-    "of it on the point estimate",
+    Status.UNCHANGED: "not worse: shown with the power to see the threshold, or the interval "
+    "of head/base under the threshold at its worse end",
     Status.INCONCLUSIVE: "no evidence either way (too few or too noisy samples): no pass",
     Status.VIOLATION: "a deterministic bound (drift, kernel error) broken on head",
     Status.DRIFT: "an output differs from base's on the same inputs beyond what base gives run "

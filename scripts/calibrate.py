@@ -6,6 +6,7 @@
     python -m scripts.calibrate paired-analyze DIR [DIR ...]
     python -m scripts.calibrate paired-alone --out DIR [--processes 6]   # on a CUDA GPU
     python -m scripts.calibrate alone-analyze DIR
+    python -m scripts.calibrate rule-table --asv DIR [DIR ...] --paired DIR [DIR ...]
 
 ``collect`` runs the quick grid's kernel benchmarks (the PR gate's latency cells) in separate
 processes, one per run as the gate's asv runs are, in blocks that mimic a gate job: base and
@@ -21,6 +22,12 @@ The ``paired-*`` commands do the same for the metrics that include host time, ju
 paired comparison (``ragbench.paired``): processes of the paired runner with extra arms (A/A
 pairs, heads with planted slowdowns), then the gate's own judgement of each group of processes.
 ``paired-alone`` measures the gate's fallback for a head that loads only alone.
+
+``rule-table`` sums up what the rule of evidence (``ragbench.compare.RULE``) makes of both
+kinds of collection and of synthetic cells: the share of A/A gate runs that pass, fail or end
+inconclusive, and what becomes of the planted slowdowns. It uses only the gate's public code
+(``compare``, ``recheck``, ``paired``), so the same command run against an older ``ragbench``
+gives the table under that rule.
 """
 
 from __future__ import annotations
@@ -615,6 +622,101 @@ def alone_analyze(dirs: list[Path], write: Path | None) -> int:
     return 0
 
 
+# --- the rule of evidence on all collections: rule-table ----------------------------------
+
+# Synthetic cells: samples 10 x uniform(1 - s, 1 + s), 40 a side (the suite's two rounds), at
+# spreads s the GPU runs showed for gpu_us (run-to-run 2.5% for the median cell, 5% for the
+# worst; the spread of the A runs below) and at 30% (a noisy cell), judged at gpu_us's 2%
+# threshold as the most significant of 33 tested cells (alpha 0.01 / 33, as Holm's first step).
+SYNTH_SPREADS = (0.025, 0.05, 0.30)
+SYNTH_STEPS = (0.0, 0.02, 0.05, 0.10)
+SYNTH_CELLS = 33
+
+
+def synthetic_rates(seeds: int) -> dict[tuple[float, float], Counter]:
+    """-> {(spread, step): statuses over ``seeds`` cells}."""
+    import numpy as np
+
+    from ragbench.compare import Cell, compare
+    from ragbench.policies import Policies, Policy
+
+    pol = Policies((Policy("*", "latency", threshold=0.02),),
+                   {"alpha": 0.01 / SYNTH_CELLS}, {})  # fmt: skip
+    key = ("synthetic", "gpu_us", "")
+    out: dict[tuple[float, float], Counter] = {}
+    for spread in SYNTH_SPREADS:
+        for step in SYNTH_STEPS:
+            counts = out.setdefault((spread, step), Counter())
+            for seed in range(seeds):
+                rng = np.random.default_rng(seed)
+                b, h = (list(10 * f * rng.uniform(1 - spread, 1 + spread, 40))
+                        for f in (1.0, 1.0 + step))  # fmt: skip
+                (v,) = compare({key: Cell(*key, {}, "us", b)}, {key: Cell(*key, {}, "us", h)},
+                               pol, detail=False).verdicts  # fmt: skip
+                counts[str(v.status)] += 1
+    return out
+
+
+def _share(n: int, d: int) -> str:
+    return f"{n}/{d} ({100 * n / d:.1f}%)" if d else "-"
+
+
+def rule_table(asv_dirs: list[Path], paired_dirs: list[Path], seeds: int,
+               write: Path | None) -> int:  # fmt: skip
+    """One table: A/A gate runs (pass, false failure, inconclusive) and detection, for the
+    asv collections (``gpu_us`` across processes, with the re-measurement), the paired ones
+    (host-time metrics in one process) and synthetic cells."""
+    policies = detect_policies()
+    lines = ["| what | A/A gate runs | PASS | false failures | inconclusive | +2% | +5% | +10% |",
+             "|---|---|---|---|---|---|---|---|"]  # fmt: skip
+
+    def detection(caught: int, inconclusive: int, n: int) -> str:
+        if not n:
+            return "-"
+        return f"{_share(caught, n)} caught, {inconclusive} inc., {n - caught - inconclusive} pass"
+
+    runs = load_runs(asv_dirs) if asv_dirs else []
+    if runs:
+        r = rates(runs, policies)
+        aa = [r[c] for c in (0.0, "aa_windows") if c in r]
+        n = sum(x["gate_runs"] for x in aa)
+        alarms = sum(x["false_alarm_runs"] for x in aa)
+        inc = sum(x["inconclusive_runs"] for x in aa)
+        det = [detection(r[c]["caught"], r[c]["inconclusive"], r[c]["targets"]) if c in r
+               else "-" for c in CONDITIONS[1:]]  # fmt: skip
+        lines.append(f"| asv runs, gpu_us across processes ({len(runs)} runs) | {n} | "
+                     f"{_share(n - alarms - inc, n)} | {_share(alarms, n)} | {_share(inc, n)} | "
+                     f"{' | '.join(det)} |")  # fmt: skip
+    sets = [s for s in paired_sets(paired_dirs) if s]
+    if sets:
+        r = paired_rates(sets, policies)
+        aa = r["A/A"]
+        n, alarms, inc = aa["runs"], aa["alarm_runs"], aa["inconclusive_runs"]
+        det = ["-"]
+        for cond in ("+5%", "+10%"):
+            rows = [x for (_, target), x in r[cond]["per"].items() if target]
+            caught, undecided = (sum(x[k] for x in rows) for k in ("regression", "inconclusive"))
+            det.append(detection(caught, undecided, sum(x["n"] for x in rows)))
+        lines.append(f"| paired, host-time cells in one process ({sum(map(len, sets))} "
+                     f"processes) | {n} | {_share(n - alarms - inc, n)} | {_share(alarms, n)} | "
+                     f"{_share(inc, n)} | {' | '.join(det)} |")  # fmt: skip
+    counts = synthetic_rates(seeds) if seeds else {}
+    for spread in SYNTH_SPREADS if seeds else ():
+        aa = counts[(spread, 0.0)]
+        det = [detection(counts[(spread, step)]["regression"],
+                         counts[(spread, step)]["inconclusive"], seeds)
+               for step in SYNTH_STEPS[1:]]  # fmt: skip
+        lines.append(f"| synthetic cell, {spread:.1%} spread, 2% threshold | {seeds} | "
+                     f"{_share(aa['unchanged'] + aa['improvement'], seeds)} | "
+                     f"{_share(aa['regression'], seeds)} | "
+                     f"{_share(aa['inconclusive'], seeds)} | {' | '.join(det)} |")  # fmt: skip
+    text = "\n".join(lines) + "\n"
+    print(text)
+    if write:
+        write.write_text(text)
+    return 0
+
+
 def _analyzer(sub, name: str, help: str, prefix: str) -> None:
     """An analysis subcommand: directories of ``prefix-*.json`` files, ``--write`` the tables."""
     p = sub.add_parser(name, help=help)
@@ -647,7 +749,15 @@ def main(argv=None) -> int:
     al.add_argument("--out", type=Path, required=True)
     al.add_argument("--processes", type=int, default=6, help="processes a side (default 6)")
     _analyzer(sub, "alone-analyze", "what the fallback decided, per metric", "alone")
+    rt = sub.add_parser("rule-table", help="A/A pass share and detection under the rule")
+    rt.add_argument("--asv", nargs="*", type=Path, default=[], help="collections of run-*.json")
+    rt.add_argument("--paired", nargs="*", type=Path, default=[],
+                    help="collections of paired-*.json")  # fmt: skip
+    rt.add_argument("--seeds", type=int, default=200, help="synthetic cells per case (0: none)")
+    rt.add_argument("--write", type=Path, default=None, help="also write the table here")
     args = ap.parse_args(argv)
+    if args.command == "rule-table":
+        return rule_table(args.asv, args.paired, args.seeds, args.write)
     if args.command == "paired-alone":
         return paired_alone(args.out, args.processes)
     if args.command == "alone-analyze":

@@ -76,6 +76,53 @@ def test_verdicts_of_the_paired_cells():
     assert _judge([_doc([nan] * 40, _noisy(40, 1, 1))]).status == "inconclusive"
 
 
+THROUGHPUT = Policies(
+    (Policy("pipeline.Throughput.img_per_s", "throughput", threshold=0.03, paired=True),
+     Policy("*", "info")), {"alpha": 0.01}, {},
+)  # fmt: skip
+
+
+def _throughput(head_ratios, aa_ratio):
+    """Three processes of 30 rounds of an img/s cell: base 100, head 100 x the ratios, the A/A
+    arm 100 x ``aa_ratio``."""
+
+    def doc(i):
+        ratios = head_ratios[30 * i : 30 * (i + 1)]
+        cell = {"benchmark": "pipeline.Throughput", "metric": "img_per_s", "unit": "img/s",
+                "params": {"pipeline": "fa2", "batch": 1}, "errors": {},
+                "values": {"base": [100.0] * 30, "head": [100.0 * r for r in ratios],
+                           "aa": [100.0 * aa_ratio] * 30}}  # fmt: skip
+        return {"errors": {}, "cells": [cell]}
+
+    docs = [doc(i) for i in range(3)]
+    (v,) = paired.judge(paired.collect(docs), THROUGHPUT, paired.TOGETHER, 3)
+    return v
+
+
+def test_an_aa_arm_that_moved_widens_the_interval_judged():
+    """The A/A pull request: an A/A arm at 1.6% (more than half the 3% threshold) and head/base
+    1.000-1.028, no loss at all: unchanged (before: inconclusive, and the gate blocked it). A
+    loss of 2.5% with the same A/A arm: inconclusive (its interval, widened, reaches past 3%);
+    a real 5% loss with a noisy A/A arm never passes."""
+    from scipy.stats import norm
+
+    ratios = [1.014 + 0.041 * norm.ppf((i + 0.5) / 90) for i in range(90)]
+    v = _throughput(ratios, 1 / 1.016)
+    assert v.aa == pytest.approx(0.016)
+    assert v.interval == pytest.approx((1.0, 1.028), abs=0.002)
+    assert v.status == "unchanged", v.note
+    said = "unchanged: 95% interval 1.0"  # the cell's own, inside the family-wise one shown
+    assert said in v.note and "widened by the A/A arm's 1.6%, at worst +1." in v.note, v.note
+    assert "under the 3% threshold" in v.note
+    v = _throughput([r - 0.039 for r in ratios], 1 / 1.016)  # 0.961 .. 0.989
+    assert v.status == "inconclusive" and "not under the 3% threshold" in v.note, v.note
+    for seed in range(10):
+        rng = random.Random(seed)
+        noisy = [0.95 * (1 + rng.gauss(0, 0.08)) for _ in range(90)]
+        v = _throughput(noisy, 1 / (1 + rng.uniform(0.0, 0.03)))
+        assert v.status in ("regression", "inconclusive"), v.note
+
+
 def test_too_few_samples_are_inconclusive_and_most_inconclusive_is_no_pass():
     """Three samples a side: the smallest Mann-Whitney p is 0.1 > alpha, so even a 29% drop
     cannot be flagged; that is inconclusive, and a run made of such cells is not a pass."""
