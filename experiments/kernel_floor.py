@@ -17,6 +17,7 @@ is the median over all its replays (``--rounds`` x ``--replays``).
 
     python -m experiments.kernel_floor --out $OUT/kernel_floor.json   # GPU, ~1-2 min
     python -m experiments.kernel_floor --cpu-smoke                   # interpreter: plumbing
+    python -m experiments.kernel_floor --compile-only 89             # ptxas resources, no GPU
 
 ``--cpu-smoke`` runs the same plumbing on the Triton interpreter at 2 heads and at most 3
 sequences a workload; its µs are one call's wall time in the interpreter, not GPU time.
@@ -319,6 +320,49 @@ def environment(smoke: bool) -> dict:
     return env
 
 
+def compile_only(capability: int) -> int:
+    """Compile every one-tile candidate for ``capability`` (e.g. 89, 90) without a GPU and
+    print its shared memory, registers and stack (spills) a thread, from ptxas's cubin."""
+    import re
+    import subprocess
+    import tempfile
+
+    from triton.backends.compiler import GPUTarget
+    from triton.compiler import ASTSource
+
+    names = ["Q", "K", "V", "O", "cu_seqlens", "qk_scale"]
+    names += [f"stride_{t}{a}" for t in "qkvo" for a in "th"]
+    names += ["num_heads", "num_m_blocks", "total_tokens", "guess_len"]
+    signature = dict(zip(names, ["*fp16"] * 4 + ["*i32", "fp32"] + ["i32"] * 12, strict=True))
+    cuobjdump = Path(triton.__file__).parent / "backends" / "nvidia" / "bin" / "cuobjdump"
+    print(f"| variant (sm_{capability}) | keys | shared bytes | registers | stack bytes |")
+    print("|---|---|---|---|---|")
+    for v in KV.VARIANTS:
+        for block_n in (64, 128, 256):
+            if v.kind != "onetile" or not v.applies(block_n):
+                continue
+            consts = {"HEAD_DIM": HEAD_DIM, "BLOCK_D": HEAD_DIM, "BLOCK_M": v.block_m,
+                      "BLOCK_N": block_n, "IEEE_DOT": False, "SPECULATE": v.speculate,
+                      "GRID3": v.grid3}  # fmt: skip
+            src = ASTSource(KV._onetile_kernel, signature | dict.fromkeys(consts, "constexpr"),
+                            constexprs=consts)  # fmt: skip
+            options = {"num_warps": v.num_warps, "num_stages": v.num_stages}
+            try:
+                k = triton.compile(src, target=GPUTarget("cuda", capability, 32), options=options)
+            except Exception as exc:  # out of resources at compile time, a compiler error
+                print(f"| {v.name} | {block_n} | FAILED: {H.failure(exc)} | | |")
+                continue
+            with tempfile.NamedTemporaryFile(suffix=".cubin") as f:
+                f.write(k.asm["cubin"])
+                f.flush()
+                res = subprocess.run([str(cuobjdump), "-res-usage", f.name],
+                                     capture_output=True, text=True).stdout  # fmt: skip
+            m = re.search(r"REG:(\d+) STACK:(\d+)", res)
+            regs, stack = m.groups() if m else ("?", "?")
+            print(f"| {v.name} | {block_n} | {k.metadata.shared} | {regs} | {stack} |", flush=True)
+    return 0
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     p.add_argument("--out", type=Path, help="write every result, raw samples included, here")
@@ -330,7 +374,12 @@ def main(argv=None) -> int:
     p.add_argument("--rounds", type=int, default=5, help="rounds of replays (arms shuffled)")
     p.add_argument("--replays", type=int, default=20, help="replays of each arm a round")
     p.add_argument("--only", nargs="*", help="workload labels to run (default: all six)")
+    p.add_argument("--compile-only", type=int, metavar="SM",
+                   help="compile the one-tile kernels for sm_SM (no GPU needed), print their "
+                   "shared memory, registers and spills")  # fmt: skip
     args = p.parse_args(argv)
+    if args.compile_only:
+        return compile_only(args.compile_only)
     smoke = args.cpu_smoke
     if not smoke and not torch.cuda.is_available():
         print("kernel_floor: needs a CUDA GPU (or --cpu-smoke); none here.", file=sys.stderr)

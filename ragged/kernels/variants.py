@@ -19,6 +19,8 @@ kernel (H100): a chain of dependent latencies, not arithmetic. What each variant
     would start at were all lengths ``total_tokens // batch`` (exact for uniform batches, as
     fixed-ratio pruning makes them), in the same load round as cu_seqlens; loaded again from
     the true start only where the guess was wrong. Uniform batches lose the dependent round.
+  * ``onetile spec 3d``: as ``onetile spec``, launched on a 3-D grid (query tile, head,
+    sequence): the sequence index the first loads need comes without two integer divisions.
 
 Each variant is checked against ``ragged.reference`` before it is timed
 (tests/test_attention.py on the interpreter, the sweep on the GPU).
@@ -38,6 +40,9 @@ from .config import AttentionConfig
 ONETILE_MAX = 256  # the longest max_seqlen a one-tile launch takes (key tile of 256 columns)
 # fp32 tiles take twice the shared memory: k and v of 256 x 64 alone would be 128 KB.
 ONETILE_MAX_FP32 = 64
+# One warp holding 16 x 256 fp32 scores spills (ptxas, sm_90: 255 registers and ~700 bytes of
+# stack a thread already at 4 warps) and took ptxas 90 s to compile here: up to 128 keys only.
+ONETILE_MAX_ONE_WARP = 128
 
 
 @triton.jit(
@@ -53,6 +58,7 @@ def _onetile_kernel(
     BLOCK_N: tl.constexpr,
     IEEE_DOT: tl.constexpr,
     SPECULATE: tl.constexpr,
+    GRID3: tl.constexpr,
 ):  # fmt: skip
     """One program per (query tile, sequence, head); every key of the sequence in one tile
     (the launcher guarantees max_seqlen <= BLOCK_N).
@@ -60,12 +66,20 @@ def _onetile_kernel(
     ``SPECULATE``: q, k and v are loaded from the rows the sequence would start at were all
     lengths ``guess_len`` (total_tokens // batch: exact for uniform batches) in the same load
     round as cu_seqlens, and loaded again from the true start only where the guess was wrong:
-    uniform batches lose the dependent round, any batch stays exact."""
-    pid = tl.program_id(0)
-    m_block = pid % num_m_blocks
-    seq_head = pid // num_m_blocks
-    head = seq_head % num_heads
-    seq = seq_head // num_heads
+    uniform batches lose the dependent round, any batch stays exact.
+
+    ``GRID3``: a 3-D grid (query tile, head, sequence) instead of the flattened one: the
+    sequence index, which the first load's address needs, without two integer divisions."""
+    if GRID3:  # grid (query tiles, heads, sequences): no division before the first load
+        m_block = tl.program_id(0)
+        head = tl.program_id(1)
+        seq = tl.program_id(2)
+    else:
+        pid = tl.program_id(0)
+        m_block = pid % num_m_blocks
+        seq_head = pid // num_m_blocks
+        head = seq_head % num_heads
+        seq = seq_head // num_heads
     # Independent of the sequence bounds: computed while their load is in flight.
     offs_m = m_block * BLOCK_M + tl.arange(0, BLOCK_M)
     offs_n = tl.arange(0, BLOCK_N)
@@ -168,13 +182,16 @@ class Variant:
     num_warps: int = 4
     num_stages: int = 2
     speculate: bool = False  # onetile: load from the uniform-length guess of the start first
+    grid3: bool = False  # onetile: grid (query tiles, heads, sequences), no index divisions
 
     def applies(self, max_seqlen: int, dtype: torch.dtype = torch.float16) -> bool:
         """Whether this variant runs a batch whose longest sequence is ``max_seqlen``: a
-        one-tile launch up to ``ONETILE_MAX`` keys, and in fp32 (twice the shared memory a
-        tile) up to ``ONETILE_MAX_FP32``."""
+        one-tile launch up to ``ONETILE_MAX`` keys, in fp32 (twice the shared memory a tile)
+        up to ``ONETILE_MAX_FP32``, on one warp up to ``ONETILE_MAX_ONE_WARP``."""
         if self.kind == "loop":
             return True
+        if self.num_warps == 1 and max_seqlen > ONETILE_MAX_ONE_WARP:
+            return False
         return max_seqlen <= (ONETILE_MAX_FP32 if dtype == torch.float32 else ONETILE_MAX)
 
     def config(self) -> AttentionConfig:
@@ -190,11 +207,11 @@ VARIANTS = (
     Variant("onetile m16 w2", "onetile", 16, num_warps=2, num_stages=1),
     Variant("onetile m16 w1", "onetile", 16, num_warps=1, num_stages=1),
     Variant("onetile m32 w4", "onetile", 32, num_warps=4, num_stages=1),
-    Variant("onetile m64 w4", "onetile", 64, num_warps=4, num_stages=1),
     Variant("onetile m64 w8", "onetile", 64, num_warps=8, num_stages=1),
     Variant("onetile spec m16 w4", "onetile", 16, num_warps=4, num_stages=1, speculate=True),
-    Variant("onetile spec m16 w1", "onetile", 16, num_warps=1, num_stages=1, speculate=True),
-    Variant("onetile spec m32 w4", "onetile", 32, num_warps=4, num_stages=1, speculate=True),
+    Variant("onetile spec 3d m16 w4", "onetile", 16, 0, 4, 1, speculate=True, grid3=True),
+    Variant("onetile spec 3d m16 w1", "onetile", 16, 0, 1, 1, speculate=True, grid3=True),
+    Variant("onetile spec 3d m32 w4", "onetile", 32, 0, 4, 1, speculate=True, grid3=True),
 )
 
 
@@ -227,13 +244,16 @@ def run(
     num_m_blocks, programs = KA.grid_of(max_seqlen, variant.block_m, batch, heads)
     if programs == 0:
         return out
-    _onetile_kernel[(programs,)](
+    if variant.grid3 and (heads > 65535 or batch > 65535):
+        raise ValueError(f"{variant.name}: a 3-D grid holds at most 65535 heads and sequences")
+    grid = (num_m_blocks, heads, batch) if variant.grid3 else (programs,)
+    _onetile_kernel[grid](
         q, k, v, out, cu_seqlens, softmax_scale * KA.LOG2E,
         q.stride(0), q.stride(1), k.stride(0), k.stride(1), v.stride(0), v.stride(1),
         out.stride(0), out.stride(1), heads, num_m_blocks, total, total // batch,
         HEAD_DIM=head_dim, BLOCK_D=max(16, triton.next_power_of_2(head_dim)),
         BLOCK_M=variant.block_m, BLOCK_N=onetile_block_n(max_seqlen),
-        IEEE_DOT=q.dtype == torch.float32, SPECULATE=variant.speculate,
+        IEEE_DOT=q.dtype == torch.float32, SPECULATE=variant.speculate, GRID3=variant.grid3,
         num_warps=variant.num_warps, num_stages=variant.num_stages,
     )  # fmt: skip
     return out
