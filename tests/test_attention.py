@@ -115,3 +115,26 @@ def test_interpreter_refuses_bfloat16_with_reason():
     q, k, v, cu, max_seqlen = packed_qkv([3], 2, 64, dtype=torch.bfloat16)
     with pytest.raises(ragged.BackendUnavailableError, match="bfloat16"):
         ragged.varlen_attention(q, k, v, cu, max_seqlen)
+
+
+# Lengths of the short-batch workloads: empty, one token, odd, the 80% / 50% pruned DeiT
+# lengths (40, 99), ViT-224 (197) and a mixed batch.
+VARIANT_LENGTHS = [0, 1, 7, 40, 99, 197, 0, 3, 64, 33]
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.float32])
+def test_every_kernel_variant_matches_oracle(dtype, device):
+    """Each launch candidate of kernels.variants (measured by experiments.kernel_floor) within
+    the error budget: a ragged batch, one 40-token sequence (one query tile), a uniform batch
+    (the speculative start right) and a short ragged one (wrong, also in fp32)."""
+    from ragged.kernels import variants
+
+    cases = [VARIANT_LENGTHS, [40], [99] * 2, [40, 7, 33]]  # the last: a wrong start guess
+    for lengths in cases:
+        q, k, v, cu, max_seqlen = packed_qkv(lengths, 2, 64, dtype=dtype, device=device, seed=5)
+        for variant in variants.VARIANTS:
+            if not variant.applies(max_seqlen, dtype):  # fp32 one-tile: [40] only
+                continue
+            out = torch.full_like(q, float("nan"))
+            variants.run(variant, q, k, v, cu, max_seqlen, 64**-0.5, out)
+            assert_attention_close(out, q, k, v, cu)

@@ -1,0 +1,259 @@
+"""Candidate launch shapes of the ragged attention kernel for short sequences, measured by
+``python -m experiments.kernel_floor``; not on ``ragged.varlen_attention``'s path.
+
+At BS 1 / 80% pruning (40 tokens, 12 heads) the default kernel costs ~1.9 µs more than an empty
+kernel (H100): a chain of dependent latencies, not arithmetic. What each variant changes:
+
+  * ``loop``: the default kernel (``attention._varlen_fwd_kernel``, online softmax over key
+    tiles) with another tile / warps / stages; ``num_stages=1`` drops the software pipeline's
+    prologue (async copies to shared memory, waits), which a one- or two-tile loop never
+    amortises.
+  * ``onetile``: ``_onetile_kernel``: the whole sequence's keys in ONE tile of
+    ``next_power_of_2(max_seqlen)`` columns (a launch per length class, chosen on the host from
+    max_seqlen): no loop, no loop bound that depends on the length, no online rescaling. The
+    sequence bounds (cu_seqlens[seq], cu_seqlens[seq + 1]) are one load round, then q, k and v
+    are issued together, and the key mask applies in the softmax only. The chain is then
+    cu_seqlens -> q/k/v -> two dots -> store. Programs stay one per (query tile, sequence,
+    head), so short sequences never serialise behind long ones; ``block_m`` sets how many.
+  * ``onetile spec``: as ``onetile``, with q, k and v first loaded from the rows the sequence
+    would start at were all lengths ``total_tokens // batch`` (exact for uniform batches, as
+    fixed-ratio pruning makes them), in the same load round as cu_seqlens; loaded again from
+    the true start only where the guess was wrong. Uniform batches lose the dependent round.
+  * ``onetile spec 3d``: as ``onetile spec``, launched on a 3-D grid (query tile, head,
+    sequence): the sequence index the first loads need comes without two integer divisions.
+
+Each variant is checked against ``ragged.reference`` before it is timed
+(tests/test_attention.py on the interpreter, the sweep on the GPU).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+import triton
+import triton.language as tl
+
+from . import attention as KA
+from .config import AttentionConfig
+
+ONETILE_MAX = 256  # the longest max_seqlen a one-tile launch takes (key tile of 256 columns)
+# fp32 tiles take twice the shared memory: k and v of 256 x 64 alone would be 128 KB.
+ONETILE_MAX_FP32 = 64
+# One warp holding 16 x 256 fp32 scores spills (ptxas, sm_90: 255 registers and ~700 bytes of
+# stack a thread already at 4 warps) and took ptxas 90 s to compile here: up to 128 keys only.
+ONETILE_MAX_ONE_WARP = 128
+
+
+@triton.jit(
+    do_not_specialize=["cu_seqlens", "num_heads", "num_m_blocks", "total_tokens", "guess_len"]
+)
+def _onetile_kernel(
+    Q, K, V, O, cu_seqlens, qk_scale,
+    stride_qt, stride_qh, stride_kt, stride_kh, stride_vt, stride_vh, stride_ot, stride_oh,
+    num_heads, num_m_blocks, total_tokens, guess_len,
+    HEAD_DIM: tl.constexpr,
+    BLOCK_D: tl.constexpr,
+    BLOCK_M: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    IEEE_DOT: tl.constexpr,
+    SPECULATE: tl.constexpr,
+    GRID3: tl.constexpr,
+):  # fmt: skip
+    """One program per (query tile, sequence, head); every key of the sequence in one tile
+    (the launcher guarantees max_seqlen <= BLOCK_N).
+
+    ``SPECULATE``: q, k and v are loaded from the rows the sequence would start at were all
+    lengths ``guess_len`` (total_tokens // batch: exact for uniform batches) in the same load
+    round as cu_seqlens, and loaded again from the true start only where the guess was wrong:
+    uniform batches lose the dependent round, any batch stays exact.
+
+    ``GRID3``: a 3-D grid (query tile, head, sequence) instead of the flattened one: the
+    sequence index, which the first load's address needs, without two integer divisions."""
+    if GRID3:  # grid (query tiles, heads, sequences): no division before the first load
+        m_block = tl.program_id(0)
+        head = tl.program_id(1)
+        seq = tl.program_id(2)
+    else:
+        pid = tl.program_id(0)
+        m_block = pid % num_m_blocks
+        seq_head = pid // num_m_blocks
+        head = seq_head % num_heads
+        seq = seq_head // num_heads
+    # Independent of the sequence bounds: computed while their load is in flight.
+    offs_m = m_block * BLOCK_M + tl.arange(0, BLOCK_M)
+    offs_n = tl.arange(0, BLOCK_N)
+    offs_d = tl.arange(0, BLOCK_D)
+    d_ok = offs_d < HEAD_DIM
+    head64 = head.to(tl.int64)
+    q_head = Q + head64 * stride_qh
+    k_head = K + head64 * stride_kh
+    v_head = V + head64 * stride_vh
+
+    if SPECULATE:  # issued before the sequence bounds are known
+        g0 = seq.to(tl.int64) * guess_len
+        gm_ok = g0 + offs_m < total_tokens
+        gn_ok = g0 + offs_n < total_tokens
+        q = tl.load(
+            q_head + (g0 + offs_m[:, None]) * stride_qt + offs_d[None, :],
+            mask=gm_ok[:, None] & d_ok[None, :],
+            other=0.0,
+        )
+        k = tl.load(
+            k_head + (g0 + offs_n[None, :]) * stride_kt + offs_d[:, None],
+            mask=gn_ok[None, :] & d_ok[:, None],
+            other=0.0,
+        )
+        v = tl.load(
+            v_head + (g0 + offs_n[:, None]) * stride_vt + offs_d[None, :],
+            mask=gn_ok[:, None] & d_ok[None, :],
+            other=0.0,
+        )
+    seq_start = tl.load(cu_seqlens + seq)
+    seq_end = tl.load(cu_seqlens + seq + 1)
+    seq_len = seq_end - seq_start
+    if m_block * BLOCK_M < seq_len:
+        row0 = seq_start.to(tl.int64)
+        m_ok = offs_m < seq_len
+        n_ok = offs_n < seq_len
+        if SPECULATE:
+            if row0 != g0:  # a wrong guess: the loads of the plain kernel
+                q = tl.load(
+                    q_head + (row0 + offs_m[:, None]) * stride_qt + offs_d[None, :],
+                    mask=m_ok[:, None] & d_ok[None, :],
+                    other=0.0,
+                )
+                k = tl.load(
+                    k_head + (row0 + offs_n[None, :]) * stride_kt + offs_d[:, None],
+                    mask=n_ok[None, :] & d_ok[:, None],
+                    other=0.0,
+                )
+                v = tl.load(
+                    v_head + (row0 + offs_n[:, None]) * stride_vt + offs_d[None, :],
+                    mask=n_ok[:, None] & d_ok[None, :],
+                    other=0.0,
+                )
+            # Rows past the sequence hold the next sequence's values: zero them so that a
+            # non-finite value there cannot reach this sequence through p * v (p is 0 there).
+            v = tl.where(n_ok[:, None], v, 0.0)
+        else:
+            q = tl.load(
+                q_head + (row0 + offs_m[:, None]) * stride_qt + offs_d[None, :],
+                mask=m_ok[:, None] & d_ok[None, :],
+                other=0.0,
+            )
+            k = tl.load(
+                k_head + (row0 + offs_n[None, :]) * stride_kt + offs_d[:, None],
+                mask=n_ok[None, :] & d_ok[:, None],
+                other=0.0,
+            )
+            v = tl.load(
+                v_head + (row0 + offs_n[:, None]) * stride_vt + offs_d[None, :],
+                mask=n_ok[:, None] & d_ok[None, :],
+                other=0.0,
+            )
+        if IEEE_DOT:
+            s = tl.dot(q, k, input_precision="ieee")
+        else:
+            s = tl.dot(q, k)
+        s = tl.where(n_ok[None, :], s * qk_scale, float("-inf"))
+        m = tl.max(s, 1)
+        p = tl.math.exp2(s - m[:, None])
+        l_i = tl.sum(p, 1)
+        if IEEE_DOT:
+            acc = tl.dot(p.to(v.dtype), v, input_precision="ieee")
+        else:
+            acc = tl.dot(p.to(v.dtype), v)
+        acc = acc / l_i[:, None]
+        o_ptrs = O + (row0 + offs_m[:, None]) * stride_ot + head64 * stride_oh + offs_d[None, :]
+        tl.store(o_ptrs, acc.to(O.dtype.element_ty), mask=m_ok[:, None] & d_ok[None, :])
+
+
+@dataclass(frozen=True)
+class Variant:
+    """One launch of the kernel: ``kind`` "loop" (the default kernel with ``block_m`` x
+    ``block_n`` tiles) or "onetile" (``_onetile_kernel``; its key tile is
+    ``next_power_of_2(max_seqlen)`` wide, ``block_n`` unused)."""
+
+    name: str
+    kind: str
+    block_m: int
+    block_n: int = 0
+    num_warps: int = 4
+    num_stages: int = 2
+    speculate: bool = False  # onetile: load from the uniform-length guess of the start first
+    grid3: bool = False  # onetile: grid (query tiles, heads, sequences), no index divisions
+
+    def applies(self, max_seqlen: int, dtype: torch.dtype = torch.float16) -> bool:
+        """Whether this variant runs a batch whose longest sequence is ``max_seqlen``: a
+        one-tile launch up to ``ONETILE_MAX`` keys, in fp32 (twice the shared memory a tile)
+        up to ``ONETILE_MAX_FP32``, on one warp up to ``ONETILE_MAX_ONE_WARP``."""
+        if self.kind == "loop":
+            return True
+        if self.num_warps == 1 and max_seqlen > ONETILE_MAX_ONE_WARP:
+            return False
+        return max_seqlen <= (ONETILE_MAX_FP32 if dtype == torch.float32 else ONETILE_MAX)
+
+    def config(self) -> AttentionConfig:
+        return AttentionConfig(self.block_m, self.block_n, self.num_warps, self.num_stages)
+
+
+# The sweep's candidates: ~10 compiles a workload class, well inside a 10-minute GPU call.
+VARIANTS = (
+    Variant("loop 64x64 w4 s1", "loop", 64, 64, 4, 1),
+    Variant("loop 32x64 w4 s2", "loop", 32, 64, 4, 2),
+    Variant("loop 16x64 w4 s1", "loop", 16, 64, 4, 1),
+    Variant("onetile m16 w4", "onetile", 16, num_warps=4, num_stages=1),
+    Variant("onetile m16 w2", "onetile", 16, num_warps=2, num_stages=1),
+    Variant("onetile m16 w1", "onetile", 16, num_warps=1, num_stages=1),
+    Variant("onetile m32 w4", "onetile", 32, num_warps=4, num_stages=1),
+    Variant("onetile m64 w8", "onetile", 64, num_warps=8, num_stages=1),
+    Variant("onetile spec m16 w4", "onetile", 16, num_warps=4, num_stages=1, speculate=True),
+    Variant("onetile spec 3d m16 w4", "onetile", 16, 0, 4, 1, speculate=True, grid3=True),
+    Variant("onetile spec 3d m16 w1", "onetile", 16, 0, 1, 1, speculate=True, grid3=True),
+    Variant("onetile spec 3d m32 w4", "onetile", 32, 0, 4, 1, speculate=True, grid3=True),
+)
+
+
+def onetile_block_n(max_seqlen: int) -> int:
+    """The key tile of a one-tile launch: every key of the longest sequence."""
+    return max(16, triton.next_power_of_2(max(max_seqlen, 1)))
+
+
+def run(
+    variant: Variant,
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    cu_seqlens: torch.Tensor,
+    max_seqlen: int,
+    softmax_scale: float,
+    out: torch.Tensor,
+) -> torch.Tensor:
+    """Launch ``variant`` on inputs ``ragged.varlen_attention`` would accept (q, k, v, out
+    [T, heads, head_dim] with unit stride in head_dim, cu_seqlens int32 [B + 1]) -> out.
+    No host synchronisation: capturable in a CUDA graph. ValueError where it does not apply."""
+    if not variant.applies(max_seqlen, q.dtype):
+        raise ValueError(f"{variant.name}: max_seqlen {max_seqlen} too long for one tile")
+    if variant.kind == "loop":
+        return KA.varlen_attention_triton(
+            q, k, v, cu_seqlens, max_seqlen, softmax_scale, out, variant.config()
+        )
+    total, heads, head_dim = q.shape
+    batch = cu_seqlens.shape[0] - 1
+    num_m_blocks, programs = KA.grid_of(max_seqlen, variant.block_m, batch, heads)
+    if programs == 0:
+        return out
+    if variant.grid3 and (heads > 65535 or batch > 65535):
+        raise ValueError(f"{variant.name}: a 3-D grid holds at most 65535 heads and sequences")
+    grid = (num_m_blocks, heads, batch) if variant.grid3 else (programs,)
+    _onetile_kernel[grid](
+        q, k, v, out, cu_seqlens, softmax_scale * KA.LOG2E,
+        q.stride(0), q.stride(1), k.stride(0), k.stride(1), v.stride(0), v.stride(1),
+        out.stride(0), out.stride(1), heads, num_m_blocks, total, total // batch,
+        HEAD_DIM=head_dim, BLOCK_D=max(16, triton.next_power_of_2(head_dim)),
+        BLOCK_M=variant.block_m, BLOCK_N=onetile_block_n(max_seqlen),
+        IEEE_DOT=q.dtype == torch.float32, SPECULATE=variant.speculate, GRID3=variant.grid3,
+        num_warps=variant.num_warps, num_stages=variant.num_stages,
+    )  # fmt: skip
+    return out
