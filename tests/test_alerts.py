@@ -304,3 +304,46 @@ def test_an_unknown_state_or_machine_is_refused_in_one_line(tmp_path):
         assert out.stdout == ""
     new = cli("--state", "New")  # a state's name in any case
     assert new.returncode == 1 and sha(30)[:12] in new.stdout
+
+
+ERROR = ("numerics.KernelError", "error_ratio", {"backend": "triton", "dtype": "float16"}, None)
+
+
+def numerics(store: Store, ratios, start: int = 0, machine: str = "m1") -> None:
+    """The kernel's error ratio (bound: at most 2) a commit from ``start`` on, and a
+    latency beside it."""
+    for i, r in enumerate(ratios, start):
+        run = Run("asv", sha(i), machine, started_at=1.8e9 + i * 3600, commit_time=1.8e9 + i * 3600,
+                  branch="main", fingerprint={"gpu": "Test GPU", "torch": "2.11.0"})  # fmt: skip
+        samples = list(np.linspace(9.9, 10.1, 20))
+        store.add_run(run, [Measurement(*ERROR, r, samples=[r]),
+                            Measurement(*CELL, 10.0, samples=samples)])  # fmt: skip
+        if i >= start + len(ratios) - 3:  # an ingest of each of the newest three commits
+            changepoints.update(store, [run.run_id], POLICIES)
+            alerts.update(store, machine, POLICIES)
+
+
+def test_a_broken_bound_on_mains_newest_commit_is_an_alert(tmp_path):
+    """The kernel's error ratio 6,418 against its bound of 2 from commit 20 on: an alert of
+    commit 20 (the commit after keeps it, makes no second one), ``ragbench alerts`` and
+    ``ragbench detect`` exit 1 and say the value against the bound."""
+    store = Store(tmp_path / "perf.duckdb")
+    numerics(store, [1.1] * 20 + [6418.0] * 2)
+    (a,) = store.alerts("m1")
+    (c,) = a["cells"]
+    assert (a["commit_hash"], a["prev_commit_hash"], a["state"]) == (sha(20), sha(19), "new")
+    assert (c["metric"], c["found_by"]) == ("error_ratio", "violation: 6418 >= bound 2")
+    path = str(store.path)
+
+    def cli(*args):
+        return subprocess.run([sys.executable, "-m", "ragbench", *args, "--store", path,
+                               "--machine", "m1"], capture_output=True, text=True,
+                              cwd=REPO)  # fmt: skip
+
+    listed = cli("alerts")
+    assert listed.returncode == 1 and "violation: 6418 >= bound 2" in listed.stdout, listed
+    detect = cli("detect")
+    assert detect.returncode == 1 and "6418 >= bound 2" in detect.stdout, detect
+    numerics(store, [1.1] * 3, start=22)  # the kernel fixed: a commit without the violation
+    (a,) = store.alerts("m1")
+    assert (a["state"], a["fixed_by"]) == ("fixed", sha(22))
