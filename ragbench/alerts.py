@@ -175,8 +175,8 @@ def steps(store, machine: str, policies: Policies,
     lookback = int(policies.main.get("lookback", 10))
     for rep in history.stored_histories(store, machine, policies, last=last):
         policy = policies.for_metric(rep.key[0], rep.key[1], rep.unit)
-        if policy.kind not in STATISTICAL or rep.stale:
-            continue
+        if policy.kind not in STATISTICAL:
+            continue  # (a stale series' last point is no newest run: its status says so)
         lower = policy.kind == "latency"
         code = [rep.points[c.index] for c in rep.changes
                 if c.index not in rep.env_changes and c.index not in rep.accepted
@@ -217,6 +217,7 @@ class Newest:
     prev: str | None
     time: object
     verdicts: dict  # key -> Verdict
+    since: object = None  # the time of the newest LAST commits' oldest
 
     def finding(self, key: Key):
         v = self.verdicts.get(key)
@@ -236,8 +237,10 @@ def newest(store, machine: str, policies: Policies) -> Newest:
     base = [r["run_id"] for r in runs if len(commits) > 1 and r["commit_hash"] == commits[1]]
     c = compare.compare(compare.cells(store, base), compare.cells(store, head), policies,
                         detail=False)  # fmt: skip
+    oldest = commits[:LAST][-1]
+    since = next(r["commit_time"] for r in runs if r["commit_hash"] == oldest)
     return Newest(commits[0], commits[1] if len(commits) > 1 else None, runs[0]["commit_time"],
-                  {v.key: v for v in c.verdicts})  # fmt: skip
+                  {v.key: v for v in c.verdicts}, since)  # fmt: skip
 
 
 def finding_words(v) -> str:
@@ -279,8 +282,12 @@ def update(store, machine: str, policies: Policies, *, last: int = LAST,
     fixed = reopened = 0
     held_again: dict[tuple, object] = {}  # cells of reopened alerts -> their commit's time
     for a in stored_list:
-        if a["state"] != "fixed" or a["changed_by"] != BY:
-            continue  # open ones below; a state a person set is theirs
+        if (
+            a["state"] != "fixed"
+            or a["changed_by"] != BY
+            or _when(a["commit_time"]) < _when(now.since)
+        ):
+            continue  # open ones below; a state a person set is theirs; older than LAST commits
         if undone_by(store, machine, a, policies, now, steps_only=True) is None:
             # a finding broken again is a new alert of its commit; a step is this one again
             why = f"reopened: no longer back at the old level (it was from {a['fixed_by'][:12]} on)"

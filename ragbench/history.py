@@ -269,6 +269,8 @@ def stored_histories(
     found = _stored_change_points(store, machine, policies, groups) if change_points else {}
     newest_run = store.newest_commit(machine)
     newest_time = newest_run[1] if newest_run else None
+    # a cell that failed on the newest commit is no stale series: its newest run failed
+    failed = {(r["benchmark"], r["metric"], r["param_key"]) for r in store.newest_failures(machine)}
     reports = []
     for (environment, *key), group in groups.items():
         key = tuple(key)
@@ -300,6 +302,8 @@ def stored_histories(
             newest["same_n"] < newest["since_n"], newest["n"], environment,
             stale_at(latest, newest_time),
         ))  # fmt: skip
+        if reports[-1].stale and key in failed:
+            reports[-1].status, reports[-1].note = Status.FAILED, "failed on the newest commit"
     return reports
 
 

@@ -204,7 +204,10 @@ def test_failed_cells_accepted_changes_and_other_branches(tmp_path):
     accepted = json.loads(files[6].read_text())["commit_hash"]
     cell = "backend=triton,batch=1,geometry=deit_b,lengths=uniform,prune=0.8"
     store.accept(accepted, "kernel.KernelLatency", "gpu_us", cell, "label", "maintainer")
-    at = app(path)
+    at = app(path)  # the failed cell is an alert of main: the dashboard opens on it
+    assert at.sidebar.radio[0].value == "Alerts"
+    assert "failed: raised in 1 head run(s)" in list(at.dataframe[0].value["change"])
+    at = app(path, page="Overview")
     assert not at.exception
     assert "1 cell(s) failed on the latest commit" in texts(at) and "1 failed" in texts(at)
     assert f"kernel.KernelLatency.gpu_us {cell}" in texts(at)
