@@ -13,14 +13,19 @@ def add_parser(sub) -> None:
         "alerts",
         help="main's alerts (steps grouped by commit): list them, or set one's state",
         description=(
-            "Each ingest of main turns its bad steps (stored change points beyond a cell's "
-            "threshold, and the newest runs the lookback flags) into alerts grouped by the "
-            "commit they arrived with (ragbench/alerts.py). Without --set: the alerts (of "
-            "--machine, in --state), each with its cells, the range of commits, the command "
-            "that re-measures exactly those cells and the one that bisects the range; exit 1 "
-            "while one is new, else 0. With --set STATE --commit C: that alert's state "
-            "(acknowledged, expected with --reason, invalid, or new again); fixed is set by "
-            "the ingest that finds every step undone. Exit 2: no such alert, or no such state."
+            "Each ingest of main turns its bad steps (stored change points of the code beyond "
+            "a cell's threshold whose after/before interval excludes 1.0, and the newest runs "
+            "the lookback flags) and its newest commit's findings (a broken bound, a failed or "
+            "missing cell) into alerts grouped by the commit they arrived with "
+            "(ragbench/alerts.py). Without --set: the alerts (of --machine, in --state, in any "
+            "case), each with its cells, the range of commits, the stack's changes of level "
+            "since (never a fix), the command that re-measures exactly those cells and the one "
+            "that bisects the range, then the stale series (their last point older than the "
+            "machine's newest run: not judged) with its date; exit 1 while one is new, else 0. "
+            "With --set STATE --commit C: that alert's state (acknowledged, expected with "
+            "--reason, invalid, or new again), printed as the store holds it; fixed is set by "
+            "the ingest that finds every step undone by the code, and taken back when the "
+            "series is no longer back. Exit 2: no such alert, state or machine."
         ),
     )
     store_arg(a, history=True)
