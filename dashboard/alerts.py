@@ -9,7 +9,7 @@ import streamlit as st
 
 from dashboard import draws
 from dashboard.draw import shown
-from dashboard.read import store
+from dashboard.read import policies, store
 from ragbench import alerts
 from ragbench.store import Store
 
@@ -25,6 +25,14 @@ def alert_list(path: str, mtime: float, branch: str) -> list[dict]:
     return store(path, mtime, branch).alerts()
 
 
+@st.cache_resource(max_entries=64, show_spinner=False)
+def moves(path: str, mtime: float, branch: str, machine: str, commit: str) -> list[str]:
+    """The environment's changes of level since an alert (``ragbench.alerts.moves``)."""
+    s = store(path, mtime, branch)
+    found = s.alerts(machine, commit=commit)
+    return alerts.moves(s, machine, found[0], policies()) if found else []
+
+
 def any_new(path: str, mtime: float, branch: str) -> bool:
     """Whether an alert waits for someone: the dashboard then opens on this page."""
     return any(a["state"] == "new" for a in alert_list(path, mtime, branch))
@@ -35,8 +43,10 @@ def alerts_page(ctx):
     st.header("Alerts")
     found = alert_list(ctx["path"], ctx["mtime"], ctx["branch"])
     if not found:
-        st.info("No alerts: no step of main's history went the bad way beyond its threshold "
-                "(each ingest of main looks for them; `ragbench alerts` lists them).")  # fmt: skip
+        st.info("No alerts: no step of main's history went the bad way beyond its threshold, "
+                "and no newest commit broke a bound or failed or lost a cell (each ingest of "
+                "main looks for them; `ragbench alerts` lists them).")  # fmt: skip
+        stale_series(ctx)
         return
     counts = pd.Series([a["state"] for a in found]).value_counts()
     states = st.multiselect("states", list(alerts.STATES), default=list(alerts.OPEN),
@@ -45,6 +55,24 @@ def alerts_page(ctx):
     repository = alerts.repository_url(ctx["policies"])
     for a in (a for a in found if a["state"] in states):
         alert_box(ctx, a, repository)
+    stale_series(ctx)
+
+
+def stale_series(ctx) -> None:
+    """Each machine's stale series (their last point older than its newest run: a dropped
+    environment or cell), with that point's date: never judged as a newest run."""
+    from dashboard.read import histories
+
+    for m in ctx["runs"]["machine"].drop_duplicates():
+        stale = [r for r in histories(ctx["path"], ctx["mtime"], ctx["branch"], m, alerts.LAST,
+                                      False) if r.stale]  # fmt: skip
+        if stale:
+            with st.expander(f"{m}: {len(stale)} stale series (not judged)"):
+                st.dataframe(pd.DataFrame([{
+                    "series": f"{r.key[0]}.{r.key[1]} {r.key[2]}",
+                    "environment": r.environment or "-",
+                    "last point": r.points[-1].commit_hash[:12], "of": str(r.stale_since),
+                } for r in stale]), hide_index=True)  # fmt: skip
 
 
 def alert_box(ctx, a: dict, repository: str | None) -> None:
@@ -69,6 +97,10 @@ def alert_box(ctx, a: dict, repository: str | None) -> None:
         widths = {"cell": 330, "before": 60, "after": 60, "change": 110, "after/before 95%": 105}
         columns = {k: st.column_config.Column(width=w) for k, w in widths.items()}
         st.dataframe(df, hide_index=True, width="stretch", column_config=columns)
+        if a["state"] in alerts.OPEN:
+            for moved in moves(ctx["path"], ctx["mtime"], ctx["branch"], a["machine"],
+                               a["commit_hash"]):  # fmt: skip
+                st.caption(f"Since then: {moved}")
         st.code(alerts.repro_command(a), language="bash", wrap_lines=True)
         bisect = alerts.bisect_command(a)
         if bisect:

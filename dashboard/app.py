@@ -62,7 +62,7 @@ from dashboard.read import (
 )
 from ragbench.schema import SPEED_UNITS
 from ragbench.store import FAILED, Store, StoreError, history_branch
-from ragbench.verdicts import Status, verdict_words
+from ragbench.verdicts import FAILING, Status, verdict_words
 
 # --- pages -----------------------------------------------------------------------------------
 
@@ -302,11 +302,34 @@ def series(ctx):
     st.caption("Grey dotted lines: the stack (torch, triton) changed at that commit; the "
                "hover says from what to what.")  # fmt: skip
     if report:
-        st.caption(
-            f"status of the newest run: {report.status}; change points (red, over the newest "
+        status = f"{report.status}" + (f" ({report.note})" if report.note else "")
+        if report.stale:
+            status = (f"stale: the last point ({report.points[-1].commit_hash[:12]}, "
+                      f"{report.stale_since}) is older than the machine's newest run, so no "
+                      "newest run is judged")  # fmt: skip
+        shown = st.error if report.status in FAILING else st.caption
+        shown(
+            f"status of the newest run: {status}; change points (red, over the newest "
             f"{CHANGE_POINT_COMMITS} commits): {len(report.change_points)}; accepted changes: "
             f"{len(report.accepted)}"
         )
+    series_alerts(ctx, (bench, metric, cell))
+
+
+def series_alerts(ctx, key: tuple) -> None:
+    """The open alerts of main that hold this series' cell, as failing."""
+    from dashboard.alerts import alert_list
+    from ragbench.alerts import OPEN, cell_words
+
+    for a in alert_list(ctx["path"], ctx["mtime"], ctx["branch"]):
+        if a["machine"] != ctx["machine"] or a["state"] not in OPEN:
+            continue
+        for c in a["cells"]:
+            if (c["benchmark"], c["metric"], c["param_key"]) == key:
+                change, interval = cell_words(c)
+                st.error(f"{a['state']} alert at {a['commit_hash'][:12]}: {change}"
+                         + (f", after/before {interval}" if interval else "")
+                         + " (the Alerts page)")  # fmt: skip
 
 
 def unit_of(df: pd.DataFrame, metric: str) -> str:

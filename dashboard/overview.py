@@ -16,7 +16,7 @@ from dashboard.read import LOOKBACK_COMMITS, comparison, histories, query
 from ragbench.compare import Comparison
 from ragbench.report import sensitivity_line
 from ragbench.store import FAILED
-from ragbench.verdicts import Status
+from ragbench.verdicts import Headline, Status
 
 
 @draws("Overview")
@@ -44,11 +44,14 @@ def overview(ctx):
             ]
             host = len(c.verdicts) - len(judged)
             c = Comparison(judged, c.alpha)
-            status = c.headline.upper()
+            # main has no base to excuse a bound: one broken on the commit before too is broken
+            before = c.by_status(Status.PRE_EXISTING)
+            status = Headline.FAIL.upper() if before else c.headline.upper()
+            also = f" ({len(before)} broken on the commit before too)" if before else ""
             st.markdown(
                 f"**Gate, latest commit against {commits[1][:12]}: {status}** - "
                 f"{len(c.by_status('regression'))} regression(s), "
-                f"{len(c.by_status('violation'))} bound violation(s), "
+                f"{len(c.by_status('violation', 'pre-existing'))} bound violation(s){also}, "
                 f"{len(c.by_status('failed'))} failed, {len(c.by_status('missing'))} missing, "
                 f"{len(c.by_status('improvement'))} improvement(s), "
                 f"{len(c.by_status('unchanged'))} unchanged, "
@@ -59,6 +62,7 @@ def overview(ctx):
                        "times both sides in one process).")  # fmt: skip
             found = [(v.key, v.status, v.change) for v in c.verdicts if v.status in FOUND]
             links(m, found)
+        open_alerts(ctx, m)
         failed = query(ctx["path"], ctx["mtime"], ctx["branch"], "series", machine=m,
                        status=FAILED)  # fmt: skip
         failed = failed[failed["commit_hash"] == run["commit_hash"]]
@@ -76,6 +80,23 @@ def overview(ctx):
         )
         links(m, [(r.key, r.status, r.latest_change) for r in flagged])
         sparklines(flagged[:SPARKLINES])
+
+
+def open_alerts(ctx, machine: str) -> None:
+    """The machine's open alerts (``ragbench.alerts``: steps, broken bounds, failed or missing
+    cells of main), as failing: the Alerts page has them."""
+    from dashboard.alerts import alert_list
+    from ragbench.alerts import OPEN
+
+    mine = [a for a in alert_list(ctx["path"], ctx["mtime"], ctx["branch"])
+            if a["machine"] == machine and a["state"] in OPEN]  # fmt: skip
+    if mine:
+        new = sum(a["state"] == "new" for a in mine)
+        cells = "; ".join(f"`{c['benchmark']}.{c['metric']} {c['param_key']}` at "
+                          f"{a['commit_hash'][:12]}"
+                          for a in mine[:3] for c in a["cells"][:2])  # fmt: skip
+        st.error(f"{len(mine)} open alert(s) of main on this machine, {new} new (the Alerts "
+                 f"page): {cells}")  # fmt: skip
 
 
 SPARKLINES = 6  # small charts of flagged series on the overview, at most
@@ -114,6 +135,7 @@ FOUND = (
     Status.ACCEPTED,
     Status.IMPROVEMENT,
     Status.VIOLATION,
+    Status.PRE_EXISTING,
     Status.FAILED,
     Status.MISSING,
     Status.INCONCLUSIVE,

@@ -82,6 +82,13 @@ class SeriesReport:
     # this suite's runs, whose environment changes along one series
     environment: str | None = None
     changes: list[Change] = field(default_factory=list)  # the change points, with medians
+    # stale: the commit time of the series' last point, older than the machine's newest run
+    stale_since: object = None
+    note: str = ""  # a broken bound: the value against the bound
+
+    @property
+    def stale(self) -> bool:
+        return self.status == Status.STALE
 
     def describe_change(self, i: int) -> str:
         """The cause of the change at point ``i`` (``change_cause``)."""
@@ -97,13 +104,15 @@ def change_points_of(values, policies: Policies) -> list[int]:
 
 def history(points: list[Point], key: Key, params: dict, unit: str | None,
             policies: Policies, change_points: bool = True, accepted: Iterable[str] = (),
-            environment: str | None = None) -> SeriesReport:  # fmt: skip
+            environment: str | None = None, newest_time=None) -> SeriesReport:  # fmt: skip
     """Judge the newest point against the lookback (same environment) and find change points
     (``change_points=False`` skips them: the lookback alone is cheap).
 
     ``accepted``: commits where a maintainer accepted this cell's change. The lookback starts at
     the newest of them (its level is the new baseline), and a regression of the newest point
-    that was accepted reads ``accepted``. ``environment``: the series' (``SeriesReport``)."""
+    that was accepted reads ``accepted``. ``environment``: the series' (``SeriesReport``);
+    ``newest_time``: the commit time of the machine's newest run (a series whose last point is
+    older is stale, never judged)."""
     policy = policies.for_metric(key[0], key[1], unit)
     cps = (
         change_points_of([p.value for p in points], policies)
@@ -123,22 +132,53 @@ def history(points: list[Point], key: Key, params: dict, unit: str | None,
     lookback = same_env[-int(policies.main.get("lookback", 10)) :]
     env_changes = [i for i in cps if points[i].env_key != points[i - 1].env_key]
     return _report(key, params, unit, policy, policies.main, points, changes, env_changes, at,
-                   lookback, len(same_env) < len(since), len(points), environment)  # fmt: skip
+                   lookback, len(same_env) < len(since), len(points), environment,
+                   stale_at(latest, newest_time))  # fmt: skip
+
+
+def stale_at(latest: Point, newest_time) -> object:
+    """The commit time of ``latest`` (a series' last point) where it is older than
+    ``newest_time`` (the machine's newest run): the series stopped (a dropped Python, a
+    removed cell) and its last point is no newest run. None where it is current."""
+    t = latest.commit_time
+    return t if t is not None and newest_time is not None and t < newest_time else None
+
+
+def broken_bound(policy: Policy, value: float) -> str | None:
+    """Why ``value`` breaks the policy's bound (``6418 >= bound 2``), else None. A bound
+    widened by a same-run reference (``relative_to``) is judged by the gate of the run, where
+    the reference is: here only the value under the plain bound counts as held."""
+    if policy.max is not None and value >= policy.max and not policy.relative_to:
+        return f"{value:.4g} >= bound {policy.max:.4g}"
+    if policy.min is not None and value < policy.min:
+        return f"{value:.4g} < bound {policy.min:.4g}"
+    return None
 
 
 def _report(key: Key, params: dict, unit: str | None, policy: Policy, conf: dict,
             points: list[Point], changes: list[Change], env_changes: list[int],
             accepted: list[int], lookback: list[float], env_moved: bool, n: int,
-            environment: str | None = None) -> SeriesReport:  # fmt: skip
+            environment: str | None = None, stale_since=None) -> SeriesReport:  # fmt: skip
     """The report of one series, as both paths make it (every point in memory: ``history``;
     the lookback in SQL and the stored change points: ``stored_histories``): ``points`` oldest
     first, ``changes`` and ``env_changes`` (indices into them) its change points and those
     where the environment changed too, ``accepted`` the points whose change was accepted. The
     newest point (of ``n`` in the series) is judged against ``lookback``: the values before it
     in its environment from the newest accepted change on (the newest ``lookback`` of them);
-    ``env_moved``: some of those points were of another environment."""
+    ``env_moved``: some of those points were of another environment. ``stale_since``: the
+    series stopped there (``stale_at``): its last point is not judged. A bound's newest point
+    is judged against the bound (``broken_bound``): a violation, else unchanged."""
     rep = SeriesReport(key, params, unit, points, [c.index for c in changes], env_changes,
                        accepted=accepted, environment=environment, changes=changes)  # fmt: skip
+    if stale_since is not None:
+        rep.status, rep.stale_since = Status.STALE, stale_since
+        return rep
+    if policy.kind == "bound":
+        rep.note = broken_bound(policy, rep.points[-1].value) or ""
+        held = policy.max is None or not policy.relative_to or rep.points[-1].value < policy.max
+        rep.status = (Status.VIOLATION if rep.note else Status.UNCHANGED if held
+                      else Status.INFO)  # fmt: skip
+        return rep
     if policy.paired:
         rep.status = Status.INFO
         return rep
@@ -179,6 +219,8 @@ def histories(rows: list[dict], policies: Policies, last: int = 200, change_poin
             a["commit_hash"]
         )
     grouped: dict[tuple[Key, str], dict[tuple, list[dict]]] = {}
+    times = [r["commit_time"] for r in rows if r.get("commit_time") is not None]
+    newest_time = max(times, default=None)
     for row in rows:
         if row["median"] is None:
             continue
@@ -200,7 +242,7 @@ def histories(rows: list[dict], policies: Policies, last: int = 200, change_poin
             ))  # fmt: skip
         reports.append(history(points[-last:], key, json.loads(first["params"]), first["unit"],
                                policies, change_points, accepted.get(key, ()),
-                               environment or None))  # fmt: skip
+                               environment or None, newest_time))  # fmt: skip
     return reports
 
 
@@ -225,6 +267,10 @@ def stored_histories(
                           **series_filter)  # fmt: skip
     groups = {k: list(g) for k, g in itertools.groupby(rows, key=_series_key)}
     found = _stored_change_points(store, machine, policies, groups) if change_points else {}
+    newest_run = store.newest_commit(machine)
+    newest_time = newest_run[1] if newest_run else None
+    # a cell that failed on the newest commit is no stale series: its newest run failed
+    failed = {(r["benchmark"], r["metric"], r["param_key"]) for r in store.newest_failures(machine)}
     reports = []
     for (environment, *key), group in groups.items():
         key = tuple(key)
@@ -254,7 +300,10 @@ def stored_histories(
             sorted(index[(r["commit_hash"], r["env_key"])] for r in group if r["accepted"]),
             [r["value"] for r in group if r["in_lookback"]],
             newest["same_n"] < newest["since_n"], newest["n"], environment,
+            stale_at(latest, newest_time),
         ))  # fmt: skip
+        if reports[-1].stale and key in failed:
+            reports[-1].status, reports[-1].note = Status.FAILED, "failed on the newest commit"
     return reports
 
 

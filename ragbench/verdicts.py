@@ -39,6 +39,7 @@ class Status(StrEnum):
     ACCEPTED = "accepted"
     SHORT = "short"
     ENV_CHANGE = "env-change"
+    STALE = "stale"  # main's history: the series' last point is older than the machine's run
     INFO = "info"
 
 
@@ -61,6 +62,8 @@ MEANING = {
     Status.SHORT: "too few earlier runs in this environment to judge",
     Status.ENV_CHANGE: "the environment (torch, triton, driver ...) changed: judged from the "
     "new one",
+    Status.STALE: "the series' last point is older than its machine's newest run (a dropped "
+    "environment or cell): not judged",
     Status.INFO: "recorded and shown, never judged (not calibrated)",
 }
 

@@ -204,7 +204,10 @@ def test_failed_cells_accepted_changes_and_other_branches(tmp_path):
     accepted = json.loads(files[6].read_text())["commit_hash"]
     cell = "backend=triton,batch=1,geometry=deit_b,lengths=uniform,prune=0.8"
     store.accept(accepted, "kernel.KernelLatency", "gpu_us", cell, "label", "maintainer")
-    at = app(path)
+    at = app(path)  # the failed cell is an alert of main: the dashboard opens on it
+    assert at.sidebar.radio[0].value == "Alerts"
+    assert "failed: raised in 1 head run(s)" in list(at.dataframe[0].value["change"])
+    at = app(path, page="Overview")
     assert not at.exception
     assert "1 cell(s) failed on the latest commit" in texts(at) and "1 failed" in texts(at)
     assert f"kernel.KernelLatency.gpu_us {cell}" in texts(at)
@@ -587,3 +590,28 @@ def test_the_alerts_page_opens_while_one_is_new_and_its_buttons_change_the_state
     (a,) = Store(path, read_only=True).alerts("m1")
     assert (a["state"], a["changed_by"]) == ("acknowledged", "dashboard")
     assert app(path).sidebar.radio[0].value == "Overview"  # nothing new: the usual landing
+
+
+def test_a_broken_bound_on_mains_newest_commit_shows_failing_on_every_page(tmp_path):
+    """The kernel's error ratio 6,418 against its bound of 2 on main's newest two commits: the
+    Overview fails (no PASS with 0 bound violations) and names the open alert, the Alerts page
+    shows it, and the Series page says the newest run broke the bound."""
+    from test_alerts import ERROR, numerics, sha
+
+    path = tmp_path / "perf.duckdb"
+    numerics(Store(path), [1.1] * 20 + [6418.0] * 2)
+    at = app(path, page="Overview")
+    assert not at.exception, at.exception
+    text = texts(at)
+    assert ": FAIL** - 0 regression(s), 1 bound violation(s) (1 broken on the commit before" in text
+    assert any("1 open alert(s) of main on this machine, 1 new" in e.value for e in at.error)
+    at = app(path)  # an alert is new: the dashboard opens on it
+    assert at.sidebar.radio[0].value == "Alerts"
+    assert f"**m1 at `{sha(20)[:12]}`**" in texts(at)
+    assert list(at.dataframe[0].value["change"]) == ["violation: 6418 >= bound 2"]
+    at = app(path, page="Series", machine="m1", benchmark=ERROR[0], metric=ERROR[1],
+             cell="backend=triton dtype=float16")  # fmt: skip
+    assert not at.exception, at.exception
+    errors = " ".join(e.value for e in at.error)
+    assert "status of the newest run: violation (6418 >= bound 2)" in errors, errors
+    assert f"new alert at {sha(20)[:12]}: violation: 6418 >= bound 2" in errors

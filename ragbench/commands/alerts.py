@@ -13,14 +13,19 @@ def add_parser(sub) -> None:
         "alerts",
         help="main's alerts (steps grouped by commit): list them, or set one's state",
         description=(
-            "Each ingest of main turns its bad steps (stored change points beyond a cell's "
-            "threshold, and the newest runs the lookback flags) into alerts grouped by the "
-            "commit they arrived with (ragbench/alerts.py). Without --set: the alerts (of "
-            "--machine, in --state), each with its cells, the range of commits, the command "
-            "that re-measures exactly those cells and the one that bisects the range; exit 1 "
-            "while one is new, else 0. With --set STATE --commit C: that alert's state "
-            "(acknowledged, expected with --reason, invalid, or new again); fixed is set by "
-            "the ingest that finds every step undone. Exit 2: no such alert, or no such state."
+            "Each ingest of main turns its bad steps (stored change points of the code beyond "
+            "a cell's threshold whose after/before interval excludes 1.0, and the newest runs "
+            "the lookback flags) and its newest commit's findings (a broken bound, a failed or "
+            "missing cell) into alerts grouped by the commit they arrived with "
+            "(ragbench/alerts.py). Without --set: the alerts (of --machine, in --state, in any "
+            "case), each with its cells, the range of commits, the stack's changes of level "
+            "since (never a fix), the command that re-measures exactly those cells and the one "
+            "that bisects the range, then the stale series (their last point older than the "
+            "machine's newest run: not judged) with its date; exit 1 while one is new, else 0. "
+            "With --set STATE --commit C: that alert's state (acknowledged, expected with "
+            "--reason, invalid, or new again), printed as the store holds it; fixed is set by "
+            "the ingest that finds every step undone by the code, and taken back when the "
+            "series is no longer back. Exit 2: no such alert, state or machine."
         ),
     )
     store_arg(a, history=True)
@@ -38,28 +43,75 @@ def add_parser(sub) -> None:
 def run(args) -> int:
     from .. import alerts
 
+    state = _state(args.state)
     if args.new_state is not None:
         if not (args.machine and args.commit):
             raise ValueError("alerts --set needs --machine and --commit (the alert's)")
         store = open_store(args, create=False)
+        _machine(store, args.machine)
         user = args.user or getpass.getuser()
-        was = alerts.change_state(store, args.machine, args.commit, args.new_state, by=user,
-                                  reason=args.reason)  # fmt: skip
-        print(f"{args.machine} at {was['commit_hash'][:12]}: {was['state']} -> {args.new_state}")
+        was, now = alerts.change_state(store, args.machine, args.commit, args.new_state, by=user,
+                                       reason=args.reason)  # fmt: skip
+        print(f"{args.machine} at {was['commit_hash'][:12]}: {was['state']} -> {now}")
+        if now != args.new_state.lower():
+            raise ValueError(f"the alert's state changed while it was set: it is {now}")
         return 0
     store = open_store(args, read_only=True, create=False)
-    found = store.alerts(args.machine, state=args.state)
-    repository = alerts.repository_url(load_policies(args.policies))
+    if args.machine is not None:
+        _machine(store, args.machine)
+    policies = load_policies(args.policies)
+    found = store.alerts(args.machine, state=state)
+    repository = alerts.repository_url(policies)
     for a in found:
-        print(text(a, repository))
+        moved = alerts.moves(store, a["machine"], a, policies) if a["state"] != "fixed" else []
+        print(text(a, repository, moved))
     new = sum(a["state"] == "new" for a in found)
+    for m in [args.machine] if args.machine else sorted({a["machine"] for a in found}):
+        print(stale_text(m, alerts.stale_series(store, m, policies)), end="")
     print(f"{len(found)} alert(s), {new} new" + (" (ragbench alerts --set acknowledged|expected|"
           "invalid --machine M --commit C)" if new else ""))  # fmt: skip
     return 1 if new else 0
 
 
-def text(a: dict, repository: str | None) -> str:
-    """One alert in markdown: its state, range, cells and commands."""
+def _state(state: str | None) -> str | None:
+    """A state to list, in any case (``New`` is ``new``); ValueError for one that is none."""
+    from ..alerts import STATES
+
+    if state is None or state.lower() in STATES:
+        return state and state.lower()
+    raise ValueError(f"--state {state!r}: one of {', '.join(STATES)}")
+
+
+def _machine(store, machine: str) -> None:
+    """ValueError (exit 2) for a machine the store has no runs of: a mistyped name would list
+    nothing and exit 0."""
+    known = store.machines()
+    if machine not in known:
+        raise ValueError(f"no runs of machine {machine!r} in the store (its machines: "
+                         f"{', '.join(known) or 'none'})")  # fmt: skip
+
+
+def stale_text(machine: str, reports: list) -> str:
+    """The machine's stale series, each with the date of its last point: not judged."""
+    if not reports:
+        return ""
+    lines = [f"## {machine}: {len(reports)} stale series (the last point older than the "
+             "machine's newest run: not judged)", ""]  # fmt: skip
+    for r in reports[:STALE_SHOWN]:
+        env = f" ({r.environment})" if r.environment else ""
+        lines.append(f"- `{r.key[0]}.{r.key[1]} {r.key[2]}`{env}: last point "
+                     f"{r.points[-1].commit_hash[:12]} of {r.stale_since}")  # fmt: skip
+    if len(reports) > STALE_SHOWN:
+        lines.append(f"- ... and {len(reports) - STALE_SHOWN} more")
+    return "\n".join(lines) + "\n\n"
+
+
+STALE_SHOWN = 20
+
+
+def text(a: dict, repository: str | None, moved: list[str] = ()) -> str:
+    """One alert in markdown: its state, range, cells and commands; ``moved``: the
+    environment's changes of level since (``alerts.moves``), no fix."""
     from .. import alerts
 
     since = f"{a['prev_commit_hash'][:12]}..{a['commit_hash'][:12]}" if a["prev_commit_hash"] \
@@ -73,11 +125,21 @@ def text(a: dict, repository: str | None) -> str:
         change, interval = alerts.cell_words(c)
         interval = f", after/before {interval}" if interval else ""
         env = f" [{c['environment']}]" if c["environment"] else ""
+        if c["found_by"] not in alerts.STEP_FOUND:
+            lines.append(f"- `{c['benchmark']}.{c['metric']} {c['param_key']}`{env}: {change} "
+                         f"(before: {_num(c['before'])}, now: {_num(c['after'])})")  # fmt: skip
+            continue
         lines.append(f"- `{c['benchmark']}.{c['metric']} {c['param_key']}`{env}: "
                      f"{c['before']:.4g} -> {c['after']:.4g}, {change}{interval} "
                      f"({c['found_by']})")  # fmt: skip
+    if moved:
+        lines += ["", "Since then (no fix of the code):"] + [f"- {m}" for m in moved]
     lines += ["", f"Re-measure: `{alerts.repro_command(a)}`"]
     bisect = alerts.bisect_command(a)
     if bisect:
         lines.append(f"Bisect the range: `{bisect}`")
     return "\n".join(lines) + "\n"
+
+
+def _num(x) -> str:
+    return "none" if x is None else f"{x:.4g}"

@@ -7,6 +7,7 @@ from .. import history, suite
 from ..policies import load_policies
 from ..store import Store
 from ..verdicts import Status
+from .alerts import stale_text
 from .common import machine_arg, machine_of, open_store, policies_arg, store_arg
 
 
@@ -19,8 +20,11 @@ def add_parser(sub) -> None:
             "the median and MAD of the previous runs in the same environment (from the newest "
             "accepted change on), and E-Divisive change points over the history, each marked "
             "as an environment change (torch/triton/driver/GPU) or code. Cells that failed on "
-            "the newest commit are listed. Exit 1 when the newest run regressed or failed, or "
-            "when the policies judge none of the machine's metrics (no verdict)."
+            "the newest commit are listed, and so are the bounds it broke; a stale series (its "
+            "last point older than the machine's newest run: a dropped environment) is named "
+            "with that point's date and not judged. Exit 1 when the newest run regressed, broke a "
+            "bound or failed, or when the policies judge none of the machine's metrics (no "
+            "verdict)."
         ),
     )
     store_arg(d, history=True)
@@ -43,9 +47,16 @@ def run(args) -> int:
     failed = store.newest_failures(machine)
     if not reports and not failed and not store.runs(machine=machine):
         raise suite.SuiteError(_no_runs(store, machine))
-    print(history_markdown(reports, machine, failed))
-    nothing = not judged(reports)  # every metric info: no verdict, never an all-clear
-    return 1 if failed or nothing or any(r.status == Status.REGRESSION for r in reports) else 0
+    current = [r for r in reports if not r.stale]  # a stopped series' last point: not judged
+    print(history_markdown(reports, machine, failed), end="")
+    print(stale_text(machine, [r for r in reports if r.stale]))
+    broken = [r for r in current if r.status == Status.VIOLATION]
+    if broken:
+        print(f"### Bounds broken on the newest run ({len(broken)})\n")
+        print("\n".join(f"- `{r.key[0]}.{r.key[1]}` {r.key[2]}: {r.note}" for r in broken))
+    nothing = not judged(current)  # every metric info: no verdict, never an all-clear
+    found = (Status.REGRESSION, Status.VIOLATION)
+    return 1 if failed or nothing or any(r.status in found for r in current) else 0
 
 
 def _no_runs(store: Store, machine: str) -> str:

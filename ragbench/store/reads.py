@@ -390,6 +390,13 @@ class Reads:
             ORDER BY m.benchmark, m.metric, m.param_key"""
         return self._rows(sql, [self.branch, machine, self.branch, machine])
 
+    def newest_commit(self, machine: str) -> tuple[str, object] | None:
+        """(commit_hash, commit_time) of the machine's newest run on the history's branch."""
+        rows = self._rows(f"SELECT commit_hash, commit_time FROM runs r WHERE {HISTORY_RUN} AND "
+                          "machine = ? ORDER BY commit_time DESC NULLS LAST, started_at DESC "
+                          "LIMIT 1", [self.branch, machine])  # fmt: skip
+        return (rows[0]["commit_hash"], rows[0]["commit_time"]) if rows else None
+
     def alerts(self, machine: str | None = None, *, state: str | None = None,
                commit: str | None = None) -> list[dict]:  # fmt: skip
         """main's alerts (``ragbench.alerts``), newest commit first, each with its ``cells``

@@ -422,16 +422,20 @@ class Writes:
         self._write(work)
 
     def set_alert_state(self, machine: str, commit_hash: str, state: str, *, by: str,
-                        reason: str | None = None, fixed_by: str | None = None) -> int:  # fmt: skip
-        """Change the state of the alert of ``machine`` at ``commit_hash`` (a full hash); ->
-        how many alerts changed (0: none such)."""
+                        was: str, reason: str | None = None,
+                        fixed_by: str | None = None) -> int:  # fmt: skip
+        """Change the state of the alert of ``machine`` at ``commit_hash`` (a full hash) from
+        ``was``, the state its caller read: a conditional update (``WHERE state = was``), so
+        that a change made since that read (a person's, while an ingest judged the alert) is
+        never overwritten. -> how many alerts changed (0: none such, or its state is no longer
+        ``was``)."""
 
         def work(con):
             ((n,),) = con.execute(
                 "UPDATE alerts SET state = ?, reason = ?, changed_by = ?, changed_at = ?, "
-                "fixed_by = ? WHERE branch = ? AND machine = ? AND commit_hash = ?",
+                "fixed_by = ? WHERE branch = ? AND machine = ? AND commit_hash = ? AND state = ?",
                 [state, reason, by, _ts(time.time()), fixed_by, self.branch, machine,
-                 commit_hash],
+                 commit_hash, was],
             ).fetchall()  # fmt: skip
             return n
 
