@@ -10,7 +10,7 @@ import streamlit as st
 from dashboard import draws
 from dashboard.draw import shown
 from dashboard.read import policies, store
-from ragbench import alerts
+from ragbench import alerts, follow_up
 from ragbench.store import Store
 
 # the buttons: label -> state
@@ -52,7 +52,7 @@ def alerts_page(ctx):
     states = st.multiselect("states", list(alerts.STATES), default=list(alerts.OPEN),
                             key="alert-states")  # fmt: skip
     st.caption(", ".join(f"{n} {s}" for s, n in counts.items()) + " in all; newest commit first")
-    repository = alerts.repository_url(ctx["policies"])
+    repository = follow_up.repository_url(ctx["policies"])
     for a in (a for a in found if a["state"] in states):
         alert_box(ctx, a, repository)
     stale_series(ctx)
@@ -82,7 +82,7 @@ def alert_box(ctx, a: dict, repository: str | None) -> None:
         by = f" (by {a['changed_by']})" if a["changed_by"] else ""
         st.markdown(f"**{a['machine']} at `{commit}`** ({a['commit_time']}): "
                     f"**{a['state']}**{why}{by}, {len(a['cells'])} cell(s)")  # fmt: skip
-        diff = alerts.diff_url(repository, a)
+        diff = follow_up.diff_url(repository, a)
         since = f"`{a['prev_commit_hash'][:12]}`..`{commit}`" if a["prev_commit_hash"] else commit
         st.caption(f"arrived in {since}" + (f": [the diff]({diff})" if diff else "")
                    + (f"; fixed by `{a['fixed_by'][:12]}`" if a["fixed_by"] else ""))  # fmt: skip
@@ -101,8 +101,8 @@ def alert_box(ctx, a: dict, repository: str | None) -> None:
             for moved in moves(ctx["path"], ctx["mtime"], ctx["branch"], a["machine"],
                                a["commit_hash"]):  # fmt: skip
                 st.caption(f"Since then: {moved}")
-        st.code(alerts.repro_command(a), language="bash", wrap_lines=True)
-        bisect = alerts.bisect_command(a)
+        st.code(follow_up.repro_command(a), language="bash", wrap_lines=True)
+        bisect = follow_up.bisect_command(a)
         if bisect:
             st.caption("Several commits between? Find the first that shows it:")
             st.code(bisect, language="bash", wrap_lines=True)

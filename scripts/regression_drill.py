@@ -19,7 +19,7 @@ FA2 kernel latencies of the quick grid (``--bench``: gpu_us, or host_us for a ho
 - ``gate``: the merge's first parent against the merge (DIR/gate.md, DIR/gate.json);
 - ``settle``: ``ragbench gate --settle DIR/gate.json`` where the gate left a plan
   (DIR/settle.md);
-- ``bisect``: the command the alert prints (``alerts.bisect_command``: ``--good`` the
+- ``bisect``: the command the alert prints (``follow_up.bisect_command``: ``--good`` the
   merge's first parent, ``--bad`` the merge), on the alert's first cell or ``--cell``: timed,
   its answer against the planted commit (DIR/bisect.md).
 
@@ -212,11 +212,11 @@ def main(argv: list[str] | None = None) -> int:
 
 def bisect(clone: Path, out: Path, cell: str, prev: str, merge: str, planted: str,
            machine: str, tmp: str) -> dict:  # fmt: skip
-    """The bisection the alert of the merge prints (``alerts.bisect_command``, run in the
+    """The bisection the alert of the merge prints (``follow_up.bisect_command``, run in the
     clone), timed; its answer against the planted commit."""
     found = subprocess.run(
-        [sys.executable, "-c", "import json, sys; from ragbench import alerts; "
-         "print(alerts.bisect_command(json.loads(sys.argv[1])))",
+        [sys.executable, "-c", "import json, sys; from ragbench import follow_up; "
+         "print(follow_up.bisect_command(json.loads(sys.argv[1])))",
          json.dumps({"prev_commit_hash": prev, "commit_hash": merge, "machine": machine,
                      "cells": [dict(zip(("benchmark", "metric", "param_key"), _key(cell),
                                         strict=True))]})],

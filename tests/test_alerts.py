@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from ragbench import alerts, changepoints
+from ragbench import alerts, changepoints, follow_up
 from ragbench.policies import load_policies
 from ragbench.store import Measurement, Run, Store
 
@@ -83,7 +83,7 @@ def test_a_state_set_by_hand_is_kept_and_what_is_no_state_is_refused(tmp_path):
     alerts.update(store, "m1", POLICIES)
     (a,) = store.alerts("m1")
     assert (a["state"], a["reason"], a["changed_by"]) == ("expected", "a larger tile", "ana")
-    command = alerts.repro_command(a)
+    command = follow_up.repro_command(a)
     assert command.startswith(f"ragbench gate --base {sha(STEP - 1)[:12]} --head "
                               f"{sha(STEP)[:12]} --machine m1 --bench")  # fmt: skip
     assert r"kernel\.KernelLatency\.track_gpu_us" in command

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from ragbench import bisect, envs
+from ragbench import bisect, envs, follow_up
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -226,7 +226,7 @@ def test_skips_that_leave_the_answer_open_name_every_commit_it_may_be(repo):
 
 
 def test_a_step_on_the_branch_of_a_merge_is_found_against_its_merge_base(repo):
-    """The alert's --good is the merge's first parent (alerts.bisect_command): the merge is
+    """The alert's --good is the merge's first parent (follow_up.bisect_command): the merge is
     the one first-parent commit; its branch of 6 is searched, each against the merge-base,
     and the 2nd (the step) is named. Before, each branch commit was gated against --good,
     which holds main's commits the branch lacks: main's 10% speed-up there made the first
@@ -468,13 +468,11 @@ def test_the_alert_s_bisect_command_searches_a_merge_from_its_first_parent(repo)
     against the merge-base). A range of one commit, no merge, has nothing to bisect."""
     import shlex
 
-    from ragbench import alerts
-
     c = _merge(repo, main=2, branch=6)
     cells = [{"benchmark": KEY[0], "metric": KEY[1], "param_key": KEY[2]}]
     alert = {"prev_commit_hash": c["main"][-1], "commit_hash": c["merge"], "cells": cells,
              "machine": "gpu 1"}  # fmt: skip
-    command = alerts.bisect_command(alert)
+    command = follow_up.bisect_command(alert)
     args = shlex.split(command)
     assert args[:2] == ["ragbench", "bisect"] and args[args.index("--cell") + 1] == CELL
     good, bad = args[args.index("--good") + 1], args[args.index("--bad") + 1]
@@ -483,7 +481,7 @@ def test_the_alert_s_bisect_command_searches_a_merge_from_its_first_parent(repo)
     b, _ = _bisect(repo, good, bad, slow=slow)
     assert b.first == c["branch"][2]
     one = {**alert, "prev_commit_hash": c["main"][0], "commit_hash": c["main"][1]}
-    assert alerts.bisect_command(one) is None
+    assert follow_up.bisect_command(one) is None
 
 
 def test_the_paired_runner_builds_no_model_for_a_kernel_cell():

@@ -41,7 +41,7 @@ def add_parser(sub) -> None:
 
 
 def run(args) -> int:
-    from .. import alerts
+    from .. import alerts, follow_up
 
     state = _state(args.state)
     if args.new_state is not None:
@@ -61,7 +61,7 @@ def run(args) -> int:
         _machine(store, args.machine)
     policies = load_policies(args.policies)
     found = store.alerts(args.machine, state=state)
-    repository = alerts.repository_url(policies)
+    repository = follow_up.repository_url(policies)
     for a in found:
         moved = alerts.moves(store, a["machine"], a, policies) if a["state"] != "fixed" else []
         print(text(a, repository, moved))
@@ -112,7 +112,7 @@ STALE_SHOWN = 20
 def text(a: dict, repository: str | None, moved: list[str] = ()) -> str:
     """One alert in markdown: its state, range, cells and commands; ``moved``: the
     environment's changes of level since (``alerts.moves``), no fix."""
-    from .. import alerts
+    from .. import alerts, follow_up
 
     since = f"{a['prev_commit_hash'][:12]}..{a['commit_hash'][:12]}" if a["prev_commit_hash"] \
         else a["commit_hash"][:12]  # fmt: skip
@@ -120,7 +120,7 @@ def text(a: dict, repository: str | None, moved: list[str] = ()) -> str:
     fixed = f", fixed by {a['fixed_by'][:12]}" if a["fixed_by"] else ""
     lines = [f"## {a['machine']} at {a['commit_hash'][:12]} ({a['commit_time']}): "
              f"{a['state']}{why}{fixed}", "", f"Arrived in {since}"
-             + (f": {alerts.diff_url(repository, a)}" if repository else "."), ""]  # fmt: skip
+             + (f": {follow_up.diff_url(repository, a)}" if repository else "."), ""]  # fmt: skip
     for c in a["cells"]:
         change, interval = alerts.cell_words(c)
         interval = f", after/before {interval}" if interval else ""
@@ -134,8 +134,8 @@ def text(a: dict, repository: str | None, moved: list[str] = ()) -> str:
                      f"({c['found_by']})")  # fmt: skip
     if moved:
         lines += ["", "Since then (no fix of the code):"] + [f"- {m}" for m in moved]
-    lines += ["", f"Re-measure: `{alerts.repro_command(a)}`"]
-    bisect = alerts.bisect_command(a)
+    lines += ["", f"Re-measure: `{follow_up.repro_command(a)}`"]
+    bisect = follow_up.bisect_command(a)
     if bisect:
         lines.append(f"Bisect the range: `{bisect}`")
     return "\n".join(lines) + "\n"
