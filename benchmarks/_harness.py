@@ -150,15 +150,15 @@ def gpu_us(
 
     Raises RuntimeError if ``fn`` cannot be captured (it synchronises or allocates on the host).
     """
-    graph = _graph(fn, calls)
+    graph = capture(fn, calls)
     t0 = time.perf_counter()
     while time.perf_counter() - t0 < warm_s:  # clocks up, caches warm
         graph.replay()
         torch.cuda.synchronize()
-    return _timing(_replay_us(graph, calls, replays))
+    return _timing(replay_us(graph, calls, replays))
 
 
-def _replay_us(graph: torch.cuda.CUDAGraph, calls: int, replays: int) -> list[float]:
+def replay_us(graph: torch.cuda.CUDAGraph, calls: int, replays: int) -> list[float]:
     """Per-call µs of ``replays`` timed replays of a graph of ``calls`` captured calls."""
     import torch
 
@@ -174,7 +174,8 @@ def _replay_us(graph: torch.cuda.CUDAGraph, calls: int, replays: int) -> list[fl
     return out
 
 
-def _graph(fn: Callable[[], object], calls: int) -> torch.cuda.CUDAGraph:
+def capture(fn: Callable[[], object], calls: int) -> torch.cuda.CUDAGraph:
+    """A CUDA graph of ``calls`` calls of ``fn``, warmed up on the capture stream first."""
     import torch
 
     stream = torch.cuda.Stream()
@@ -226,7 +227,7 @@ def measure_interleaved(
         warmup(fn, 3 if name in slow else 20)
         calls = 5 if name in slow else 50
         reason = synchronises(fn) if gpu else "not measured"
-        graphs[name] = None if reason else (_graph(fn, calls), calls)
+        graphs[name] = None if reason else (capture(fn, calls), calls)
         if reason:
             out[name]["gpu_us_error"] = reason
     for _ in range(rounds):
@@ -237,7 +238,7 @@ def measure_interleaved(
             if graphs[name] is not None:
                 graph, calls = graphs[name]
                 graph.replay()  # one untimed replay: clocks and caches as for the others
-                out[name]["gpu"] += _replay_us(graph, calls, replays=4)
+                out[name]["gpu"] += replay_us(graph, calls, replays=4)
     result = {}
     for name, m in out.items():
         result[name] = {
@@ -294,7 +295,7 @@ def kernel_sampler(fn: Callable[[], object], graph=None, *, host_calls: int = 50
             "call_us": call_us(fn, samples=call_samples).median,
         }
         if graph is not None:
-            values["gpu_us"] = _replay_us(graph, graph_calls, replays=1)[0]
+            values["gpu_us"] = replay_us(graph, graph_calls, replays=1)[0]
         return values
 
     return sample

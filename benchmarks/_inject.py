@@ -35,9 +35,9 @@ def fraction() -> float | None:
 def _gpu_us(fn, replays: int) -> float:
     from . import _harness as H
 
-    graph = H._graph(fn, 50)
+    graph = H.capture(fn, 50)
     graph.replay()
-    return statistics.median(H._replay_us(graph, 50, replays))
+    return statistics.median(H.replay_us(graph, 50, replays))
 
 
 def _quantise(cycles: float) -> int:

@@ -128,7 +128,7 @@ def _kernels(W: dict, slow: dict, rounds: int, rng: random.Random, out: list, sl
                         continue
                     fn = w.attention(backend, *w.kernel_inputs(*workload))
                     H.warmup(fn)
-                    graph = H._graph(fn, GRAPH_CALLS) if not H.synchronises(fn) else None
+                    graph = H.capture(fn, GRAPH_CALLS) if not H.synchronises(fn) else None
                     if arm in slow and backend == "triton":
                         info = slowed.setdefault(f"{arm}:{backend}:{workload}", {})
                         fn = _slow_kernel(fn, slow[arm], info)

@@ -141,35 +141,6 @@ def check(arms: dict, q, k, v, cu) -> dict:
     return result
 
 
-def graph_of(fn, calls: int = CALLS) -> torch.cuda.CUDAGraph:
-    """A CUDA graph of ``calls`` calls of ``fn`` (warmed up on the capture stream first)."""
-    stream = torch.cuda.Stream()
-    stream.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(stream):
-        for _ in range(3):
-            fn()
-    torch.cuda.current_stream().wait_stream(stream)
-    torch.cuda.synchronize()
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        for _ in range(calls):
-            fn()
-    torch.cuda.synchronize()
-    return graph
-
-
-def replay_us(graph, replays: int) -> list[float]:
-    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    out = []
-    for _ in range(replays):
-        start.record()
-        graph.replay()
-        end.record()
-        end.synchronize()
-        out.append(start.elapsed_time(end) * 1e3 / CALLS)
-    return out
-
-
 def time_arms(
     fns: dict, rounds: int, replays: int, seed: int, failed: dict
 ) -> dict[str, list[float]]:
@@ -179,10 +150,10 @@ def time_arms(
     graphs = {}
     for name, fn in fns.items():
         try:
-            graphs[name] = graph_of(fn)
+            graphs[name] = H.capture(fn, CALLS)
         except Exception as exc:  # it synchronises or allocates on the host
             failed[name] = f"graph capture: {H.failure(exc)}"
-            torch.cuda.synchronize()
+        torch.cuda.synchronize()
     for graph in graphs.values():
         t0 = time.perf_counter()
         while time.perf_counter() - t0 < 0.02:
@@ -194,7 +165,7 @@ def time_arms(
     for _ in range(rounds):
         rng.shuffle(order)
         for name in order:
-            samples[name] += replay_us(graphs[name], replays)
+            samples[name] += H.replay_us(graphs[name], CALLS, replays)
     return samples
 
 

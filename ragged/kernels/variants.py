@@ -45,6 +45,20 @@ ONETILE_MAX_FP32 = 64
 ONETILE_MAX_ONE_WARP = 128
 
 
+@triton.jit
+def _load_qkv(q_head, k_head, v_head, row0, offs_m, offs_n, offs_d, m_ok, n_ok, d_ok,
+              stride_qt, stride_kt, stride_vt):  # fmt: skip
+    """q [BLOCK_M, BLOCK_D], k^T [BLOCK_D, BLOCK_N] and v [BLOCK_N, BLOCK_D] of the rows from
+    ``row0`` on (one head's pointers), masked rows and columns 0; issued together."""
+    q = tl.load(q_head + (row0 + offs_m[:, None]) * stride_qt + offs_d[None, :],
+                mask=m_ok[:, None] & d_ok[None, :], other=0.0)  # fmt: skip
+    k = tl.load(k_head + (row0 + offs_n[None, :]) * stride_kt + offs_d[:, None],
+                mask=n_ok[None, :] & d_ok[:, None], other=0.0)  # fmt: skip
+    v = tl.load(v_head + (row0 + offs_n[:, None]) * stride_vt + offs_d[None, :],
+                mask=n_ok[:, None] & d_ok[None, :], other=0.0)  # fmt: skip
+    return q, k, v
+
+
 @triton.jit(
     do_not_specialize=["cu_seqlens", "num_heads", "num_m_blocks", "total_tokens", "guess_len"]
 )
@@ -94,20 +108,20 @@ def _onetile_kernel(
         g0 = seq.to(tl.int64) * guess_len
         gm_ok = g0 + offs_m < total_tokens
         gn_ok = g0 + offs_n < total_tokens
-        q = tl.load(
-            q_head + (g0 + offs_m[:, None]) * stride_qt + offs_d[None, :],
-            mask=gm_ok[:, None] & d_ok[None, :],
-            other=0.0,
-        )
-        k = tl.load(
-            k_head + (g0 + offs_n[None, :]) * stride_kt + offs_d[:, None],
-            mask=gn_ok[None, :] & d_ok[:, None],
-            other=0.0,
-        )
-        v = tl.load(
-            v_head + (g0 + offs_n[:, None]) * stride_vt + offs_d[None, :],
-            mask=gn_ok[:, None] & d_ok[None, :],
-            other=0.0,
+        q, k, v = _load_qkv(
+            q_head,
+            k_head,
+            v_head,
+            g0,
+            offs_m,
+            offs_n,
+            offs_d,
+            gm_ok,
+            gn_ok,
+            d_ok,
+            stride_qt,
+            stride_kt,
+            stride_vt,
         )
     seq_start = tl.load(cu_seqlens + seq)
     seq_end = tl.load(cu_seqlens + seq + 1)
@@ -118,39 +132,39 @@ def _onetile_kernel(
         n_ok = offs_n < seq_len
         if SPECULATE:
             if row0 != g0:  # a wrong guess: the loads of the plain kernel
-                q = tl.load(
-                    q_head + (row0 + offs_m[:, None]) * stride_qt + offs_d[None, :],
-                    mask=m_ok[:, None] & d_ok[None, :],
-                    other=0.0,
-                )
-                k = tl.load(
-                    k_head + (row0 + offs_n[None, :]) * stride_kt + offs_d[:, None],
-                    mask=n_ok[None, :] & d_ok[:, None],
-                    other=0.0,
-                )
-                v = tl.load(
-                    v_head + (row0 + offs_n[:, None]) * stride_vt + offs_d[None, :],
-                    mask=n_ok[:, None] & d_ok[None, :],
-                    other=0.0,
+                q, k, v = _load_qkv(
+                    q_head,
+                    k_head,
+                    v_head,
+                    row0,
+                    offs_m,
+                    offs_n,
+                    offs_d,
+                    m_ok,
+                    n_ok,
+                    d_ok,
+                    stride_qt,
+                    stride_kt,
+                    stride_vt,
                 )
             # Rows past the sequence hold the next sequence's values: zero them so that a
             # non-finite value there cannot reach this sequence through p * v (p is 0 there).
             v = tl.where(n_ok[:, None], v, 0.0)
         else:
-            q = tl.load(
-                q_head + (row0 + offs_m[:, None]) * stride_qt + offs_d[None, :],
-                mask=m_ok[:, None] & d_ok[None, :],
-                other=0.0,
-            )
-            k = tl.load(
-                k_head + (row0 + offs_n[None, :]) * stride_kt + offs_d[:, None],
-                mask=n_ok[None, :] & d_ok[:, None],
-                other=0.0,
-            )
-            v = tl.load(
-                v_head + (row0 + offs_n[:, None]) * stride_vt + offs_d[None, :],
-                mask=n_ok[:, None] & d_ok[None, :],
-                other=0.0,
+            q, k, v = _load_qkv(
+                q_head,
+                k_head,
+                v_head,
+                row0,
+                offs_m,
+                offs_n,
+                offs_d,
+                m_ok,
+                n_ok,
+                d_ok,
+                stride_qt,
+                stride_kt,
+                stride_vt,
             )
         if IEEE_DOT:
             s = tl.dot(q, k, input_precision="ieee")
