@@ -250,10 +250,11 @@ def compare(
 RULE = (
     "PASS only when every gated cell showed that it did not get worse by its threshold: the "
     "confidence interval of head/base stayed under the threshold at its worse end (for a "
-    "host-time cell timed in one process, the interval widened by how far the A/A arm, base "
-    "against itself, moved, the two added in quadrature), or the test had the power to see "
-    "the threshold and did not flag "
-    "it; a cell without that evidence is inconclusive, and so is the run (exit 1)."
+    "host-time cell timed in one process: head against base and base's A/A copy, the interval "
+    "widened by how far the A/A arm moved, the two added in quadrature; a cell without evidence "
+    "after the gate's processes is measured in as many more and judged on all at a stricter "
+    "interval), or the test had the power to see the threshold and did not flag it; a cell "
+    "without that evidence is inconclusive, and so is the run (exit 1)."
 )
 
 INTERVAL = "interval"  # Verdict.method of a cell judged by asv's confidence intervals

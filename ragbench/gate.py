@@ -51,6 +51,7 @@ class GateResult:
     seconds: float = 0.0
     paired_method: str | None = None  # paired.TOGETHER or ALONE where it ran
     paired_processes: int = 0
+    paired_again: int = 0  # cells the paired comparison's second look measured again
     paired_seconds: float = 0.0
     drift: drift.DriftReport | None = None  # head's outputs against base's, where compared
     plan: settle.Plan | None = None  # what settles the cells left without evidence or flagged
@@ -277,7 +278,17 @@ def _paired(result: GateResult, policies, *, processes, mode, work, log) -> None
             suite.checkout(result.head, work)
         )  # fmt: skip
         method, docs = paired.measure(base, head, work, processes=processes, mode=mode, log=log)
-    verdicts = {v.key: v for v in paired.judge(paired.collect(docs), policies, method, processes)}
+        verdicts = {v.key: v for v in paired.judge(paired.collect(docs), policies, method,
+                                                   processes)}  # fmt: skip
+        again = [k for k, v in verdicts.items() if v.status == Status.INCONCLUSIVE]
+        if method == paired.TOGETHER and again:
+            log(f"paired: {len(again)} cell(s) without evidence: {processes} more process(es) "
+                "of those cells alone")  # fmt: skip
+            _, more = paired.measure(base, head, work, processes=processes, mode=mode, log=log,
+                                     only=paired.only_of(again), first=processes)  # fmt: skip
+            verdicts.update((v.key, v) for v in paired.second_look(docs, more, again, policies,
+                                                                   processes))  # fmt: skip
+            result.paired_again = len(again)
     for i, v in enumerate(c.verdicts):
         paired_v = verdicts.pop(v.key, None)
         if paired_v is not None and v.status not in (Status.FAILED, Status.MISSING):

@@ -108,8 +108,11 @@ def gate_markdown(res: GateResult, title: str | None = None) -> str:
         lines.append(
             f"Host-time metrics: base, head and base again (A/A) timed in the same process, "
             f"randomized interleaved rounds, {res.paired_processes} fresh process(es), "
-            f"{res.paired_seconds:.0f} s."
-        )
+            f"{res.paired_seconds:.0f} s"
+            + (f"; {res.paired_again} cell(s) without evidence measured again in as many more "
+               "and judged on all, at the stricter interval of a second look."
+               if res.paired_again else ".")
+        )  # fmt: skip
     elif res.paired_method == paired.ALONE:
         lines.append(
             "Host-time metrics: base and head could not share a process (one loads only "
