@@ -256,6 +256,9 @@ VARIANTS = (
     Variant("onetile m16 w4 pdl", "onetile", 16, 0, 4, 1, pdl=True),
     Variant("onetile spec 3d m16 w4 pdl", "onetile", 16, 0, 4, 1, True, True, pdl=True),
     Variant("onetile spec 3d m64 w4 pdl", "onetile", 64, 0, 4, 1, True, True, True, 128),
+    Variant("onetile spec 3d m32 w4 pdl", "onetile", 32, 0, 4, 1, True, True, True, 128),
+    Variant("onetile spec 3d m16 w2 pdl", "onetile", 16, 0, 2, 1, True, True, True, 128),
+    Variant("loop 128x64 w8 s2 pdl", "loop", 128, 64, 8, 2, pdl=True),
     Variant("onetile spec 3d m128 w8 pdl", "onetile", 128, 0, 8, 1, True, True, True, 128),
 )
 
