@@ -16,6 +16,7 @@ speedups medians over rounds of the round's ratio (``share_of_bound``). Imported
 
 from __future__ import annotations
 
+import math
 import time
 
 import numpy as np
@@ -97,15 +98,27 @@ def share_of_bound(fa2, triton, bound) -> tuple[float, float, float]:
     triton/fa2 reaches 1 + share x (bound/fa2 - 1), the two speedups each the median over
     rounds of that round's ratio -> (share, and its 95% percentile-bootstrap interval over
     rounds). Each round's own share, (triton/fa2 - 1) / (bound/fa2 - 1), is no estimate: a
-    round's bound/fa2 - 1 swings around 0 on the VM, and that ratio with it."""
+    round's bound/fa2 - 1 swings around 0 on the VM, and that ratio with it.
+
+    NaN (all three) where the bound's own gain over fa2 is not resolved: its 95% interval
+    reaches 0 or below, so a share of it means nothing (ATS under CUDA graphs: the bucketed
+    graph mode runs no faster without attention than with fa2)."""
     f, t, z = (np.asarray(x, float) for x in (fa2, triton, bound))
 
-    def share(f, t, z, axis=-1):
-        return (np.median(f / t, axis=axis) - 1) / (np.median(f / z, axis=axis) - 1)
+    def gain(f, z, axis=-1):
+        return np.median(f / z, axis=axis) - 1
 
-    ci = scipy.stats.bootstrap((f, t, z), share, paired=True, vectorized=True,
-                               method="percentile", rng=np.random.default_rng(0),
-                               n_resamples=2000).confidence_interval  # fmt: skip
+    def share(f, t, z, axis=-1):
+        return (np.median(f / t, axis=axis) - 1) / gain(f, z, axis)
+
+    def interval(statistic, *data):
+        return scipy.stats.bootstrap(data, statistic, paired=True, vectorized=True,
+                                     method="percentile", rng=np.random.default_rng(0),
+                                     n_resamples=2000).confidence_interval  # fmt: skip
+
+    if not gain(f, z) > 0 or not interval(gain, f, z).low > 0:
+        return math.nan, math.nan, math.nan
+    ci = interval(share, f, t, z)
     return float(share(f, t, z)), float(ci.low), float(ci.high)
 
 

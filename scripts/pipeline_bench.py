@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import statistics
 import sys
 import time
@@ -107,12 +108,14 @@ def paired_speedup(fast: dict, slow: dict) -> tuple[float, float, float]:
 
 
 def share_cell(res: dict, bound: str) -> str:
-    """``share_of_bound`` of ``bound`` in a row's results; "-" where it was not measured."""
+    """``share_of_bound`` of ``bound`` in a row's results; "-" where it was not measured,
+    "unresolved" where the bound's gain over fa2 is not above 0 (its share means nothing)."""
     if bound not in res:
         return "-"
-    return "{:.2f} [{:.2f}, {:.2f}]".format(
-        *share_of_bound(*(res[n]["samples_us"] for n in ("fa2", "triton", bound)))
-    )
+    share = share_of_bound(*(res[n]["samples_us"] for n in ("fa2", "triton", bound)))
+    if math.isnan(share[0]):
+        return "unresolved (bound not above fa2)"
+    return "{:.2f} [{:.2f}, {:.2f}]".format(*share)
 
 
 def flop_ideal(pipe: PrunedViT, images) -> tuple[float, float]:

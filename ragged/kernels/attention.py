@@ -69,7 +69,9 @@ def _varlen_fwd_kernel(
     DELAY_CYCLES: tl.constexpr,
     PDL: tl.constexpr,
 ):  # fmt: skip
-    if PDL:  # a programmatic dependent launch: the next kernel may launch now (variants.py)
+    # PDL (variants.py): a programmatic dependent launch; 1: the next kernel may launch at once,
+    # 2: once every program has stored its tile (or had nothing to do). 0/False: the default.
+    if PDL == 1:
         gdc_launch_dependents()
     pid = tl.program_id(0)
     m_block = pid % num_m_blocks
@@ -133,6 +135,8 @@ def _varlen_fwd_kernel(
         acc = acc / l_i[:, None]
         o_ptrs = O + (row0 + offs_m[:, None]) * stride_ot + head64 * stride_oh + offs_d[None, :]
         tl.store(o_ptrs, acc.to(O.dtype.element_ty), mask=m_ok[:, None] & d_ok[None, :])
+    if PDL == 2:
+        gdc_launch_dependents()
     if DELAY_CYCLES > 0:  # an injected slowdown (ragbench's calibration); compiled out at 0
         t0 = tl.inline_asm_elementwise(
             "mov.u64 $0, %clock64;", "=l", [], dtype=tl.int64, is_pure=False, pack=1

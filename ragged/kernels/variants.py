@@ -27,6 +27,9 @@ kernel (H100): a chain of dependent latencies, not arithmetic. What each variant
     call's programs are then resident and waiting while this one runs, so the launch latency
     between back-to-back calls overlaps the work; what any call reads is still written by
     then. On the interpreter (no such instruction) it runs without it: the same arithmetic.
+    ``... pdl late``: the same, but the next kernel may launch only once every program has
+    stored its output (or had none): its programs then wait for less time, holding no SM
+    slot that this kernel's programs could still use.
 
 Each variant is checked against ``ragged.reference`` before it is timed
 (tests/test_attention.py on the interpreter, the sweep on the GPU).
@@ -92,9 +95,9 @@ def _onetile_kernel(
     ``GRID3``: a 3-D grid (query tile, head, sequence) instead of the flattened one: the
     sequence index, which the first load's address needs, without two integer divisions.
 
-    ``PDL``: launched as a programmatic dependent launch: let the next kernel launch at once,
-    and wait for the previous one just before the first load."""
-    if PDL:
+    ``PDL``: launched as a programmatic dependent launch: wait for the previous kernel just
+    before the first load, and let the next kernel launch at once (1) or after the store (2)."""
+    if PDL == 1:
         KA.gdc_launch_dependents()
     if GRID3:  # grid (query tiles, heads, sequences): no division before the first load
         m_block = tl.program_id(0)
@@ -195,6 +198,8 @@ def _onetile_kernel(
         acc = acc / l_i[:, None]
         o_ptrs = O + (row0 + offs_m[:, None]) * stride_ot + head64 * stride_oh + offs_d[None, :]
         tl.store(o_ptrs, acc.to(O.dtype.element_ty), mask=m_ok[:, None] & d_ok[None, :])
+    if PDL == 2:
+        KA.gdc_launch_dependents()
 
 
 @dataclass(frozen=True)
@@ -211,7 +216,9 @@ class Variant:
     num_stages: int = 2
     speculate: bool = False  # onetile: load from the uniform-length guess of the start first
     grid3: bool = False  # onetile: grid (query tiles, heads, sequences), no index divisions
-    pdl: bool = False  # onetile: a programmatic dependent launch (sm_90 and later)
+    # A programmatic dependent launch (sm_90 and later): 0 none, 1 (True) the next kernel may
+    # launch at once, 2 once every program stored its output
+    pdl: int = 0
     max_keys: int = 0  # onetile: the longest max_seqlen it takes (0: the rules of ``applies``)
 
     def applies(self, max_seqlen: int, dtype: torch.dtype = torch.float16) -> bool:
@@ -260,6 +267,9 @@ VARIANTS = (
     Variant("onetile spec 3d m16 w2 pdl", "onetile", 16, 0, 2, 1, True, True, True, 128),
     Variant("loop 128x64 w8 s2 pdl", "loop", 128, 64, 8, 2, pdl=True),
     Variant("onetile spec 3d m128 w8 pdl", "onetile", 128, 0, 8, 1, True, True, True, 128),
+    Variant("loop 64x64 w4 s2 pdl late", "loop", 64, 64, 4, 2, pdl=2),
+    Variant("onetile spec 3d m16 w4 pdl late", "onetile", 16, 0, 4, 1, True, True, pdl=2),
+    Variant("onetile spec 3d m64 w4 pdl late", "onetile", 64, 0, 4, 1, True, True, 2, 128),
 )
 
 
@@ -283,12 +293,14 @@ def run(
     No host synchronisation: capturable in a CUDA graph. ValueError where it does not apply."""
     if not variant.applies(max_seqlen, q.dtype):
         raise ValueError(f"{variant.name}: max_seqlen {max_seqlen} too long for one tile")
+    if variant.pdl and q.is_cuda and torch.cuda.get_device_capability(q.device) < (9, 0):
+        raise ValueError(f"{variant.name}: griddepcontrol needs sm_90 or later")
     if variant.kind == "loop" and variant.pdl and q.is_cuda:
         plan, grid, scalars, _ = KA.launch_args(q, k, v, out, cu_seqlens, max_seqlen,
                                                 softmax_scale, variant.config())  # fmt: skip
         if grid[0]:
             KA.varlen_fwd_kernel[grid](
-                q, k, v, out, cu_seqlens, *scalars, **(plan.constexprs | {"PDL": True}),
+                q, k, v, out, cu_seqlens, *scalars, **(plan.constexprs | {"PDL": variant.pdl}),
                 num_warps=variant.num_warps, num_stages=variant.num_stages, launch_pdl=True,
             )  # fmt: skip
         return out
@@ -304,7 +316,7 @@ def run(
     if variant.grid3 and (heads > 65535 or batch > 65535):
         raise ValueError(f"{variant.name}: a 3-D grid holds at most 65535 heads and sequences")
     grid = (num_m_blocks, heads, batch) if variant.grid3 else (programs,)
-    pdl = variant.pdl and q.is_cuda  # the interpreter has no grid dependency control
+    pdl = variant.pdl if q.is_cuda else 0  # the interpreter has no grid dependency control
     launch = {"launch_pdl": True} if pdl else {}
     _onetile_kernel[grid](
         q, k, v, out, cu_seqlens, softmax_scale * KA.LOG2E,
