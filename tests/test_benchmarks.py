@@ -266,3 +266,17 @@ def test_asv_configs():
     assert conf["branches"] == ["main"] and conf["benchmark_dir"] == "benchmarks"
     venv = json.loads((REPO / "asv.virtualenv.conf.json").read_text())
     assert venv["environment_type"] == "virtualenv" and "torch" in venv["matrix"]["req"]
+
+
+def test_the_floor_ratio_is_judged_and_the_bound_shares_are_shown():
+    """policies.toml: GpuFloor's ratio judged as a latency at 3%; its two times and the bound
+    shares shown only."""
+    from ragbench.policies import load_policies
+
+    pol = load_policies()
+    ratio = pol.for_metric("kernel.GpuFloor", "over_empty", "ratio")
+    assert ratio.kind == "latency" and ratio.threshold == pytest.approx(0.03)
+    for metric in ("gpu_us", "empty_us"):
+        assert pol.for_metric("kernel.GpuFloor", metric, "us").kind == "info"
+    for metric in ("share_of_bound", "share_of_launch_bound", "graph_share_of_bound"):
+        assert pol.for_metric("pipeline.BoundShare", metric, "ratio").kind == "info"
