@@ -162,6 +162,64 @@ def promises(self) -> dict:
     return {"skip": None, "cells": {"promise": cells}}
 
 
+def floor_workload(label: str) -> tuple[int, float]:
+    """(batch, share pruned) of a ``FLOOR_WORKLOADS`` label such as "8/50"."""
+    batch, percent = label.split("/")
+    return int(batch), int(percent) / 100
+
+
+def floors(self) -> dict:
+    """Table ``floor``: per ``FLOOR_WORKLOADS`` workload (DeiT-B, uniform lengths), the triton
+    call's graph-replay µs, an empty kernel's, and their per-round ratio (``_floor.measure``).
+    Its own cache, as ``promises``: the kernels' cache's source is part of their version."""
+    torch = _gpu()
+    if torch is None:
+        return skipped("needs a CUDA GPU: the floor is GPU time")
+    from . import _floor
+    from . import _harness as H
+    from . import _workloads as W
+
+    if "triton" not in W.ragged.available_backends():
+        return skipped("backend triton is not available here")
+    H.tune(W.ragged)
+    H.spin_up()
+    cells = {}
+    for label in G.FLOOR_WORKLOADS:
+        batch, prune = floor_workload(label)
+        inputs = W.kernel_inputs(batch, prune, "deit_b", "uniform")
+        cells[(label,)] = _floor.measure(W.attention("triton", *inputs))
+    return {"skip": None, "cells": {"floor": cells}}
+
+
+def bounds(self) -> dict:
+    """Table ``bound``: triton's share of the bound (``_bound.measure``) per model, pruning
+    method and batch of ``BOUND_*``: eager over no_attention and over launch_only, and under
+    CUDA graphs over no_attention_graph. Its own cache (~20 s a row on the H100)."""
+    torch = _gpu()
+    if torch is None:
+        return skipped("needs a CUDA GPU: the bound is measured on whole GPU forwards")
+    from . import _bound
+    from . import _harness as H
+    from . import _workloads as W
+
+    if "triton" not in W.ragged.available_backends() or "fa2" not in W.ragged.available_backends():
+        return skipped("needs the triton and fa2 backends")
+    H.tune(W.ragged)
+    H.spin_up()
+    cells = {}
+    for model_name in G.BOUND_MODELS:
+        model = W.build(model_name)
+        for method_name, batch in itertools.product(G.BOUND_METHODS, G.BOUND_BATCHES):
+            images = W.images(model_name, batch)
+            method = W.make_method(method_name, model)
+            samples = _bound.turns_us(_bound.forwards(model, method, images), G.BOUND_ROUNDS)
+            cells[(model_name, method_name, batch)] = _bound.shares(samples)
+            torch.cuda.empty_cache()
+        del model
+        torch.cuda.empty_cache()
+    return {"skip": None, "cells": {"bound": cells}}
+
+
 def pipelines(self) -> dict:
     """Tables ``throughput`` and ``methods`` (img/s samples), ``memory``, ``ideal``,
     ``stages`` (ms samples) and ``drift``."""
