@@ -7,6 +7,7 @@ commits and names its benchmarks and config in its commands."""
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 from ragbench import cli
@@ -87,3 +88,185 @@ def test_a_summary_only_slowdown_fails_by_welchs_t(tmp_path, capsys):
     code, out = gate(capsys, pair(tmp_path, slower=1.5))
     assert code == 1 and "ragbench gate: FAIL" in out, out
     assert "Welch's t on the summaries" in out and "regression" in out.lower(), out
+
+
+ASTROPY = PUBLIC / "asv-astropy"  # asv's astropy results, its config beside them
+BASE, HEAD = "e29770c2", "42100650"  # two commits of py2.7-Cython-numpy1.8 on "cheetah"
+
+
+def astropy_store(tmp_path: Path, capsys, *more) -> Path:
+    """astropy's results ingested as main's history (its config above them)."""
+    path = tmp_path / "perf.duckdb"
+    code, out = ragbench(capsys, "ingest", "--store", path, "--branch", "main", *more,
+                         ASTROPY / "results")  # fmt: skip
+    assert code == 0, out
+    return path
+
+
+def an_alert(store: Path) -> dict:
+    """An alert of astropy's ``cheetah`` as ``Store.alerts`` gives one (a row of ``alerts``
+    with its ``alert_cells``): its range the two commits, its cell a real benchmark of the
+    results with its values there."""
+    s = Store(store)
+    runs = {r["commit_hash"][:8]: r for r in s.runs(machine="cheetah")}
+    value = {
+        c: next(m["median"] for m in s.measurements([runs[c]["run_id"]])
+                if (m["benchmark"], m["metric"]) == ("time_units", "time_unit_parse"))
+        for c in (BASE, HEAD)
+    }  # fmt: skip
+    runs = {c: r["commit_hash"] for c, r in runs.items()}
+    cell = {
+        "environment": "py2.7-Cython-numpy1.8",
+        "benchmark": "time_units",
+        "metric": "time_unit_parse",
+        "param_key": "",
+        "unit": "seconds",
+        "kind": "latency",
+        "before": value[BASE],
+        "after": value[HEAD],
+        "ratio_lo": None,
+        "ratio_hi": None,
+    }
+    return {"machine": "cheetah", "commit_hash": runs[HEAD], "prev_commit_hash": runs[BASE],
+            "commit_time": None, "state": "new", "reason": None, "fixed_by": None,
+            "cells": [{**cell, "found_by": "change point"}]}  # fmt: skip
+
+
+def test_the_store_keeps_the_project_its_asv_results_are_of(tmp_path, capsys):
+    """Ingest finds astropy's asv.conf.json above the results and keeps, for its machine,
+    its repo and show_commit_url (before: only its name, for the dashboard's title); one
+    given with --config is kept where none is above the files."""
+    from ragbench import project
+
+    kept = project.load(Store(astropy_store(tmp_path, capsys)), "cheetah")
+    assert kept is not None, "nothing kept"
+    assert kept.repo == "https://github.com/astropy/astropy.git"
+    assert kept.show_commit_url == "https://github.com/astropy/astropy/commit/"
+    assert kept.config == str((ASTROPY / "asv.conf.json").resolve())
+    alone = tmp_path / "alone"
+    (alone / "cheetah").mkdir(parents=True)
+    for f in (ASTROPY / "results" / "cheetah").glob("*.json"):
+        (alone / "cheetah" / f.name).write_text(f.read_text())
+    path = tmp_path / "b.duckdb"
+    code, out = ragbench(capsys, "ingest", "--store", path, alone)
+    assert code == 0 and project.load(Store(path), "cheetah") is None, out
+    code, out = ragbench(capsys, "ingest", "--store", path, "--config",
+                         ASTROPY / "asv.conf.json", alone)  # fmt: skip
+    assert code == 0 and project.load(Store(path), "cheetah").name == "astropy", out
+
+
+def test_an_alert_of_another_project_links_and_measures_that_project(tmp_path, capsys):
+    """An alert of astropy's results: its link is astropy's compare page (before: this
+    checkout's origin), the re-measure gate names astropy's config and environment and
+    selects the benchmark by its asv name (asv's own parser takes it), and the bisection is
+    asv's own ``asv find`` in that config (this checkout has none of its commits)."""
+    import shlex
+
+    from asv.commands import make_argparser
+
+    from ragbench import follow_up, project
+    from ragbench.commands import alerts as alerts_command
+    from ragbench.commands.gate import add_parser
+
+    store = astropy_store(tmp_path, capsys)
+    alert, kept = an_alert(store), project.load(Store(store), "cheetah")
+    text = alerts_command.text(alert, "https://github.com/ragged/ragged", [], kept)
+    assert (f"https://github.com/astropy/astropy/compare/{alert['prev_commit_hash']}..."
+            f"{alert['commit_hash']}") in text, text  # fmt: skip
+    assert "ragged/ragged" not in text
+    repro = follow_up.repro_command(alert, kept)
+    words = shlex.split(repro)
+    conf = str((ASTROPY / "asv.conf.json").resolve())
+    assert words[:4] == ["ragbench", "gate", "--config", conf], repro
+    import argparse
+
+    parser = argparse.ArgumentParser()
+    add_parser(parser.add_subparsers())
+    args = parser.parse_args(words[1:])
+    assert (args.config, args.environment, args.machine) == (
+        Path(conf), "py2.7-Cython-numpy1.8", "cheetah")  # fmt: skip
+
+    (bench,) = args.bench
+    names = json.loads((ASTROPY / "results" / "benchmarks.json").read_text())
+    assert [n for n in names if re.search(bench, n)] == ["time_units.time_unit_parse"]
+    find = shlex.split(follow_up.bisect_command(alert, kept))
+    assert find[:4] == ["asv", "find", "--config", conf], find
+    asv_args = make_argparser()[0].parse_args(find[1:])
+    assert asv_args.range == f"{alert['prev_commit_hash'][:12]}..{alert['commit_hash'][:12]}"
+    assert [n for n in names if re.search(asv_args.bench, n)] == ["time_units.time_unit_parse"]
+
+
+def test_a_gate_of_another_projects_commits_names_its_config(tmp_path, capsys):
+    """``ragbench gate`` (measuring) of astropy's commits, which this checkout lacks: one
+    line, exit 2, naming the --config to pass (before: git's "Needed a single revision")."""
+    store = astropy_store(tmp_path, capsys)
+    code, out = ragbench(capsys, "gate", "--store", store, "--machine", "cheetah", "--base",
+                         BASE, "--head", HEAD)  # fmt: skip
+    assert code == 2, out
+    conf = str((ASTROPY / "asv.conf.json").resolve())
+    assert f"pass --config {conf}" in out and "astropy's results" in out, out
+    assert len(out.strip().splitlines()) == 1, out
+
+
+FAKE_ASV = '''
+"""asv as far as ``ragbench gate --config`` calls it: ``machine`` does nothing, ``run`` writes
+the project's real result file of the commit it is given (``SHA^!``), its start times moved
+by the calls so far (a new run each time), into the config's results directory."""
+import json, os, pathlib, sys
+
+args = sys.argv[1:]
+log = pathlib.Path(os.environ["FAKE_ASV_LOG"])
+calls = log.read_text().count("\\n") if log.exists() else 0
+conf = json.loads(pathlib.Path(args[args.index("--config") + 1]).read_text())
+with log.open("a") as fh:
+    fh.write(json.dumps({"argv": args, "cwd": os.getcwd(), "conf": conf}) + "\\n")
+if args[0] == "run":
+    machine, sha = args[args.index("--machine") + 1], args[-1].removesuffix("^!")
+    src = pathlib.Path(os.environ["FAKE_ASV_RESULTS"])
+    data = json.loads(next(src.glob(f"{sha[:8]}-py2.7-Cython-numpy1.8.json")).read_text())
+    at = data["result_columns"].index("started_at")
+    for row in data["results"].values():
+        if len(row) > at and row[at] is not None:
+            row[at] += 1000 * calls
+    out = pathlib.Path(conf["results_dir"]) / machine
+    out.mkdir(parents=True, exist_ok=True)
+    (out / f"{sha[:8]}-py2.7-Cython-numpy1.8.json").write_text(json.dumps(data))
+    (out / "machine.json").write_text((src / "machine.json").read_text())
+    (out.parent / "benchmarks.json").write_text((src.parent / "benchmarks.json").read_text())
+'''
+
+
+def test_a_gate_with_another_projects_config_runs_its_asv_there(tmp_path, capsys, monkeypatch):
+    """``ragbench gate --config`` measures base and head of astropy with asv and astropy's
+    config (asv here replaced by one that writes astropy's real result file of the commit it
+    is asked for): asv runs in the config's directory, with the config's paths made absolute
+    and its results in the gate's own directory, one commit a call (``SHA^!``), the cells
+    selected by --bench; the results are judged (before: no --config, exit 2)."""
+    fake = tmp_path / "fake"
+    (fake / "asv").mkdir(parents=True)
+    (fake / "asv" / "__init__.py").write_text("")
+    (fake / "asv" / "__main__.py").write_text(FAKE_ASV)
+    log = tmp_path / "asv.log"
+    monkeypatch.setenv("PYTHONPATH", str(fake))
+    monkeypatch.setenv("FAKE_ASV_LOG", str(log))
+    monkeypatch.setenv("FAKE_ASV_RESULTS", str(ASTROPY / "results" / "cheetah"))
+    bench = r"^time_units\.time_unit_parse$"
+    code, out = ragbench(capsys, "gate", "--store", tmp_path / "g.duckdb", "--machine",
+                         "cheetah", "--config", ASTROPY / "asv.conf.json", "--base", BASE,
+                         "--head", HEAD, "--rounds", "1", "--bench", bench)  # fmt: skip
+    verdict = re.search(r"ragbench gate: (PASS|FAIL|INCONCLUSIVE)", out)
+    assert verdict and code == (0 if verdict.group(1) == "PASS" else 1), out
+    assert "time_units.time_unit_parse" in out, out
+    calls = [json.loads(line) for line in log.read_text().splitlines()]
+    runs = [c for c in calls if c["argv"][0] == "run"]
+    assert [r["argv"][-1] for r in runs[:2]] == [f"{BASE}^!", f"{HEAD}^!"], runs
+    assert [r["argv"][r["argv"].index("--bench") + 1] for r in runs[:2]] == [bench, bench]
+    root = str(ASTROPY.resolve())
+    assert all(c["cwd"] == root for c in calls), calls
+    for r in runs:  # base and head, then the cells the gate measures once more
+        argv = r["argv"]
+        assert "--bench" in argv and "--record-samples" in argv, argv
+        conf = r["conf"]
+        assert conf["benchmark_dir"] == str(ASTROPY.resolve() / "benchmark")
+        assert conf["repo"] == "https://github.com/astropy/astropy.git"
+        assert not conf["results_dir"].startswith(root)
