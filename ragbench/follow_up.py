@@ -17,8 +17,24 @@ from .policies import Policies
 from .project import Project
 
 
-def _keys(alert: dict) -> list[tuple[str, str, str]]:
-    return [(c["benchmark"], c["metric"], c["param_key"]) for c in alert["cells"]]
+def _keys(alert: dict, project: Project | None = None) -> list[tuple[str, str, str]]:
+    """The alert's cells' keys; of ``project``, those its suite still has (``gone``)."""
+    gone = gone_cells(alert, project)
+    out = [(c["benchmark"], c["metric"], c["param_key"]) for c in alert["cells"]]
+    return [k for k in out if k not in gone]
+
+
+def gone_cells(alert: dict, project: Project | None) -> list[tuple[str, str, str]]:
+    """The alert's cells whose benchmark ``project``'s suite no longer has (its asv
+    ``benchmarks.json`` lists no such name): nothing can measure them again."""
+    from .discovery import asv_name
+    from .project import benchmark_names
+
+    names = benchmark_names(project) if project is not None else None
+    if names is None:
+        return []
+    keys = [(c["benchmark"], c["metric"], c["param_key"]) for c in alert["cells"]]
+    return [k for k in dict.fromkeys(keys) if asv_name(k) not in names]
 
 
 def environments(alert: dict) -> list[str]:
@@ -26,13 +42,17 @@ def environments(alert: dict) -> list[str]:
     return list(dict.fromkeys(c["environment"] for c in alert["cells"] if c.get("environment")))
 
 
-def repro_command(alert: dict, project: Project | None = None) -> str:
+def repro_command(alert: dict, project: Project | None = None) -> str | None:
     """The gate that measures exactly the alert's cells: its commit against the one before;
     of ``project`` (another asv project's results) with its config, and in the alert's
-    environment where it has one."""
+    environment where it has one, the cells its suite no longer has left out (``gone_cells``;
+    None where that is every one)."""
     from .discovery import bench_regex
 
-    bench = " ".join(f"--bench {shlex.quote(b)}" for b in bench_regex(_keys(alert)))
+    keys = _keys(alert, project)
+    if not keys:
+        return None
+    bench = " ".join(f"--bench {shlex.quote(b)}" for b in bench_regex(keys))
     base = alert["prev_commit_hash"] or f"{alert['commit_hash']}~1"
     config = ""
     if project is not None:
@@ -113,13 +133,18 @@ def asv_environment(env_name: str) -> str | None:
     return f"{m.group(1)}:{m.group(2)}" if m else None
 
 
-def asv_find_command(alert: dict, project: Project) -> str:
+def asv_find_command(alert: dict, project: Project) -> str | None:
     """asv's own bisection of the alert's first cell's benchmark in ``project``'s checkout:
     ``asv find --config CONF --machine M [-E ENV] PREV..COMMIT '^name$'`` (asv searches a
-    benchmark, all its parameters together; a throughput's drop with ``--invert``)."""
+    benchmark, all its parameters together; a throughput's drop with ``--invert``), of the
+    first cell its suite still has; None where it has none."""
     from .discovery import asv_name
 
-    c = alert["cells"][0]
+    gone = gone_cells(alert, project)
+    here = [c for c in alert["cells"] if (c["benchmark"], c["metric"], c["param_key"]) not in gone]
+    if not here:
+        return None
+    c = here[0]
     name = "^" + re.escape(asv_name((c["benchmark"], c["metric"], c["param_key"]))) + "$"
     env = asv_environment(c.get("environment") or "")
     invert = c.get("after") is not None and c.get("before") is not None and (

@@ -55,6 +55,22 @@ class Project:
         return self.commit_url(sha)
 
 
+def benchmark_names(project: Project) -> set[str] | None:
+    """The benchmarks the project's suite has now, as asv's ``benchmarks.json`` in its results
+    directory lists them (the config's ``results_dir``, else ``results``); None where there is
+    none to read (then nothing is left out for it)."""
+    from . import jsonfile
+    from .ingest import asv_config
+
+    try:
+        conf = Path(project.config)
+        results = conf.parent / str(asv_config(conf).get("results_dir") or "results")
+        data = jsonfile.read(results / "benchmarks.json")
+    except (OSError, ValueError):
+        return None
+    return {k for k, v in data.items() if isinstance(v, dict)} if isinstance(data, dict) else None
+
+
 def web_address(remote: str) -> str | None:
     """A git remote as a web address (``git@host:o/r.git``, ``ssh://git@host/o/r``,
     ``https://host/o/r.git`` -> ``https://host/o/r``); None for a local path."""

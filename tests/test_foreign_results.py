@@ -209,17 +209,22 @@ def test_a_gate_of_another_projects_commits_names_its_config(tmp_path, capsys):
 
 
 FAKE_ASV = '''
-"""asv as far as ``ragbench gate --config`` calls it: ``machine`` does nothing, ``run`` writes
-the project's real result file of the commit it is given (``SHA^!``), its start times moved
-by the calls so far (a new run each time), into the config's results directory."""
+"""asv as far as ``ragbench gate`` and ``bisect --config`` call it: ``machine`` does nothing,
+``run`` writes the project's real result file of the commit it is given (``SHA^!``), its start
+times moved by the calls so far (a new run each time), into the config's results directory;
+``find`` names the last commit of its range. Each call logged with its config."""
 import json, os, pathlib, sys
+
+import json5
 
 args = sys.argv[1:]
 log = pathlib.Path(os.environ["FAKE_ASV_LOG"])
 calls = log.read_text().count("\\n") if log.exists() else 0
-conf = json.loads(pathlib.Path(args[args.index("--config") + 1]).read_text())
+conf = json5.loads(pathlib.Path(args[args.index("--config") + 1]).read_text())
 with log.open("a") as fh:
     fh.write(json.dumps({"argv": args, "cwd": os.getcwd(), "conf": conf}) + "\\n")
+if args[0] == "find":
+    print(f"Greatest regression found: {args[-2].split('..')[1][:8]}")
 if args[0] == "run":
     machine, sha = args[args.index("--machine") + 1], args[-1].removesuffix("^!")
     src = pathlib.Path(os.environ["FAKE_ASV_RESULTS"])
@@ -270,3 +275,48 @@ def test_a_gate_with_another_projects_config_runs_its_asv_there(tmp_path, capsys
         assert conf["benchmark_dir"] == str(ASTROPY.resolve() / "benchmark")
         assert conf["repo"] == "https://github.com/astropy/astropy.git"
         assert not conf["results_dir"].startswith(root)
+
+
+def test_a_bisection_with_another_projects_config_is_asvs_own(tmp_path, capsys, monkeypatch):
+    """``ragbench bisect --config``: asv's own search (``asv find``) in astropy's directory,
+    with its config, over GOOD..BAD, the benchmark by its asv name (asv here replaced as in
+    the gate's test); the commit it names is the answer (before: no --config, exit 2)."""
+    fake = tmp_path / "fake"
+    (fake / "asv").mkdir(parents=True)
+    (fake / "asv" / "__init__.py").write_text("")
+    (fake / "asv" / "__main__.py").write_text(FAKE_ASV)
+    log = tmp_path / "asv.log"
+    monkeypatch.setenv("PYTHONPATH", str(fake))
+    monkeypatch.setenv("FAKE_ASV_LOG", str(log))
+    code, out = ragbench(capsys, "bisect", "--config", ASTROPY / "asv.conf.json", "--cell",
+                         "time_units.time_unit_parse ", "--good", BASE, "--bad", HEAD,
+                         "--machine", "cheetah")  # fmt: skip
+    assert code == 0, out
+    assert f"First commit of the step (asv find, time_units.time_unit_parse ): {HEAD}" in out
+    (call,) = [c for c in map(json.loads, log.read_text().splitlines()) if c["argv"][0] == "find"]
+    conf = str((ASTROPY / "asv.conf.json").resolve())
+    assert call["argv"] == ["find", "--config", conf, "--machine", "cheetah",
+                            f"{BASE}..{HEAD}", r"^time_units\.time_unit_parse$"]  # fmt: skip
+    assert call["cwd"] == str(ASTROPY.resolve())
+
+
+def test_a_cell_the_projects_suite_no_longer_has_is_not_re_measured(tmp_path, capsys):
+    """django-asv dropped benchmarks its old results hold (``query.QueryAll``...): a command
+    selecting one would measure nothing. A cell whose benchmark the project's
+    ``benchmarks.json`` does not list is named as gone, left out of the re-measure and the
+    bisection, and with no cell left there is no command (before: a --bench for it)."""
+    from ragbench import follow_up, project
+    from ragbench.commands import alerts as alerts_command
+
+    store = astropy_store(tmp_path, capsys)
+    alert, kept = an_alert(store), project.load(Store(store), "cheetah")
+    dropped = {**alert["cells"][0], "benchmark": "time_units", "metric": "time_dropped"}
+    both = {**alert, "cells": [dropped, *alert["cells"]]}
+    assert follow_up.gone_cells(both, kept) == [("time_units", "time_dropped", "")]
+    assert "time_dropped" not in follow_up.repro_command(both, kept)
+    assert "time_unit_parse" in follow_up.bisect_command(both, kept)
+    alone = {**alert, "cells": [dropped]}
+    assert follow_up.repro_command(alone, kept) is None
+    assert follow_up.bisect_command(alone, kept) is None
+    text = alerts_command.text(alone, None, [], kept)
+    assert "No longer in astropy's suite" in text and "Re-measure" not in text, text

@@ -137,7 +137,13 @@ def text(a: dict, repository: str | None, moved: list[str] = (), project=None) -
                      f"({c['found_by']})")  # fmt: skip
     if moved:
         lines += ["", "Since then (no fix of the code):"] + [f"- {m}" for m in moved]
-    lines += ["", f"Re-measure: `{follow_up.repro_command(a, project)}`"]
+    gone = follow_up.gone_cells(a, project)
+    if gone:
+        lines += ["", f"No longer in {project.name or 'the project'}'s suite (its asv "
+                  f"benchmarks.json), so not measured again: "
+                  + ", ".join(f"`{b}.{m} {k}`" for b, m, k in gone)]  # fmt: skip
+    repro = follow_up.repro_command(a, project)
+    lines += ["", f"Re-measure: `{repro}`"] if repro else []
     bisect = follow_up.bisect_command(a, project)
     if bisect:
         lines.append(f"Bisect the range: `{bisect}`")
