@@ -52,6 +52,8 @@ def repro_command(alert: dict, project: Project | None = None) -> str | None:
     keys = _keys(alert, project)
     if not keys:
         return None
+    if all("::" in k[0] for k in keys):  # pytest node ids: pytest-benchmark's results
+        return pytest_command(alert, keys)
     bench = " ".join(f"--bench {shlex.quote(b)}" for b in bench_regex(keys))
     base = alert["prev_commit_hash"] or f"{alert['commit_hash']}~1"
     config = ""
@@ -101,12 +103,15 @@ def bisect_command(alert: dict, project: Project | None = None) -> str | None:
     """Where the step arrived with several commits, or with a merge: the bisection of one of
     its cells (``ragbench bisect``: the first-parent line from the previous measured commit,
     then a merge's branch against its merge-base). None where the range is one commit and no
-    merge (it is the one), or holds none. Of ``project``: asv's own search (``asv find``) with
-    its config, whose commits this checkout does not have (``asv_find_command``)."""
+    merge (it is the one), or holds none, or where the cells are pytest-benchmark's (no asv
+    suite measures them). Of ``project``: asv's own search (``asv find``) with its config,
+    whose commits this checkout does not have (``asv_find_command``)."""
     if not alert["prev_commit_hash"] or not alert["cells"]:
         return None
     if project is not None:
         return asv_find_command(alert, project)
+    if all("::" in c["benchmark"] for c in alert["cells"]):  # pytest's: no asv suite to bisect
+        return None
     from . import suite
 
     prev, commit = alert["prev_commit_hash"], alert["commit_hash"]
@@ -155,3 +160,28 @@ def asv_find_command(alert: dict, project: Project) -> str | None:
     words += ["--invert"] if invert else []
     words += [f"{alert['prev_commit_hash'][:12]}..{alert['commit_hash'][:12]}", name]
     return shlex.join(words)
+
+
+def node_id(key: tuple[str, str, str]) -> str:
+    """pytest's node id of a pytest-benchmark cell: its test and, where it has one, its
+    parameter id in brackets (``tests/test_x.py::test_y[obj0-3]``)."""
+    from .discovery import parse_params
+
+    param = parse_params(key[2]).get("param")
+    return key[0] if param is None else f"{key[0]}[{param}]"
+
+
+def pytest_command(alert: dict, keys: list[tuple[str, str, str]]) -> str:
+    """The re-measurement of pytest-benchmark cells: each of the two commits checked out and
+    the cells' tests run by pytest-benchmark (``--benchmark-only``, JSON with the rounds'
+    data), both ingested off main's history, then gated as stored on this machine (the node
+    pytest-benchmark names its runs by: the host name, the gate's default ``--machine``)."""
+    base = (alert["prev_commit_hash"] or f"{alert['commit_hash']}~1")[:12]
+    head = alert["commit_hash"][:12]
+    nodes = " ".join(shlex.quote(n) for n in dict.fromkeys(node_id(k) for k in keys))
+    run = "pytest --benchmark-only --benchmark-json={}.json " + nodes
+    return (
+        f"git checkout {base} && {run.format('base')} && git checkout {head} && "
+        f"{run.format('head')} && ragbench ingest --branch remeasure base.json head.json && "
+        f"ragbench gate --stored --base {base} --head {head}"
+    )

@@ -320,3 +320,30 @@ def test_a_cell_the_projects_suite_no_longer_has_is_not_re_measured(tmp_path, ca
     assert follow_up.bisect_command(alone, kept) is None
     text = alerts_command.text(alone, None, [], kept)
     assert "No longer in astropy's suite" in text and "Re-measure" not in text, text
+
+
+def test_a_pytest_benchmark_alert_re_measures_with_pytest(tmp_path):
+    """A pytest-benchmark cell's re-measurement names the test as pytest does (the saved
+    run's ``fullname``), run by pytest-benchmark at both commits, ingested off main and gated
+    as stored (before: ``ragbench gate --bench '...::test_xfast_parametrized\\.track_time...'``,
+    a benchmark no asv suite has); no asv bisection is offered for it."""
+    import shlex
+
+    from ragbench import follow_up
+
+    with Store(tmp_path / "perf.duckdb") as s:
+        ingest(s, [LAST], dirty=True)
+        (m,) = s.measurements([r["run_id"] for r in s.runs(any_branch=True)])
+    fullname = json.loads(LAST.read_text())["benchmarks"][0]["fullname"]
+    cell = {"benchmark": m["benchmark"], "metric": m["metric"], "param_key": m["param_key"],
+            "environment": ""}  # fmt: skip
+    alert = {"machine": "minibox", "commit_hash": OTHER, "prev_commit_hash": "5b78858e" * 5,
+             "cells": [cell]}  # fmt: skip
+    command = follow_up.repro_command(alert)
+    assert "track_" not in command and "--bench" not in command.split(), command
+    steps = [shlex.split(step) for step in command.split(" && ")]
+    assert steps[0] == ["git", "checkout", "5b78858e5b78"]
+    assert steps[1] == ["pytest", "--benchmark-only", "--benchmark-json=base.json", fullname]
+    assert steps[3][-1] == fullname and steps[2] == ["git", "checkout", OTHER[:12]]
+    assert steps[5][:3] == ["ragbench", "gate", "--stored"], steps
+    assert follow_up.bisect_command(alert) is None
