@@ -153,9 +153,14 @@ def asv_project(files: Iterable[Path]) -> dict[str, str]:
     return next(iter(found.values())) if len(found) == 1 else {}
 
 
-def suite_config() -> Path:
-    """This suite's own ``asv.conf.json``: its results are of no other project."""
-    return (Path(__file__).resolve().parent.parent / ASV_CONFIG).resolve()
+def this_suite() -> str | None:
+    """The ``project`` of this suite's own ``asv.conf.json``: results of a config of that name
+    (in this checkout or any clone of it) are of no other project."""
+    try:
+        name = asv_config(Path(__file__).resolve().parent.parent / ASV_CONFIG).get("project")
+    except (OSError, ValueError):
+        return None
+    return name if isinstance(name, str) else None
 
 
 def _iso(text) -> float | None:
@@ -528,8 +533,9 @@ def ingest(
     if described:
         store.describe(**described)
     for machine, conf in projects.items():  # the project each machine's asv results are of
-        if conf.resolve() != suite_config():
-            project.save(store, machine, project.read(conf))
+        kept = project.read(conf)
+        if kept.name != this_suite():  # this suite's results (any clone's) follow this checkout
+            project.save(store, machine, kept)
     if new_runs:  # the series that got a point: their stored change points brought up to date,
         # then main's alerts (the steps those change points are, and the ones undone since)
         report.series = changepoints.update(store, new_runs)

@@ -347,3 +347,20 @@ def test_a_pytest_benchmark_alert_re_measures_with_pytest(tmp_path):
     assert steps[3][-1] == fullname and steps[2] == ["git", "checkout", OTHER[:12]]
     assert steps[5][:3] == ["ragbench", "gate", "--stored"], steps
     assert follow_up.bisect_command(alert) is None
+
+
+def test_this_suites_own_results_in_a_clone_follow_this_checkout(tmp_path):
+    """Results below this suite's own config in another directory (a clone: the demo's, the
+    docs test's) are no other project's: nothing is kept for their machine, and the alerts'
+    follow-ups stay this checkout's."""
+    import shutil
+
+    from ragbench import project, synth
+
+    root = tmp_path / "clone"
+    history = synth.write_history(tmp_path / "h", 2)
+    shutil.copytree(history, root / "results" / "asv")
+    shutil.copy(Path(cli.__file__).resolve().parent.parent / "asv.conf.json", root)
+    with Store(tmp_path / "perf.duckdb") as s:
+        assert len(ingest(s, [root / "results" / "asv"]).stored) == 2
+        assert project.load(s, synth.MACHINE) is None
