@@ -248,20 +248,26 @@ def differences(base_runs: list[dict], head_runs: list[dict]) -> list[str]:
 
 
 def _measure(store, sha, side, label, work, *, mode, machine, bench, log,
-             environment=None, foreign: Foreign | None = None) -> list[str]:  # fmt: skip
+             environment=None) -> list[str]:  # fmt: skip
     results = work / label.replace(":", "-")
-    if foreign is not None:  # another asv project: its asv, its config, its commit
-        summaries = suite.run_project(foreign.config, sha, results_dir=results,
-                                      machine=machine, work=work, bench=bench,
-                                      environment=foreign.asv_environment, log=log)  # fmt: skip
-    else:
-        summaries = suite.run([sha], mode=mode, results_dir=results, machine=machine,
-                              bench=bench, log=log, environment=environment)  # fmt: skip
-    config = foreign.config if foreign is not None else None
-    report = ingest(store, [results], label=label, log=lambda m: None, config=config)
+    summaries = suite.run([sha], mode=mode, results_dir=results, machine=machine, bench=bench,
+                          log=log, environment=environment)  # fmt: skip
+    report = ingest(store, [results], label=label, log=lambda m: None)
     if report.failed:
         raise GateError(f"could not ingest the {side} run: {report.failed[0][1]}")
     return [r["run_id"] for r in store.runs(label=label)] if summaries else []
+
+
+def _measure_project(store, sha, side, label, work, other: Foreign, *, machine, bench,
+                     log) -> list[str]:  # fmt: skip
+    """``_measure`` of another asv project's commit: its asv, its config (``--config``)."""
+    results = work / label.replace(":", "-")
+    suite.run_project(other.config, sha, results_dir=results, machine=machine, work=work,
+                      bench=bench, environment=other.asv_environment, log=log)  # fmt: skip
+    report = ingest(store, [results], label=label, log=lambda m: None, config=other.config)
+    if report.failed:
+        raise GateError(f"could not ingest the {side} run: {report.failed[0][1]}")
+    return [r["run_id"] for r in store.runs(label=label)]
 
 
 @dataclass(frozen=True)
@@ -458,10 +464,14 @@ def run_gate(
         for r in range(rounds):  # base, head, base, head: a drift of the machine hits both
             for side, sha in (("base", base), ("head", head)):
                 log(f"gate: round {r + 1}/{rounds}, {side} {sha[:12]}")
-                ids[side] += _measure(store, sha, side, f"{gate_id}:{side}:{r}", work,
-                                      mode=mode, machine=machine, bench=bench, log=log,
-                                      environment=environments.get(side),
-                                      foreign=other)  # fmt: skip
+                label = f"{gate_id}:{side}:{r}"
+                ids[side] += (
+                    _measure(store, sha, side, label, work, mode=mode, machine=machine,
+                             bench=bench, log=log, environment=environments.get(side))
+                    if other is None else
+                    _measure_project(store, sha, side, label, work, other, machine=machine,
+                                     bench=bench, log=log)
+                )  # fmt: skip
         if other is not None:  # the commits asv measured, one environment a side
             ids = _one_environment(store, ids, environment, across_environments, base_ref,
                                    head_ref, machine, other)  # fmt: skip
@@ -475,10 +485,15 @@ def run_gate(
             log(f"gate: {len(keys)} flagged or inconclusive cell(s); measuring them once more")
             runs = {}
             for side, sha in (("base", base), ("head", head)):
-                runs[side] = _measure(store, sha, side, f"{gate_id}:recheck-{side}", work,
-                                      mode=mode, machine=machine, bench=bench_regex(keys),
-                                      log=log, environment=environments.get(side),
-                                      foreign=other)  # fmt: skip
+                label = f"{gate_id}:recheck-{side}"
+                runs[side] = (
+                    _measure(store, sha, side, label, work, mode=mode, machine=machine,
+                             bench=bench_regex(keys), log=log,
+                             environment=environments.get(side))
+                    if other is None else
+                    _measure_project(store, sha, side, label, work, other, machine=machine,
+                                     bench=bench_regex(keys), log=log)
+                )  # fmt: skip
             if other is not None:
                 runs = _one_environment(store, runs, environment, across_environments,
                                         base_ref, head_ref, machine, other)  # fmt: skip
