@@ -102,7 +102,10 @@ def resolve(ref: str, flag: str) -> str:
     try:
         return suite.git("rev-parse", "--verify", "--quiet", f"{ref}^{{commit}}")
     except suite.SuiteError:
-        raise BisectError(f"{flag} {ref!r} is not a commit of this clone") from None
+        raise BisectError(
+            f"{flag} {ref!r} is not a commit of this clone (of another asv "
+            "project: pass --config, its asv.conf.json)"
+        ) from None
 
 
 def line_of(good: str, bad: str) -> list[str]:

@@ -23,7 +23,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from . import compare, drift, paired, settle, suite
+from . import compare, drift, paired, project, settle, suite
 from .compare import Comparison, Key, Verdict
 from .discovery import bench_regex
 from .ingest import ingest
@@ -259,6 +259,75 @@ def _measure(store, sha, side, label, work, *, mode, machine, bench, log,
     return [r["run_id"] for r in store.runs(label=label)] if summaries else []
 
 
+def _measure_project(store, sha, side, label, work, other: Foreign, *, machine, bench,
+                     log) -> list[str]:  # fmt: skip
+    """``_measure`` of another asv project's commit: its asv, its config (``--config``)."""
+    results = work / label.replace(":", "-")
+    suite.run_project(other.config, sha, results_dir=results, machine=machine, work=work,
+                      bench=bench, environment=other.asv_environment, log=log)  # fmt: skip
+    report = ingest(store, [results], label=label, log=lambda m: None, config=other.config)
+    if report.failed:
+        raise GateError(f"could not ingest the {side} run: {report.failed[0][1]}")
+    return [r["run_id"] for r in store.runs(label=label)]
+
+
+@dataclass(frozen=True)
+class Foreign:
+    """Another asv project the gate measures (``--config``): its config, and asv's
+    ``--environment`` spec of the environment to measure in (None: the config's own)."""
+
+    config: Path
+    asv_environment: str | None = None
+
+
+def foreign(config: Path, environment: str | None) -> Foreign:
+    """The project ``--config`` names, checked (GateError, one line, where it is no asv
+    config); ``environment``: an environment as the store names it (asv's ``conda-py3.12``)
+    or asv's own spec (``conda:3.12``)."""
+    from .follow_up import asv_environment
+
+    try:
+        project.read(config)
+    except (OSError, ValueError) as exc:
+        raise GateError(f"--config {config}: {exc}") from None
+    spec = None
+    if environment is not None:
+        spec = environment if ":" in environment else asv_environment(environment)
+        if spec is None:
+            raise GateError(
+                f"--environment {environment!r}: not an asv environment's name "
+                "(TYPE-pyX.Y, as conda-py3.12) nor asv's spec (conda:3.12)"
+            )
+    return Foreign(Path(config).resolve(), spec)
+
+
+def not_here(store: Store | None, machine: str, ref: str, exc: Exception) -> GateError:
+    """The one line for a revision this checkout lacks: where the store holds another
+    project's results of ``machine`` (``ragbench.project``), what to pass to measure them
+    with that project's asv."""
+    kept = project.load(store, machine) if store is not None else None
+    if kept is None:
+        return GateError(str(exc))
+    name = kept.name or "another asv project"
+    where = (
+        f"pass --config {shlex.quote(kept.config)}" if Path(kept.config).is_file()
+        else f"pass --config PATH, its asv.conf.json (ingest found it at {kept.config})"
+    )  # fmt: skip
+    return GateError(f"{ref} is not a commit of this checkout: machine {machine!r} holds "
+                     f"{name}'s results ({kept.repo or kept.config}); {where} to measure them "
+                     "with its asv, or --stored to compare the stored runs")  # fmt: skip
+
+
+def _project_commit(ref: str, store: Store, machine: str) -> str:
+    """Another project's revision: the one stored commit (of any machine) it abbreviates,
+    else as given (asv resolves it in its clone of the project)."""
+    if RANGE.search(ref):
+        raise GateError(f"{ref!r} is a range of commits, where one commit is expected: pass "
+                        "one revision (to gate A..B, pass --base A --head B)")  # fmt: skip
+    stored = {r["commit_hash"] for r in store.runs(commit=ref, any_branch=True)}
+    return stored.pop() if len(stored) == 1 and len(ref) >= 7 else ref
+
+
 def _paired(result: GateResult, policies, *, processes, mode, work, log) -> None:
     """The paired verdicts in place of the cross-process ones, where a policy asks for them."""
     c = result.comparison
@@ -330,16 +399,33 @@ def run_gate(
     drift_check: bool = True,
     environment: str | None = None,
     across_environments: bool = False,
+    config: Path | None = None,
 ) -> GateResult:
     """Base against head (see the module). ``paired_processes=0``: no paired comparison (the
     host-time cells are then inconclusive). ``environments``: the ``envs.Env`` each side
     (``"base"``, ``"head"``) is measured in (``ragbench versions``: one commit, two stacks).
     ``drift_check``: compare head's outputs with base's (``ragbench.drift``; never across two
     environments, which cannot share a process: ``versions`` compares them itself).
-    ``environment``, ``across_environments``: the stored runs compared (``_like_with_like``)."""
+    ``environment``, ``across_environments``: the stored runs compared (``_like_with_like``).
+    ``config``: another asv project's ``asv.conf.json``: base and head are that project's
+    commits, each measured by its asv with that config (``suite.run_project``; ``environment``
+    then the one to measure in), and neither the paired nor the drift comparison (this suite's)
+    runs. Without it, a revision this checkout lacks, on a machine whose stored results are
+    another project's, is refused in one line naming the ``--config`` to pass."""
     environments = environments or {}
     t0 = time.perf_counter()
-    base, head = (_resolve(r, None if measure else store, machine) for r in (base_ref, head_ref))
+    other = foreign(config, environment if measure else None) if config is not None else None
+    if other is not None:
+        base, head = (_project_commit(r, store, machine) for r in (base_ref, head_ref))
+        paired_processes, drift_check = 0, False
+    else:
+        shas = []
+        for ref in (base_ref, head_ref):
+            try:
+                shas.append(_resolve(ref, None if measure else store, machine))
+            except GateError as exc:
+                raise not_here(store, machine, ref, exc) from None
+        base, head = shas
     if not environments:  # ``versions``: one commit under two stacks
         _two_commits(base, head, base_ref, head_ref)
     rounds = int(rounds if rounds is not None else policies.gate.get("rounds", 2))
@@ -389,9 +475,20 @@ def run_gate(
         for r in range(rounds):  # base, head, base, head: a drift of the machine hits both
             for side, sha in (("base", base), ("head", head)):
                 log(f"gate: round {r + 1}/{rounds}, {side} {sha[:12]}")
-                ids[side] += _measure(store, sha, side, f"{gate_id}:{side}:{r}", work,
-                                      mode=mode, machine=machine, bench=bench, log=log,
-                                      environment=environments.get(side))  # fmt: skip
+                label = f"{gate_id}:{side}:{r}"
+                ids[side] += (
+                    _measure(store, sha, side, label, work, mode=mode, machine=machine,
+                             bench=bench, log=log, environment=environments.get(side))
+                    if other is None else
+                    _measure_project(store, sha, side, label, work, other, machine=machine,
+                                     bench=bench, log=log)
+                )  # fmt: skip
+        if other is not None:  # the commits asv measured, one environment a side
+            ids = _one_environment(store, ids, environment, across_environments, base_ref,
+                                   head_ref, machine, other)  # fmt: skip
+            base, head = (store.runs(label=f"{gate_id}:{side}:0")[0]["commit_hash"]
+                          for side in ("base", "head"))  # fmt: skip
+            result.base, result.head = base, head
         pooled = {side: compare.cells(store, ids[side]) for side in ids}
         comparison = _judgeable(compare.compare(pooled["base"], pooled["head"], policies))
         keys = recheck_keys(comparison)
@@ -399,9 +496,18 @@ def run_gate(
             log(f"gate: {len(keys)} flagged or inconclusive cell(s); measuring them once more")
             runs = {}
             for side, sha in (("base", base), ("head", head)):
-                runs[side] = _measure(store, sha, side, f"{gate_id}:recheck-{side}", work,
-                                      mode=mode, machine=machine, bench=bench_regex(keys),
-                                      log=log, environment=environments.get(side))  # fmt: skip
+                label = f"{gate_id}:recheck-{side}"
+                runs[side] = (
+                    _measure(store, sha, side, label, work, mode=mode, machine=machine,
+                             bench=bench_regex(keys), log=log,
+                             environment=environments.get(side))
+                    if other is None else
+                    _measure_project(store, sha, side, label, work, other, machine=machine,
+                                     bench=bench_regex(keys), log=log)
+                )  # fmt: skip
+            if other is not None:
+                runs = _one_environment(store, runs, environment, across_environments,
+                                        base_ref, head_ref, machine, other)  # fmt: skip
             again = {side: compare.cells(store, runs[side]) for side in runs}
             result.rechecked = remeasured(comparison, pooled, again, policies)
         result.comparison = comparison
@@ -414,6 +520,22 @@ def run_gate(
     _plan(result, rounds, paired_processes)
     result.seconds = time.perf_counter() - t0
     return result
+
+
+def _one_environment(store: Store, ids: dict[str, list[str]], environment: str | None,
+                     across: bool, base_ref: str, head_ref: str, machine: str,
+                     other: Foreign) -> dict[str, list[str]]:  # fmt: skip
+    """Another project's measured runs of each side in one environment (asv measures every
+    environment of its config, unless ``environment`` named one): all where they share one,
+    else (``across`` aside) GateError naming ``--environment`` (``_like_with_like``)."""
+    labelled = {r["run_id"]: r for r in store.runs(label="gate:%", machine=machine)}
+    runs = {side: [labelled[i] for i in ids[side] if i in labelled] for side in ids}
+    command = (f"ragbench gate --config {shlex.quote(str(other.config))} --base "
+               f"{shlex.quote(base_ref)} --head {shlex.quote(head_ref)} --machine "
+               f"{shlex.quote(machine)}")  # fmt: skip
+    base_runs, head_runs = _like_with_like(runs["base"], runs["head"], environment=None,
+                                           across=across, command=command)  # fmt: skip
+    return {"base": [r["run_id"] for r in base_runs], "head": [r["run_id"] for r in head_runs]}
 
 
 def run_settle(store: Store, ref: str, *, policies: Policies, machine: str,

@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
 
-from . import alerts, asv_results, changepoints, fingerprint, jsonfile
+from . import alerts, asv_results, changepoints, fingerprint, jsonfile, project
 from .store import FAILED, OK, Columns, Measurement, Run, Store, param_key
 
 # asv writes these beside its result files, and a project's root holds its config: not results.
@@ -61,6 +61,7 @@ class Report:
     series: int = 0  # series whose stored change points were brought up to date
     series_seconds: float = 0.0  # ... and the alerts in this time (after ``seconds``)
     alerts: int = 0  # main's alerts made, grown or marked fixed (ragbench.alerts)
+    dirty: list[Path] = field(default_factory=list)  # skipped: of a checkout with changes
 
     def summary(self) -> str:
         rate = self.rows / self.seconds if self.seconds else 0.0
@@ -68,9 +69,11 @@ class Report:
                    f"{self.series_seconds:.1f} s" if self.series else "")  # fmt: skip
         if self.alerts:
             updated += f"; {self.alerts} of main's alerts made, grown or fixed (ragbench alerts)"
+        dirty = (f", {len(self.dirty)} skipped as dirty (uncommitted changes; --dirty stores "
+                 "them)" if self.dirty else "")  # fmt: skip
         return (
             f"{len(self.stored)} file(s) stored ({self.rows} rows, {rate:.0f} rows/s), "
-            f"{len(self.duplicate)} already stored, {len(self.failed)} refused{updated}"
+            f"{len(self.duplicate)} already stored, {len(self.failed)} refused{dirty}{updated}"
         )
 
 
@@ -119,27 +122,45 @@ def _asv_other_dirs(conf: Path) -> set[Path]:
             for d in _asv_dirs(conf, config, key, defaults)}  # fmt: skip
 
 
+def config_of(start: Path) -> Path | None:
+    """The ``asv.conf.json`` of the asv project whose results directory holds the directory
+    ``start`` (at most 3 levels up: ROOT/.asv/results/<machine>/), or None."""
+    start = Path(start)
+    for root in [start, *start.parents][:4]:
+        conf = root / ASV_CONFIG
+        if not conf.is_file():
+            continue
+        try:
+            config = asv_config(conf)
+        except ValueError:
+            return None
+        if _asv_dirs(conf, config, "results_dir", ASV_RESULTS_DIRS) & {start, *start.parents}:
+            return conf
+        return None
+    return None
+
+
 def asv_project(files: Iterable[Path]) -> dict[str, str]:
     """``project`` and ``project_url`` of the asv project whose results ``files`` are (the
     config above them whose results directory holds them); {} when none, or when the files are
     of projects with other names."""
     found = {}
-    for start in {Path(f).parent for f in files}:
-        # the config is at most 3 levels up: ROOT/.asv/results/<machine>/<file>
-        for root in [start, *start.parents][:4]:
-            conf = root / ASV_CONFIG
-            if not conf.is_file():
-                continue
-            try:
-                config = asv_config(conf)
-            except ValueError:
-                break
-            if _asv_dirs(conf, config, "results_dir", ASV_RESULTS_DIRS) & {start, *start.parents}:
-                described = {k: config[k] for k in ("project", "project_url")
-                             if isinstance(config.get(k), str) and config[k]}  # fmt: skip
-                found[described.get("project")] = described
-            break
+    for conf in {config_of(d) for d in {Path(f).parent for f in files}} - {None}:
+        config = asv_config(conf)
+        described = {k: config[k] for k in ("project", "project_url")
+                     if isinstance(config.get(k), str) and config[k]}  # fmt: skip
+        found[described.get("project")] = described
     return next(iter(found.values())) if len(found) == 1 else {}
+
+
+def this_suite() -> str | None:
+    """The ``project`` of this suite's own ``asv.conf.json``: results of a config of that name
+    (in this checkout or any clone of it) are of no other project."""
+    try:
+        name = asv_config(Path(__file__).resolve().parent.parent / ASV_CONFIG).get("project")
+    except (OSError, ValueError):
+        return None
+    return name if isinstance(name, str) else None
 
 
 def _iso(text) -> float | None:
@@ -250,7 +271,7 @@ def parse_pytest_benchmark(path: Path, data: dict) -> tuple[Run, list[Measuremen
         source="pytest-benchmark", commit_hash=commit["id"],
         machine=machine_info.get("node") or "unknown", started_at=_iso(data.get("datetime")),
         commit_time=_iso(commit.get("time")), branch=commit.get("branch"), fingerprint=fp,
-        environment=pytest_environment(fp["python"], fp["cpu"]),
+        environment=pytest_environment(fp["python"], fp["cpu"]), dirty=commit.get("dirty") is True,
     )  # fmt: skip
     rows = []
     for b in data["benchmarks"]:
@@ -262,6 +283,10 @@ def parse_pytest_benchmark(path: Path, data: dict) -> tuple[Run, list[Measuremen
         rows.append(Measurement(
             benchmark=bench, metric="time", params=params, unit="s", median=stats["median"],
             q25=stats.get("q1"), q75=stats.get("q3"), samples=stats.get("data"),
+            # pytest-benchmark's settings and summary: calls a round, rounds, and the rounds'
+            # mean and standard deviation (what judges a run saved without its rounds' data)
+            stats_number=stats.get("iterations"), stats_repeat=stats.get("rounds"),
+            mean=stats.get("mean"), stddev=stats.get("stddev"),
         ))  # fmt: skip
         for key, value in (b.get("extra_info") or {}).items():
             if _is_number(value):
@@ -353,7 +378,7 @@ def validate(run: Run, rows: list[Measurement]) -> None:
         if m.status == FAILED:
             continue
         _check_value(m.median, f"{where}: the value")
-        for q, name in ((m.q25, "q25"), (m.q75, "q75")):
+        for q, name in ((m.q25, "q25"), (m.q75, "q75"), (m.mean, "mean"), (m.stddev, "stddev")):
             if q is not None:
                 _check_value(q, f"{where}: {name}")
         _check_interval(m.ci_99_a, m.ci_99_b, where)
@@ -416,6 +441,15 @@ def _printable(path: Path) -> str:
     return str(path).encode("utf-8", "backslashreplace").decode("utf-8")
 
 
+def _name(run: Run, label: str | None, branch: str | None, machines) -> None:
+    """The run's label, branch and machine as the call names them."""
+    run.label = label if label is not None else run.label
+    run.branch = branch if branch is not None else run.branch
+    named = machines(run.machine) if machines else run.machine
+    if named != run.machine:
+        run.runner, run.machine = run.machine, named
+
+
 def ingest(
     store: Store,
     paths: Iterable[Path],
@@ -424,16 +458,28 @@ def ingest(
     branch: str | None = None,
     machines: Callable[[str], str] | None = None,
     log: Callable[[str], None] = lambda msg: None,
+    config: Path | None = None,
+    dirty: bool = False,
 ) -> Report:
     """Store every result file under ``paths``; -> what happened to each. ``machines`` names
     the machine of a runner (``Policies.machine``: the policies' ``[machines]``); the runner's
-    own name is kept (``runner``), and the run is the same run whatever it is called."""
+    own name is kept (``runner``), and the run is the same run whatever it is called.
+
+    ``config``: the ``asv.conf.json`` of the project whose asv results these are, where it is
+    not above their results directory (``config_of`` finds it there); the store keeps it per
+    machine (``ragbench.project``) for the alerts' follow-ups. ``dirty``: store runs measured in
+    a checkout with uncommitted changes (pytest-benchmark's ``commit_info.dirty``), which are
+    otherwise skipped, and said so: their figures are of no commit."""
     files = discover(paths)
+    if config is not None:
+        project.read(config)  # ValueError, before anything is read, where it is no asv config
     report = Report()
     t0 = time.perf_counter()
     every = max(1, len(files) // 20)  # progress: each file for small ingests, ~5% steps else
     batch: list[tuple[int, Path, Run, Columns]] = []
     new_runs: list[str] = []
+    projects: dict[str, Path] = {}  # machine -> the asv config of its results
+    configs: dict[Path, Path | None] = {}  # a results directory -> its asv config
 
     def refuse(path: Path, why: str) -> None:
         report.failed.append((path, why))
@@ -464,12 +510,19 @@ def ingest(
     for i, path in enumerate(files, 1):
         try:
             run, rows = parse(path)
-            run.label = label if label is not None else run.label
-            run.branch = branch if branch is not None else run.branch
-            named = machines(run.machine) if machines else run.machine
-            if named != run.machine:
-                run.runner, run.machine = run.machine, named
-            batch.append((i, path, run, Columns(run.run_id, rows)))
+            if run.dirty and not dirty:
+                report.dirty.append(path)
+                log(f"ragbench ingest: skipped {path}: measured in a checkout with uncommitted "
+                    "changes (commit_info.dirty), of no commit; --dirty stores it")  # fmt: skip
+            else:
+                _name(run, label, branch, machines)
+                if run.source == "asv" and not run.fingerprint:  # not this suite's own run
+                    if path.parent not in configs:
+                        configs[path.parent] = config_of(path.parent)
+                    conf = config or configs[path.parent]
+                    if conf is not None:
+                        projects[run.machine] = conf
+                batch.append((i, path, run, Columns(run.run_id, rows)))
         except ValueError as exc:
             refuse(path, str(exc))
         if batch and (i == len(files) or sum(len(b[3]) for b in batch) >= BATCH_ROWS):
@@ -479,6 +532,10 @@ def ingest(
     described = asv_project(report.stored + report.duplicate)
     if described:
         store.describe(**described)
+    for machine, conf in projects.items():  # the project each machine's asv results are of
+        kept = project.read(conf)
+        if kept.name != this_suite():  # this suite's results (any clone's) follow this checkout
+            project.save(store, machine, kept)
     if new_runs:  # the series that got a point: their stored change points brought up to date,
         # then main's alerts (the steps those change points are, and the ones undone since)
         report.series = changepoints.update(store, new_runs)

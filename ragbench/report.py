@@ -7,7 +7,7 @@ import statistics
 from collections import defaultdict
 
 from . import paired
-from .compare import INTERVAL, RULE, Comparison, Verdict, powered
+from .compare import INTERVAL, RULE, WELCH, Comparison, Verdict, powered
 from .gate import GateResult, differences, settle_command
 from .history import SeriesReport
 from .verdicts import Status, verdict_words
@@ -48,8 +48,8 @@ def _env(runs: list[dict]) -> str:
 def _stat_table(verdicts: list[Verdict]) -> list[str]:
     lines = [
         "| cell | base | head | change | interval of head/base (95% bootstrap; paired: "
-        "family-wise; no samples: from asv's 99% intervals) | p (Holm) | could detect | "
-        "threshold |",
+        "family-wise; no samples: from asv's 99% intervals, or of the means from their "
+        "summaries) | p (Holm) | could detect | threshold |",
         "|---|---|---|---|---|---|---|---|",
     ]
     for v in verdicts:
@@ -293,13 +293,17 @@ def sensitivity_line(c: Comparison) -> list[str]:
 def _by_intervals(c: Comparison) -> str:
     """The sentence on cells judged by asv's confidence intervals, where there are any."""
     n = sum(v.method == INTERVAL for v in c.verdicts)
-    if not n:
-        return ""
-    return (
+    welch = sum(v.method == WELCH for v in c.verdicts)
+    text = (
         f" {n} cell(s) without enough raw samples: judged by asv's 99% confidence intervals "
         "as `asv compare` does (a change counts only where they do not overlap; per cell, "
-        "no correction over the run)."
-    )
+        "no correction over the run)." if n else ""
+    )  # fmt: skip
+    if welch:
+        text += (f" {welch} cell(s) without raw samples: judged by Welch's t on their "
+                 "summaries (mean, standard deviation, rounds), Holm-corrected with the "
+                 "run's other tests, and the interval of the means' ratio.")  # fmt: skip
+    return text
 
 
 def sensitivity(verdicts: list[Verdict]) -> list[str]:

@@ -206,6 +206,13 @@ DROP TABLE IF EXISTS change_point_series;
 MIGRATE_GATE_IDS = """
 ALTER TABLE gates ADD COLUMN IF NOT EXISTS gate_id VARCHAR;
 """
+# Schema 7: a summary's mean and standard deviation (pytest-benchmark's, whose saved runs keep
+# no rounds' data), with its rounds in ``stats_repeat`` and calls a round in ``stats_number``:
+# what judges such a cell (``compare.by_summary``: Welch's t on the two summaries).
+MIGRATE_SUMMARIES = """
+ALTER TABLE measurements ADD COLUMN IF NOT EXISTS mean DOUBLE;
+ALTER TABLE measurements ADD COLUMN IF NOT EXISTS stddev DOUBLE;
+"""
 # Schema 1 -> 2: a status per measurement; acceptances name their pull request and the commit
 # they were given on (a main commit's carried copy names the PR head). Schema 2 -> 3 also:
 # asv's 99% confidence interval of each value (``stats_ci_99_a``/``_b``), which judges a cell
@@ -220,6 +227,7 @@ ALTER TABLE measurements ADD COLUMN IF NOT EXISTS ci_99_b DOUBLE;
 """
     + MIGRATE_ENVIRONMENTS
     + MIGRATE_GATE_IDS
+    + MIGRATE_SUMMARIES
 )
 
 
@@ -284,10 +292,11 @@ OURS = {"meta", "runs", "measurements", "acceptances", "gates", "series", "speed
 MEASUREMENT_COLUMNS = (
     "run_id", "benchmark", "metric", "params", "param_key", "variant", "group_key", "unit",
     "version", "median", "q25", "q75", "n", "samples", "status", "stats_number", "stats_repeat",
-    "ci_99_a", "ci_99_b",
+    "ci_99_a", "ci_99_b", "mean", "stddev",
 )  # fmt: skip
 COLUMN_TYPES = (*["VARCHAR"] * 3, "JSON", *["VARCHAR"] * 5, *["DOUBLE"] * 3, "INTEGER",
-                 "DOUBLE[]", "VARCHAR", "INTEGER", "INTEGER", "DOUBLE", "DOUBLE")  # fmt: skip
+                 "DOUBLE[]", "VARCHAR", "INTEGER", "INTEGER", "DOUBLE", "DOUBLE", "DOUBLE",
+                 "DOUBLE")  # fmt: skip
 ACCEPTANCE_KEY = "commit_hash = ? AND benchmark = ? AND metric = ? AND param_key = ?"
 INSERT_COLUMNS = f"INSERT INTO measurements ({', '.join(MEASUREMENT_COLUMNS)}) SELECT " + ", ".join(
     f"unnest(?::{t}[])" for t in COLUMN_TYPES

@@ -51,7 +51,7 @@ def store(tmp_path_factory) -> Path:
     """Everything in tests/data/public, ingested as main's history."""
     path = tmp_path_factory.mktemp("public") / "perf.duckdb"
     with Store(path) as s:
-        ingest(s, [PUBLIC], branch="main")
+        ingest(s, [PUBLIC], branch="main", dirty=True)  # pytest-benchmark's own: dirty
         ingest(s, [ASTROPY], branch="main")  # again, from the project's root: its name
     return path
 
@@ -62,8 +62,8 @@ def test_every_current_file_is_stored_once_and_pre_05_files_name_asv_update(tmp_
     2015 and of 2021's CI are all stored; a second ingest stores nothing; the pre-0.5 files
     are refused with what to do."""
     with Store(tmp_path / "perf.duckdb") as s:
-        report = ingest(s, [PUBLIC], branch="main")
-        again = ingest(s, [PUBLIC], branch="main")
+        report = ingest(s, [PUBLIC], branch="main", dirty=True)
+        again = ingest(s, [PUBLIC], branch="main", dirty=True)
     pytest_json = sorted(STORAGE.glob("*.json")) + sorted(LAGOM.glob(".benchmarks/*/*.json"))
     assert sorted(report.stored) == sorted(RESULT_FILES + pytest_json)
     assert len(report.stored) == 16 + 8 + 3

@@ -41,7 +41,7 @@ def add_parser(sub) -> None:
 
 
 def run(args) -> int:
-    from .. import alerts, follow_up
+    from .. import alerts, follow_up, project
 
     state = _state(args.state)
     if args.new_state is not None:
@@ -64,7 +64,7 @@ def run(args) -> int:
     repository = follow_up.repository_url(policies)
     for a in found:
         moved = alerts.moves(store, a["machine"], a, policies) if a["state"] != "fixed" else []
-        print(text(a, repository, moved))
+        print(text(a, repository, moved, project.load(store, a["machine"])))
     new = sum(a["state"] == "new" for a in found)
     for m in [args.machine] if args.machine else sorted({a["machine"] for a in found}):
         print(stale_text(m, alerts.stale_series(store, m, policies)), end="")
@@ -109,18 +109,21 @@ def stale_text(machine: str, reports: list) -> str:
 STALE_SHOWN = 20
 
 
-def text(a: dict, repository: str | None, moved: list[str] = ()) -> str:
+def text(a: dict, repository: str | None, moved: list[str] = (), project=None) -> str:
     """One alert in markdown: its state, range, cells and commands; ``moved``: the
-    environment's changes of level since (``alerts.moves``), no fix."""
+    environment's changes of level since (``alerts.moves``), no fix; ``project``: the asv
+    project whose results the machine's are (``ragbench.project``), where it is not this
+    suite: the link and the commands are of it."""
     from .. import alerts, follow_up
 
     since = f"{a['prev_commit_hash'][:12]}..{a['commit_hash'][:12]}" if a["prev_commit_hash"] \
         else a["commit_hash"][:12]  # fmt: skip
     why = f" ({a['reason']})" if a["reason"] else ""
     fixed = f", fixed by {a['fixed_by'][:12]}" if a["fixed_by"] else ""
+    link = follow_up.diff_url(repository, a, project)
     lines = [f"## {a['machine']} at {a['commit_hash'][:12]} ({a['commit_time']}): "
              f"{a['state']}{why}{fixed}", "", f"Arrived in {since}"
-             + (f": {follow_up.diff_url(repository, a)}" if repository else "."), ""]  # fmt: skip
+             + (f": {link}" if link else "."), ""]  # fmt: skip
     for c in a["cells"]:
         change, interval = alerts.cell_words(c)
         interval = f", after/before {interval}" if interval else ""
@@ -134,8 +137,14 @@ def text(a: dict, repository: str | None, moved: list[str] = ()) -> str:
                      f"({c['found_by']})")  # fmt: skip
     if moved:
         lines += ["", "Since then (no fix of the code):"] + [f"- {m}" for m in moved]
-    lines += ["", f"Re-measure: `{follow_up.repro_command(a)}`"]
-    bisect = follow_up.bisect_command(a)
+    gone = follow_up.gone_cells(a, project)
+    if gone:
+        lines += ["", f"No longer in {project.name or 'the project'}'s suite (its asv "
+                  f"benchmarks.json), so not measured again: "
+                  + ", ".join(f"`{b}.{m} {k}`" for b, m, k in gone)]  # fmt: skip
+    repro = follow_up.repro_command(a, project)
+    lines += ["", f"Re-measure: `{repro}`"] if repro else []
+    bisect = follow_up.bisect_command(a, project)
     if bisect:
         lines.append(f"Bisect the range: `{bisect}`")
     return "\n".join(lines) + "\n"
