@@ -100,7 +100,9 @@ def test_the_promises_pair_each_rounds_host_times(monkeypatch):
                       "kept_over_launch": [1.25] * 6}  # fmt: skip
 
 
-def test_the_gpu_floor_and_the_bound_shares_are_gpu_cells_skipped_here_with_a_reason():
+def test_the_gpu_floor_and_the_bound_shares_are_gpu_cells_skipped_here_with_a_reason(
+    monkeypatch,
+):
     import torch
 
     classes = suite_classes("quick")
@@ -115,6 +117,11 @@ def test_the_gpu_floor_and_the_bound_shares_are_gpu_cells_skipped_here_with_a_re
         pytest.skip("a CUDA GPU is here: they are measured")
     with pytest.raises(NotImplementedError, match="needs a CUDA GPU"):
         floor().setup(floor.setup_cache(None), "1/80")
+    # the shares are shown, never judged: a pull request's gate (the quick grid) skips them
+    monkeypatch.setenv("RAGBENCH_MODE", "quick")
+    with pytest.raises(NotImplementedError, match="measured on main"):
+        share().setup(share.setup_cache(None), "deit_base_224", "threshold_l2", 1)
+    monkeypatch.setenv("RAGBENCH_MODE", "full")
     with pytest.raises(NotImplementedError, match="needs a CUDA GPU"):
         share().setup(share.setup_cache(None), "deit_base_224", "threshold_l2", 1)
 
