@@ -10,6 +10,7 @@ from dashboard import draws
 from dashboard.draw import (
     chart,
     download,
+    environment_of,
     legend,
     narrow,
     pick_series,
@@ -123,6 +124,8 @@ def stack_heatmap(ctx) -> None:
     df = df.assign(env_name=df["run_id"].map(runs["env_name"]))
     # torch x triton for this suite; one row of asv's environments for another project's runs
     fields = stack_fields(df) or ["env_key"]
+    if fields == ["python"] and (df.groupby("python")["env_name"].nunique() > 1).any():
+        fields = ["env_name"]  # one Python's conda and virtualenv runs: two environments
     y, x = (fields * 2)[:2]
     st.caption(f"{' x '.join(fields)} on this machine (median over runs)")
     grid = df.assign(**{f: df[f].fillna("?") for f in fields}).groupby(fields)["median"]
@@ -180,7 +183,8 @@ def machines(ctx):
     cells, metric = narrow(cells, "metric", "metric", "metric")
     # the newest commit both measured under one stack, from the runs (a query of its rows
     # only: a metric's every cell over years is millions of rows)
-    both = runs[runs["machine"].isin(pair)].assign(stack=stacks(runs))
+    both = runs[runs["machine"].isin(pair)]
+    both = both.assign(stack=environment_stacks(both))
     per_stack = both.groupby(["commit_hash", "stack"])["machine"].nunique()
     common = per_stack[per_stack == 2].reset_index()
     if common.empty:
@@ -211,7 +215,7 @@ def machines(ctx):
     _, cell = narrow(cells, "param_key", "cell (the ratio over the commits)", "cell")
     line = query(ctx["path"], ctx["mtime"], ctx["branch"], "series", benchmark=bench,
                  metric=metric, cell=cell)  # fmt: skip
-    line = line[line["machine"].isin(pair)].assign(stack=lambda d: stacks(d))
+    line = line[line["machine"].isin(pair)].assign(stack=lambda d: environment_stacks(d))
     per = line.groupby(["commit_hash", "stack", "machine"])["median"].median()
     per = per.unstack("machine").dropna()
     if per.empty or set(pair) - set(per.columns):
@@ -219,5 +223,15 @@ def machines(ctx):
     times = line.groupby("commit_hash")["commit_time"].max()
     ratio = per.reset_index().assign(commit_time=lambda d: d["commit_hash"].map(times),
                                      ratio=lambda d: d[other] / d[ctx["machine"]])  # fmt: skip
-    chart(ratio, "ratio", None, f"{bench}.{metric} {cell}: {other} / {ctx['machine']}",
+    # a line per environment (asv's conda-py3.12 and conda-py3.13 on both: one line across
+    # them zigzagged between Pythons)
+    color = "stack" if ratio["stack"].nunique() > 1 else None
+    chart(ratio, "ratio", color, f"{bench}.{metric} {cell}: {other} / {ctx['machine']}",
           key="machines", y_title=f"{other} / {ctx['machine']}")  # fmt: skip
+
+
+def environment_stacks(runs: pd.DataFrame) -> pd.Series:
+    """Each run's environment where another harness names one (asv's ``conda-py3.10``: its
+    conda and virtualenv runs of one Python apart), else its stack (``stacks``)."""
+    env = environment_of(runs)
+    return env.where(env != "", stacks(runs))
