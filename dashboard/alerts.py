@@ -53,9 +53,38 @@ def alerts_page(ctx):
                             key="alert-states")  # fmt: skip
     st.caption(", ".join(f"{n} {s}" for s, n in counts.items()) + " in all; newest commit first")
     repository = follow_up.repository_url(ctx["policies"])
-    for a in (a for a in found if a["state"] in states):
+    chosen = [a for a in found if a["state"] in states]
+    for a in shown_alerts(chosen):
         alert_box(ctx, a, repository)
     stale_series(ctx)
+
+
+# Alerts drawn in full a page (a table, the commands, the buttons each): the browser's drawing
+# is most of a load, and django-asv's 22 open alerts drawn together took 6.0 s a reload (median,
+# its script 0.8 s); the others are a pick away, the newest first.
+ALERTS_SHOWN = 4
+
+
+def shown_alerts(chosen: list[dict]) -> list[dict]:
+    """The alerts drawn: all where they are few, else one page of ``ALERTS_SHOWN`` (newest
+    first), picked on the page, with every alert listed in one line each."""
+    if len(chosen) <= ALERTS_SHOWN:
+        return chosen
+    pages = [chosen[i : i + ALERTS_SHOWN] for i in range(0, len(chosen), ALERTS_SHOWN)]
+    names = [f"{i * ALERTS_SHOWN + 1}-{i * ALERTS_SHOWN + len(p)} of {len(chosen)}"
+             for i, p in enumerate(pages)]  # fmt: skip
+    with st.expander(f"All {len(chosen)} alerts of these states, one line each"):
+        st.markdown("\n".join(
+            f"{i}. {a['machine']} at `{a['commit_hash'][:12]}`: **{a['state']}**, "
+            f"{len(a['cells'])} cell(s)" + (f" in {env}" if (env := environments(a)) else "")
+            for i, a in enumerate(chosen, 1)))  # fmt: skip
+    name = st.selectbox("alerts shown", names, index=0, key="alert-page")
+    return pages[names.index(name)]
+
+
+def environments(alert: dict) -> str:
+    """The environments an alert's cells ran in, in words ('' where they name none)."""
+    return ", ".join(sorted({c["environment"] for c in alert["cells"] if c["environment"]}))
 
 
 def stale_series(ctx) -> None:

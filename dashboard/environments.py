@@ -27,15 +27,7 @@ from ragbench.verdicts import FAILING, Headline, Status, verdict_words
 def versions(ctx):
     st.header("Versions")
     runs = ctx["runs"][ctx["runs"]["machine"] == ctx["machine"]]
-    measured = several_stacks(runs, runs["commit_hash"])
-    kept = query(ctx["path"], ctx["mtime"], ctx["branch"], "runs", machine=ctx["machine"],
-                 label="gate:%")  # fmt: skip
-    # what `ragbench versions --store` kept: a gate of one commit under two stacks, on no branch
-    # (a gate's id is gate:HEAD-BASE-TIME; its rechecks are judged by the gate, not here)
-    kept = kept[~kept["label"].str.contains(":recheck-")]
-    gate = kept["label"].str.extract(r"^(gate:([0-9a-f]+)-([0-9a-f]+)-\d+)")
-    kept = kept[(gate[1] == gate[2]).to_numpy()]
-    measured.update(several_stacks(kept, gate[0][gate[1] == gate[2]]))
+    measured = measured_stacks(ctx["path"], ctx["mtime"], ctx["branch"], ctx["machine"])
     if measured:
         upgrade_reports(ctx, measured)
     else:
@@ -43,6 +35,26 @@ def versions(ctx):
                 + (": `ragbench versions --from SPEC --to SPEC --store S` measures one "
                    "(docs/versions.md)." if "torch" in stack_fields(runs) else "."))  # fmt: skip
     stack_heatmap(ctx)
+
+
+# kept per version of the store and machine: on django-asv's history (ubuntu-latest: 4,340
+# runs, nearly every commit under several Pythons) grouping the runs took 10.6 s of the page's
+# script a visit, a mask of every run a group
+@st.cache_resource(max_entries=16, show_spinner=False)
+def measured_stacks(path: str, mtime: float, branch: str, machine: str) -> dict[str, pd.DataFrame]:
+    """The machine's commits of main, and what ``ragbench versions`` kept, measured under two
+    stacks or more (``several_stacks``)."""
+    runs = query(path, mtime, branch, "runs")
+    runs = runs[runs["machine"] == machine]
+    measured = several_stacks(runs, runs["commit_hash"])
+    kept = query(path, mtime, branch, "runs", machine=machine, label="gate:%")
+    # what `ragbench versions --store` kept: a gate of one commit under two stacks, on no branch
+    # (a gate's id is gate:HEAD-BASE-TIME; its rechecks are judged by the gate, not here)
+    kept = kept[~kept["label"].str.contains(":recheck-")]
+    gate = kept["label"].str.extract(r"^(gate:([0-9a-f]+)-([0-9a-f]+)-\d+)")
+    kept = kept[(gate[1] == gate[2]).to_numpy()]
+    measured.update(several_stacks(kept, gate[0][gate[1] == gate[2]]))
+    return measured
 
 
 def several_stacks(runs: pd.DataFrame, by: pd.Series) -> dict[str, pd.DataFrame]:
@@ -53,10 +65,10 @@ def several_stacks(runs: pd.DataFrame, by: pd.Series) -> dict[str, pd.DataFrame]
     runs = runs.assign(stack=stacks(runs), group=by.to_numpy())
     same = runs.groupby(["group", "stack"])["env_name"].transform("nunique") > 1
     runs.loc[same, "stack"] += " (" + runs.loc[same, "env_name"].fillna("?") + ")"
-    n = runs.groupby("group", sort=False)["stack"].nunique()
+    n = runs.groupby("group", sort=False)["stack"].transform("nunique")
     out = {}
-    for group in n.index[n >= 2]:  # in the runs' order (newest first)
-        here = runs[runs["group"] == group]
+    # one pass over the groups, in the runs' order (newest first)
+    for group, here in runs[n >= 2].groupby("group", sort=False):
         first = here.iloc[0]
         label = f"{first['commit_hash'][:12]} ({first['commit_time']})"
         if group != first["commit_hash"]:  # a kept gate: gate:HEAD-BASE-SECONDS
