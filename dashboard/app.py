@@ -195,7 +195,7 @@ def compare(ctx):
     runs = ctx["runs"][ctx["runs"]["machine"] == ctx["machine"]]
     # one environment at a time, as `ragbench gate --stored --environment` (two Pythons'
     # samples pooled, or one against the other, read as a change of the code)
-    env = pick_environment(environments_of(runs))
+    env = pick_environment(environments_of(runs), "compare-environment")
     if env:
         runs = runs[environment_of(runs) == env]
         st.caption(f"Runs of the environment `{env}` only; another environment is another "
@@ -296,7 +296,7 @@ def series(ctx):
     # one line per environment, as ragbench's history keeps them apart (asv's Pythons: one
     # line across them zigzagged between environments)
     envs = environments_of(df.iloc[::-1])  # the newest run's first
-    env = pick_environment(envs, every=True)
+    env = pick_environment(envs, "series-environment", every=True)
     if env is not None:
         df = df[df["environment"] == env]
     several = env is None and len(envs) > 1

@@ -357,8 +357,8 @@ def environments_of(runs: pd.DataFrame) -> list[str]:
     return list(dict.fromkeys(environment_of(runs)))
 
 
-def pick_environment(envs: list[str], every: bool = False, where=None) -> str | None:
-    """One of ``envs`` (a select box, where there are several): the URL parameter
+def pick_environment(envs: list[str], key: str, every: bool = False) -> str | None:
+    """One of ``envs`` (a select box ``key``, where there are several): the URL parameter
     ``environment``, else the first (the newest run's). ``every``: ``EVERY`` is offered too,
     first, and is the default (-> None: all of them)."""
     if len(envs) <= 1:
@@ -366,5 +366,5 @@ def pick_environment(envs: list[str], every: bool = False, where=None) -> str | 
     options = [EVERY, *envs] if every else list(envs)
     wanted = st.query_params.get("environment")
     index = options.index(wanted) if wanted in options else 0
-    chosen = (where or st).selectbox("environment", options, index=index, key="environment")
+    chosen = st.selectbox("environment", options, index=index, key=key)
     return None if chosen == EVERY else chosen

@@ -25,12 +25,21 @@ def overview(ctx):
     runs = ctx["runs"]
     latest = runs.drop_duplicates("machine")  # the machine of the newest run first
     drawn = 0  # sparklines drawn so far: SPARKLINES on the page, the newest machines' first
+    newest_time = pd.to_datetime(latest["commit_time"]).max()
     for _, run in latest.iterrows():
         m = run["machine"]
         mine = runs[runs["machine"] == m]
         # this suite's CPU runs name torch and no GPU; another project's runs name neither
         gpu = run["gpu"] if pd.notna(run["gpu"]) else "CPU" if pd.notna(run["torch"]) else None
         st.subheader(f"{m}: {gpu}" if gpu else m)
+        if newest_time - pd.Timestamp(run["commit_time"]) > RETIRED:
+            st.caption(f"latest commit {run['commit_hash'][:12]} ({run['commit_time']}): no run "
+                       f"in the {RETIRED.days} days before the store's newest "
+                       f"({newest_time:%Y-%m-%d}), a runner retired or stopped; its gate and "
+                       "lookback are not drawn here (its pages are a pick of the sidebar "
+                       "away).")  # fmt: skip
+            open_alerts(ctx, m)
+            continue
         # the gate of each environment the newest commit ran in, against that environment's
         # commit before (two Pythons pooled, or one against the other, read as code)
         envs = environment_of(mine)
@@ -39,8 +48,9 @@ def overview(ctx):
         st.caption(f"latest commit {run['commit_hash'][:12]} ({run['commit_time']}), "
                    + (f"in {len(named)} environments: {', '.join(named)}" if len(named) > 1
                       else environment(run, skip=("gpu",))))  # fmt: skip
+        several = envs.nunique() > 1  # an environment column in its tables
         for env in environments_of(newest):
-            gate(ctx, m, mine[envs == env], env)
+            gate(ctx, m, mine[envs == env], env, several)
         open_alerts(ctx, m)
         failed = query(ctx["path"], ctx["mtime"], ctx["branch"], "series", machine=m,
                        status=FAILED)  # fmt: skip
@@ -48,7 +58,7 @@ def overview(ctx):
         if not failed.empty:
             st.error(f"{len(failed)} cell(s) failed on the latest commit (the benchmark raised):")
             links(m, [((r.benchmark, r.metric, r.param_key), r.environment or "",
-                       Status.FAILED, None) for r in failed.itertuples()])  # fmt: skip
+                       Status.FAILED, None) for r in failed.itertuples()], several)  # fmt: skip
         # the lookback only: change points are drawn on each series' own page (0.6 s saved)
         reports = histories(ctx["path"], ctx["mtime"], ctx["branch"], m, LOOKBACK_COMMITS,
                             False)  # fmt: skip
@@ -57,14 +67,22 @@ def overview(ctx):
             f"Newest run against its lookback (median and MAD of the previous runs in the same "
             f"environment): {len(flagged)} flagged series of {len(reports)}."
         )
-        links(m, [(r.key, r.environment or "", r.status, r.latest_change) for r in flagged])
+        links(m, [(r.key, r.environment or "", r.status, r.latest_change) for r in flagged],
+              several)  # fmt: skip
         sparklines(flagged[: SPARKLINES - drawn])
         drawn += min(len(flagged), SPARKLINES - drawn)
 
 
-def gate(ctx, machine: str, runs: pd.DataFrame, env: str) -> None:
+# A machine whose newest commit is this much older than the store's newest is drawn in one line
+# (and its open alerts): django-asv's three runners retired in 2022 drew a gate, two tables and
+# sparklines each above nothing anyone waits for
+RETIRED = pd.Timedelta(days=90)
+
+
+def gate(ctx, machine: str, runs: pd.DataFrame, env: str, several: bool) -> None:
     """The gate of the newest commit of ``runs`` (one environment's, newest first) against
-    the commit before it in that environment, its headline and the cells it flagged."""
+    the commit before it in that environment, its headline and the cells it flagged (with an
+    environment column where the machine has ``several``)."""
     commits = runs["commit_hash"].unique()
     where = f" in {env}" if env else ""
     if len(commits) < 2:
@@ -95,7 +113,8 @@ def gate(ctx, machine: str, runs: pd.DataFrame, env: str) -> None:
     st.caption(" ".join(sensitivity_line(c)) + " Separate runs from the store: "
                f"{host} host-time cell(s) not judged here (a pull request's gate "
                "times both sides in one process).")  # fmt: skip
-    links(machine, [(v.key, env, v.status, v.change) for v in c.verdicts if v.status in FOUND])
+    links(machine, [(v.key, env, v.status, v.change) for v in c.verdicts if v.status in FOUND],
+          several)  # fmt: skip
 
 
 def open_alerts(ctx, machine: str) -> None:
@@ -172,12 +191,12 @@ def md_cell(text: str) -> str:
     return re.sub(r"([\\|\[\]])", r"\\\1", text)
 
 
-def links(machine: str, found: list[tuple]) -> None:
+def links(machine: str, found: list[tuple], named: bool) -> None:
     """A table of flagged cells ``(key, environment, status, change)``, each linking to its
-    series page (in its environment); an environment column where the rows name one."""
+    series page (in its environment); an environment column where ``named`` (the machine's
+    runs name several: rows of several meet in its tables)."""
     if not found:
         return
-    named = any(env for _, env, _, _ in found)
     lines = ["| series |" + (" environment |" if named else "") + " status | change (+: worse) |",
              "|---|" + ("---|" if named else "") + "---|---|"]  # fmt: skip
     for (bench, metric, cell), env, status, change in found[:LINKS]:

@@ -206,7 +206,7 @@ def test_failed_cells_accepted_changes_and_other_branches(tmp_path):
     store.accept(accepted, "kernel.KernelLatency", "gpu_us", cell, "label", "maintainer")
     at = app(path)  # the failed cell is an alert of main: the dashboard opens on it
     assert at.sidebar.radio[0].value == "Alerts"
-    assert "failed: raised in 1 head run(s)" in list(at.dataframe[0].value["change"])
+    assert "failed: raised in 1 head run(s)" in list(at.table[0].value["change"])
     at = app(path, page="Overview")
     assert not at.exception
     assert "1 cell(s) failed on the latest commit" in texts(at) and "1 failed" in texts(at)
@@ -578,7 +578,7 @@ def test_the_alerts_page_opens_while_one_is_new_and_its_buttons_change_the_state
     assert at.sidebar.radio[0].value == "Alerts"
     text = texts(at)
     assert f"**m1 at `{sha(STEP)[:12]}`**" in text and "**new**" in text
-    table = at.dataframe[0].value
+    table = at.table[0].value
     assert set(table["cell"]) == {"kernel.KernelLatency.gpu_us backend=triton",
                                   "kernel.KernelLatency.gpu_us backend=fa2"}  # fmt: skip
     assert table["change"].str.fullmatch(r"(9|10|11)\.\d% slower").all(), list(table["change"])
@@ -608,7 +608,7 @@ def test_a_broken_bound_on_mains_newest_commit_shows_failing_on_every_page(tmp_p
     at = app(path)  # an alert is new: the dashboard opens on it
     assert at.sidebar.radio[0].value == "Alerts"
     assert f"**m1 at `{sha(20)[:12]}`**" in texts(at)
-    assert list(at.dataframe[0].value["change"]) == ["violation: 6418 >= bound 2"]
+    assert list(at.table[0].value["change"]) == ["violation: 6418 >= bound 2"]
     at = app(path, page="Series", machine="m1", benchmark=ERROR[0], metric=ERROR[1],
              cell="backend=triton dtype=float16")  # fmt: skip
     assert not at.exception, at.exception
@@ -671,8 +671,8 @@ def test_compare_judges_one_environment_at_a_time(django):
     for env in ("conda-py3.12", "conda-py3.13"):
         at = app(django, page="Compare", machine="ubuntu-latest", environment=env)
         assert not at.exception, at.exception
-        assert at.selectbox(key="environment").value == env
-        assert {"conda-py3.12", "conda-py3.13"} <= set(at.selectbox(key="environment").options)
+        picker = at.selectbox(key="compare-environment")
+        assert picker.value == env and {"conda-py3.12", "conda-py3.13"} <= set(picker.options)
         ids = {c: list(runs[(runs["commit_hash"] == c) & (runs["environment"] == env)]["run_id"])
                for c in (base, head)}  # fmt: skip
         assert len(ids[base]) == len(ids[head]) == 1
