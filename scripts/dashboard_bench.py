@@ -38,7 +38,7 @@ from scripts.screenshots import CHART, browser, serve
 # an element, and a text in the main block where the element alone says little
 READY = {
     "Overview": ("[data-testid='stMarkdown']", "Newest run against its lookback"),
-    "Alerts": ("[data-testid='stDataFrame'], [data-testid='stAlert']", ""),
+    "Alerts": ("[data-testid='stDataFrame'], [data-testid='stTable'], [data-testid='stAlert']", ""),
     "Compare": ("[data-testid='stDataFrame'], [data-testid='stAlert']", ""),
 }
 OTHER = (f"{CHART}, [data-testid='stAlert']", "")
