@@ -96,12 +96,29 @@ def stale_series(ctx) -> None:
         stale = [r for r in histories(ctx["path"], ctx["mtime"], ctx["branch"], m, alerts.LAST,
                                       False) if r.stale]  # fmt: skip
         if stale:
+            # one row per environment and last point (a dropped environment's series stop
+            # together): a row a series drew 300-odd static rows on django-asv's page, 2-3 s
+            # of the browser's a load
+            rows = pd.DataFrame([{"environment": r.environment or "-",
+                                  "last point": r.points[-1].commit_hash[:12],
+                                  "of": str(r.stale_since),
+                                  "series": f"{r.key[0]}.{r.key[1]} {r.key[2]}".strip()}
+                                 for r in stale])  # fmt: skip
+            grouped = rows.groupby(["environment", "last point", "of"], sort=False)["series"]
+            table = grouped.agg(named_series).reset_index()
             with st.expander(f"{m}: {len(stale)} stale series (not judged)"):
-                st.table(pd.DataFrame([{
-                    "series": f"{r.key[0]}.{r.key[1]} {r.key[2]}",
-                    "environment": r.environment or "-",
-                    "last point": r.points[-1].commit_hash[:12], "of": str(r.stale_since),
-                } for r in stale]), hide_index=True)  # fmt: skip
+                st.table(table, hide_index=True)
+                st.download_button(f"Download the {len(stale)} stale series", rows.to_csv(
+                    index=False), file_name=f"stale-{m}.csv", key=f"stale-{m}")  # fmt: skip
+
+
+STALE_NAMED = 3  # series named a row of stale series (every one in the download)
+
+
+def named_series(series: pd.Series) -> str:
+    """``60: a, b, c, ...``: how many series, and the first ``STALE_NAMED`` of them."""
+    more = ", ..." if len(series) > STALE_NAMED else ""
+    return f"{len(series)}: " + ", ".join(series.head(STALE_NAMED)) + more
 
 
 def alert_box(ctx, a: dict, repository: str | None) -> None:
