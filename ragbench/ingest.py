@@ -262,6 +262,8 @@ def parse_pytest_benchmark(path: Path, data: dict) -> tuple[Run, list[Measuremen
         rows.append(Measurement(
             benchmark=bench, metric="time", params=params, unit="s", median=stats["median"],
             q25=stats.get("q1"), q75=stats.get("q3"), samples=stats.get("data"),
+            # calls per sample and samples, kept where asv's number and repeat are
+            stats_number=stats.get("iterations"), stats_repeat=stats.get("rounds"),
         ))  # fmt: skip
         for key, value in (b.get("extra_info") or {}).items():
             if _is_number(value):
@@ -333,10 +335,13 @@ def validate(run: Run, rows: list[Measurement]) -> None:
         _text(m.metric, "a metric name", empty=False)
         _text(m.unit, f"{where}: the unit")
         _text(m.version, f"{where}: the version")
-        for n, what in ((m.stats_number, "number"), (m.stats_repeat, "repeat")):
+        for n, what in (
+            (m.stats_number, "calls per sample (asv's number, pytest-benchmark's iterations)"),
+            (m.stats_repeat, "samples (asv's repeat, pytest-benchmark's rounds)"),
+        ):
             small = _is_number(n) and math.isfinite(n) and n == int(n) and 0 <= n < 2**31
             if n is not None and not small:
-                raise ValueError(f"{where}: asv's {what} {str(n)[:40]!r} is not a small integer")
+                raise ValueError(f"{where}: the {what} {str(n)[:40]!r} is not a small integer")
         if not isinstance(m.params, dict) or not all(
             isinstance(k, str) and k and (isinstance(v, (str, int, float, bool)) or v is None)
             for k, v in m.params.items()
