@@ -61,11 +61,13 @@ class Report:
     series: int = 0  # series whose stored change points were brought up to date
     series_seconds: float = 0.0  # ... and the alerts in this time (after ``seconds``)
     alerts: int = 0  # main's alerts made, grown or marked fixed (ragbench.alerts)
+    alerts_seconds: float = 0.0  # the alerts' share of ``series_seconds``
 
     def summary(self) -> str:
         rate = self.rows / self.seconds if self.seconds else 0.0
         updated = (f"; change points of {self.series} series updated in "
-                   f"{self.series_seconds:.1f} s" if self.series else "")  # fmt: skip
+                   f"{self.series_seconds - self.alerts_seconds:.1f} s, main's alerts in "
+                   f"{self.alerts_seconds:.1f} s" if self.series else "")  # fmt: skip
         if self.alerts:
             updated += f"; {self.alerts} of main's alerts made, grown or fixed (ragbench alerts)"
         return (
@@ -487,6 +489,8 @@ def ingest(
     if new_runs:  # the series that got a point: their stored change points brought up to date,
         # then main's alerts (the steps those change points are, and the ones undone since)
         report.series = changepoints.update(store, new_runs)
+        t1 = time.perf_counter()
         report.alerts = alerts.update_runs(store, new_runs)
+        report.alerts_seconds = time.perf_counter() - t1
         report.series_seconds = time.perf_counter() - t0 - report.seconds
     return report
