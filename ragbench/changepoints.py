@@ -12,7 +12,11 @@ each other), the one found nearer its window's middle stands (``merged``).
 
 A window's change points depend on its points alone, so a full window never changes: an ingest
 recomputes only the windows that hold a new point (the last two of each series that got one),
-and the result is the same as computing every window again (tests/test_changepoints.py).
+and the result is the same as computing every window again (tests/test_changepoints.py). A
+point that comes out of order (a runner measured an older commit after newer ones: 55 of the
+100 commits of tests/data/public/asv-django) moves every point after it by one, so the windows
+from the first that holds it on are computed again, and the ones before it kept
+(tests/test_public_django.py).
 Apache Otava's incremental E-Divisive does the same in spirit (it re-tests only the tail after
 the last change point); fixed windows make the equality exact and bound the cost of a window
 (O(WINDOW^2) a permutation) whatever the length of the history.
