@@ -96,7 +96,9 @@ def main() -> None:
     t, text, rc = run(args.tree, "alerts", "--store", store)
     out["alerts_s"], out["alerts_rc"] = round(t, 1), rc
     out["alerts"] = text.strip().splitlines()[-1]
-    out["settings_alerts"] = len(re.findall(r"^## .*measurement setting", text, re.M))
+    steps = r"^## Measurement setting changed: (\d+) step\(s\) at (\d+) commit"
+    found = re.search(steps, text, re.M)
+    out["settings_steps"] = [int(g) for g in found.groups()] if found else [0, 0]
     (work / "alerts.txt").write_text(text)
     print(json.dumps(out))
     if not args.keep:
