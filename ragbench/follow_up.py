@@ -123,7 +123,7 @@ def bisect_command(alert: dict, project: Project | None = None) -> str | None:
     if len(line.split()) == 1 and not merge:
         return None
     c = alert["cells"][0]
-    cell = f"{c['benchmark']}.{c['metric']} {c['param_key']}"
+    cell = f"{c['benchmark']}.{c['metric']} {c['param_key']}".rstrip()  # no parameters: none
     return (
         f"ragbench bisect --cell {shlex.quote(cell)} --good {prev[:12]} "
         f"--bad {commit[:12]} --machine {shlex.quote(alert['machine'])}"

@@ -23,14 +23,14 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from . import compare, drift, paired, project, settle, suite
+from . import compare, drift, paired, project, settle, suite, timing
 from .compare import Comparison, Key, Verdict
 from .discovery import bench_regex
 from .ingest import ingest
 from .policies import Policies
 from .recheck import recheck_keys, remeasured
 from .store import Store
-from .verdicts import GATE_FIELDS, Headline, Status, gate_document
+from .verdicts import GATE_FIELDS, Headline, Status, gate_document, verdict_words
 
 
 class GateError(RuntimeError):
@@ -61,6 +61,8 @@ class GateResult:
     basis: tuple[int, int] = (1, 0)  # the rounds and paired processes the plan was made for
     gate_id: str | None = None  # the id its store recorded it under (``settle.record``)
     store: str | None = None  # that store, as ``--store`` names it
+    # cells whose measurement settings moved between base and head (``settings_moved``)
+    settings: dict[Key, str] = field(default_factory=dict)
 
     @property
     def exit_code(self) -> int:
@@ -149,11 +151,65 @@ def _resolve(ref: str, store: Store | None = None, machine: str = "") -> str:
     try:
         return suite.resolve([ref])[0]
     except suite.SuiteError as exc:
-        runs = store.runs(machine=machine, commit=ref, any_branch=True) if store else []
+        if store is None:
+            raise GateError(str(exc)) from None
+        runs = store.runs(machine=machine, commit=ref, any_branch=True)
         stored = {r["commit_hash"] for r in runs}
         if len(stored) == 1 and len(ref) >= 7:
             return stored.pop()
-        raise GateError(str(exc)) from None
+        raise GateError(_not_stored(store, ref, machine, stored)) from None
+
+
+def _not_stored(store: Store, ref: str, machine: str, stored: set[str]) -> str:
+    """Why ``ref`` names no one commit of the store's runs on ``machine`` (nor of this
+    checkout), in one line: the machines whose runs have it, or the store's machines."""
+    if len(stored) > 1 or (stored and len(ref) < 7):
+        return (f"{ref!r} starts {len(stored)} stored commits of machine {machine!r}: pass at "
+                "least 7 characters of the one meant")  # fmt: skip
+    there = sorted({r["machine"] for r in store.runs(commit=ref, any_branch=True)})
+    if there and len(ref) >= 7:
+        return (f"the store has no run of {ref!r} on machine {machine!r}; it has runs of it on "
+                f"{', '.join(there)}: pass --machine {shlex.quote(there[0])}")  # fmt: skip
+    machines = store.machines()
+    return (f"{ref!r} is no commit of this checkout, nor of a run on machine {machine!r} in "
+            f"{store.name} (its machines: {', '.join(machines) or 'none'})")  # fmt: skip
+
+
+def own_runs(runs: list[dict]) -> bool:
+    """Whether stored runs are this suite's (their environment is their fingerprint's), whose
+    outputs ``ragbench.drift`` can compare; another project's results (asv's env_name) are
+    not."""
+    return not any(r.get("environment") for r in runs)
+
+
+def settings_moved(store: Store, comparison: Comparison, base_ids: list[str],
+                   head_ids: list[str]) -> dict[Key, str]:  # fmt: skip
+    """The cells whose measurement settings moved between base's and head's runs (asv's
+    ``number`` 86787 on base, 1 on head: ``ragbench.timing``): each judged inconclusive, its
+    note saying which, never a regression or a pass of the code. -> key -> the settings."""
+
+    def settings(ids: list[str]) -> dict[Key, dict]:
+        out: dict[Key, list[dict]] = {}
+        for r in store.measurements(ids):
+            key = (r["benchmark"], r["metric"], r["param_key"])
+            out.setdefault(key, []).append(
+                timing.of(r["source"], r["stats_number"], r["stats_repeat"])
+            )
+        return {k: timing.typical(v) for k, v in out.items()}
+
+    judged = (Status.REGRESSION, Status.IMPROVEMENT, Status.UNCHANGED, Status.INCONCLUSIVE)
+    base, head = settings(base_ids), settings(head_ids)
+    moved = {}
+    for v in comparison.verdicts:
+        if v.status not in judged or v.base is None or v.head is None:
+            continue
+        words = timing.changed(base.get(v.key), head.get(v.key), v.base, v.head)
+        if words:
+            moved[v.key] = words
+            v.status = Status.INCONCLUSIVE
+            v.note = (f"{timing.words(words)}: {verdict_words(v)} is not the code's change; "
+                      "measure both with the same settings")  # fmt: skip
+    return moved
 
 
 def _two_commits(base: str, head: str, base_ref: str, head_ref: str) -> None:
@@ -452,19 +508,20 @@ def run_gate(
             command=command,
         )
         result.base_runs, result.head_runs = base_runs, head_runs
+        ids = [[r["run_id"] for r in runs] for runs in (base_runs, head_runs)]
         result.comparison = _judgeable(compare.compare(
-            compare.cells(store, [r["run_id"] for r in base_runs]),
-            compare.cells(store, [r["run_id"] for r in head_runs]),
-            policies,
+            compare.cells(store, ids[0]), compare.cells(store, ids[1]), policies,
         ))  # fmt: skip
+        result.settings = settings_moved(store, result.comparison, *ids)
         if paired_processes:
             with tempfile.TemporaryDirectory(prefix="ragbench-gate-", dir=work_dir) as tmp:
                 _paired(result, policies, processes=paired_processes, mode=mode,
                         work=Path(tmp), log=log)  # fmt: skip
-        if drift_check and not environments:
+        if drift_check and not environments and own_runs(base_runs + head_runs):
             with tempfile.TemporaryDirectory(prefix="ragbench-drift-", dir=work_dir) as tmp:
                 _drift(result, policies, mode=mode, bench=bench, work=Path(tmp), log=log)
-        _plan(result, max(1, len(base_runs)), paired_processes)
+        if own_runs(base_runs + head_runs):  # another project's commits: its own harness
+            _plan(result, max(1, len(base_runs)), paired_processes)
         result.seconds = time.perf_counter() - t0
         return result
 
@@ -511,6 +568,7 @@ def run_gate(
             again = {side: compare.cells(store, runs[side]) for side in runs}
             result.rechecked = remeasured(comparison, pooled, again, policies)
         result.comparison = comparison
+        result.settings = settings_moved(store, comparison, ids["base"], ids["head"])
         if paired_processes:
             _paired(result, policies, processes=paired_processes, mode=mode, work=work, log=log)
         if drift_check and not environments:

@@ -62,11 +62,13 @@ class Report:
     series_seconds: float = 0.0  # ... and the alerts in this time (after ``seconds``)
     alerts: int = 0  # main's alerts made, grown or marked fixed (ragbench.alerts)
     dirty: list[Path] = field(default_factory=list)  # skipped: of a checkout with changes
+    alerts_seconds: float = 0.0  # the alerts' share of ``series_seconds``
 
     def summary(self) -> str:
         rate = self.rows / self.seconds if self.seconds else 0.0
         updated = (f"; change points of {self.series} series updated in "
-                   f"{self.series_seconds:.1f} s" if self.series else "")  # fmt: skip
+                   f"{self.series_seconds - self.alerts_seconds:.1f} s, main's alerts in "
+                   f"{self.alerts_seconds:.1f} s" if self.series else "")  # fmt: skip
         if self.alerts:
             updated += f"; {self.alerts} of main's alerts made, grown or fixed (ragbench alerts)"
         dirty = (f", {len(self.dirty)} skipped as dirty (uncommitted changes; --dirty stores "
@@ -358,10 +360,13 @@ def validate(run: Run, rows: list[Measurement]) -> None:
         _text(m.metric, "a metric name", empty=False)
         _text(m.unit, f"{where}: the unit")
         _text(m.version, f"{where}: the version")
-        for n, what in ((m.stats_number, "number"), (m.stats_repeat, "repeat")):
+        for n, what in (
+            (m.stats_number, "calls per sample (asv's number, pytest-benchmark's iterations)"),
+            (m.stats_repeat, "samples (asv's repeat, pytest-benchmark's rounds)"),
+        ):
             small = _is_number(n) and math.isfinite(n) and n == int(n) and 0 <= n < 2**31
             if n is not None and not small:
-                raise ValueError(f"{where}: asv's {what} {str(n)[:40]!r} is not a small integer")
+                raise ValueError(f"{where}: the {what} {str(n)[:40]!r} is not a small integer")
         if not isinstance(m.params, dict) or not all(
             isinstance(k, str) and k and (isinstance(v, (str, int, float, bool)) or v is None)
             for k, v in m.params.items()
@@ -539,6 +544,8 @@ def ingest(
     if new_runs:  # the series that got a point: their stored change points brought up to date,
         # then main's alerts (the steps those change points are, and the ones undone since)
         report.series = changepoints.update(store, new_runs)
+        t1 = time.perf_counter()
         report.alerts = alerts.update_runs(store, new_runs)
+        report.alerts_seconds = time.perf_counter() - t1
         report.series_seconds = time.perf_counter() - t0 - report.seconds
     return report

@@ -111,7 +111,9 @@ CREATE TABLE IF NOT EXISTS change_points (
     prev_env JSON,
     prev_value DOUBLE,
     before DOUBLE,
-    after DOUBLE
+    after DOUBLE,
+    timing JSON,
+    prev_timing JSON
 );
 CREATE TABLE IF NOT EXISTS alerts (
     branch VARCHAR NOT NULL,
@@ -142,6 +144,8 @@ CREATE TABLE IF NOT EXISTS alert_cells (
     ratio_lo DOUBLE,
     ratio_hi DOUBLE,
     found_by VARCHAR,
+    timing JSON,
+    prev_timing JSON,
     PRIMARY KEY (branch, machine, commit_hash, environment, benchmark, metric, param_key)
 );
 CREATE TABLE IF NOT EXISTS gate_verdicts (
@@ -213,6 +217,51 @@ MIGRATE_SUMMARIES = """
 ALTER TABLE measurements ADD COLUMN IF NOT EXISTS mean DOUBLE;
 ALTER TABLE measurements ADD COLUMN IF NOT EXISTS stddev DOUBLE;
 """
+# Schema 8: how the harness timed each point (asv's number and repeat, pytest-benchmark's
+# iterations and rounds: ``ragbench.timing``) kept with the stored change points and alert
+# cells, at the step (``timing``) and before it (``prev_timing``). An older store's get theirs
+# from the measurements: each point's and the one before it in its series (a newest run's
+# cell: the point before, where a new one keeps the lookback's median).
+MIGRATE_TIMING = """
+ALTER TABLE change_points ADD COLUMN IF NOT EXISTS timing JSON;
+ALTER TABLE change_points ADD COLUMN IF NOT EXISTS prev_timing JSON;
+ALTER TABLE alert_cells ADD COLUMN IF NOT EXISTS timing JSON;
+ALTER TABLE alert_cells ADD COLUMN IF NOT EXISTS prev_timing JSON;
+CREATE TEMP TABLE timed_points AS
+WITH pts AS (
+    SELECT r.branch, r.machine, coalesce(r.environment, '') AS environment, m.benchmark,
+           m.metric, m.param_key, r.commit_hash, r.env_key, min(r.commit_time) AS t,
+           min(r.started_at) AS s, min(m.stats_number) AS n, min(m.stats_repeat) AS k,
+           any_value(r.source) AS source
+    FROM measurements m JOIN runs r USING (run_id)
+    WHERE m.status = 'ok' AND m.median IS NOT NULL
+      AND (r.label IS NULL OR r.label NOT LIKE 'gate:%')
+      AND (m.stats_number IS NOT NULL OR m.stats_repeat IS NOT NULL)
+    GROUP BY ALL
+), named AS (
+    SELECT *, CASE WHEN source = 'pytest-benchmark'
+                   THEN json_object('iterations', n, 'rounds', k)
+                   ELSE json_object('number', n, 'repeat', k) END AS timing
+    FROM pts
+)
+SELECT *, lag(timing) OVER (PARTITION BY branch, machine, environment, benchmark, metric,
+                                         param_key ORDER BY t NULLS FIRST, s, commit_hash,
+                                         env_key) AS prev_timing
+FROM named;
+UPDATE change_points c SET timing = p.timing, prev_timing = p.prev_timing FROM timed_points p
+ WHERE c.timing IS NULL AND c.branch = p.branch AND c.machine = p.machine
+   AND c.environment = p.environment AND c.benchmark = p.benchmark AND c.metric = p.metric
+   AND c.param_key = p.param_key AND c.commit_hash = p.commit_hash
+   AND c.env_key IS NOT DISTINCT FROM p.env_key;
+UPDATE alert_cells c SET timing = p.timing, prev_timing = p.prev_timing FROM (
+    SELECT branch, machine, environment, benchmark, metric, param_key, commit_hash,
+           any_value(timing) AS timing, any_value(prev_timing) AS prev_timing
+    FROM timed_points GROUP BY ALL) p
+ WHERE c.timing IS NULL AND c.branch = p.branch AND c.machine = p.machine
+   AND c.environment = p.environment AND c.benchmark = p.benchmark AND c.metric = p.metric
+   AND c.param_key = p.param_key AND c.commit_hash = p.commit_hash;
+DROP TABLE timed_points;
+"""
 # Schema 1 -> 2: a status per measurement; acceptances name their pull request and the commit
 # they were given on (a main commit's carried copy names the PR head). Schema 2 -> 3 also:
 # asv's 99% confidence interval of each value (``stats_ci_99_a``/``_b``), which judges a cell
@@ -228,6 +277,7 @@ ALTER TABLE measurements ADD COLUMN IF NOT EXISTS ci_99_b DOUBLE;
     + MIGRATE_ENVIRONMENTS
     + MIGRATE_GATE_IDS
     + MIGRATE_SUMMARIES
+    + MIGRATE_TIMING
 )
 
 

@@ -65,6 +65,8 @@ def run(args) -> int:
     for a in found:
         moved = alerts.moves(store, a["machine"], a, policies) if a["state"] != "fixed" else []
         print(text(a, repository, moved, project.load(store, a["machine"])))
+    if state is None:
+        print(settings_text(store.alerts(args.machine, cells="settings")), end="")
     new = sum(a["state"] == "new" for a in found)
     for m in [args.machine] if args.machine else sorted({a["machine"] for a in found}):
         print(stale_text(m, alerts.stale_series(store, m, policies)), end="")
@@ -99,7 +101,8 @@ def stale_text(machine: str, reports: list) -> str:
              "machine's newest run: not judged)", ""]  # fmt: skip
     for r in reports[:STALE_SHOWN]:
         env = f" ({r.environment})" if r.environment else ""
-        lines.append(f"- `{r.key[0]}.{r.key[1]} {r.key[2]}`{env}: last point "
+        name = f"{r.key[0]}.{r.key[1]} {r.key[2]}".rstrip()
+        lines.append(f"- `{name}`{env}: last point "
                      f"{r.points[-1].commit_hash[:12]} of {r.stale_since}")  # fmt: skip
     if len(reports) > STALE_SHOWN:
         lines.append(f"- ... and {len(reports) - STALE_SHOWN} more")
@@ -129,10 +132,10 @@ def text(a: dict, repository: str | None, moved: list[str] = (), project=None) -
         interval = f", after/before {interval}" if interval else ""
         env = f" [{c['environment']}]" if c["environment"] else ""
         if c["found_by"] not in alerts.STEP_FOUND:
-            lines.append(f"- `{c['benchmark']}.{c['metric']} {c['param_key']}`{env}: {change} "
+            lines.append(f"- {alerts.cell_name(c)}{env}: {change} "
                          f"(before: {_num(c['before'])}, now: {_num(c['after'])})")  # fmt: skip
             continue
-        lines.append(f"- `{c['benchmark']}.{c['metric']} {c['param_key']}`{env}: "
+        lines.append(f"- {alerts.cell_name(c)}{env}: "
                      f"{c['before']:.4g} -> {c['after']:.4g}, {change}{interval} "
                      f"({c['found_by']})")  # fmt: skip
     if moved:
@@ -148,6 +151,30 @@ def text(a: dict, repository: str | None, moved: list[str] = (), project=None) -
     if bisect:
         lines.append(f"Bisect the range: `{bisect}`")
     return "\n".join(lines) + "\n"
+
+
+def settings_text(found: list[dict]) -> str:
+    """The steps where a measurement setting changed (``ragbench.timing``), by commit: not
+    alerted as the code's, listed so that a person can still look."""
+    from .. import alerts
+
+    cells = sum(len(a["cells"]) for a in found)
+    if not cells:
+        return ""
+    lines = [f"## Measurement setting changed: {cells} step(s) at {len(found)} commit(s), not "
+             "alerted as the code's", "", "The harness timed these cells otherwise on either "
+             "side of the step (asv's number or repeat, pytest-benchmark's iterations or "
+             "rounds, by 2x or more, where its calibration does not explain it): the step "
+             "is the measurement's until the same settings show it.", ""]  # fmt: skip
+    for a in found:
+        lines.append(f"- {a['machine']} at {a['commit_hash'][:12]} ({a['commit_time']}):")
+        for c in a["cells"]:
+            change, _ = alerts.cell_words(c)
+            env = f" [{c['environment']}]" if c["environment"] else ""
+            lines.append(f"  - {alerts.cell_name(c)}{env}: {c['settings_changed']}; "
+                         f"{c['before']:.4g} -> {c['after']:.4g}, {change} "
+                         f"({c['found_by']})")  # fmt: skip
+    return "\n".join(lines) + "\n\n"
 
 
 def _num(x) -> str:
