@@ -9,7 +9,7 @@ import streamlit as st
 
 from dashboard import draws
 from dashboard.draw import shown
-from dashboard.read import policies, store
+from dashboard.read import asv_project, policies, store
 from ragbench import alerts, follow_up
 from ragbench.store import Store
 
@@ -128,7 +128,8 @@ def alert_box(ctx, a: dict, repository: str | None) -> None:
         by = f" (by {a['changed_by']})" if a["changed_by"] else ""
         st.markdown(f"**{a['machine']} at `{commit}`** ({a['commit_time']}): "
                     f"**{a['state']}**{why}{by}, {len(a['cells'])} cell(s)")  # fmt: skip
-        diff = follow_up.diff_url(repository, a)
+        of = asv_project(ctx["path"], ctx["mtime"], a["machine"])  # another project's results
+        diff = follow_up.diff_url(repository, a, of)
         since = f"`{a['prev_commit_hash'][:12]}`..`{commit}`" if a["prev_commit_hash"] else commit
         st.caption(f"arrived in {since}" + (f": [the diff]({diff})" if diff else "")
                    + (f"; fixed by `{a['fixed_by'][:12]}`" if a["fixed_by"] else ""))  # fmt: skip
@@ -147,8 +148,10 @@ def alert_box(ctx, a: dict, repository: str | None) -> None:
             for moved in moves(ctx["path"], ctx["mtime"], ctx["branch"], a["machine"],
                                a["commit_hash"]):  # fmt: skip
                 st.caption(f"Since then: {moved}")
-        st.code(follow_up.repro_command(a), language="bash", wrap_lines=True)
-        bisect = follow_up.bisect_command(a)
+        repro = follow_up.repro_command(a, of)
+        if repro:
+            st.code(repro, language="bash", wrap_lines=True)
+        bisect = follow_up.bisect_command(a, of)
         if bisect:
             st.caption("Several commits between? Find the first that shows it:")
             st.code(bisect, language="bash", wrap_lines=True)

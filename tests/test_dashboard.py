@@ -592,6 +592,22 @@ def test_the_alerts_page_opens_while_one_is_new_and_its_buttons_change_the_state
     assert app(path).sidebar.radio[0].value == "Overview"  # nothing new: the usual landing
 
 
+def test_another_projects_alert_links_and_measures_that_project(tmp_path):
+    """django-asv's published results (tests/data/public/asv-django): the Alerts page links
+    django's own compare page and prints the re-measure and bisect commands of its asv config,
+    as ``ragbench alerts`` does; before, this checkout's origin and a gate of this suite."""
+    path = tmp_path / "perf.duckdb"
+    with Store(path) as s:
+        ingest(s, [REPO / "tests/data/public/asv-django"], branch="main", log=lambda m: None)
+    at = app(path)
+    assert not at.exception, at.exception
+    assert at.sidebar.radio[0].value == "Alerts"
+    assert "https://github.com/django/django/compare/" in texts(at)
+    codes = [c.value for c in at.code]
+    conf = str(REPO / "tests/data/public/asv-django/asv.conf.json")
+    assert codes and all(f"--config {conf}" in c for c in codes), codes
+
+
 def test_a_broken_bound_on_mains_newest_commit_shows_failing_on_every_page(tmp_path):
     """The kernel's error ratio 6,418 against its bound of 2 on main's newest two commits: the
     Overview fails (no PASS with 0 bound violations) and names the open alert, the Alerts page
