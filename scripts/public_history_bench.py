@@ -33,7 +33,8 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def run(tree: Path, *args: str) -> tuple[float, str, int]:
-    """``python -m ragbench ARGS`` in ``tree``: (seconds, stdout and stderr, exit code)."""
+    """``ragbench ARGS`` (this Python's ``-m ragbench``) in ``tree``: (seconds, stdout and stderr,
+    exit code)."""
     t0 = time.perf_counter()
     p = subprocess.run([sys.executable, "-m", "ragbench", *args], cwd=tree,
                        capture_output=True, text=True)  # fmt: skip
