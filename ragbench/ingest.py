@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
 
-from . import alerts, asv_results, changepoints, fingerprint, jsonfile
+from . import asv_results, fingerprint, jsonfile
 from .store import FAILED, OK, Columns, Measurement, Run, Store, param_key
 
 # asv writes these beside its result files, and a project's root holds its config: not results.
@@ -51,26 +51,21 @@ BATCH_ROWS = 10_000
 
 @dataclass
 class Report:
-    """What an ingest did: files stored, already there, and refused (with the reason)."""
+    """What an ingest did: files stored, already there, and refused (with the reason), and the
+    ids of the runs it stored (``new_runs``: what ``ragbench.detection.update`` takes)."""
 
     stored: list[Path] = field(default_factory=list)
     duplicate: list[Path] = field(default_factory=list)
     failed: list[tuple[Path, str]] = field(default_factory=list)
     rows: int = 0
     seconds: float = 0.0
-    series: int = 0  # series whose stored change points were brought up to date
-    series_seconds: float = 0.0  # ... and the alerts in this time (after ``seconds``)
-    alerts: int = 0  # main's alerts made, grown or marked fixed (ragbench.alerts)
+    new_runs: list[str] = field(default_factory=list)
 
     def summary(self) -> str:
         rate = self.rows / self.seconds if self.seconds else 0.0
-        updated = (f"; change points of {self.series} series updated in "
-                   f"{self.series_seconds:.1f} s" if self.series else "")  # fmt: skip
-        if self.alerts:
-            updated += f"; {self.alerts} of main's alerts made, grown or fixed (ragbench alerts)"
         return (
             f"{len(self.stored)} file(s) stored ({self.rows} rows, {rate:.0f} rows/s), "
-            f"{len(self.duplicate)} already stored, {len(self.failed)} refused{updated}"
+            f"{len(self.duplicate)} already stored, {len(self.failed)} refused"
         )
 
 
@@ -425,7 +420,9 @@ def ingest(
     machines: Callable[[str], str] | None = None,
     log: Callable[[str], None] = lambda msg: None,
 ) -> Report:
-    """Store every result file under ``paths``; -> what happened to each. ``machines`` names
+    """Store every result file under ``paths``; -> what happened to each, and the runs stored
+    (it detects nothing: a command that ingests main's history then calls
+    ``ragbench.detection.update`` with its policies). ``machines`` names
     the machine of a runner (``Policies.machine``: the policies' ``[machines]``); the runner's
     own name is kept (``runner``), and the run is the same run whatever it is called."""
     files = discover(paths)
@@ -433,7 +430,6 @@ def ingest(
     t0 = time.perf_counter()
     every = max(1, len(files) // 20)  # progress: each file for small ingests, ~5% steps else
     batch: list[tuple[int, Path, Run, Columns]] = []
-    new_runs: list[str] = []
 
     def refuse(path: Path, why: str) -> None:
         report.failed.append((path, why))
@@ -453,7 +449,7 @@ def ingest(
                 else:
                     report.stored.append(path)
                     report.rows += added
-                    new_runs.append(run.run_id)
+                    report.new_runs.append(run.run_id)
                 if i % every == 0 or i == len(files):
                     what = "already stored" if added is None else f"{added} rows"
                     rate = report.rows / (time.perf_counter() - t0)
@@ -479,9 +475,4 @@ def ingest(
     described = asv_project(report.stored + report.duplicate)
     if described:
         store.describe(**described)
-    if new_runs:  # the series that got a point: their stored change points brought up to date,
-        # then main's alerts (the steps those change points are, and the ones undone since)
-        report.series = changepoints.update(store, new_runs)
-        report.alerts = alerts.update_runs(store, new_runs)
-        report.series_seconds = time.perf_counter() - t0 - report.seconds
     return report

@@ -17,9 +17,10 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from . import suite
+from . import detection, suite
 from .github import Client, GitHubError
 from .ingest import ingest
+from .policies import Policies
 from .pr import merged_pulls
 from .store import Store
 
@@ -102,10 +103,12 @@ def carry(store: Store, client: Client | None, sha: str, branch: str, out: Recor
 def record(store: Store, *, before: str | None, after: str, machine: str, mode: str,
            results_dir: Path, bench: list[str] = (), branch: str = "main",
            max_commits: int = 30, client: Client | None = None,
+           policies: Policies | None = None,
            log: Callable[[str], None] = print) -> Recorded:  # fmt: skip
     """Measure and store main's pushed commits (module docstring); with ``client``, carry each
     one's merged pull request's acceptances to it, also for commits stored before (a re-run
-    carries what a GitHub failure left)."""
+    carries what a GitHub failure left). Each stored commit's change points and main's alerts
+    are brought up to date with ``policies`` (default: the shipped policies.toml)."""
     todo, done, left_out = commits(store, machine, before, after, max_commits)
     out = Recorded(skipped=done, left_out=left_out)
     if client is None:
@@ -130,6 +133,7 @@ def record(store: Store, *, before: str | None, after: str, machine: str, mode: 
         if summary["asv_exit"] != 0:
             out.benchmark_failures.append(sha)
         report = ingest(store, [Path(summary["result"])], branch=branch, log=log)
+        detection.update(store, report.new_runs, policies)
         if report.failed:
             out.refused.append(sha)
         else:

@@ -20,7 +20,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from ragbench import synth
+from ragbench import detection, synth
 from ragbench.ingest import ingest
 from ragbench.store import Store
 
@@ -41,6 +41,7 @@ def timed_ingest(spec, dirs: list[Path]) -> dict:
     store = Store(spec)
     t0 = time.perf_counter()
     report = ingest(store, dirs, branch="main")
+    detection.update(store, report.new_runs)
     seconds = time.perf_counter() - t0
     if report.failed:
         raise RuntimeError(f"refused: {report.failed[:3]}")

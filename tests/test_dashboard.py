@@ -13,10 +13,10 @@ from pathlib import Path
 
 import pyarrow as pa
 import pytest
+from conftest import ingest
 
 from dashboard import PAGES, SEVERITY
 from ragbench import synth
-from ragbench.ingest import ingest
 from ragbench.store import Store
 
 REPO = Path(__file__).resolve().parent.parent

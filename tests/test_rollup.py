@@ -9,9 +9,9 @@ import shutil
 import duckdb
 import pandas as pd
 import pytest
+from conftest import ingest
 
 from ragbench import synth
-from ragbench.ingest import ingest
 from ragbench.rollup import Rollup, sync
 from ragbench.store import Store
 

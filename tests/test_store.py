@@ -16,9 +16,10 @@ from pathlib import Path
 
 import duckdb
 import pytest
+from conftest import ingest
 
 from ragbench import synth
-from ragbench.ingest import ingest, parse
+from ragbench.ingest import parse
 from ragbench.store import Store, StoreError
 
 REPO = Path(__file__).resolve().parent.parent

@@ -29,11 +29,14 @@ def add_parser(sub) -> None:
                    help="record the runs as made on this branch (history is main's)")  # fmt: skip
     i.add_argument("--policies", type=Path, default=None,
                    help="policies file (TOML); its [machines] map runner names to machines "
-                   "(hosted CI runners, each named after its node, as one machine)")  # fmt: skip
+                   "(hosted CI runners, each named after its node, as one machine), its main "
+                   "settings the change points and alerts of the series the runs gave a "
+                   "point")  # fmt: skip
     i.set_defaults(func=run)
 
 
 def run(args) -> int:
+    from ..detection import update
     from ..ingest import ingest
 
     missing = [p for p in args.paths if not p.exists()]
@@ -43,5 +46,7 @@ def run(args) -> int:
     store = open_store(args)
     report = ingest(store, args.paths, label=args.label, branch=args.branch,
                     machines=policies.machine, log=log)  # fmt: skip
-    log(f"ragbench ingest: {report.summary()} into {store.name}")
+    # the series that got a point: their change points and main's alerts, with these policies
+    detected = update(store, report.new_runs, policies)
+    log(f"ragbench ingest: {report.summary()}{detected.summary()} into {store.name}")
     return 1 if report.failed else 0

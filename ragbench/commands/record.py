@@ -40,6 +40,9 @@ def add_parser(sub) -> None:
                      help="asv results directory (default results/asv)")  # fmt: skip
     rec.add_argument("--max-commits", type=int, default=30,
                      help="measure at most this many commits (default 30)")  # fmt: skip
+    rec.add_argument("--policies", type=Path, default=None,
+                     help="policies file (TOML): the settings of the change points and alerts "
+                     "of the stored commits (default: the shipped one)")  # fmt: skip
     store_arg(rec, history=True)
     machine_arg(rec)
     bench_arg(rec)
@@ -47,6 +50,7 @@ def add_parser(sub) -> None:
 
 
 def run(args) -> int:
+    from ..policies import load_policies
     from ..record import record
 
     store = open_store(args)
@@ -56,7 +60,8 @@ def run(args) -> int:
     out = record(
         store, before=args.before, after=args.after, machine=machine_of(args), mode=args.mode,
         results_dir=args.results, bench=args.bench, branch=store.branch,
-        max_commits=args.max_commits, client=client, log=log,
+        max_commits=args.max_commits, client=client, policies=load_policies(args.policies),
+        log=log,
     )  # fmt: skip
     carried = f"{out.carried} accepted cell(s) carried" if client else "no GitHub access"
     log(
