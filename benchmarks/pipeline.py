@@ -9,9 +9,9 @@ Speedups are ratios of two pipelines from the same run, never across runs. GPU o
 
 from __future__ import annotations
 
-from . import _grids as G
-from . import _measure
-from . import _suite as S
+from .support import grids as G
+from .support import measure as _measure
+from .support import suite as S
 
 
 class _ImgPerS(S.Grid):

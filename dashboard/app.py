@@ -24,7 +24,7 @@ import streamlit as st
 # `streamlit run dashboard/app.py` puts dashboard/ on the path, not the repository
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from benchmarks import _catalogue as catalogue
+from benchmarks.support import catalogue
 from dashboard import (
     PAGES,
     RENDER,

@@ -11,7 +11,7 @@ from pathlib import Path
 import pandas as pd
 import streamlit as st
 
-from benchmarks._catalogue import DISPATCH_FLOOR, DRIFT_SUFFIX
+from benchmarks.support.catalogue import DISPATCH_FLOOR, DRIFT_SUFFIX
 from ragbench import changepoints, compare, history
 from ragbench.lake import is_lake
 from ragbench.policies import POLICIES, Policies, load_policies

@@ -18,7 +18,7 @@ the branch lacks); where none of them shows it, the merge itself is the first ba
 
 A step measures the cell alone: asv ``--bench`` with ``discovery.bench_regex`` (the cell's
 benchmark and params), or, where its metric is ``paired``, the paired runner's ``--only``
-(``benchmarks._paired``: base, A/A and head in each of ``processes`` processes, the base
+(``benchmarks.support.paired``: base, A/A and head in each of ``processes`` processes, the base
 loaded beside each candidate as the paired design needs). With asv, each base (A, a
 merge-base) is measured once, ``rounds`` runs, and each candidate ``rounds`` runs judged
 against those samples by the gate's rules (``compare.compare``). A candidate shows the step

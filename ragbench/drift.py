@@ -4,7 +4,7 @@ and stack, judged against what the same code gives run to run.
 The numerics benchmarks hold each output to a bound against a reference (the pipeline's logits
 within 2x ``padded_full``'s drift of ``padded_max``, the kernel within 2x eager PyTorch's error
 of the float64 oracle): loose enough that a kernel whose softmax scale is 1% off passes the
-pipeline's bound. This comparison is exact instead. ``benchmarks/_outputs.py`` computes the
+pipeline's bound. This comparison is exact instead. ``benchmarks/support/outputs.py`` computes the
 raw outputs of the same workloads for base, head and base again (``aa``, after head, where
 head moved) in one process; for each output:
 
@@ -34,6 +34,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
+import math
 import re
 import shlex
 import sys
@@ -184,7 +185,7 @@ def judge_output(benchmark: str, metric: str, params: dict, base, head, noise_pa
 
 
 class Outputs:
-    """A file of ``benchmarks._outputs``: its meta document and arrays, by cell and arm."""
+    """A file of ``benchmarks.support.outputs``: its meta document and arrays, by cell and arm."""
 
     def __init__(self, path: Path):
         import numpy as np
@@ -196,7 +197,9 @@ class Outputs:
             if self.meta.get("schema") != 1 or not isinstance(self.meta.get("cells"), list):
                 raise ValueError("no schema-1 meta document")
         except (OSError, ValueError, KeyError, zipfile.BadZipFile) as exc:
-            raise DriftError(f"{self.path}: not a file of benchmarks._outputs ({exc})") from None
+            raise DriftError(
+                f"{self.path}: not a file of benchmarks.support.outputs ({exc})"
+            ) from None
         self.cells = {(c["benchmark"], param_key(c["params"])): (i, c)
                       for i, c in enumerate(self.meta["cells"])}  # fmt: skip
 
@@ -286,10 +289,10 @@ def margin_of(policies: Policies) -> float:
 def run_outputs(arms: dict[str, Path], out: Path, *, mode: str = "quick", only: str | None = None,
                 aa_where_moved: bool = False, python: Path | str | None = None,
                 log: Callable[[str], None] = print) -> Outputs:  # fmt: skip
-    """``benchmarks._outputs`` in a fresh process of ``python`` (default this one)."""
+    """``benchmarks.support.outputs`` in a fresh process of ``python`` (default this one)."""
     args = ["--out", str(out), *(["--only", only] if only else []),
             *(["--aa-where-moved"] if aa_where_moved else [])]  # fmt: skip
-    code, last = suite.runner("benchmarks._outputs", arms, args, mode=mode, python=python)
+    code, last = suite.runner("benchmarks.support.outputs", arms, args, mode=mode, python=python)
     if code != 0 or not out.is_file():
         raise DriftError(f"the outputs runner exited with {code}: {last or 'no message'}")
     log(last or "outputs: done")
@@ -327,7 +330,7 @@ def compare_trees(base: Path, head: Path, work: Path, *, margin: float = MARGIN,
     report = head_against_base(f, margin)
     report.seconds = time.perf_counter() - t0
     b, h = map(shlex.quote, map(str, shown or (base, head)))
-    report.command = (f"RAGBENCH_MODE={mode} .venv/bin/python -m benchmarks._outputs "
+    report.command = (f"RAGBENCH_MODE={mode} .venv/bin/python -m benchmarks.support.outputs "
                       f"--arm base={b} --arm head={h} --arm aa={b} "
                       + (f"--only {shlex.quote(only)} " if only else "")
                       + "--aa-where-moved --out outputs.npz && .venv/bin/python -m ragbench.drift "
@@ -390,7 +393,7 @@ def compare_stacks(commit: str, pythons: dict[str, Path], work: Path, *,
                                  python=pythons[s], log=log) for s in sides]  # fmt: skip
     report = between_stacks(*first, margin=margin, again=again)
     report.seconds = time.perf_counter() - t0
-    run = "-m benchmarks._outputs --arm base=SRC --arm aa=SRC " + (
+    run = "-m benchmarks.support.outputs --arm base=SRC --arm aa=SRC " + (
         f"--only {shlex.quote(only)} " if only else "") + "--out"  # fmt: skip
     report.command = (f"git worktree add SRC {commit[:12]} && RAGBENCH_MODE={mode} "
                       f"{pythons['base']} {run} A.npz && RAGBENCH_MODE={mode} "
@@ -422,6 +425,44 @@ def between_stacks(a: Outputs, b: Outputs, *, margin: float = MARGIN,
                        command=f".venv/bin/python -m ragbench.drift {a.path} {b.path}")  # fmt: skip
 
 
+def drift_section(d) -> list[str]:
+    """A ``DriftReport`` as markdown (the gate's report, ``ragbench versions``, this module's
+    command line): which outputs moved against base (or between two stacks), by
+    how much, the run-to-run noise, the rule, and the command that reproduces it."""
+    if d is None:
+        return []
+    title = ("Numeric drift between the stacks" if d.between == "stacks"
+             else "Outputs against base (numeric drift)")  # fmt: skip
+    lines = ["", f"### {title}", ""]
+    if d.skipped:
+        return [*lines, f"Not compared: {d.skipped}."]
+    moved = [o for o in d.outputs if o.moved is not None]
+    failed = [o for o in d.outputs if o.status == Status.FAILED]
+    lines += [
+        f"{len(d.outputs)} outputs compared ({d.device}, {d.seconds:.0f} s): "
+        f"{len(d.outputs) - len(moved) - len(failed)} identical bit for bit, "
+        f"{len(moved) - len(d.findings)} moved within run-to-run noise, "
+        f"{len(d.findings)} drift finding(s), {len(failed)} failed on head.",
+        "",
+        d.rule(),
+    ]
+    if moved or failed:
+        lines += ["", "| output | status | how far it moved | run-to-run noise |",
+                  "|---|---|---|---|"]  # fmt: skip
+        for o in [*moved, *failed]:
+            what = o.moved.describe(o.metric) if o.moved else o.note
+            noise = _noise(o.noise)
+            lines.append(f"| `{o.benchmark}.{o.metric}` {o.key[2]} | {o.status} | {what} | "
+                         f"{noise} |")  # fmt: skip
+    return [*lines, "", f"Reproduce: `{d.command}`"] if d.command else lines
+
+
+def _noise(x: float | None) -> str:
+    if x is None or math.isnan(x):
+        return "-"
+    return "inf" if math.isinf(x) else f"{x:.3g}"
+
+
 # --- the command line (ragbench.drift as a module) ----------------------------------------
 
 
@@ -431,8 +472,6 @@ def main(argv=None) -> int:
                     help="one file (head against base), or two (stack B against A)")  # fmt: skip
     ap.add_argument("--margin", type=float, default=MARGIN, help="times the run-to-run noise")
     args = ap.parse_args(argv)
-    from .report import drift_section
-
     try:
         if len(args.files) > 2:
             raise ValueError("one file, or two (stack A, stack B)")

@@ -55,7 +55,7 @@ def collect(*, commit: str, machine: str, mode: str) -> dict:
     """This process's environment: GPU, driver, CUDA, library versions, commit, harness."""
     import torch
 
-    from benchmarks._harness import HARNESS_VERSION
+    from benchmarks.support.harness import HARNESS_VERSION
 
     gpu = torch.cuda.is_available()
     props = torch.cuda.get_device_properties(0) if gpu else None

@@ -2,7 +2,7 @@
 ``policies.toml``): base, head and base again timed in the same process.
 
 Host time per call moves 1.6-2.1x from one process to the next on our VMs, so runs of base and
-head in separate processes cannot show a 10% change of it. ``benchmarks/_paired.py`` loads
+head in separate processes cannot show a 10% change of it. ``benchmarks/support/paired.py`` loads
 both revisions into one process and times them in randomized interleaved rounds; this module
 runs it in ``processes`` fresh processes and judges each cell from the per-round ratios
 head/base: their median, a sign test (Holm over the paired cells), and the distribution-free
@@ -68,7 +68,7 @@ def _process(arms: dict[str, Path], out: Path, *, seed: int, mode: str, rounds: 
         args += ["--rounds", str(rounds)]
     if pipeline_rounds:
         args += ["--pipeline-rounds", str(pipeline_rounds)]
-    code, last = suite.runner("benchmarks._paired", arms, args, mode=mode)
+    code, last = suite.runner("benchmarks.support.paired", arms, args, mode=mode)
     if code != 0 or not out.is_file():
         raise PairedError(f"the paired runner exited with {code}: {last or 'no message'}")
     try:

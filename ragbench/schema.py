@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import re
 
-from benchmarks._catalogue import DISPATCH_FLOOR, DRIFT_SUFFIX
+from benchmarks.support.catalogue import DISPATCH_FLOOR, DRIFT_SUFFIX
 
 # Units where a larger value is better; every other timed unit is a latency.
 HIGHER_IS_BETTER = ("img/s", "rows/s", "ops/s")

@@ -21,8 +21,8 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
-from benchmarks._harness import ANCHOR
-from benchmarks._measure import ANCHOR_ENV
+from benchmarks.support.harness import ANCHOR
+from benchmarks.support.measure import ANCHOR_ENV
 
 from . import fingerprint
 
@@ -210,7 +210,7 @@ def run(
 
 
 def _anchor(stack: contextlib.ExitStack, work: Path, log) -> Path | None:
-    """A worktree of the anchor revision (benchmarks/_harness.ANCHOR), which the kernel runs
+    """A worktree of the anchor revision (benchmarks/support/harness.ANCHOR), which the kernel runs
     also time in their own processes; None, and a log line, where this clone lacks it."""
     try:
         git("cat-file", "-e", f"{ANCHOR}^{{commit}}")

@@ -12,7 +12,7 @@
 processes, one per run as the gate's asv runs are, in blocks that mimic a gate job: base and
 head alternating for the gate's rounds, then one more pair for the re-measurement. The head of
 a block is the same code (A/A) or the triton kernel slowed by 2%, 5% or 10% of its device time
-(``benchmarks/_inject.py``); blocks cycle through those conditions until ``--seconds`` pass.
+(``benchmarks/support/inject.py``); blocks cycle through those conditions until ``--seconds`` pass.
 Each run is one JSON file of the values asv would record, read through the suite's own classes.
 
 ``analyze`` feeds the blocks to ``ragbench.compare`` with the policies in force and reports the
@@ -59,7 +59,7 @@ def _classes():
 def measure(inject: float) -> dict:
     """One run: the kernel grid measured in this process, as asv's cells would hold it."""
     os.environ["RAGBENCH_INJECT_SLOWDOWN"] = str(inject)
-    from benchmarks import _measure
+    from benchmarks.support import measure as _measure
 
     t0 = time.time()
     cache = _measure.kernels(None)
@@ -382,7 +382,15 @@ def paired_collect(out: Path, seconds: float, only: str | None, rounds: int | No
     i = len(list(out.glob("paired-*.json")))
     while time.time() + last < t_end:
         path = out / f"paired-{i:04d}.json"
-        cmd = [sys.executable, "-m", "benchmarks._paired", "--out", str(path), "--seed", str(i)]
+        cmd = [
+            sys.executable,
+            "-m",
+            "benchmarks.support.paired",
+            "--out",
+            str(path),
+            "--seed",
+            str(i),
+        ]
         arms = DESIGNS[design]
         cmd += [a for arm in arms for a in ("--arm", f"{arm}={repo}")]
         cmd += [a for arm, f in arms.items() if f for a in ("--slow", f"{arm}={f}")]

@@ -80,9 +80,9 @@ def test_the_launch_promises_are_a_gpu_cell_skipped_here_with_a_reason():
 
 
 def test_the_promises_pair_each_rounds_host_times(monkeypatch):
-    """``_promises.measure``'s ratios come from the same round of both arms."""
-    from benchmarks import _harness as H
-    from benchmarks import _promises as P
+    """``promises.measure``'s ratios come from the same round of both arms."""
+    from benchmarks.support import harness as H
+    from benchmarks.support import promises as P
 
     us = {"layout": 6.0, "empty_kept": 5.0, "empty_direct": 4.0, "api": 9.0, "aten": 10.0}
     clock = {"round": 0}
@@ -162,7 +162,7 @@ def test_quick_run_writes_the_fingerprint_beside_the_results(quick_run):
         assert key in fp
     assert fp["commit"] == summary["commit"] and fp["mode"] == "quick"
     assert fp["machine"] == "ci" and fp["torch"] and fp["triton"] and fp["run_seconds"] > 0
-    from benchmarks._harness import HARNESS_VERSION
+    from benchmarks.support.harness import HARNESS_VERSION
 
     assert fp["harness_version"] == HARNESS_VERSION
 

@@ -491,7 +491,7 @@ def test_the_paired_runner_builds_no_model_for_a_kernel_cell():
     import random
     import re
 
-    from benchmarks import _paired
+    from benchmarks.support import paired as _paired
 
     built = []
 

@@ -1,5 +1,5 @@
-"""Numeric drift against base (ragbench.drift, benchmarks/_outputs): planted numeric changes are
-findings that fail the gate, the same code and a change that does not touch numerics pass; the
+"""Numeric drift against base (ragbench.drift, benchmarks/support/outputs): planted numeric changes
+are findings that fail the gate, the same code and a change that does not touch numerics pass; the
 gate runs the comparison in both modes; ``versions`` compares two stacks' files the same way.
 
 The plants are scripts/drift_plants.py's (copies of ragged/ with one edit), on the smallest grid
@@ -18,7 +18,8 @@ import pytest
 from conftest import HAS_CUDA, REPO
 from test_gate import HEAD, PARENT, add_run, gpu_cells
 
-from benchmarks import _grids, _outputs
+from benchmarks.support import grids as _grids
+from benchmarks.support import outputs as _outputs
 from ragbench import compare, drift, gate
 from ragbench.policies import load_policies
 from ragbench.report import gate_markdown

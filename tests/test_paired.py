@@ -148,7 +148,7 @@ def test_paired_metrics_are_not_judged_across_processes():
 
 
 def test_two_revisions_in_one_process(tmp_path):
-    from benchmarks import _revision
+    from benchmarks.support import revision as _revision
 
     other = tmp_path / "other"
     shutil.copytree(REPO / "ragged", other / "ragged")
@@ -211,7 +211,7 @@ def test_the_anchored_host_ratio_is_tracked_on_main_only():
 
 
 def test_the_launch_promises_are_bounds_at_the_promised_ratios():
-    from benchmarks import _promises
+    from benchmarks.support import promises as _promises
 
     pol = load_policies()
     for cell, (_, _, limit) in _promises.CELLS.items():

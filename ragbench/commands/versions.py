@@ -63,8 +63,9 @@ def add_parser(sub) -> None:
 
 def run(args) -> int:
     from .. import drift
+    from ..drift import drift_section
     from ..gate import _resolve, run_gate
-    from ..report import drift_section, gate_markdown
+    from ..report import gate_markdown
 
     policies = load_policies(args.policies)
     args.commit = _resolve(args.commit)  # one commit (a range is refused) before any build

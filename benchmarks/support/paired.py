@@ -1,17 +1,17 @@
 """Revisions timed in one process, in randomized interleaved rounds: the paired runner.
 
-    python -m benchmarks._paired --arm base=SRC --arm aa=SRC --arm head=SRC --out FILE
+    python -m benchmarks.support.paired --arm base=SRC --arm aa=SRC --arm head=SRC --out FILE
         [--rounds 40] [--pipeline-rounds 30] [--seed 0] [--slow ARM=FRACTION] [--only REGEX]
 
 ``ragbench gate`` runs it in a few fresh processes (``ragbench.paired``) for the metrics that
 include host time: those move 1.6-2.1x from one process to the next on our VMs, and two arms
 interleaved in one process agree within 0.5% (docs/calibration.md). An arm is a name and a
-source tree whose ``ragged/`` is loaded under a package name of its own (``_revision``); the
+source tree whose ``ragged/`` is loaded under a package name of its own (``revision``); the
 gate's arms are base, head, and ``aa``: base loaded a second time, whose ratio to base says
 how far this process moves what did not change.
 
-The cells are the suite's own (same benchmark names and parameters, ``_grids`` axes, the
-workloads of ``_workloads`` bound to each revision, the ``_harness`` timers):
+The cells are the suite's own (same benchmark names and parameters, ``grids`` axes, the
+workloads of ``workloads`` bound to each revision, the ``harness`` timers):
 
     kernel.KernelLatency   host_us, call_us     every workload of the kernel grid
     kernel.DispatchFloor   floor_us, dispatch_us    (dispatch: the round's call_us less the
@@ -45,9 +45,9 @@ import sys
 import time
 from pathlib import Path
 
-from . import _grids as G
-from . import _harness as H
-from . import _revision
+from . import grids as G
+from . import harness as H
+from . import revision as _revision
 
 SCHEMA = 1
 GRAPH_CALLS = 20  # calls per graph replay (gpu_us of the round: H.kernel_sampler)

@@ -1,13 +1,13 @@
 """The numerics workloads' raw outputs, per revision, on the same inputs: what
 ``ragbench.drift`` compares.
 
-    python -m benchmarks._outputs --arm base=SRC --arm head=SRC --arm aa=SRC --out FILE.npz
+    python -m benchmarks.support.outputs --arm base=SRC --arm head=SRC --arm aa=SRC --out FILE.npz
         [--only REGEX] [--aa-where-moved]
 
 An arm is a name and a source tree whose ``ragged/`` is loaded under a package name of its own
-(``_revision``, as the paired runner does); every arm runs in this one process, on this stack.
-The cells are the numerics benchmarks' workloads (``_grids``; ``RAGBENCH_MODE`` picks the
-grid), each computed by every arm through ``_workloads`` bound to it:
+(``revision``, as the paired runner does); every arm runs in this one process, on this stack.
+The cells are the numerics benchmarks' workloads (``grids``; ``RAGBENCH_MODE`` picks the
+grid), each computed by every arm through ``workloads`` bound to it:
 
     drift.Pipeline  logits, keep_masks   numerics.Drift's grid and padded_max (the CPU subset:
                                          cpu.Drift's, DeiT-Ti fp32, Triton's interpreter)
@@ -41,10 +41,10 @@ import sys
 import time
 from pathlib import Path
 
-from . import _grids as G
-from . import _harness as H
-from . import _revision
-from ._suite import mode as grid_mode
+from . import grids as G
+from . import harness as H
+from . import revision as _revision
+from .suite import mode as grid_mode
 
 SCHEMA = 1
 PIPELINE, KERNEL = "drift.Pipeline", "drift.Kernel"

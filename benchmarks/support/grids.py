@@ -1,4 +1,4 @@
-"""Every parameter axis of the suite, quick and full (see ``_suite.grid``).
+"""Every parameter axis of the suite, quick and full (see ``suite.grid``).
 
 asv runs one process per benchmark method and grid cell (~0.55 s each on the H100 VM, mostly
 asv's own imports), so the full grid is sized to run in ~10 minutes there rather than crossing
@@ -8,9 +8,9 @@ pruning methods at one model and batch size.
 
 from __future__ import annotations
 
-from . import _catalogue as C
-from ._catalogue import FULL, QUICK
-from ._suite import grid
+from . import catalogue as C
+from .catalogue import FULL, QUICK
+from .suite import grid
 
 # --- kernel.py: attention on packed ragged batches, DeiT geometry, fp16 -----------------------
 # attention backend (_catalogue.BACKENDS; a backend not available here is skipped)

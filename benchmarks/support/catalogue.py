@@ -1,5 +1,5 @@
 """What the suite measures, declared once: the attention backends it times and the pipelines
-it runs, each with the grids it is in. ``_grids``, ``_workloads``, the scripts, the store's
+it runs, each with the grids it is in. ``grids``, ``workloads``, the scripts, the store's
 views and the dashboard derive their lists from here.
 
 A backend's capabilities (dtypes, CUDA-graph capture, exact packing, use in the pipeline) are
@@ -29,7 +29,7 @@ class Backend:
     kernel: str | None  # kernel.KernelLatency / DispatchFloor / KernelError: tier
     cpu: bool = False  # cpu.py's kernel error (CPU tensors; triton: the interpreter)
     # a round at BS 64 takes seconds: timed with fewer samples (the harness's ``slow``;
-    # ``_measure.kernels`` spells the set, its source being part of the asv version)
+    # ``measure.kernels`` spells the set, its source being part of the asv version)
     slow: bool = False
 
 

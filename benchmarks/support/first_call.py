@@ -191,7 +191,7 @@ def measure(cases=CASES, *, max_seqlens=MAX_SEQLENS, head_dims=HEAD_DIMS,
     from ragged.kernels import attention as kernels
     from ragged.testing import packed_qkv
 
-    from . import _workloads as W
+    from . import workloads as W
 
     knobs = getattr(triton, "knobs", None)
     runtime = getattr(knobs, "runtime", None)

@@ -4,7 +4,7 @@ How the suite runs under asv (``asv run --launch-method forkserver``): each proc
 of a server that imported the suite, and CUDA is initialised only in the forks (it does not
 survive a fork). Each class measures its whole grid once, in ``setup_cache``: one process and
 one CUDA context, the backends of one workload measured in alternating rounds so that their
-ratios are honest. Its ``track_`` methods then return one cell of that cache (``_measure``
+ratios are honest. Its ``track_`` methods then return one cell of that cache (``measure``
 holds the three caches), in a fork each: a cell costs a fork, not a start-up.
 
 A ``track_`` method returns ``{"samples": [...], "number": 1}``. asv's runner reads that dict as
@@ -24,7 +24,7 @@ import inspect
 import math
 import os
 
-from ._harness import HARNESS_VERSION
+from .harness import HARNESS_VERSION
 
 MODES = ("quick", "full")
 NAN = math.nan
@@ -48,7 +48,7 @@ def grid(quick: list, full: list) -> list:
 def versioned(cls):
     """Set ``cls.version``: the harness version and a hash of the class's and its
     ``setup_cache``'s source (asv's own default hashes the benchmark, setup and setup_cache
-    source, but cannot see the ruler in ``_harness``).
+    source, but cannot see the ruler in ``harness``).
 
     asv drops results of another version when it compares, and the store keeps the version
     with every row: a change of the ruler or of the benchmark starts a new series instead of
@@ -76,7 +76,7 @@ def skipped(reason: str) -> dict:
 class Grid:
     """Base of the suite's classes: ``setup`` finds the cell of the cached grid or skips it.
 
-    Subclasses name their ``table`` of the cache (``_measure``) and take ``setup_cache`` from
+    Subclasses name their ``table`` of the cache (``measure``) and take ``setup_cache`` from
     there. Skips raise NotImplementedError, which asv records as skipped, never as a value.
     """
 

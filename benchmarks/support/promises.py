@@ -1,5 +1,5 @@
 """The API's launch promises, measured in one process: ``kernel.LaunchPromise`` (the suite,
-``_measure.promises``) and ``scripts/kernel_bench.py --launch-paths`` both call ``measure``.
+``measure.promises``) and ``scripts/kernel_bench.py --launch-paths`` both call ``measure``.
 
   layout_over_launch  ``LayoutAttention``'s call over the bare launch of an empty kernel with
                       the attention kernel's 16 runtime parameters, one program, through the
@@ -8,8 +8,8 @@
   api_over_aten       ``varlen_attention(..., validate=False)`` over one aten op
                       (``x.add_(1)``): at most 1.0
 
-Each is a list of per-round ratios of host time (``_harness.host_us``: back-to-back calls,
-one sync), the arms in a fresh random order every round (``_harness.interleaved_rounds``):
+Each is a list of per-round ratios of host time (``harness.host_us``: back-to-back calls,
+one sync), the arms in a fresh random order every round (``harness.interleaved_rounds``):
 host speed moves 1.6-2.1x between processes on the H100 VM, a ratio within one round does
 not (docs/benchmarks.md). Informational, no promise: ``kept_over_launch``, the same empty
 kernel through ``LayoutAttention``'s own kept launch (fastpath.cpp's ``layout``, the launch
@@ -31,8 +31,8 @@ import triton
 import ragged
 from ragged.kernels import attention as KA
 
-from . import _harness as H
-from . import _workloads as W
+from . import harness as H
+from . import workloads as W
 
 # cell -> (numerator arm, denominator arm, the most the promise allows; None: no promise)
 CELLS = {

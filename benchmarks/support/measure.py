@@ -5,7 +5,7 @@ share asv's cache (asv keys it by the function's source line), so a run pays the
 CUDA start-up and model builds (~10-15 s on the H100 VM) once per function, not once per
 class. A cache is ``{"skip": reason or None, "cells": {table: {params tuple: {metric: value}}}}``.
 
-torch and ragged are imported inside the functions: see ``_suite``.
+torch and ragged are imported inside the functions: see ``suite``.
 """
 
 from __future__ import annotations
@@ -13,8 +13,8 @@ from __future__ import annotations
 import itertools
 import os
 
-from . import _grids as G
-from ._suite import skipped
+from . import grids as G
+from .suite import skipped
 
 
 def _gpu():
@@ -29,9 +29,9 @@ def kernels(self) -> dict:
     torch = _gpu()
     if torch is None:
         return skipped("needs a CUDA GPU: kernel timings are GPU timings")
-    from . import _harness as H
-    from . import _inject
-    from . import _workloads as W
+    from . import harness as H
+    from . import inject as _inject
+    from . import workloads as W
 
     available = set(W.ragged.available_backends())
     inject = _inject.fraction()  # set by the detector's calibration only
@@ -85,14 +85,14 @@ def kernels(self) -> dict:
 
 
 def first_calls(self) -> dict:
-    """Table ``first_call``: what the first call of an unseen shape costs (``_first_call``),
+    """Table ``first_call``: what the first call of an unseen shape costs (``first_call``),
     in a process of its own that launched nothing before: not ``kernels``, whose set-up tunes
     and launches the shapes first."""
     torch = _gpu()
     if torch is None:
         return skipped("needs a CUDA GPU: first-call costs are GPU costs")
-    from . import _first_call
-    from . import _workloads as W
+    from . import first_call as _first_call
+    from . import workloads as W
 
     if "triton" not in W.ragged.available_backends():
         return skipped("backend triton is not available here")
@@ -106,13 +106,13 @@ ANCHOR_ROUNDS = 40
 
 def _anchored(W) -> dict:
     """Table ``anchor``: the triton call at the dispatch floor's workload over the same call of
-    the anchor revision (``_harness.ANCHOR``), in interleaved rounds of this process; per-round
+    the anchor revision (``harness.ANCHOR``), in interleaved rounds of this process; per-round
     ratios of ``call_us`` (``floor_ratio``) and ``host_us`` (``host_ratio``)."""
     import os
     import random
 
-    from . import _harness as H
-    from . import _revision
+    from . import harness as H
+    from . import revision as _revision
 
     src = os.environ.get(ANCHOR_ENV)
     if not src:
@@ -146,14 +146,14 @@ def _anchored(W) -> dict:
 
 def promises(self) -> dict:
     """Table ``promise``: per geometry, at the dispatch floor's workload, the per-round
-    host-time ratios of the API's launch promises (``_promises.measure``). Its own cache: the
+    host-time ratios of the API's launch promises (``promises.measure``). Its own cache: the
     kernels' cache's source is part of their asv version, which must not move."""
     torch = _gpu()
     if torch is None:
         return skipped("needs a CUDA GPU: the promises are host times of GPU launches")
-    from . import _harness as H
-    from . import _promises as P
-    from . import _workloads as W
+    from . import harness as H
+    from . import promises as P
+    from . import workloads as W
 
     H.tune(W.ragged)
     H.spin_up()
@@ -170,8 +170,8 @@ def pipelines(self) -> dict:
         return skipped("needs a CUDA GPU (the CPU subset is cpu.py)")
     from ragged.models import get_config
 
-    from . import _harness as H
-    from . import _workloads as W
+    from . import harness as H
+    from . import workloads as W
 
     cells: dict[str, dict] = {
         t: {} for t in ("throughput", "methods", "memory", "ideal", "stages", "drift")
@@ -256,7 +256,7 @@ def cpu_pipelines(self) -> dict:
     torch = _cpu()
     if torch is None:
         return skipped(ON_GPU)
-    from . import _workloads as W
+    from . import workloads as W
 
     cpu = {"device": "cpu", "dtype": torch.float32}
     model, images = W.build(G.CPU_MODEL, **cpu), W.images(G.CPU_MODEL, G.CPU_BATCH, **cpu)
@@ -279,7 +279,7 @@ def cpu_kernel_error(self) -> dict:
     torch = _cpu()
     if torch is None:
         return skipped(ON_GPU)
-    from . import _workloads as W
+    from . import workloads as W
 
     cells: dict[str, dict] = {"error": {}}
     for dtype in G.CPU_DTYPES:

@@ -14,7 +14,9 @@ import time
 import torch
 
 import ragged
-from benchmarks import _catalogue  # absolute: _revision runs this file outside the package
+from benchmarks.support import (
+    catalogue as _catalogue,  # absolute: _revision runs this file outside the package
+)
 from ragged.models import SHARP_ATTENTION, build_model, get_config
 from ragged.pipeline import PrunedViT, PruneStage
 from ragged.pruning import ATS, DynamicViT, EViT, ThresholdL2, build_predictor
@@ -253,13 +255,13 @@ def output_hash(t: torch.Tensor) -> int:
 
 def pipeline_outputs(model, images, method, name: str) -> tuple[torch.Tensor, list]:
     """Pipeline ``name``'s logits [B, classes] on ``images`` and its keep masks (bool [B, N],
-    one a prune stage): what ``logit_drift`` compares with ``padded_max`` and ``_outputs``
+    one a prune stage): what ``logit_drift`` compares with ``padded_max`` and ``outputs``
     saves raw."""
     return pipeline(model, method, name).forward(images, return_masks=True)
 
 
 def kernel_output(backend: str, q, k, v, cu_seqlens, max_seqlen) -> torch.Tensor:
-    """``backend``'s attention on packed inputs, checked (``kernel_error`` and ``_outputs``)."""
+    """``backend``'s attention on packed inputs, checked (``kernel_error`` and ``outputs``)."""
     return ragged.varlen_attention(q, k, v, cu_seqlens, max_seqlen, backend=backend)
 
 

@@ -1,12 +1,12 @@
 """Several revisions of ``ragged`` in one process, each under its own package name.
 
-The paired runner (``_paired``) times base and head in the same process: host time per call
+The paired runner (``paired``) times base and head in the same process: host time per call
 moves 1.6-2.1x from one process to the next on our VMs, while two arms interleaved in one
 process agree within 0.5% (docs/calibration.md). A revision is a source tree (a git worktree)
 whose ``ragged/`` is imported as package ``name``; its relative imports stay inside it, and
 Triton compiles each revision's kernels separately.
 
-``workloads(pkg)`` gives ``_workloads`` bound to one revision: the same file, executed while
+``workloads(pkg)`` gives ``workloads`` bound to one revision: the same file, executed while
 ``ragged`` and ``ragged.*`` name that revision's modules, so each workload has one definition
 whichever revision it runs on.
 """
@@ -22,7 +22,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from types import ModuleType
 
-WORKLOADS = Path(__file__).with_name("_workloads.py")
+WORKLOADS = Path(__file__).with_name("workloads.py")
 
 
 def load(src: Path, name: str) -> ModuleType:
@@ -75,7 +75,7 @@ def as_ragged(pkg: ModuleType) -> Iterator[None]:
 
 
 def workloads(pkg: ModuleType) -> ModuleType:
-    """``benchmarks._workloads`` with its ``ragged`` imports bound to revision ``pkg``."""
+    """``benchmarks.support.workloads`` with its ``ragged`` imports bound to revision ``pkg``."""
     spec = importlib.util.spec_from_file_location(f"_workloads[{pkg.__name__}]", WORKLOADS)
     module = importlib.util.module_from_spec(spec)
     with as_ragged(pkg):

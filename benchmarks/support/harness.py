@@ -12,7 +12,7 @@ set to read a cached result, and importing torch there would cost ~2 s per proce
     host_us   host wall time per call in a back-to-back loop, synchronised once at the end
     dispatch_us = call_us - gpu_us
 
-``interleaved_rounds`` is the paired runner's loop (``_paired``): arms in a fresh random order
+``interleaved_rounds`` is the paired runner's loop (``paired``): arms in a fresh random order
 every round, so neither a drift of the machine nor a fixed position favours one arm.
 """
 
@@ -30,7 +30,7 @@ if TYPE_CHECKING:
 
 HARNESS_VERSION = 1
 # The fixed revision of ragged that every kernel run also times in its own process
-# (``_measure.kernels``, ``kernel.AnchoredFloor``): host time moves 1.6-2.1x between processes,
+# (``measure.kernels``, ``kernel.AnchoredFloor``): host time moves 1.6-2.1x between processes,
 # its ratio to the same code in the same process does not. A new anchor starts a new series.
 ANCHOR = "dd3528a6b226ac7163dfd9d046749bfd3fd4366b"
 

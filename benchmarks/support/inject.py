@@ -33,7 +33,7 @@ def fraction() -> float | None:
 
 
 def _gpu_us(fn, replays: int) -> float:
-    from . import _harness as H
+    from . import harness as H
 
     graph = H.capture(fn, 50)
     graph.replay()
