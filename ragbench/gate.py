@@ -137,7 +137,7 @@ def write_json(res: GateResult, path: Path | None) -> Path:
 RANGE = re.compile(r"\.\.|^\^|\^[@!-]")
 
 
-def _resolve(ref: str, store: Store | None = None, machine: str = "") -> str:
+def resolve_ref(ref: str, store: Store | None = None, machine: str = "") -> str:
     """The full hash of ``ref``: git's, or (comparing stored runs) the one commit of the store
     that starts with it (results made in another checkout). GateError for a range."""
     if RANGE.search(ref):
@@ -328,7 +328,7 @@ def run_gate(
     ``environment``, ``across_environments``: the stored runs compared (``_like_with_like``)."""
     environments = environments or {}
     t0 = time.perf_counter()
-    base, head = (_resolve(r, None if measure else store, machine) for r in (base_ref, head_ref))
+    base, head = (resolve_ref(r, None if measure else store, machine) for r in (base_ref, head_ref))
     if not environments:  # ``versions``: one commit under two stacks
         _two_commits(base, head, base_ref, head_ref)
     rounds = int(rounds if rounds is not None else policies.gate.get("rounds", 2))
@@ -429,7 +429,7 @@ def run_settle(store: Store, ref: str, *, policies: Policies, machine: str,
     t0 = time.perf_counter()
     base, head = gate["base"], gate["head"]
     for sha in (base, head):
-        _resolve(sha)  # both in this clone, before any work
+        resolve_ref(sha)  # both in this clone, before any work
     _two_commits(base, head, base, head)  # a gate of a commit against itself never passes
     result = GateResult(base, head, machine, Comparison(), True, plan.rounds, mode=mode,
                         settled_from=gate["gate_id"])  # fmt: skip

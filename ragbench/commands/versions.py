@@ -64,11 +64,11 @@ def add_parser(sub) -> None:
 def run(args) -> int:
     from .. import drift
     from ..drift import drift_section
-    from ..gate import _resolve, run_gate
+    from ..gate import resolve_ref, run_gate
     from ..report import gate_markdown
 
     policies = load_policies(args.policies)
-    args.commit = _resolve(args.commit)  # one commit (a range is refused) before any build
+    args.commit = resolve_ref(args.commit)  # one commit (a range is refused) before any build
     if args.bisect:
         return _bisect(args, policies)
     if not (args.from_spec and args.to_spec):
