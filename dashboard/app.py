@@ -60,8 +60,8 @@ from dashboard.read import (
     suite_pages,
     warm_page,
 )
-from ragbench.schema import SPEED_UNITS
 from ragbench.store import FAILED, Store, StoreError, history_branch
+from ragbench.store.schema import SPEED_UNITS
 from ragbench.verdicts import FAILING, Status, verdict_words
 
 # --- pages -----------------------------------------------------------------------------------

@@ -13,11 +13,11 @@ import streamlit as st
 
 from benchmarks.support.catalogue import DISPATCH_FLOOR, DRIFT_SUFFIX
 from ragbench import changepoints, compare, history
-from ragbench.lake import is_lake
 from ragbench.policies import POLICIES, Policies, load_policies
-from ragbench.rollup import Rollup
-from ragbench.schema import SPEED_UNITS
 from ragbench.store import Store, default_path, store_spec
+from ragbench.store.lake import is_lake
+from ragbench.store.rollup import Rollup
+from ragbench.store.schema import SPEED_UNITS
 
 # The pages that show this suite's own metrics: drawn only where the store holds them (another
 # project's asv results have none).
@@ -73,7 +73,7 @@ def store(path: str, mtime: float, branch: str | None) -> Store:
 
 @st.cache_resource(max_entries=8)
 def reader(path: str, mtime: float, branch: str | None) -> Store:
-    """What the pages query: a store file's rollup (``ragbench.rollup``: each series' rows
+    """What the pages query: a store file's rollup (``ragbench.store.rollup``: each series' rows
     together, no samples), brought up to date once per version of the file; a lake itself."""
     if is_lake(path):
         return store(path, mtime, branch)

@@ -17,7 +17,7 @@ Apache Otava's incremental E-Divisive does the same in spirit (it re-tests only 
 the last change point); fixed windows make the equality exact and bound the cost of a window
 (O(WINDOW^2) a permutation) whatever the length of the history.
 
-Tables (``ragbench/schema.py``, docs/store.md): ``change_point_series``, one row per series
+Tables (``ragbench/store/schema.py``, docs/store.md): ``change_point_series``, one row per series
 (how many points the change points were computed from, the newest of them, where the next
 update starts, the settings), and ``change_points``, each window's change points with the two
 points around it and the medians of the window's segments on either side.

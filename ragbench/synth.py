@@ -158,7 +158,7 @@ def write_history(out: Path, commits: int = 1000, samples: int = 10, seed: int =
 #   .venv/bin/python -m ragbench.synth --store PATH --runs 10000 --cells 750 --machines 3
 #
 # writes ``runs`` commits x ``cells`` cells x ``machines`` machines straight into a new store's
-# tables (the real schema, ``ragbench/schema.py``) with bulk SQL: 22.5M measurement rows in
+# tables (the real schema, ``ragbench/store/schema.py``) with bulk SQL: 22.5M measurement rows in
 # minutes, where ingesting as many result files would take hours. The cells are the suite's
 # benchmarks over a larger parameter grid (``scale_cells``); no raw samples are kept (``n`` 10,
 # quartiles from the noise): detection and the dashboard read medians. Known events

@@ -51,7 +51,7 @@ def store(quick_run, tmp_path_factory) -> Path:
 
 @pytest.fixture(autouse=True, scope="module")
 def rollups(tmp_path_factory):
-    """The dashboard's rollups (ragbench.rollup) of this module's stores, in its own tmp."""
+    """The dashboard's rollups (ragbench.store.rollup) of this module's stores, in its own tmp."""
     os.environ["RAGBENCH_DASHBOARD_CACHE"] = str(tmp_path_factory.mktemp("rollups"))
 
 

@@ -849,7 +849,7 @@ def test_a_slice_the_store_refuses_refuses_the_file_and_leaves_no_row(tmp_path, 
 
 
 def test_a_lakes_catalog_gets_timeouts_unless_the_string_sets_its_own(postgres, tmp_path):
-    from ragbench.lake import Lake
+    from ragbench.store.lake import Lake
 
     lake = Lake.parse("ducklake:postgres:dbname=perf host=db user=r data_path=/d/")
     assert "connect_timeout='10'" in lake.conninfo and "statement_timeout=60s" in lake.conninfo

@@ -1,8 +1,8 @@
-"""The results store: one DuckDB file or a DuckLake (``ragbench/lake.py``), its schema, and
+"""The results store: one DuckDB file or a DuckLake (``ragbench/store/lake.py``), its schema, and
 the queries everything else uses.
 
-No SQL lives outside this package, its schema (``ragbench/schema.py``) and the lake's calls
-(``ragbench/lake.py``): ingest, the gate, detection and the dashboard call the methods of
+No SQL lives outside this package, its schema (``ragbench/store/schema.py``) and the lake's calls
+(``ragbench/store/lake.py``): ingest, the gate, detection and the dashboard call the methods of
 ``Store``. Schema (``SCHEMA_VERSION``; docs/store.md describes every column):
 
     runs          one row per result file: commit, commit time, branch, machine (and the

@@ -10,10 +10,10 @@ import threading
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from ..lake import maintain as lake_maintain
-from ..lake import one_line, redact
 from .core import STORED
 from .errors import StoreError
+from .lake import maintain as lake_maintain
+from .lake import one_line, redact
 from .writes import CLAIM, stale_claim
 
 if TYPE_CHECKING:

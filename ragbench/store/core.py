@@ -13,10 +13,10 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from ..lake import CONFLICT, DUCKDB_CONFIG, Lake, is_lake, one_line, quiet, redact
-from ..schema import DROP_CHANGE_POINTS, MIGRATIONS, OURS, TABLES, VIEWS, lake_ddl
 from .errors import StoreError, StoreLocked, StoreMissing
+from .lake import CONFLICT, DUCKDB_CONFIG, Lake, is_lake, one_line, quiet, redact
 from .records import HISTORY_BRANCH
+from .schema import DROP_CHANGE_POINTS, MIGRATIONS, OURS, TABLES, VIEWS, lake_ddl
 
 if TYPE_CHECKING:
     from . import Store

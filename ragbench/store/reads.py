@@ -8,9 +8,9 @@ from __future__ import annotations
 import json
 from collections.abc import Iterable
 
-from ..lake import files as lake_files
-from ..lake import snapshot as lake_snapshot
 from .core import STORED
+from .lake import files as lake_files
+from .lake import snapshot as lake_snapshot
 from .records import ENV_FIELDS, FAILED, OK
 
 # DuckDB's memory for the lookback's query over a file: it caches what it scans. On the

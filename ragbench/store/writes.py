@@ -14,11 +14,11 @@ import time
 import uuid
 from collections.abc import Iterable
 
-from ..schema import ACCEPTANCE_KEY, INSERT_COLUMNS
 from . import core
 from .core import Rollback
 from .errors import StoreLocked
 from .records import Columns, Measurement, Run
+from .schema import ACCEPTANCE_KEY, INSERT_COLUMNS
 
 # The most measurements one insert statement takes, and one write transaction of a file
 # unless it is a slice of a larger run (``WRITE_SLICE`` seconds of such statements): 100,000

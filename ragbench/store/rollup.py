@@ -27,9 +27,8 @@ import os
 from collections.abc import Iterator
 from pathlib import Path
 
-from . import schema
+from . import SCHEMA_VERSION, Store, schema
 from .lake import DUCKDB_CONFIG, quiet
-from .store import SCHEMA_VERSION, Store
 
 # the series' order: what a page filters on, most selective first
 ORDER = "m.benchmark, m.metric, m.param_key, r.machine, r.commit_time, r.started_at"
