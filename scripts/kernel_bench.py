@@ -10,7 +10,7 @@
 
 Metrics are defined in docs/metrics.md and measured by benchmarks/support/harness.py, on the
 suite's inputs (benchmarks/support/workloads.py) and backends (benchmarks/support/catalogue.py);
-the launch paths come from ragged/kernels/launch_paths.py. Ratios are only ever taken between
+the launch paths come from scripts/launch_paths.py. Ratios are only ever taken between
 figures of the same run.
 """
 
@@ -37,8 +37,8 @@ from benchmarks.support import workloads as W
 from ragbench import fingerprint
 from ragbench.stats import median_interval
 from ragged.kernels import attention as KA
-from ragged.kernels.launch_paths import launch_paths as ragged_launch_paths
 from ragged.testing import packed_qkv
+from scripts.launch_paths import launch_paths as ragged_launch_paths
 
 # The table's axes (docs/kernel.md's table, wider than the suite's grid); inputs as the suite's
 MODELS = tuple(W.HEADS)  # attention geometry: heads, head_dim 64

@@ -10,11 +10,11 @@ from collections.abc import Callable
 import torch
 import triton
 
-from .. import attention as A
-from ..layout_attention import LayoutAttention
-from . import attention as KA
-from . import c_launch
-from . import launch as L
+from ragged import attention as A
+from ragged.kernels import attention as KA
+from ragged.kernels import c_launch
+from ragged.kernels import launch as L
+from ragged.layout_attention import LayoutAttention
 
 
 def launch_paths(q, k, v, cu_seqlens, max_seqlen: int, out) -> dict[str, Callable[[], object]]:
