@@ -6,7 +6,7 @@
 Pages: Overview (overview.py), Alerts (alerts.py), Dispatch floors, Speedups, Numeric drift,
 Compare, Versions and Machines (environments.py), and Series (where
 the overview's links lead). Everything is read through ``ragbench``'s store API and judged by
-``ragbench.history`` and ``ragbench.compare``; this file lays out and draws.
+``ragbench.history.series`` and ``ragbench.compare``; this file lays out and draws.
 ``$RAGBENCH_COMMIT_URL`` (e.g. ``https://github.com/org/ragged/commit/{}``) makes points link
 to their commit.
 """
@@ -319,7 +319,7 @@ def series(ctx):
 def series_alerts(ctx, key: tuple) -> None:
     """The open alerts of main that hold this series' cell, as failing."""
     from dashboard.alerts import alert_list
-    from ragbench.alerts import OPEN, cell_words
+    from ragbench.history.alerting import OPEN, cell_words
 
     for a in alert_list(ctx["path"], ctx["mtime"], ctx["branch"]):
         if a["machine"] != ctx["machine"] or a["state"] not in OPEN:

@@ -83,10 +83,10 @@ def overview(ctx):
 
 
 def open_alerts(ctx, machine: str) -> None:
-    """The machine's open alerts (``ragbench.alerts``: steps, broken bounds, failed or missing
-    cells of main), as failing: the Alerts page has them."""
+    """The machine's open alerts (``ragbench.history.alerting``: steps, broken bounds, failed or
+    missing cells of main), as failing: the Alerts page has them."""
     from dashboard.alerts import alert_list
-    from ragbench.alerts import OPEN
+    from ragbench.history.alerting import OPEN
 
     mine = [a for a in alert_list(ctx["path"], ctx["mtime"], ctx["branch"])
             if a["machine"] == machine and a["state"] in OPEN]  # fmt: skip

@@ -2,7 +2,7 @@
 base (``compare``), from samples measured in the same job, and what a cell needs to pass
 (``RULE``: the rule of evidence). The gate (which re-measures what it flags:
 ``ragbench.recheck``), the paired comparison (``ragbench.paired``), ``versions`` and ``bisect``
-judge cells with it; main's history is ``ragbench.history``.
+judge cells with it; main's history is ``ragbench.history.series``.
 """
 
 from __future__ import annotations

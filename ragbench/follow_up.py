@@ -1,4 +1,4 @@
-"""What a person does about an alert (``ragbench.alerts``): the gate that re-measures its
+"""What a person does about an alert (``ragbench.history.alerting``): the gate that re-measures its
 cells, the bisection of its range, and the web page of its commits. ``ragbench alerts`` and the
 dashboard's Alerts page print these."""
 

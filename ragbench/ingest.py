@@ -52,7 +52,7 @@ BATCH_ROWS = 10_000
 @dataclass
 class Report:
     """What an ingest did: files stored, already there, and refused (with the reason), and the
-    ids of the runs it stored (``new_runs``: what ``ragbench.detection.update`` takes)."""
+    ids of the runs it stored (``new_runs``: what ``ragbench.history.detection.update`` takes)."""
 
     stored: list[Path] = field(default_factory=list)
     duplicate: list[Path] = field(default_factory=list)
@@ -422,7 +422,7 @@ def ingest(
 ) -> Report:
     """Store every result file under ``paths``; -> what happened to each, and the runs stored
     (it detects nothing: a command that ingests main's history then calls
-    ``ragbench.detection.update`` with its policies). ``machines`` names
+    ``ragbench.history.detection.update`` with its policies). ``machines`` names
     the machine of a runner (``Policies.machine``: the policies' ``[machines]``); the runner's
     own name is kept (``runner``), and the run is the same run whatever it is called."""
     files = discover(paths)

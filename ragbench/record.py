@@ -17,8 +17,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from . import detection, suite
+from . import suite
 from .github import Client, GitHubError
+from .history import detection
 from .ingest import ingest
 from .policies import Policies
 from .pr import merged_pulls

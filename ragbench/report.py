@@ -10,7 +10,7 @@ from . import paired
 from .compare import INTERVAL, RULE, Comparison, Verdict, powered
 from .drift import drift_section
 from .gate import GateResult, differences, settle_command
-from .history import SeriesReport
+from .history.series import SeriesReport
 from .verdicts import Status, verdict_words
 
 

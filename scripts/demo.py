@@ -20,8 +20,9 @@ import sys
 import time
 from pathlib import Path
 
-from ragbench import detection, fingerprint, suite
+from ragbench import fingerprint, suite
 from ragbench.gate import GateError, run_gate
+from ragbench.history import detection
 from ragbench.ingest import ingest
 from ragbench.policies import load_policies
 from ragbench.report import gate_markdown

@@ -20,7 +20,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from ragbench import detection, synth
+from ragbench import synth
+from ragbench.history import detection
 from ragbench.ingest import ingest
 from ragbench.store import Store
 

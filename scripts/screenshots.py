@@ -103,7 +103,8 @@ def synthetic_store(directory: Path, commits: int = 1000, second: int = 0) -> Pa
     """A store of ``commits`` synthetic commits in ``directory``, through the real ingest path
     (1,000: 59,000 measurements, ~35 s on 2 cores), and the newest ``second`` of them measured
     on a second machine too (``synthetic-ada``, device times 2.4x); -> its path."""
-    from ragbench import detection, synth
+    from ragbench import synth
+    from ragbench.history import detection
     from ragbench.ingest import ingest
     from ragbench.store import Store
 

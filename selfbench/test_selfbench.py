@@ -12,7 +12,7 @@ import os
 import pytest
 
 from ragbench import compare, synth
-from ragbench.history import stored_histories
+from ragbench.history.series import stored_histories
 from ragbench.ingest import ingest
 from ragbench.policies import load_policies
 from ragbench.store import Store

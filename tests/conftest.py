@@ -74,7 +74,7 @@ def ingest(store, paths, **kwargs):
     """Ingest as ``ragbench ingest`` does with the shipped policies: store the result files,
     then bring the change points and main's alerts of the series they gave a point up to
     date (``ragbench.ingest.ingest`` only stores) -> the ingest's report."""
-    from ragbench import detection
+    from ragbench.history import detection
     from ragbench.ingest import ingest as store_files
 
     report = store_files(store, paths, **kwargs)

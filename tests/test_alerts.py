@@ -1,4 +1,4 @@
-"""main's alerts (ragbench/alerts.py): steps grouped by commit, stored with a state that
+"""main's alerts (ragbench/history/alerting.py): steps grouped by commit, stored with a state that
 people set and later runs keep, marked fixed when a later run shows them undone."""
 
 from __future__ import annotations
@@ -10,7 +10,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from ragbench import alerts, changepoints, follow_up
+from ragbench import follow_up
+from ragbench.history import alerting as alerts
+from ragbench.history import edivisive as changepoints
 from ragbench.policies import load_policies
 from ragbench.store import Measurement, Run, Store
 

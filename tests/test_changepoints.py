@@ -1,4 +1,4 @@
-"""Stored change points (ragbench/changepoints.py): E-Divisive over fixed windows, updated
+"""Stored change points (ragbench/history/edivisive.py): E-Divisive over fixed windows, updated
 with what is new, equal to computing them all again; detection and the dashboard read them."""
 
 from __future__ import annotations
@@ -12,7 +12,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from ragbench import changepoints, cli, detection, history, stats, synth
+from ragbench import cli, stats, synth
+from ragbench.history import detection
+from ragbench.history import edivisive as changepoints
+from ragbench.history import series as history
 from ragbench.ingest import ingest
 from ragbench.policies import load_policies
 from ragbench.store import Store

@@ -567,7 +567,7 @@ def test_the_alerts_page_opens_while_one_is_new_and_its_buttons_change_the_state
     to the store, and with nothing new the dashboard opens on the Overview again."""
     from test_alerts import POLICIES, STEP, history, sha
 
-    from ragbench import alerts as ragbench_alerts
+    from ragbench.history import alerting as ragbench_alerts
 
     path = tmp_path / "perf.duckdb"
     store = Store(path)

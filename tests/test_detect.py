@@ -7,9 +7,10 @@ import math
 import numpy as np
 import pytest
 
-from ragbench import compare, history, stats
+from ragbench import compare, stats
 from ragbench.compare import Cell
-from ragbench.history import Point
+from ragbench.history import series as history
+from ragbench.history.series import Point
 from ragbench.policies import Policies, Policy, load_policies
 
 POLICIES = load_policies()

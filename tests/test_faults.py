@@ -171,7 +171,7 @@ def test_an_internal_error_exits_2_never_1_or_0(tmp_path, monkeypatch, capsys, h
     def bug(*a, **k):
         return 1 / 0
 
-    monkeypatch.setattr("ragbench.history.stored_histories", bug)
+    monkeypatch.setattr("ragbench.history.series.stored_histories", bug)
     code = cli.main(["detect", "--store", str(store), "--machine", synth.MACHINE])
     err = capsys.readouterr().err
     assert code == 2 and "internal error: ZeroDivisionError" in err and "Traceback" not in err

@@ -11,8 +11,9 @@ import sys
 import pytest
 from conftest import REPO
 
-from ragbench import compare, gate, history, paired, pr, stats, verdicts
+from ragbench import compare, gate, paired, pr, stats, verdicts
 from ragbench.compare import Cell
+from ragbench.history import series as history
 from ragbench.policies import Policies, Policy, load_policies
 
 POLICIES = Policies(

@@ -3,7 +3,8 @@ change points."""
 
 from __future__ import annotations
 
-from .. import history, suite
+from .. import suite
+from ..history import series as history
 from ..policies import load_policies
 from ..store import Store
 from ..verdicts import Status

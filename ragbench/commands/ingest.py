@@ -36,7 +36,7 @@ def add_parser(sub) -> None:
 
 
 def run(args) -> int:
-    from ..detection import update
+    from ..history.detection import update
     from ..ingest import ingest
 
     missing = [p for p in args.paths if not p.exists()]

@@ -212,7 +212,7 @@ class Reads:
                            [rows[0]["gate_id"]])  # fmt: skip
         return {**rows[0], "cells": cells}
 
-    # --- stored change points (ragbench/changepoints.py computes them) -----------------------
+    # --- stored change points (ragbench/history/edivisive.py computes them) -----------------------
 
     def series_points(self, machine: str, environment: str, *, since=None,
                       keys: Iterable[tuple] | None = None) -> list[tuple]:  # fmt: skip
@@ -284,7 +284,7 @@ class Reads:
     def change_points(self, machine: str, *, benchmark: str | None = None,
                       metric: str | None = None) -> list[dict]:  # fmt: skip
         """The change points stored for the machine's series (table ``change_points``: what
-        each window found; ``ragbench.changepoints.merged`` makes one list of them)."""
+        each window found; ``ragbench.history.edivisive.merged`` makes one list of them)."""
         where = ["branch = ?", "machine = ?"]
         args = [self.branch, machine]
         for col, val in (("benchmark", benchmark), ("metric", metric)):
@@ -399,8 +399,9 @@ class Reads:
 
     def alerts(self, machine: str | None = None, *, state: str | None = None,
                commit: str | None = None) -> list[dict]:  # fmt: skip
-        """main's alerts (``ragbench.alerts``), newest commit first, each with its ``cells``
-        (rows of ``alert_cells``); of one machine, state or commit (a prefix) where given."""
+        """main's alerts (``ragbench.history.alerting``), newest commit first, each with its
+        ``cells`` (rows of ``alert_cells``); of one machine, state or commit (a prefix) where
+        given."""
         where, args = ["branch = ?"], [self.branch]
         for col, val in (("machine", machine), ("state", state)):
             if val is not None:

@@ -192,7 +192,7 @@ UPDATE runs SET environment = nullif(concat_ws(', ',
  WHERE environment IS NULL AND source = 'pytest-benchmark';
 UPDATE runs SET env_key = left(sha256(environment), 12) WHERE environment IS NOT NULL;
 """
-# Schema 4: the stored change points (ragbench.changepoints) keyed by the series' environment.
+# Schema 4: the stored change points (ragbench.history.edivisive) keyed by the series' environment.
 # A store of schema 3 may hold no such tables, or tables of another layout (main's history has
 # commits of both): an older store's are dropped and made anew; they are derived data, which
 # `detect` computes in memory until `ragbench changepoints` stores them again.

@@ -3,7 +3,7 @@ grouped by the commit they arrived with, with a state a person sets and later ru
 
 An alert is one machine's change of one commit. Its cells:
 
-- a **step**: a series' stored change point (``ragbench.changepoints``) at that commit where
+- a **step**: a series' stored change point (``ragbench.history.edivisive``) at that commit where
   the code changed (an environment change is no code change and makes none), or its newest
   point where the lookback flags it (``found_by``: ``change point`` or ``newest run``). The
   cell keeps the medians before and after the step and the bootstrap interval of their ratio,
@@ -40,10 +40,12 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from . import changepoints, history, stats
-from .compare import Key, bad_change, ratio_of
-from .policies import STATISTICAL, Policies, Policy, load_policies
-from .verdicts import Status, worded
+from .. import stats
+from ..compare import Key, bad_change, ratio_of
+from ..policies import STATISTICAL, Policies, Policy, load_policies
+from ..verdicts import Status, worded
+from . import edivisive as changepoints
+from . import series as history
 
 STATES = ("new", "acknowledged", "expected", "fixed", "invalid")
 OPEN = ("new", "acknowledged")
@@ -116,7 +118,7 @@ class Series:
 
 
 def read_series(store, machine: str, environment: str, key: Key) -> Series:
-    from .store import ENV_FIELDS
+    from ..store import ENV_FIELDS
 
     rows = store.series_points(machine, environment, keys=[key])
     return Series(environment, key, [r[3] for r in rows], [r[5] for r in rows],
@@ -225,7 +227,7 @@ class Newest:
 def newest(store, machine: str, policies: Policies) -> Newest:
     """The comparison of the machine's newest commit with the commit before it on main: every
     cell, with its bound, failure or absence (no timing statistics)."""
-    from . import compare
+    from .. import compare
 
     runs = store.runs(machine=machine)
     commits = list(dict.fromkeys(r["commit_hash"] for r in runs))

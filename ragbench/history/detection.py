@@ -13,8 +13,9 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from . import alerts, changepoints
-from .policies import Policies, load_policies
+from ..policies import Policies, load_policies
+from . import alerting as alerts
+from . import edivisive as changepoints
 
 
 @dataclass

@@ -12,11 +12,12 @@ import statistics
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
-from . import changepoints, stats
-from .compare import Key, bad_change, by_threshold, ratio_of
-from .policies import STATISTICAL, Policies, Policy
-from .store import ENV_FIELDS, Store
-from .verdicts import Status
+from .. import stats
+from ..compare import Key, bad_change, by_threshold, ratio_of
+from ..policies import STATISTICAL, Policies, Policy
+from ..store import ENV_FIELDS, Store
+from ..verdicts import Status
+from . import edivisive as changepoints
 
 
 @dataclass
@@ -97,7 +98,7 @@ class SeriesReport:
 
 def change_points_of(values, policies: Policies) -> list[int]:
     """E-Divisive change points of ``values`` (oldest first) with the main branch's settings
-    in policies.toml, over windows as they are stored (``ragbench.changepoints``): indices
+    in policies.toml, over windows as they are stored (``ragbench.history.edivisive``): indices
     where a new level starts."""
     return changepoints.change_points(values, changepoints.Settings.of(policies))
 
@@ -256,7 +257,7 @@ def stored_histories(
 ) -> list[SeriesReport]:
     """``histories`` of the machine's series over its newest ``last`` commits, from the store
     without reading the series into Python: the lookback in SQL (``Store.lookback``) and the
-    stored change points (``ragbench.changepoints``) of those commits. A series whose stored
+    stored change points (``ragbench.history.edivisive``) of those commits. A series whose stored
     change points are behind its newest point (or missing, or of other settings) has them
     brought up to date here, in memory, from its stored state (``ragbench changepoints``
     stores them). ``series_filter``: benchmark, metric, params. Each report's ``points`` are

@@ -32,8 +32,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from itertools import groupby
 
-from . import stats
-from .policies import load_policies
+from .. import stats
+from ..policies import load_policies
 
 # Points per window. 200 is today's `detect --last` default: E-Divisive over 200 points is
 # what main's history was judged with before (docs/calibration.md), and one window with a
@@ -180,7 +180,7 @@ KEY = ("branch", "machine", "environment", "benchmark", "metric", "param_key")
 
 
 def _env(row: tuple) -> dict:
-    from .store import ENV_FIELDS
+    from ..store import ENV_FIELDS
 
     return dict(zip(ENV_FIELDS, row[8:], strict=True))
 
