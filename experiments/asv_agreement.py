@@ -24,7 +24,7 @@ from collections import Counter
 from pathlib import Path
 
 from ragbench import compare
-from ragbench.gate import run_gate
+from ragbench.gate.gating import run_gate
 from ragbench.ingest import ingest
 from ragbench.policies import load_policies
 from ragbench.store import Store

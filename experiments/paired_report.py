@@ -18,7 +18,8 @@ import statistics
 import sys
 from pathlib import Path
 
-from ragbench import paired, stats
+from ragbench import stats
+from ragbench.gate import paired
 
 
 def rows(docs: list[dict]) -> list[str]:

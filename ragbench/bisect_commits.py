@@ -40,9 +40,10 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from . import compare, discovery, paired, suite
+from . import compare, discovery, suite
 from .bisect import BisectError, Step, parse_cell, search
 from .compare import Cell, Key, Verdict
+from .gate import paired
 from .policies import Policies
 from .verdicts import Status
 

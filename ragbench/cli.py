@@ -67,9 +67,9 @@ def _fail(command: str, message: str) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     from .bisect import BisectError
-    from .gate import GateError
+    from .gate.gating import GateError
+    from .gate.paired import PairedError
     from .github import GitHubError
-    from .paired import PairedError
 
     args = parser().parse_args(argv)
     try:

@@ -1,8 +1,8 @@
 """One comparison of two sets of cells under the policies: each cell of head judged against
 base (``compare``), from samples measured in the same job, and what a cell needs to pass
 (``RULE``: the rule of evidence). The gate (which re-measures what it flags:
-``ragbench.recheck``), the paired comparison (``ragbench.paired``), ``versions`` and ``bisect``
-judge cells with it; main's history is ``ragbench.history.series``.
+``ragbench.gate.remeasure``), the paired comparison (``ragbench.gate.paired``), ``versions``
+and ``bisect`` judge cells with it; main's history is ``ragbench.history.series``.
 """
 
 from __future__ import annotations
@@ -77,7 +77,7 @@ class Verdict:
     missing (base has a value, head none), new (head has a value, base none), inconclusive
     (the samples could not have shown a change of the threshold, or were too noisy), info.
     ``method``: asv (runs of each side, pooled), interval (too few raw samples: asv's 99%
-    confidence intervals, ``by_interval``), paired or processes (``ragbench.paired``)."""
+    confidence intervals, ``by_interval``), paired or processes (``ragbench.gate.paired``)."""
 
     key: Key
     params: dict
@@ -161,7 +161,7 @@ def compare(
     """Every cell of head judged against base under ``policies``. ``detail=False`` skips the
     bootstrap intervals and the smallest detectable slowdown of flagged cells (the verdicts
     stay the same). A ``paired`` metric fails here only beyond ``CROSS_PROCESS`` and is
-    inconclusive otherwise (``ragbench.paired`` judges it)."""
+    inconclusive otherwise (``ragbench.gate.paired`` judges it)."""
     alpha = float(policies.gate.get("alpha", 0.01))
     conf = float(policies.gate.get("confidence", 0.95))
     resamples = int(policies.gate.get("resamples", 1000))
@@ -381,7 +381,7 @@ def join_notes(a: str, b: str) -> str:
 
 # What runs in separate processes can show of a metric that includes host time: no A/A gate
 # run of the asv calibration failed at a 100% threshold (docs/calibration.md). Below that the
-# paired comparison (ragbench.paired) judges such a metric.
+# paired comparison (ragbench.gate.paired) judges such a metric.
 CROSS_PROCESS = 1.0
 
 

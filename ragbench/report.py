@@ -6,10 +6,10 @@ import math
 import statistics
 from collections import defaultdict
 
-from . import paired
 from .compare import INTERVAL, RULE, Comparison, Verdict, powered
-from .drift import drift_section
-from .gate import GateResult, differences, settle_command
+from .gate import paired
+from .gate.drift import drift_section
+from .gate.gating import GateResult, differences, settle_command
 from .history.series import SeriesReport
 from .verdicts import Status, verdict_words
 

@@ -30,7 +30,7 @@ class Status(StrEnum):
     UNCHANGED = "unchanged"
     INCONCLUSIVE = "inconclusive"
     VIOLATION = "violation"
-    DRIFT = "drift"  # an output moved from base's beyond run-to-run noise (ragbench.drift)
+    DRIFT = "drift"  # an output moved from base's beyond run-to-run noise (ragbench.gate.drift)
     PRE_EXISTING = "pre-existing"
     FAILED = "failed"
     MISSING = "missing"

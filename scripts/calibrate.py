@@ -19,7 +19,7 @@ Each run is one JSON file of the values asv would record, read through the suite
 false-alarm rate per gate run (A/A blocks) and the detection rate of each injected slowdown.
 
 The ``paired-*`` commands do the same for the metrics that include host time, judged by the
-paired comparison (``ragbench.paired``): processes of the paired runner with extra arms (A/A
+paired comparison (``ragbench.gate.paired``): processes of the paired runner with extra arms (A/A
 pairs, heads with planted slowdowns), then the gate's own judgement of each group of processes.
 ``paired-alone`` measures the gate's fallback for a head that loads only alone.
 
@@ -145,7 +145,7 @@ def gate_run(base: list[dict], head: list[dict], recheck: tuple[dict, dict], pol
     ones are the paired comparison's): -> (flagged keys, the verdicts after the
     re-measurement of flagged and inconclusive cells, ``recheck.remeasured``)."""
     from ragbench.compare import compare
-    from ragbench.recheck import remeasured
+    from ragbench.gate.remeasure import remeasured
     from ragbench.verdicts import Status
 
     first = {"base": side_cells(base), "head": side_cells(head)}
@@ -353,7 +353,7 @@ def analyze(dirs: list[Path], write: Path | None) -> int:
     return 0
 
 
-# --- the paired comparison (ragbench.paired): host-time metrics -----------------------------
+# --- the paired comparison (ragbench.gate.paired): host-time metrics -----------------------------
 
 # Arms of a calibration process (planted slowdown of each), all the same source tree, by
 # design: "detect": base, the gate's A/A arm, a second unslowed arm (the head of A/A
@@ -443,7 +443,7 @@ def paired_rates(sets: list[list[dict]], policies, overlapping: bool = False) ->
     """What the gate decides on comparisons of PROCESSES documents of one collection:
     consecutive disjoint groups (``overlapping``: every combination). -> per condition and
     metric label: comparisons, false alarms, inconclusive, caught, and gate runs with an alarm."""
-    from ragbench import paired
+    from ragbench.gate import paired
     from ragbench.verdicts import Status
 
     size = paired.PROCESSES
@@ -504,7 +504,7 @@ def _with_thresholds(policies, threshold: float):
 
 
 def paired_analyze(dirs: list[Path], write: Path | None) -> int:
-    from ragbench import paired
+    from ragbench.gate import paired
 
     sets = [s for s in paired_sets(dirs) if s]
     if not sets:
@@ -565,12 +565,12 @@ LONELY_INIT = (
 
 def paired_alone(out: Path, processes: int) -> int:
     """The gate's fallback where head loads only alone: a copy of this tree whose ``ragged``
-    refuses to share a process, measured by ``ragbench.paired.measure`` as the gate does, with
+    refuses to share a process, measured by ``ragbench.gate.paired.measure`` as the gate does, with
     ``processes`` a side; the documents land in ``out`` for ``alone-analyze``."""
     import shutil
     import tempfile
 
-    from ragbench import paired
+    from ragbench.gate import paired
 
     repo = Path(__file__).resolve().parent.parent
     out.mkdir(parents=True, exist_ok=True)
@@ -597,7 +597,7 @@ def paired_alone(out: Path, processes: int) -> int:
 def alone_analyze(dirs: list[Path], write: Path | None) -> int:
     """What the fallback decided, per metric, with the first 3 processes a side (the gate's
     default) and with all of them: statuses and the smallest change each cell could detect."""
-    from ragbench import paired
+    from ragbench.gate import paired
 
     policies = detect_policies()
     lines = []

@@ -21,7 +21,7 @@ import time
 from pathlib import Path
 
 from ragbench import fingerprint, suite
-from ragbench.gate import GateError, run_gate
+from ragbench.gate.gating import GateError, run_gate
 from ragbench.history import detection
 from ragbench.ingest import ingest
 from ragbench.policies import load_policies

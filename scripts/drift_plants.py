@@ -1,4 +1,4 @@
-"""Planted numeric changes against the gate's comparison of outputs (``ragbench.drift``).
+"""Planted numeric changes against the gate's comparison of outputs (``ragbench.gate.drift``).
 
     python -m scripts.drift_plants --out DIR [--plants aa,scale,pack,prune,comment]
         [--mode quick] [--keep-outputs]
@@ -34,8 +34,8 @@ import sys
 import time
 from pathlib import Path
 
-from ragbench import drift
-from ragbench.drift import drift_section
+from ragbench.gate import drift
+from ragbench.gate.drift import drift_section
 from ragbench.policies import load_policies
 from ragbench.verdicts import FAILING, Headline
 

@@ -124,7 +124,7 @@ def test_significant_but_small_and_large_but_noisy_are_not_regressions():
 def test_a_verdict_needs_evidence():
     """PASS only with evidence for every gated cell (``compare.RULE``). Each case here passed
     before: a run is inconclusive as soon as one cell is, not when most are."""
-    from ragbench import gate
+    from ragbench.gate import gating as gate
     from ragbench.verdicts import gate_document
 
     rng = np.random.default_rng(11)

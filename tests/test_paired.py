@@ -11,8 +11,10 @@ import sys
 import pytest
 from conftest import REPO
 
-from ragbench import compare, gate, paired, pr, stats, verdicts
+from ragbench import compare, pr, stats, verdicts
 from ragbench.compare import Cell
+from ragbench.gate import gating as gate
+from ragbench.gate import paired
 from ragbench.history import series as history
 from ragbench.policies import Policies, Policy, load_policies
 

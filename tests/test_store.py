@@ -370,7 +370,7 @@ def test_a_schema_5_store_gains_the_gate_verdicts_and_a_copy_brings_them(tmp_pat
     cells come with a copy, once."""
     import duckdb
 
-    from ragbench import settle
+    from ragbench.gate import plan as settle
 
     path = tmp_path / "perf.duckdb"
     with Store(path) as s:
@@ -405,7 +405,7 @@ def test_copy_file_to_lake_to_file_round_trips_every_row(quick_run, tmp_path, po
     """``ragbench store copy``: a runner's file into a lake, the lake back into a new file;
     every row of every table the same (run ids, raw samples, labels, acceptances, gates, the
     gates' own verdicts), and a second copy adds nothing."""
-    from ragbench import settle
+    from ragbench.gate import plan as settle
 
     results = copy_results(quick_run, tmp_path / "results")
     first = tmp_path / "runner.duckdb"

@@ -1,5 +1,5 @@
 """The numerics workloads' raw outputs, per revision, on the same inputs: what
-``ragbench.drift`` compares.
+``ragbench.gate.drift`` compares.
 
     python -m benchmarks.support.outputs --arm base=SRC --arm head=SRC --arm aa=SRC --out FILE.npz
         [--only REGEX] [--aa-where-moved]

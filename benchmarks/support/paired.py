@@ -3,7 +3,7 @@
     python -m benchmarks.support.paired --arm base=SRC --arm aa=SRC --arm head=SRC --out FILE
         [--rounds 40] [--pipeline-rounds 30] [--seed 0] [--slow ARM=FRACTION] [--only REGEX]
 
-``ragbench gate`` runs it in a few fresh processes (``ragbench.paired``) for the metrics that
+``ragbench gate`` runs it in a few fresh processes (``ragbench.gate.paired``) for the metrics that
 include host time: those move 1.6-2.1x from one process to the next on our VMs, and two arms
 interleaved in one process agree within 0.5% (docs/calibration.md). An arm is a name and a
 source tree whose ``ragged/`` is loaded under a package name of its own (``revision``); the

@@ -5,7 +5,7 @@ from __future__ import annotations
 import tempfile
 from pathlib import Path
 
-from ..paired import PROCESSES as PAIRED_PROCESSES
+from ..gate.paired import PROCESSES as PAIRED_PROCESSES
 from ..policies import load_policies
 from .common import MODE_HELP, log, machine_arg, machine_of, open_store, policies_arg
 

@@ -62,9 +62,9 @@ def add_parser(sub) -> None:
 
 
 def run(args) -> int:
-    from .. import drift
-    from ..drift import drift_section
-    from ..gate import resolve_ref, run_gate
+    from ..gate import drift
+    from ..gate.drift import drift_section
+    from ..gate.gating import resolve_ref, run_gate
     from ..report import gate_markdown
 
     policies = load_policies(args.policies)
@@ -93,7 +93,7 @@ def run(args) -> int:
             rounds=args.rounds, mode=args.mode, bench=args.bench, paired_processes=0,
             log=log, environments=sides,
         )  # fmt: skip
-        # the outputs of the two stacks, each computed twice by its own Python (ragbench.drift)
+        # the outputs of the two stacks, each computed twice by its own Python (ragbench.gate.drift)
         stacks = drift.compare_stacks(result.head, {s: e.python for s, e in sides.items()},
                                       Path(tmp), margin=drift.margin_of(policies),
                                       mode=args.mode, bench=args.bench, log=log)  # fmt: skip
@@ -118,7 +118,7 @@ def run(args) -> int:
 
 def _bisect(args, policies) -> int:
     from .. import bisect
-    from ..gate import run_gate
+    from ..gate.gating import run_gate
 
     if not args.between:
         raise ValueError("--bisect needs --between SPEC SPEC (the stack without the change first)")

@@ -26,10 +26,10 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from . import compare, stats, suite
-from .policies import STATISTICAL, Policies
-from .store import param_key
-from .verdicts import Status
+from .. import compare, stats, suite
+from ..policies import STATISTICAL, Policies
+from ..store import param_key
+from ..verdicts import Status
 
 PROCESSES = 3  # fresh processes a comparison pools (calibrated: docs/calibration.md)
 ARMS = ("base", "aa", "head")

@@ -2,7 +2,7 @@
 inconclusive cells re-measured once (``recheck.remeasured``): a regression fails unless the
 re-measurement shows, with power, that it is within its threshold. The metrics that include host
 time (``paired = true`` in the policies) are judged from base and head timed in the same
-processes instead (``ragbench.paired``): across processes they are not comparable.
+processes instead (``ragbench.gate.paired``): across processes they are not comparable.
 
 With ``measure=False`` the gate compares what the store already holds for the two commits
 (``make demo``): no alternation and no re-measurement, and the report says so; the paired
@@ -23,14 +23,16 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from . import compare, drift, paired, settle, suite
-from .compare import Comparison, Key, Verdict
-from .discovery import bench_regex
-from .ingest import ingest
-from .policies import Policies
-from .recheck import recheck_keys, remeasured
-from .store import Store
-from .verdicts import GATE_FIELDS, Headline, Status, gate_document
+from .. import compare, suite
+from ..compare import Comparison, Key, Verdict
+from ..discovery import bench_regex
+from ..ingest import ingest
+from ..policies import Policies
+from ..store import Store
+from ..verdicts import GATE_FIELDS, Headline, Status, gate_document
+from . import drift, paired
+from . import plan as settle
+from .remeasure import recheck_keys, remeasured
 
 
 class GateError(RuntimeError):
@@ -288,7 +290,7 @@ def _paired(result: GateResult, policies, *, processes, mode, work, log) -> None
 
 
 def _drift(result: GateResult, policies, *, mode, bench, work, log) -> None:
-    """Head's outputs against base's (``ragbench.drift``): each output a verdict, a drift
+    """Head's outputs against base's (``ragbench.gate.drift``): each output a verdict, a drift
     finding failing like a regression."""
     try:
         result.drift = drift.against_base(result.base, result.head, work, mode=mode,
@@ -323,7 +325,7 @@ def run_gate(
     """Base against head (see the module). ``paired_processes=0``: no paired comparison (the
     host-time cells are then inconclusive). ``environments``: the ``envs.Env`` each side
     (``"base"``, ``"head"``) is measured in (``ragbench versions``: one commit, two stacks).
-    ``drift_check``: compare head's outputs with base's (``ragbench.drift``; never across two
+    ``drift_check``: compare head's outputs with base's (``ragbench.gate.drift``; never across two
     environments, which cannot share a process: ``versions`` compares them itself).
     ``environment``, ``across_environments``: the stored runs compared (``_like_with_like``)."""
     environments = environments or {}

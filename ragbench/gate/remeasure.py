@@ -7,9 +7,9 @@ pooled.
 
 from __future__ import annotations
 
-from .compare import Cell, Comparison, Key, Verdict, compare, join_notes, pool, powered
-from .policies import Policies
-from .verdicts import FAILING, Status
+from ..compare import Cell, Comparison, Key, Verdict, compare, join_notes, pool, powered
+from ..policies import Policies
+from ..verdicts import FAILING, Status
 
 SIDES = ("base", "head")
 
@@ -17,7 +17,7 @@ SIDES = ("base", "head")
 def recheck_keys(c: Comparison) -> list[Key]:
     """The cells a gate measures once more: the regressions, to see them reproduce, and the
     inconclusive cells that runs in separate processes can settle (not the paired ones: only
-    ``ragbench.paired`` judges those)."""
+    ``ragbench.gate.paired`` judges those)."""
     return [
         v.key for v in c.verdicts
         if v.status == Status.REGRESSION

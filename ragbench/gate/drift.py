@@ -25,8 +25,8 @@ differ, each stack computes those cells again, twice, in a fresh process, and a 
 beyond ``margin`` times the larger of the two stacks' run-to-run noise (within and across
 processes) is reported as drift between stacks.
 
-    .venv/bin/python -m ragbench.drift FILE            # head against base (and aa), one file
-    .venv/bin/python -m ragbench.drift FILE_A FILE_B   # between stacks: B's base against A's
+    .venv/bin/python -m ragbench.gate.drift FILE            # head against base (and aa), one file
+    .venv/bin/python -m ragbench.gate.drift FILE_A FILE_B   # between stacks: B's base against A's
 """
 
 from __future__ import annotations
@@ -44,11 +44,11 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from . import suite
-from .compare import Key, Verdict
-from .policies import Policies, Policy
-from .store import param_key
-from .verdicts import Status
+from .. import suite
+from ..compare import Key, Verdict
+from ..policies import Policies, Policy
+from ..store import param_key
+from ..verdicts import Status
 
 MARGIN = 2.0  # default of [gate] drift_margin: beyond twice the run-to-run noise
 METRICS = {"drift.Pipeline": ("logits", "keep_masks"), "drift.Kernel": ("output",)}
@@ -333,8 +333,8 @@ def compare_trees(base: Path, head: Path, work: Path, *, margin: float = MARGIN,
     report.command = (f"RAGBENCH_MODE={mode} .venv/bin/python -m benchmarks.support.outputs "
                       f"--arm base={b} --arm head={h} --arm aa={b} "
                       + (f"--only {shlex.quote(only)} " if only else "")
-                      + "--aa-where-moved --out outputs.npz && .venv/bin/python -m ragbench.drift "
-                      "outputs.npz")  # fmt: skip
+                      + "--aa-where-moved --out outputs.npz && .venv/bin/python -m "
+                      "ragbench.gate.drift outputs.npz")  # fmt: skip
     return report
 
 
@@ -397,8 +397,8 @@ def compare_stacks(commit: str, pythons: dict[str, Path], work: Path, *,
         f"--only {shlex.quote(only)} " if only else "") + "--out"  # fmt: skip
     report.command = (f"git worktree add SRC {commit[:12]} && RAGBENCH_MODE={mode} "
                       f"{pythons['base']} {run} A.npz && RAGBENCH_MODE={mode} "
-                      f"{pythons['head']} {run} B.npz && .venv/bin/python -m ragbench.drift A.npz "
-                      "B.npz")  # fmt: skip
+                      f"{pythons['head']} {run} B.npz && .venv/bin/python -m "
+                      "ragbench.gate.drift A.npz B.npz")  # fmt: skip
     return report
 
 
@@ -421,8 +421,8 @@ def between_stacks(a: Outputs, b: Outputs, *, margin: float = MARGIN,
             noise += [((second, "base"), (second, "aa")), ((first, "base"), (second, "base"))]
     outputs = judge((a, "base"), (b, "base"), noise, margin)
     device = a.meta.get("device", "")
-    return DriftReport(outputs, margin, between="stacks", device=device,
-                       command=f".venv/bin/python -m ragbench.drift {a.path} {b.path}")  # fmt: skip
+    command = f".venv/bin/python -m ragbench.gate.drift {a.path} {b.path}"
+    return DriftReport(outputs, margin, between="stacks", device=device, command=command)
 
 
 def drift_section(d) -> list[str]:
@@ -463,7 +463,7 @@ def _noise(x: float | None) -> str:
     return "inf" if math.isinf(x) else f"{x:.3g}"
 
 
-# --- the command line (ragbench.drift as a module) ----------------------------------------
+# --- the command line (ragbench.gate.drift as a module) ----------------------------------------
 
 
 def main(argv=None) -> int:
