@@ -1,8 +1,7 @@
 """The results store: everything that speaks SQL to it (a DuckDB file or a DuckLake, its schema,
 the writes, the queries, the dashboard's rollup); the rest of the house calls ``Store``.
 
-No SQL lives outside this package but the bulk writer of synthetic stores
-(``ragbench.synth.write_store``): ingest, the gate, detection and the dashboard call the methods
+No SQL lives outside this package: ingest, the gate, detection and the dashboard call the methods
 of ``Store``. Schema (``SCHEMA_VERSION``; docs/store.md describes every column):
 
     runs          one row per result file: commit, commit time, branch, machine (and the
@@ -56,6 +55,7 @@ The package, one job a module (``Store`` composes the parts, which reach each ot
     lake.py             DuckLake: the catalogue's URL, extensions, retries, snapshots
     schema.py           the tables, views and migrations
     rollup.py           the dashboard's read model of a store file
+    synthetic.py        the bulk writer of ``ragbench.synth``'s scale store
 """
 
 from __future__ import annotations
