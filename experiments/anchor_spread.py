@@ -52,7 +52,7 @@ def main(argv=None) -> int:
         return 0
     from benchmarks.support.harness import ANCHOR
     from benchmarks.support.measure import ANCHOR_ENV
-    from ragbench import suite
+    from ragbench import runner as suite
 
     runs = []
     with tempfile.TemporaryDirectory() as tmp, suite.checkout(ANCHOR, Path(tmp)) as anchor:

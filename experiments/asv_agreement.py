@@ -25,8 +25,8 @@ from pathlib import Path
 
 from ragbench import compare
 from ragbench.gate.gating import run_gate
-from ragbench.ingest import ingest
 from ragbench.policies import load_policies
+from ragbench.result_files import ingest
 from ragbench.store import Store
 from ragbench.verdicts import FAILING, Status
 

@@ -40,12 +40,13 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from . import compare, discovery, suite
-from .bisect import BisectError, Step, parse_cell, search
+from . import compare, discovery
+from . import runner as suite
 from .compare import Cell, Key, Verdict
 from .gate import paired
 from .policies import Policies
 from .verdicts import Status
+from .version_bisect import BisectError, Step, parse_cell, search
 
 SHOWS = (Status.REGRESSION, Status.VIOLATION)  # the step, by the gate's rules
 UNMEASURED = (Status.FAILED, Status.MISSING)  # no value: the commit is skipped
@@ -343,7 +344,7 @@ def asv_runner(store, key: Key, work: Path, *, mode: str, machine: str,
                log: Callable[[str], None]) -> RunAsv:  # fmt: skip
     """One asv run of a commit on the cell's ``--bench`` alone, ingested into ``store`` (as a
     gate's run: no point of main's history) -> its cells."""
-    from .ingest import ingest
+    from .result_files import ingest
 
     bench = discovery.bench_regex([key])
     count = itertools.count(1)

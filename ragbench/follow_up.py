@@ -30,7 +30,7 @@ def repository_url(policies: Policies) -> str | None:
     url = policies.main.get("repository_url")
     if isinstance(url, str) and url.startswith(("https://", "http://")):
         return url.rstrip("/")
-    from . import suite
+    from . import runner as suite
 
     try:
         remote = suite.git("remote", "get-url", "origin")
@@ -57,7 +57,7 @@ def bisect_command(alert: dict) -> str | None:
     merge (it is the one), or holds none."""
     if not alert["prev_commit_hash"] or not alert["cells"]:
         return None
-    from . import suite
+    from . import runner as suite
 
     prev, commit = alert["prev_commit_hash"], alert["commit_hash"]
     try:

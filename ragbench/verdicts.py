@@ -120,7 +120,7 @@ JSON_SCHEMA = 2  # of gate_document's document; read_gate_document refuses any o
 _SHA = re.compile(r"[0-9a-f]{40}(?:[0-9a-f]{24})?")
 
 
-MODES = ("quick", "full")  # the suite's modes (``ragbench.suite``), a gate's ``mode``
+MODES = ("quick", "full")  # the suite's modes (``ragbench.runner``), a gate's ``mode``
 GATE_FIELDS = {"rounds": (1, 1000), "processes": (0, 1000)}  # a gate's counts, when given
 
 

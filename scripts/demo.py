@@ -20,12 +20,13 @@ import sys
 import time
 from pathlib import Path
 
-from ragbench import fingerprint, suite
+from ragbench import provenance as fingerprint
+from ragbench import runner as suite
 from ragbench.gate.gating import GateError, run_gate
 from ragbench.history import detection
-from ragbench.ingest import ingest
 from ragbench.policies import load_policies
 from ragbench.report import gate_markdown
+from ragbench.result_files import ingest
 from ragbench.store import Store, StoreError, history_branch
 
 RESULTS = suite.RESULTS  # asv.conf.json's: asv compare / publish / show read it

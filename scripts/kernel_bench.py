@@ -34,7 +34,7 @@ from benchmarks.support import grids as G
 from benchmarks.support import harness as H
 from benchmarks.support import promises as P
 from benchmarks.support import workloads as W
-from ragbench import fingerprint
+from ragbench import provenance as fingerprint
 from ragbench.stats import median_interval
 from ragged.kernels import attention as KA
 from ragged.testing import packed_qkv
@@ -47,7 +47,7 @@ PRUNE = (0.0, 0.5, 0.8)
 
 
 def environment() -> dict:
-    """The suite's fingerprint (ragbench/fingerprint.py) and what each backend calls."""
+    """The suite's fingerprint (ragbench/provenance.py) and what each backend calls."""
     env = fingerprint.collect(commit=None, machine=fingerprint.default_machine(),
                               mode="kernel_bench")  # fmt: skip
     return env | {"backends": {b: ragged.backend_implementation(b)

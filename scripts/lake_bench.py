@@ -22,7 +22,7 @@ from pathlib import Path
 
 from ragbench import synth
 from ragbench.history import detection
-from ragbench.ingest import ingest
+from ragbench.result_files import ingest
 from ragbench.store import Store
 
 # The fleet the synthetic history stands for: machine, device time against the first.

@@ -46,7 +46,7 @@ import torch
 
 from benchmarks.support import workloads as W
 from benchmarks.support.harness import gpu_clocks, spin_up
-from ragbench import fingerprint
+from ragbench import provenance as fingerprint
 from ragged import backend_implementation
 from ragged.models import SHARP_ATTENTION, build_model, get_config
 from ragged.pipeline import PrunedViT, PruneStage, ragged_backends
@@ -321,7 +321,7 @@ def run_accuracy() -> dict:
 
 
 def environment() -> dict:
-    """The suite's fingerprint (ragbench/fingerprint.py), what the fa2 backend calls, and the
+    """The suite's fingerprint (ragbench/provenance.py), what the fa2 backend calls, and the
     GPU's clocks now."""
     env = fingerprint.collect(commit=None, machine=fingerprint.default_machine(),
                               mode="pipeline_bench")  # fmt: skip

@@ -105,7 +105,7 @@ def synthetic_store(directory: Path, commits: int = 1000, second: int = 0) -> Pa
     on a second machine too (``synthetic-ada``, device times 2.4x); -> its path."""
     from ragbench import synth
     from ragbench.history import detection
-    from ragbench.ingest import ingest
+    from ragbench.result_files import ingest
     from ragbench.store import Store
 
     path = directory / "perf.duckdb"

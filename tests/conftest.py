@@ -73,9 +73,9 @@ def git(*args, cwd: Path = REPO) -> str:
 def ingest(store, paths, **kwargs):
     """Ingest as ``ragbench ingest`` does with the shipped policies: store the result files,
     then bring the change points and main's alerts of the series they gave a point up to
-    date (``ragbench.ingest.ingest`` only stores) -> the ingest's report."""
+    date (``ragbench.result_files.ingest`` only stores) -> the ingest's report."""
     from ragbench.history import detection
-    from ragbench.ingest import ingest as store_files
+    from ragbench.result_files import ingest as store_files
 
     report = store_files(store, paths, **kwargs)
     detection.update(store, report.new_runs)

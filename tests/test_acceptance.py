@@ -16,7 +16,8 @@ import pytest
 from conftest import REPO, commit, git
 from test_faults import assert_clean_exit, ragbench
 
-from ragbench import cli, pr, suite, synth
+from ragbench import cli, pr, synth
+from ragbench import runner as suite
 from ragbench.github import Client
 from ragbench.store import Store
 from ragbench.verdicts import JSON_SCHEMA

@@ -63,7 +63,7 @@ def stored(tmp_path: Path, base: dict, head: dict, **kw) -> Path:
     asv_result(results, HEAD, head, 1, **kw)
     path = tmp_path / "s.duckdb"
     with Store(path) as s:
-        from ragbench.ingest import ingest
+        from ragbench.result_files import ingest
 
         report = ingest(s, [results], branch="main")
         assert not report.failed, report.failed

@@ -12,7 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from ragbench import asv_results, fingerprint
+from ragbench import asv_results
+from ragbench import provenance as fingerprint
 
 REPO = Path(__file__).resolve().parent.parent
 MODULES = ["kernel", "pipeline", "numerics", "cpu"]

@@ -9,7 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from ragbench import bisect, envs, follow_up
+from ragbench import envs, follow_up
+from ragbench import version_bisect as bisect
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -139,7 +140,7 @@ def _commit(repo, subject: str) -> str:
 @pytest.fixture
 def repo(tmp_path, monkeypatch):
     """A repository the bisection's git runs in: ``commit(subject)``, ``git(*args)``."""
-    from ragbench import suite
+    from ragbench import runner as suite
 
     path = tmp_path / "repo"
     path.mkdir()
@@ -350,7 +351,9 @@ def test_each_step_measures_the_cell_alone_and_good_once(repo, monkeypatch, tmp_
 
     from asv.benchmarks import Benchmarks
 
-    from ragbench import bisect_commits, discovery, ingest, suite
+    from ragbench import bisect_commits, discovery
+    from ragbench import result_files as ingest
+    from ragbench import runner as suite
     from ragbench.policies import load_policies
     from ragbench.store import Measurement, Run, Store
 

@@ -16,8 +16,8 @@ from ragbench import cli, stats, synth
 from ragbench.history import detection
 from ragbench.history import edivisive as changepoints
 from ragbench.history import series as history
-from ragbench.ingest import ingest
 from ragbench.policies import load_policies
+from ragbench.result_files import ingest
 from ragbench.store import Store
 
 REPO = Path(__file__).resolve().parent.parent

@@ -21,9 +21,11 @@ import pytest
 from conftest import REPO, commit, fresh_copy, git
 from test_store import pytest_benchmark_json
 
-from ragbench import cli, record, suite, synth
+from ragbench import cli, synth
+from ragbench import pushes as record
+from ragbench import runner as suite
 from ragbench.github import MARKER
-from ragbench.ingest import ingest
+from ragbench.result_files import ingest
 from ragbench.store import Store
 from ragbench.verdicts import JSON_SCHEMA as SCHEMA
 from scripts.fake_github import FakeGitHub
@@ -282,7 +284,7 @@ def test_one_bad_file_never_stops_an_ingest(tmp_path, history):
 
 
 def ingest_rows(path: Path) -> list:
-    from ragbench.ingest import parse
+    from ragbench.result_files import parse
 
     return parse(path)[1]
 

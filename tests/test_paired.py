@@ -232,7 +232,7 @@ def test_the_launch_promises_are_bounds_at_the_promised_ratios():
 def test_a_clone_without_the_anchor_skips_it(monkeypatch, tmp_path):
     import contextlib
 
-    from ragbench import suite
+    from ragbench import runner as suite
 
     monkeypatch.setattr(suite, "ANCHOR", "0" * 40)
     logged = []

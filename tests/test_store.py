@@ -19,7 +19,7 @@ import pytest
 from conftest import ingest
 
 from ragbench import synth
-from ragbench.ingest import parse
+from ragbench.result_files import parse
 from ragbench.store import Store, StoreError
 
 REPO = Path(__file__).resolve().parent.parent
@@ -635,7 +635,7 @@ def test_files_are_read_before_the_store_is_opened_and_refused_ones_never_open_i
     """Reading and checking a file (a 100,000-cell one took 3 s here) never happens while the
     ingest holds the file for writing, whatever the files: a reader waits for writes only.
     Files that are all refused never open it at all."""
-    import ragbench.ingest as ingest_module
+    import ragbench.result_files as ingest_module
 
     good, refused = big_and_refused(tmp_path, 3_000)
     path = tmp_path / "s.duckdb"
@@ -794,7 +794,7 @@ def test_a_live_writers_claim_is_waited_for_and_a_dead_ones_taken_over(tmp_path,
     import duckdb
 
     import ragbench.store as S
-    from ragbench.ingest import parse
+    from ragbench.result_files import parse
     from ragbench.store import writes
     from ragbench.synth import big_result
 

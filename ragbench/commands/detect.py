@@ -3,7 +3,7 @@ change points."""
 
 from __future__ import annotations
 
-from .. import suite
+from .. import runner as suite
 from ..history import series as history
 from ..policies import load_policies
 from ..store import Store

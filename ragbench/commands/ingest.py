@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from .. import suite
+from .. import runner as suite
 from ..policies import load_policies
 from .common import log, open_store, store_arg
 
@@ -37,7 +37,7 @@ def add_parser(sub) -> None:
 
 def run(args) -> int:
     from ..history.detection import update
-    from ..ingest import ingest
+    from ..result_files import ingest
 
     missing = [p for p in args.paths if not p.exists()]
     if missing:

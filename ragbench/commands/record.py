@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from .. import suite
+from .. import runner as suite
 from .common import (
     MODE_HELP,
     bench_arg,
@@ -51,7 +51,7 @@ def add_parser(sub) -> None:
 
 def run(args) -> int:
     from ..policies import load_policies
-    from ..record import record
+    from ..pushes import record
 
     store = open_store(args)
     # GitHub's commit -> pull request association names the pull request whose acceptances

@@ -76,7 +76,7 @@ def run(args) -> int:
     if args.from_spec == "pinned":
         args.from_spec = envs.pinned()
     if args.to_spec == "newest":  # the newest torch, with the triton it pins
-        from ..bisect import newest
+        from ..version_bisect import newest
 
         args.to_spec = newest("torch")
     if envs.requirements(args.from_spec) == envs.requirements(args.to_spec):  # unreadable: 2
@@ -117,7 +117,7 @@ def run(args) -> int:
 
 
 def _bisect(args, policies) -> int:
-    from .. import bisect
+    from .. import version_bisect as bisect
     from ..gate.gating import run_gate
 
     if not args.between:

@@ -44,7 +44,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .. import suite
+from .. import runner as suite
 from ..compare import Key, Verdict
 from ..policies import Policies, Policy
 from ..store import param_key

@@ -23,11 +23,12 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .. import compare, suite
+from .. import compare
+from .. import runner as suite
 from ..compare import Comparison, Key, Verdict
 from ..discovery import bench_regex
-from ..ingest import ingest
 from ..policies import Policies
+from ..result_files import ingest
 from ..store import Store
 from ..verdicts import GATE_FIELDS, Headline, Status, gate_document
 from . import drift, paired

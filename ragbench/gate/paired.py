@@ -26,7 +26,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .. import compare, stats, suite
+from .. import compare, stats
+from .. import runner as suite
 from ..policies import STATISTICAL, Policies
 from ..store import param_key
 from ..verdicts import Status

@@ -25,7 +25,8 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
 
-from . import asv_results, fingerprint, jsonfile
+from . import asv_results, jsonfile
+from . import provenance as fingerprint
 from .store import FAILED, OK, Columns, Measurement, Run, Store, param_key
 
 # asv writes these beside its result files, and a project's root holds its config: not results.

@@ -17,12 +17,12 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from . import suite
+from . import runner as suite
 from .github import Client, GitHubError
 from .history import detection
-from .ingest import ingest
 from .policies import Policies
 from .pr import merged_pulls
+from .result_files import ingest
 from .store import Store
 
 ZERO = "0" * 40  # GitHub's ``before`` for a new branch

@@ -24,7 +24,7 @@ from pathlib import Path
 from benchmarks.support.harness import ANCHOR
 from benchmarks.support.measure import ANCHOR_ENV
 
-from . import fingerprint
+from . import provenance as fingerprint
 
 REPO = Path(__file__).resolve().parent.parent
 CONFIG = REPO / "asv.conf.json"
