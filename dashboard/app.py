@@ -6,7 +6,7 @@
 Pages: Overview (overview.py), Alerts (alerts.py), Dispatch floors, Speedups, Numeric drift,
 Compare, Versions and Machines (environments.py), and Series (where
 the overview's links lead). Everything is read through ``ragbench``'s store API and judged by
-``ragbench.history.series`` and ``ragbench.compare``; this file lays out and draws.
+``ragbench.history.series`` and ``ragbench.verdicts.comparison``; this file lays out and draws.
 ``$RAGBENCH_COMMIT_URL`` (e.g. ``https://github.com/org/ragged/commit/{}``) makes points link
 to their commit.
 """
@@ -62,7 +62,7 @@ from dashboard.read import (
 )
 from ragbench.store import FAILED, Store, StoreError, history_branch
 from ragbench.store.schema import SPEED_UNITS
-from ragbench.verdicts import FAILING, Status, verdict_words
+from ragbench.verdicts.status import FAILING, Status, verdict_words
 
 # --- pages -----------------------------------------------------------------------------------
 

@@ -13,10 +13,10 @@ import streamlit as st
 from dashboard import draws
 from dashboard.draw import environment, legend, worse_by
 from dashboard.read import LOOKBACK_COMMITS, comparison, histories, query
-from ragbench.compare import Comparison
 from ragbench.report import sensitivity_line
 from ragbench.store import FAILED
-from ragbench.verdicts import Headline, Status
+from ragbench.verdicts.comparison import Comparison
+from ragbench.verdicts.status import Headline, Status
 
 
 @draws("Overview")

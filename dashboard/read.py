@@ -1,7 +1,7 @@
 """The dashboard's reads of the results store: one read-only connection per query (a writer
 holds the file for one transaction at a time, so a page waits at most that long), cached
-until the file changes; and what ``ragbench.history.series`` and ``ragbench.compare`` make of
-them."""
+until the file changes; and what ``ragbench.history.series`` and
+``ragbench.verdicts.comparison`` make of them."""
 
 from __future__ import annotations
 
@@ -13,7 +13,6 @@ import pandas as pd
 import streamlit as st
 
 from benchmarks.support.catalogue import DISPATCH_FLOOR, DRIFT_SUFFIX
-from ragbench import compare
 from ragbench.history import edivisive as changepoints
 from ragbench.history import series as history
 from ragbench.policies import POLICIES, Policies, load_policies
@@ -21,6 +20,7 @@ from ragbench.store import Store, default_path, store_spec
 from ragbench.store.lake import is_lake
 from ragbench.store.rollup import Rollup
 from ragbench.store.schema import SPEED_UNITS
+from ragbench.verdicts import comparison as compare
 
 # The pages that show this suite's own metrics: drawn only where the store holds them (another
 # project's asv results have none).

@@ -40,12 +40,13 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from . import compare, discovery
+from . import discovery
 from . import runner as suite
-from .compare import Cell, Key, Verdict
 from .gate import paired
 from .policies import Policies
-from .verdicts import Status
+from .verdicts import comparison as compare
+from .verdicts.comparison import Cell, Key, Verdict
+from .verdicts.status import Status
 from .version_bisect import BisectError, Step, parse_cell, search
 
 SHOWS = (Status.REGRESSION, Status.VIOLATION)  # the step, by the gate's rules

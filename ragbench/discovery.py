@@ -20,7 +20,7 @@ import subprocess
 import sys
 
 from .asv_results import param_values
-from .compare import Key
+from .verdicts.comparison import Key
 
 PREFIXES = ("time_", "peakmem_", "mem_")  # asv's kinds whose metric keeps its prefix
 

@@ -27,7 +27,7 @@ from .gate import plan as settle
 from .github import MARKER, Client
 from .policies import load_policies
 from .store import Store
-from .verdicts import Status, VerdictError, read_gate_document
+from .verdicts.status import Status, VerdictError, read_gate_document
 
 LABEL = "perf-regression-accepted"
 WRITERS = ("admin", "maintain", "write")

@@ -6,12 +6,12 @@ import math
 import statistics
 from collections import defaultdict
 
-from .compare import INTERVAL, RULE, Comparison, Verdict, powered
 from .gate import paired
 from .gate.drift import drift_section
 from .gate.gating import GateResult, differences, settle_command
 from .history.series import SeriesReport
-from .verdicts import Status, verdict_words
+from .verdicts.comparison import INTERVAL, RULE, Comparison, Verdict, powered
+from .verdicts.status import Status, verdict_words
 
 
 def _num(x: float | None, digits: int = 4) -> str:

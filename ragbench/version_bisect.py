@@ -27,7 +27,7 @@ from packaging.requirements import Requirement
 from packaging.version import InvalidVersion, Version
 
 from . import envs
-from .compare import Key
+from .verdicts.comparison import Key
 
 
 class BisectError(RuntimeError):

@@ -15,16 +15,17 @@ a block is the same code (A/A) or the triton kernel slowed by 2%, 5% or 10% of i
 (``benchmarks/support/inject.py``); blocks cycle through those conditions until ``--seconds`` pass.
 Each run is one JSON file of the values asv would record, read through the suite's own classes.
 
-``analyze`` feeds the blocks to ``ragbench.compare`` with the policies in force and reports the
-false-alarm rate per gate run (A/A blocks) and the detection rate of each injected slowdown.
+``analyze`` feeds the blocks to ``ragbench.verdicts.comparison`` with the policies in force and
+reports the false-alarm rate per gate run (A/A blocks) and the detection rate of each injected
+slowdown.
 
 The ``paired-*`` commands do the same for the metrics that include host time, judged by the
 paired comparison (``ragbench.gate.paired``): processes of the paired runner with extra arms (A/A
 pairs, heads with planted slowdowns), then the gate's own judgement of each group of processes.
 ``paired-alone`` measures the gate's fallback for a head that loads only alone.
 
-``rule-table`` sums up what the rule of evidence (``ragbench.compare.RULE``) makes of both
-kinds of collection and of synthetic cells: the share of A/A gate runs that pass, fail or end
+``rule-table`` sums up what the rule of evidence (``ragbench.verdicts.comparison.RULE``) makes of
+both kinds of collection and of synthetic cells: the share of A/A gate runs that pass, fail or end
 inconclusive, and what becomes of the planted slowdowns. It uses only the gate's public code
 (``compare``, ``recheck``, ``paired``), so the same command run against an older ``ragbench``
 gives the table under that rule.
@@ -127,9 +128,9 @@ def load_runs(dirs: list[Path]) -> list[dict]:
 
 
 def side_cells(runs: list[dict]):
-    """The runs' cells pooled as ``ragbench.compare`` cells."""
-    from ragbench.compare import Cell, pool
+    """The runs' cells pooled as ``ragbench.verdicts.comparison`` cells."""
     from ragbench.store import param_key
+    from ragbench.verdicts.comparison import Cell, pool
 
     def cell(c: dict) -> Cell:
         bench, _, method = c["benchmark"].rpartition(".")
@@ -144,9 +145,9 @@ def gate_run(base: list[dict], head: list[dict], recheck: tuple[dict, dict], pol
     """What ``ragbench gate`` would decide on the cells judged across processes (the paired
     ones are the paired comparison's): -> (flagged keys, the verdicts after the
     re-measurement of flagged and inconclusive cells, ``recheck.remeasured``)."""
-    from ragbench.compare import compare
     from ragbench.gate.remeasure import remeasured
-    from ragbench.verdicts import Status
+    from ragbench.verdicts.comparison import compare
+    from ragbench.verdicts.status import Status
 
     first = {"base": side_cells(base), "head": side_cells(head)}
     c = compare(first["base"], first["head"], policies, detail=False)
@@ -190,7 +191,7 @@ def rates(runs: list[dict], policies) -> dict:
     per triton cell (with the slowdown the gate's rounds measured there). Under the rule of
     evidence (``compare.RULE``) a run also ends inconclusive where a cell other than the
     injected one is, and an injected cell is caught (regression), inconclusive, or passed."""
-    from ragbench.verdicts import Status
+    from ragbench.verdicts.status import Status
 
     out = {}
     for cond, ts in trials(runs).items():
@@ -444,7 +445,7 @@ def paired_rates(sets: list[list[dict]], policies, overlapping: bool = False) ->
     consecutive disjoint groups (``overlapping``: every combination). -> per condition and
     metric label: comparisons, false alarms, inconclusive, caught, and gate runs with an alarm."""
     from ragbench.gate import paired
-    from ragbench.verdicts import Status
+    from ragbench.verdicts.status import Status
 
     size = paired.PROCESSES
     groups = []
@@ -645,8 +646,8 @@ def synthetic_rates(seeds: int) -> dict[tuple[float, float], Counter]:
     """-> {(spread, step): statuses over ``seeds`` cells}."""
     import numpy as np
 
-    from ragbench.compare import Cell, compare
     from ragbench.policies import Policies, Policy
+    from ragbench.verdicts.comparison import Cell, compare
 
     pol = Policies((Policy("*", "latency", threshold=0.02),),
                    {"alpha": 0.01 / SYNTH_CELLS}, {})  # fmt: skip

@@ -37,7 +37,7 @@ from pathlib import Path
 from ragbench.gate import drift
 from ragbench.gate.drift import drift_section
 from ragbench.policies import load_policies
-from ragbench.verdicts import FAILING, Headline
+from ragbench.verdicts.status import FAILING, Headline
 
 REPO = Path(__file__).resolve().parent.parent
 

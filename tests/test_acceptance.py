@@ -20,7 +20,7 @@ from ragbench import cli, pr, synth
 from ragbench import runner as suite
 from ragbench.github import Client
 from ragbench.store import Store
-from ragbench.verdicts import JSON_SCHEMA
+from ragbench.verdicts.status import JSON_SCHEMA
 from scripts.fake_github import FakeGitHub, pull
 from scripts.workflow_runner import load_workflow
 

@@ -166,7 +166,7 @@ def _cells(scale: float, seed: int, raises: bool = False) -> dict:
     """One asv run's cells: the bisected one (``scale`` x 10 us, or raised) and another."""
     import numpy as np
 
-    from ragbench.compare import Cell
+    from ragbench.verdicts.comparison import Cell
 
     rng = np.random.default_rng(seed)
     out = {}
@@ -518,8 +518,8 @@ def test_an_inconclusive_step_is_measured_again_then_skipped(repo):
     it and the base are measured once more, and, still inconclusive, it is skipped (before,
     inconclusive read as "does not show it")."""
     from ragbench import bisect_commits
-    from ragbench.compare import Cell
     from ragbench.policies import load_policies
+    from ragbench.verdicts.comparison import Cell
 
     root = _commit(repo, "root")
     commits = [_commit(repo, f"c{i + 1}") for i in range(8)]

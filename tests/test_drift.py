@@ -21,13 +21,13 @@ from test_gate import HEAD, PARENT, add_run, gpu_cells
 
 from benchmarks.support import grids as _grids
 from benchmarks.support import outputs as _outputs
-from ragbench import compare
 from ragbench.gate import drift
 from ragbench.gate import gating as gate
 from ragbench.policies import load_policies
 from ragbench.report import gate_markdown
 from ragbench.store import Store
-from ragbench.verdicts import Headline, Status, gate_document
+from ragbench.verdicts import comparison as compare
+from ragbench.verdicts.status import Headline, Status, gate_document
 from scripts.drift_plants import plant
 
 PIPELINES = r"^drift\.Pipeline backend=(padded_max|triton),method=threshold_l2,"

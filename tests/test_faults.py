@@ -27,7 +27,7 @@ from ragbench import runner as suite
 from ragbench.github import MARKER
 from ragbench.result_files import ingest
 from ragbench.store import Store
-from ragbench.verdicts import JSON_SCHEMA as SCHEMA
+from ragbench.verdicts.status import JSON_SCHEMA as SCHEMA
 from scripts.fake_github import FakeGitHub
 from scripts.rehearse import FAULTS
 

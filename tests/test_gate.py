@@ -14,10 +14,11 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
-from ragbench import compare, discovery
+from ragbench import discovery
 from ragbench.gate import gating as gate
 from ragbench.policies import load_policies
 from ragbench.store import Measurement, Run, Store
+from ragbench.verdicts import comparison as compare
 
 REPO = Path(__file__).resolve().parent.parent
 _clock = itertools.count(1_800_000_000)
@@ -327,7 +328,7 @@ def test_a_gate_says_what_settles_it_and_settle_merges_into_its_verdict(
 
 def test_the_rounds_a_cell_needs_follow_its_spread():
     from ragbench.gate import plan as settle
-    from ragbench.verdicts import Status
+    from ragbench.verdicts.status import Status
 
     policy = load_policies().for_metric("kernel.KernelLatency", "gpu_us", "us")
     t = policy.threshold

@@ -11,12 +11,14 @@ import sys
 import pytest
 from conftest import REPO
 
-from ragbench import compare, pr, stats, verdicts
-from ragbench.compare import Cell
+from ragbench import pr, stats
 from ragbench.gate import gating as gate
 from ragbench.gate import paired
 from ragbench.history import series as history
 from ragbench.policies import Policies, Policy, load_policies
+from ragbench.verdicts import comparison as compare
+from ragbench.verdicts import status as verdicts
+from ragbench.verdicts.comparison import Cell
 
 POLICIES = Policies(
     (Policy("*.host_us", "latency", threshold=0.03, paired=True), Policy("*", "info")),
@@ -292,7 +294,7 @@ def test_paired_report_tabulates_head_over_base(tmp_path, capsys):
 
 
 def test_the_gate_s_document_reads_back_and_nothing_else_does(tmp_path):
-    """One contract (ragbench.verdicts): what gate_document writes, read_gate_document reads;
+    """One contract (ragbench.verdicts.status): what gate_document writes, read_gate_document reads;
     a document of another schema, head or shape is refused."""
     pol = Policies((Policy("*", "throughput", threshold=0.10),), {"alpha": 0.01}, {})
     base = {("b", "img_per_s", ""): Cell("b", "img_per_s", "", {}, "img/s", [100.0] * 12)}

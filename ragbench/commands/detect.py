@@ -7,7 +7,7 @@ from .. import runner as suite
 from ..history import series as history
 from ..policies import load_policies
 from ..store import Store
-from ..verdicts import Status
+from ..verdicts.status import Status
 from .alerts import stale_text
 from .common import machine_arg, machine_of, open_store, policies_arg, store_arg
 

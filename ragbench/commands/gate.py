@@ -5,9 +5,9 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from ..compare import RULE
 from ..gate.paired import PROCESSES as PAIRED_PROCESSES
 from ..policies import load_policies
+from ..verdicts.comparison import RULE
 from .common import (
     MODE_HELP,
     bench_arg,

@@ -10,7 +10,7 @@ from pathlib import Path
 from .. import envs
 from ..policies import load_policies
 from ..store import Store, store_spec
-from ..verdicts import FAILING, Headline
+from ..verdicts.status import FAILING, Headline
 from .common import MODE_HELP, bench_arg, log, machine_arg, machine_of, policies_arg
 
 

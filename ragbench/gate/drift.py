@@ -45,10 +45,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from .. import runner as suite
-from ..compare import Key, Verdict
 from ..policies import Policies, Policy
 from ..store import param_key
-from ..verdicts import Status
+from ..verdicts.comparison import Key, Verdict
+from ..verdicts.status import Status
 
 MARGIN = 2.0  # default of [gate] drift_margin: beyond twice the run-to-run noise
 METRICS = {"drift.Pipeline": ("logits", "keep_masks"), "drift.Kernel": ("output",)}

@@ -23,14 +23,14 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .. import compare
 from .. import runner as suite
-from ..compare import Comparison, Key, Verdict
 from ..discovery import bench_regex
 from ..policies import Policies
 from ..result_files import ingest
 from ..store import Store
-from ..verdicts import GATE_FIELDS, Headline, Status, gate_document
+from ..verdicts import comparison as compare
+from ..verdicts.comparison import Comparison, Key, Verdict
+from ..verdicts.status import GATE_FIELDS, Headline, Status, gate_document
 from . import drift, paired
 from . import plan as settle
 from .remeasure import recheck_keys, remeasured

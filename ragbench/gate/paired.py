@@ -26,11 +26,12 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .. import compare, stats
 from .. import runner as suite
+from .. import stats
 from ..policies import STATISTICAL, Policies
 from ..store import param_key
-from ..verdicts import Status
+from ..verdicts import comparison as compare
+from ..verdicts.status import Status
 
 PROCESSES = 3  # fresh processes a comparison pools (calibrated: docs/calibration.md)
 ARMS = ("base", "aa", "head")

@@ -24,8 +24,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from .. import jsonfile
-from ..compare import Comparison, Key, Verdict
-from ..verdicts import Status, canonical, digest
+from ..verdicts.comparison import Comparison, Key, Verdict
+from ..verdicts.status import Status, canonical, digest
 
 ID = re.compile(r"[0-9a-f]{16}|[0-9a-f]{64}")  # a recorded gate's id, or its whole digest
 MARGIN = 1.25  # the estimate is of a median's spread: a quarter more than it says

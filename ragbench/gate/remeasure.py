@@ -7,9 +7,9 @@ pooled.
 
 from __future__ import annotations
 
-from ..compare import Cell, Comparison, Key, Verdict, compare, join_notes, pool, powered
 from ..policies import Policies
-from ..verdicts import FAILING, Status
+from ..verdicts.comparison import Cell, Comparison, Key, Verdict, compare, join_notes, pool, powered
+from ..verdicts.status import FAILING, Status
 
 SIDES = ("base", "head")
 

@@ -12,10 +12,11 @@ An alert is one machine's change of one commit. Its cells:
   excludes no change (1.0) in the bad direction and the estimate is beyond the threshold, so
   the percentage shown lies inside the interval shown. A stale series (its last point older
   than the machine's newest run: a dropped Python) has no newest run to judge.
-- a **finding** of the machine's newest commit against the one before (``ragbench.compare``):
-  a broken bound (a kernel's error ratio over 2, an output's drift), a cell that failed (the
-  benchmark raised) or went missing (``found_by``: ``violation: 6418 >= bound 2``). One that
-  an earlier alert already holds (not fixed) makes none.
+- a **finding** of the machine's newest commit against the one before
+  (``ragbench.verdicts.comparison``): a broken bound (a kernel's error ratio over 2, an
+  output's drift), a cell that failed (the benchmark raised) or went missing (``found_by``:
+  ``violation: 6418 >= bound 2``). One that an earlier alert already holds (not fixed) makes
+  none.
 
 The alert keeps the range it arrived in (the previous measured commit, exclusive, to this
 one: a merge or a batch of pushes holds several commits, which ``ragbench bisect`` searches).
@@ -41,9 +42,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from .. import stats
-from ..compare import Key, bad_change, ratio_of
 from ..policies import STATISTICAL, Policies, Policy, load_policies
-from ..verdicts import Status, worded
+from ..verdicts.comparison import Key, bad_change, ratio_of
+from ..verdicts.status import Status, worded
 from . import edivisive as changepoints
 from . import series as history
 
@@ -211,7 +212,8 @@ def steps(store, machine: str, policies: Policies,
 
 @dataclass
 class Newest:
-    """The machine's newest commit judged against the one before (``ragbench.compare``)."""
+    """The machine's newest commit judged against the one before
+    (``ragbench.verdicts.comparison``)."""
 
     commit: str | None
     prev: str | None
@@ -227,7 +229,7 @@ class Newest:
 def newest(store, machine: str, policies: Policies) -> Newest:
     """The comparison of the machine's newest commit with the commit before it on main: every
     cell, with its bound, failure or absence (no timing statistics)."""
-    from .. import compare
+    from ..verdicts import comparison as compare
 
     runs = store.runs(machine=machine)
     commits = list(dict.fromkeys(r["commit_hash"] for r in runs))

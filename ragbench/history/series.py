@@ -13,10 +13,10 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from .. import stats
-from ..compare import Key, bad_change, by_threshold, ratio_of
 from ..policies import STATISTICAL, Policies, Policy
 from ..store import ENV_FIELDS, Store
-from ..verdicts import Status
+from ..verdicts.comparison import Key, bad_change, by_threshold, ratio_of
+from ..verdicts.status import Status
 from . import edivisive as changepoints
 
 

@@ -14,10 +14,10 @@ from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
-from . import stats
-from .policies import STATISTICAL, Policies, Policy
-from .store import FAILED, Store, param_key
-from .verdicts import FAILING, Headline, Status
+from .. import stats
+from ..policies import STATISTICAL, Policies, Policy
+from ..store import FAILED, Store, param_key
+from .status import FAILING, Headline, Status
 
 Key = tuple[str, str, str]  # (benchmark, metric, param_key)
 

@@ -21,7 +21,7 @@ import re
 from enum import StrEnum
 from pathlib import Path
 
-from . import jsonfile
+from .. import jsonfile
 
 
 class Status(StrEnum):
