@@ -1,5 +1,5 @@
 """``ragbench gate``: base against head, measured in one job, alternating; flagged and
-inconclusive cells re-measured once (``recheck.remeasured``): a regression fails unless the
+inconclusive cells re-measured once (``remeasure.remeasured``): a regression fails unless the
 re-measurement shows, with power, that it is within its threshold. The metrics that include host
 time (``paired = true`` in the policies) are judged from base and head timed in the same
 processes instead (``ragbench.gate.paired``): across processes they are not comparable.
@@ -19,7 +19,7 @@ import shlex
 import stat
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -304,6 +304,48 @@ def _drift(result: GateResult, policies, *, mode, bench, work, log) -> None:
     result.comparison.verdicts += result.drift.verdicts()
 
 
+@dataclass
+class GateOptions:
+    """How a gate measures and what it compares besides base against head (``run_gate``):
+    ``measure=False`` compares the stored runs (``environment``, ``across_environments``: which
+    ones, ``_like_with_like``); ``paired_processes=0``: no paired comparison (the host-time
+    cells are then inconclusive); ``environments``: the ``envs.Env`` each side (``"base"``,
+    ``"head"``) is measured in (``ragbench versions``: one commit, two stacks); ``drift_check``:
+    compare head's outputs with base's (``ragbench.gate.drift``; never across two environments,
+    which cannot share a process: ``versions`` compares them itself)."""
+
+    measure: bool = True
+    rounds: int | None = None
+    mode: str = "quick"
+    bench: Sequence[str] = ()
+    paired_processes: int = paired.PROCESSES
+    work_dir: Path | None = None
+    environments: dict | None = None
+    drift_check: bool = True
+    environment: str | None = None
+    across_environments: bool = False
+
+    def __post_init__(self) -> None:
+        self.environments = self.environments or {}
+
+
+def alternate(store: Store, sides: dict[str, str], rounds: int, label: Callable[[str, int], str],
+              work: Path, *, what: str, mode: str, machine: str, bench,
+              log: Callable[[str], None], environments: dict | None = None,
+              ) -> dict[str, list[str]]:  # fmt: skip
+    """``rounds`` rounds of each side's commit measured in turn (base, head, base, head: a
+    drift of the machine hits both), each run labelled ``label(side, round)``; -> each side's
+    run ids. ``environments``: the environment each side is measured in, where given."""
+    ids: dict[str, list[str]] = {side: [] for side in sides}
+    for r in range(rounds):
+        for side, sha in sides.items():
+            log(f"{what}: round {r + 1}/{rounds}, {side} {sha[:12]}")
+            where = {} if environments is None else {"environment": environments.get(side)}
+            ids[side] += _measure(store, sha, side, label(side, r), work, mode=mode,
+                                  machine=machine, bench=bench, log=log, **where)  # fmt: skip
+    return ids
+
+
 def run_gate(
     store: Store,
     base_ref: str,
@@ -311,79 +353,79 @@ def run_gate(
     *,
     policies: Policies,
     machine: str,
-    measure: bool = True,
-    rounds: int | None = None,
-    mode: str = "quick",
-    bench: list[str] = (),
-    paired_processes: int = paired.PROCESSES,
-    work_dir: Path | None = None,
     log: Callable[[str], None] = print,
-    environments: dict | None = None,
-    drift_check: bool = True,
-    environment: str | None = None,
-    across_environments: bool = False,
+    options: GateOptions | None = None,
+    **settings,
 ) -> GateResult:
-    """Base against head (see the module). ``paired_processes=0``: no paired comparison (the
-    host-time cells are then inconclusive). ``environments``: the ``envs.Env`` each side
-    (``"base"``, ``"head"``) is measured in (``ragbench versions``: one commit, two stacks).
-    ``drift_check``: compare head's outputs with base's (``ragbench.gate.drift``; never across two
-    environments, which cannot share a process: ``versions`` compares them itself).
-    ``environment``, ``across_environments``: the stored runs compared (``_like_with_like``)."""
-    environments = environments or {}
+    """Base against head (see the module), as ``options`` say (``GateOptions``, or its fields
+    given as keywords)."""
+    if options is not None and settings:
+        raise TypeError("run_gate: GateOptions or its fields as keywords, not both")
+    o = options if options is not None else GateOptions(**settings)
     t0 = time.perf_counter()
-    base, head = (resolve_ref(r, None if measure else store, machine) for r in (base_ref, head_ref))
-    if not environments:  # ``versions``: one commit under two stacks
+    base, head = (resolve_ref(r, None if o.measure else store, machine)
+                  for r in (base_ref, head_ref))  # fmt: skip
+    if not o.environments:  # ``versions``: one commit under two stacks
         _two_commits(base, head, base_ref, head_ref)
-    rounds = int(rounds if rounds is not None else policies.gate.get("rounds", 2))
+    rounds = int(o.rounds if o.rounds is not None else policies.gate.get("rounds", 2))
     if rounds < 1:
         raise GateError(f"--rounds must be at least 1, got {rounds}")
-    result = GateResult(base, head, machine, Comparison(), measure, rounds, mode=mode)
-    if not measure:  # a commit's runs, on whatever branch they were ingested
-        base_runs = store.runs(machine=machine, commit=base, any_branch=True)
-        head_runs = store.runs(machine=machine, commit=head, any_branch=True)
-        for side, sha, found in (("head", head, head_runs), ("base", base, base_runs)):
-            if not found:
-                raise GateError(
-                    f"the store has no run of {side} {sha[:12]} on machine {machine!r}: run "
-                    "the suite first (ragbench run), or gate without --stored"
-                )
-        command = (f"ragbench gate --stored --store {shlex.quote(store.name)} --base "
-                   f"{shlex.quote(base_ref)} --head {shlex.quote(head_ref)} --machine "
-                   f"{shlex.quote(machine)}")  # fmt: skip
-        base_runs, head_runs = _like_with_like(
-            base_runs,
-            head_runs,
-            environment=environment,
-            across=across_environments,
-            command=command,
-        )
-        result.base_runs, result.head_runs = base_runs, head_runs
-        result.comparison = _judgeable(compare.compare(
-            compare.cells(store, [r["run_id"] for r in base_runs]),
-            compare.cells(store, [r["run_id"] for r in head_runs]),
-            policies,
-        ))  # fmt: skip
-        if paired_processes:
-            with tempfile.TemporaryDirectory(prefix="ragbench-gate-", dir=work_dir) as tmp:
-                _paired(result, policies, processes=paired_processes, mode=mode,
-                        work=Path(tmp), log=log)  # fmt: skip
-        if drift_check and not environments:
-            with tempfile.TemporaryDirectory(prefix="ragbench-drift-", dir=work_dir) as tmp:
-                _drift(result, policies, mode=mode, bench=bench, work=Path(tmp), log=log)
-        _plan(result, max(1, len(base_runs)), paired_processes)
-        result.seconds = time.perf_counter() - t0
-        return result
+    result = GateResult(base, head, machine, Comparison(), o.measure, rounds, mode=o.mode)
+    if o.measure:
+        _measured(store, result, o, policies, log)
+    else:
+        _stored(store, result, base_ref, head_ref, o, policies, log)
+    result.seconds = time.perf_counter() - t0
+    return result
 
+
+def _stored(store: Store, result: GateResult, base_ref: str, head_ref: str, o: GateOptions,
+            policies: Policies, log: Callable[[str], None]) -> None:  # fmt: skip
+    """A commit's runs, on whatever branch they were ingested, compared as they are."""
+    base, head, machine = result.base, result.head, result.machine
+    base_runs = store.runs(machine=machine, commit=base, any_branch=True)
+    head_runs = store.runs(machine=machine, commit=head, any_branch=True)
+    for side, sha, found in (("head", head, head_runs), ("base", base, base_runs)):
+        if not found:
+            raise GateError(
+                f"the store has no run of {side} {sha[:12]} on machine {machine!r}: run "
+                "the suite first (ragbench run), or gate without --stored"
+            )
+    command = (f"ragbench gate --stored --store {shlex.quote(store.name)} --base "
+               f"{shlex.quote(base_ref)} --head {shlex.quote(head_ref)} --machine "
+               f"{shlex.quote(machine)}")  # fmt: skip
+    base_runs, head_runs = _like_with_like(
+        base_runs,
+        head_runs,
+        environment=o.environment,
+        across=o.across_environments,
+        command=command,
+    )
+    result.base_runs, result.head_runs = base_runs, head_runs
+    result.comparison = _judgeable(compare.compare(
+        compare.cells(store, [r["run_id"] for r in base_runs]),
+        compare.cells(store, [r["run_id"] for r in head_runs]),
+        policies,
+    ))  # fmt: skip
+
+    def workdir(prefix: str):
+        return tempfile.TemporaryDirectory(prefix=prefix, dir=o.work_dir)
+
+    _beside(result, o, policies, workdir, log)
+    _plan(result, max(1, len(base_runs)), o.paired_processes)
+
+
+def _measured(store: Store, result: GateResult, o: GateOptions, policies: Policies,
+              log: Callable[[str], None]) -> None:  # fmt: skip
+    """Base and head measured in alternating rounds, the flagged cells once more."""
+    base, head, machine, rounds = result.base, result.head, result.machine, result.rounds
     gate_id = f"gate:{head[:8]}-{base[:8]}-{int(time.time())}"
-    with tempfile.TemporaryDirectory(prefix="ragbench-gate-", dir=work_dir) as tmp:
+    with tempfile.TemporaryDirectory(prefix="ragbench-gate-", dir=o.work_dir) as tmp:
         work = Path(tmp)
-        ids = {"base": [], "head": []}
-        for r in range(rounds):  # base, head, base, head: a drift of the machine hits both
-            for side, sha in (("base", base), ("head", head)):
-                log(f"gate: round {r + 1}/{rounds}, {side} {sha[:12]}")
-                ids[side] += _measure(store, sha, side, f"{gate_id}:{side}:{r}", work,
-                                      mode=mode, machine=machine, bench=bench, log=log,
-                                      environment=environments.get(side))  # fmt: skip
+        ids = alternate(store, {"base": base, "head": head}, rounds,
+                        lambda side, r: f"{gate_id}:{side}:{r}", work, what="gate", mode=o.mode,
+                        machine=machine, bench=o.bench, log=log,
+                        environments=o.environments)  # fmt: skip
         pooled = {side: compare.cells(store, ids[side]) for side in ids}
         comparison = _judgeable(compare.compare(pooled["base"], pooled["head"], policies))
         keys = recheck_keys(comparison)
@@ -392,20 +434,28 @@ def run_gate(
             runs = {}
             for side, sha in (("base", base), ("head", head)):
                 runs[side] = _measure(store, sha, side, f"{gate_id}:recheck-{side}", work,
-                                      mode=mode, machine=machine, bench=bench_regex(keys),
-                                      log=log, environment=environments.get(side))  # fmt: skip
+                                      mode=o.mode, machine=machine, bench=bench_regex(keys),
+                                      log=log, environment=o.environments.get(side))  # fmt: skip
             again = {side: compare.cells(store, runs[side]) for side in runs}
             result.rechecked = remeasured(comparison, pooled, again, policies)
         result.comparison = comparison
-        if paired_processes:
-            _paired(result, policies, processes=paired_processes, mode=mode, work=work, log=log)
-        if drift_check and not environments:
-            _drift(result, policies, mode=mode, bench=bench, work=work, log=log)
+        _beside(result, o, policies, lambda prefix: contextlib.nullcontext(tmp), log)
         result.base_runs = store.runs(label=f"{gate_id}:base:%")
         result.head_runs = store.runs(label=f"{gate_id}:head:%")
-    _plan(result, rounds, paired_processes)
-    result.seconds = time.perf_counter() - t0
-    return result
+    _plan(result, rounds, o.paired_processes)
+
+
+def _beside(result: GateResult, o: GateOptions, policies: Policies, workdir,
+            log: Callable[[str], None]) -> None:  # fmt: skip
+    """What a gate compares besides its asv cells, where asked: the paired comparison, and
+    head's outputs against base's (``workdir(prefix)``: the directory each works in)."""
+    if o.paired_processes:
+        with workdir("ragbench-gate-") as tmp:
+            _paired(result, policies, processes=o.paired_processes, mode=o.mode, work=Path(tmp),
+                    log=log)  # fmt: skip
+    if o.drift_check and not o.environments:
+        with workdir("ragbench-drift-") as tmp:
+            _drift(result, policies, mode=o.mode, bench=o.bench, work=Path(tmp), log=log)
 
 
 def run_settle(store: Store, ref: str, *, policies: Policies, machine: str,
@@ -440,13 +490,10 @@ def run_settle(store: Store, ref: str, *, policies: Policies, machine: str,
     label = f"gate:{head[:8]}-{base[:8]}-{int(time.time())}:settle"
     with tempfile.TemporaryDirectory(prefix="ragbench-settle-", dir=work_dir) as tmp:
         if plan.cells:
-            ids = {"base": [], "head": []}
-            for r in range(plan.rounds):
-                for side, sha in (("base", base), ("head", head)):
-                    log(f"settle: round {r + 1}/{plan.rounds}, {side} {sha[:12]}")
-                    ids[side] += _measure(store, sha, side, f"{label}-{side}:{r}", Path(tmp),
-                                          mode=mode, machine=machine,
-                                          bench=bench_regex(plan.cells), log=log)  # fmt: skip
+            ids = alternate(store, {"base": base, "head": head}, plan.rounds,
+                            lambda side, r: f"{label}-{side}:{r}", Path(tmp), what="settle",
+                            mode=mode, machine=machine, bench=bench_regex(plan.cells),
+                            log=log)  # fmt: skip
             wanted = set(plan.cells)
             pooled = [{k: c for k, c in compare.cells(store, ids[side]).items() if k in wanted}
                       for side in ("base", "head")]  # fmt: skip
