@@ -43,7 +43,7 @@ def remeasured(c: Comparison, first: dict[str, dict[Key, Cell]],
     judged = {v.key: v for v in alone.verdicts}
     for i, v in enumerate(c.verdicts):
         if v.key in flagged:
-            settle(v, judged.get(v.key))
+            judge_flagged(v, judged.get(v.key))
         elif v.key in by_key:
             w = c.verdicts[i] = by_key[v.key]
             w.rechecked = True
@@ -51,7 +51,7 @@ def remeasured(c: Comparison, first: dict[str, dict[Key, Cell]],
     return len(keys)
 
 
-def settle(v: Verdict, again: Verdict | None) -> None:
+def judge_flagged(v: Verdict, again: Verdict | None) -> None:
     """A flagged cell after its re-measurement ``again``: it stays a regression unless
     ``again`` shows, with the power to see the threshold, that it is within it (then the
     re-measurement's figures are the cell's); a re-measurement without that power leaves it
