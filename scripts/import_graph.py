@@ -3,7 +3,7 @@ functions alike): modules per room, the import circles (strongly connected sets 
 the upward arrows (a lower layer importing a higher one) and the private names imported
 across modules.
 
-    python -m scripts.import_graph [--list]
+    python -m scripts.import_graph [--list] [--repo CHECKOUT]
 
 Layers, lowest first: ragged, benchmarks, ragbench, dashboard (the shipped packages); inside
 ragbench, the store sits below everything else of ragbench and ``ragbench.commands`` (and
@@ -151,11 +151,13 @@ def private_imports(repo: Path = REPO) -> list[tuple[str, str]]:
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--list", action="store_true", help="name every arrow, not only the counts")
+    p.add_argument("--repo", type=Path, default=REPO, help="the checkout to read (default this)")
     args = p.parse_args()
-    g = graph()
+    repo = args.repo.resolve()
+    g = graph(repo)
     rooms = Counter(
         ".".join(m.split(".")[:2]) if m.split(".")[0] == "ragbench" and
-        (REPO / Path(*m.split(".")[:2])).is_dir() else m.split(".")[0]
+        (repo / Path(*m.split(".")[:2])).is_dir() else m.split(".")[0]
         for m in g
     )  # fmt: skip
     print("modules per room:")
@@ -170,7 +172,7 @@ def main() -> int:
     if args.list:
         for a, b in up:
             print(f"  {a} -> {b}")
-    private = private_imports()
+    private = private_imports(repo)
     print(f"private names imported across modules: {len(private)}")
     if args.list:
         for a, b in private:
