@@ -181,3 +181,32 @@ class LaunchPromise(S.Grid):
 
     def track_api_over_aten(self, cache, geometry):
         return self.metric("api_over_aten")
+
+
+@S.versioned
+class GpuFloor(S.Grid):
+    """The triton call's GPU time against the GPU's own floor (``floor``): CUDA-graph replays
+    of the call and of an empty kernel in the same rounds of one process. ``over_empty``, the
+    per-round ratio, is what a commit's history compares; the two times are shown beside it."""
+
+    params = [G.FLOOR_WORKLOADS]
+    param_names = ["workload"]
+    unit = "ratio"
+    table = "floor"
+    setup_cache = _measure.floors
+
+    def track_over_empty(self, cache, workload):
+        """gpu_us / empty_us, one value a round."""
+        return self.metric("over_empty")
+
+    def track_gpu_us(self, cache, workload):
+        """The triton call's graph-replay µs a call (DeiT-B, uniform lengths)."""
+        return self.metric("gpu_us")
+
+    track_gpu_us.unit = "us"
+
+    def track_empty_us(self, cache, workload):
+        """An empty kernel's (one program) graph-replay µs a call, in the same rounds."""
+        return self.metric("empty_us")
+
+    track_empty_us.unit = "us"

@@ -86,3 +86,29 @@ class Stages(S.Grid):
 
     def track_stage_ms(self, cache, *params):
         return self.metric("ms")
+
+
+@S.versioned
+class BoundShare(S.Grid):
+    """Triton's share of what any attention kernel could gain over fa2 in the pruned pipeline
+    (``bound``): eager over no_attention and over launch_only (one empty kernel a call), and
+    under CUDA graphs over no_attention_graph; each a point estimate from per-round forwards
+    of every pipeline in turns, one process."""
+
+    params = [G.BOUND_MODELS, G.BOUND_METHODS, G.BOUND_BATCHES]
+    param_names = ["model", "method", "batch"]
+    unit = "ratio"
+    table = "bound"
+    setup_cache = _measure.bounds
+
+    def track_share_of_bound(self, cache, *params):
+        """Eager: (triton/fa2 - 1) / (no_attention/fa2 - 1), medians over rounds."""
+        return self.metric("share_of_bound")
+
+    def track_share_of_launch_bound(self, cache, *params):
+        """Eager, of the bound with one empty launch a call (launch_only)."""
+        return self.metric("share_of_launch_bound")
+
+    def track_graph_share_of_bound(self, cache, *params):
+        """CUDA graphs: triton_graph and no_attention_graph against fa2_graph."""
+        return self.metric("graph_share_of_bound")

@@ -39,7 +39,7 @@ def app_args(store: str | Path | None, policies: Path | None) -> list[str]:
 
 def warm(store: str | Path | None, policies: Path | None = None) -> None:
     """Run the app, bare, on ``store`` (its default where None): the Overview, then each other
-    page as a visitor first opens it (the sidebar's first machine, every commit)."""
+    page as a visitor first opens it (the machine of the newest run, every commit)."""
     from dashboard import PAGES
 
     argv = sys.argv

@@ -9,7 +9,7 @@ import streamlit as st
 
 from dashboard import draws
 from dashboard.draw import shown
-from dashboard.read import policies, store
+from dashboard.read import asv_project, policies, store
 from ragbench import follow_up
 from ragbench.history import alerting as alerts
 from ragbench.store import Store
@@ -54,9 +54,38 @@ def alerts_page(ctx):
                             key="alert-states")  # fmt: skip
     st.caption(", ".join(f"{n} {s}" for s, n in counts.items()) + " in all; newest commit first")
     repository = follow_up.repository_url(ctx["policies"])
-    for a in (a for a in found if a["state"] in states):
+    chosen = [a for a in found if a["state"] in states]
+    for a in shown_alerts(chosen):
         alert_box(ctx, a, repository)
     stale_series(ctx)
+
+
+# Alerts drawn in full a page (a table, the commands, the buttons each): the browser's drawing
+# is most of a load, and django-asv's 22 open alerts drawn together took 6.0 s a reload (median,
+# its script 0.8 s); the others are a pick away, the newest first.
+ALERTS_SHOWN = 4
+
+
+def shown_alerts(chosen: list[dict]) -> list[dict]:
+    """The alerts drawn: all where they are few, else one page of ``ALERTS_SHOWN`` (newest
+    first), picked on the page, with every alert listed in one line each."""
+    if len(chosen) <= ALERTS_SHOWN:
+        return chosen
+    pages = [chosen[i : i + ALERTS_SHOWN] for i in range(0, len(chosen), ALERTS_SHOWN)]
+    names = [f"{i * ALERTS_SHOWN + 1}-{i * ALERTS_SHOWN + len(p)} of {len(chosen)}"
+             for i, p in enumerate(pages)]  # fmt: skip
+    with st.expander(f"All {len(chosen)} alerts of these states, one line each"):
+        st.markdown("\n".join(
+            f"{i}. {a['machine']} at `{a['commit_hash'][:12]}`: **{a['state']}**, "
+            f"{len(a['cells'])} cell(s)" + (f" in {env}" if (env := environments(a)) else "")
+            for i, a in enumerate(chosen, 1)))  # fmt: skip
+    name = st.selectbox("alerts shown", names, index=0, key="alert-page")
+    return pages[names.index(name)]
+
+
+def environments(alert: dict) -> str:
+    """The environments an alert's cells ran in, in words ('' where they name none)."""
+    return ", ".join(sorted({c["environment"] for c in alert["cells"] if c["environment"]}))
 
 
 def stale_series(ctx) -> None:
@@ -68,12 +97,29 @@ def stale_series(ctx) -> None:
         stale = [r for r in histories(ctx["path"], ctx["mtime"], ctx["branch"], m, alerts.LAST,
                                       False) if r.stale]  # fmt: skip
         if stale:
+            # one row per environment and last point (a dropped environment's series stop
+            # together): a row a series drew 300-odd static rows on django-asv's page, 2-3 s
+            # of the browser's a load
+            rows = pd.DataFrame([{"environment": r.environment or "-",
+                                  "last point": r.points[-1].commit_hash[:12],
+                                  "of": str(r.stale_since),
+                                  "series": f"{r.key[0]}.{r.key[1]} {r.key[2]}".strip()}
+                                 for r in stale])  # fmt: skip
+            grouped = rows.groupby(["environment", "last point", "of"], sort=False)["series"]
+            table = grouped.agg(named_series).reset_index()
             with st.expander(f"{m}: {len(stale)} stale series (not judged)"):
-                st.dataframe(pd.DataFrame([{
-                    "series": f"{r.key[0]}.{r.key[1]} {r.key[2]}",
-                    "environment": r.environment or "-",
-                    "last point": r.points[-1].commit_hash[:12], "of": str(r.stale_since),
-                } for r in stale]), hide_index=True)  # fmt: skip
+                st.table(table, hide_index=True)
+                st.download_button(f"Download the {len(stale)} stale series", rows.to_csv(
+                    index=False), file_name=f"stale-{m}.csv", key=f"stale-{m}")  # fmt: skip
+
+
+STALE_NAMED = 3  # series named a row of stale series (every one in the download)
+
+
+def named_series(series: pd.Series) -> str:
+    """``60: a, b, c, ...``: how many series, and the first ``STALE_NAMED`` of them."""
+    more = ", ..." if len(series) > STALE_NAMED else ""
+    return f"{len(series)}: " + ", ".join(series.head(STALE_NAMED)) + more
 
 
 def alert_box(ctx, a: dict, repository: str | None) -> None:
@@ -83,7 +129,8 @@ def alert_box(ctx, a: dict, repository: str | None) -> None:
         by = f" (by {a['changed_by']})" if a["changed_by"] else ""
         st.markdown(f"**{a['machine']} at `{commit}`** ({a['commit_time']}): "
                     f"**{a['state']}**{why}{by}, {len(a['cells'])} cell(s)")  # fmt: skip
-        diff = follow_up.diff_url(repository, a)
+        of = asv_project(ctx["path"], ctx["mtime"], a["machine"])  # another project's results
+        diff = follow_up.diff_url(repository, a, of)
         since = f"`{a['prev_commit_hash'][:12]}`..`{commit}`" if a["prev_commit_hash"] else commit
         st.caption(f"arrived in {since}" + (f": [the diff]({diff})" if diff else "")
                    + (f"; fixed by `{a['fixed_by'][:12]}`" if a["fixed_by"] else ""))  # fmt: skip
@@ -95,15 +142,17 @@ def alert_box(ctx, a: dict, repository: str | None) -> None:
         df = pd.DataFrame(rows)
         if (df["environment"] == "-").all():  # this suite's runs: the stack is in the sidebar
             df = df.drop(columns="environment")
-        widths = {"cell": 330, "before": 60, "after": 60, "change": 110, "after/before 95%": 105}
-        columns = {k: st.column_config.Column(width=w) for k, w in widths.items()}
-        st.dataframe(df, hide_index=True, width="stretch", column_config=columns)
+        # a static table: an interactive grid each alert was most of the page's drawing (five on
+        # django-asv's Alerts page: 6.1 s a reload, median, its script 0.24 s)
+        st.table(df, hide_index=True)
         if a["state"] in alerts.OPEN:
             for moved in moves(ctx["path"], ctx["mtime"], ctx["branch"], a["machine"],
                                a["commit_hash"]):  # fmt: skip
                 st.caption(f"Since then: {moved}")
-        st.code(follow_up.repro_command(a), language="bash", wrap_lines=True)
-        bisect = follow_up.bisect_command(a)
+        repro = follow_up.repro_command(a, of)
+        if repro:
+            st.code(repro, language="bash", wrap_lines=True)
+        bisect = follow_up.bisect_command(a, of)
         if bisect:
             st.caption("Several commits between? Find the first that shows it:")
             st.code(bisect, language="bash", wrap_lines=True)

@@ -40,13 +40,17 @@ from dashboard.draw import (
     chart,
     download,
     environment,
+    environment_of,
+    environments_of,
     filtered,
     legend,
     narrow,
     pick,
+    pick_environment,
     pick_series,
     shown,
     stack_fields,
+    stacks,
 )
 from dashboard.read import (
     CHANGE_POINT_COMMITS,
@@ -189,10 +193,18 @@ COMMIT_CHOICES = 500
 def compare(ctx):
     st.header("Compare two commits")
     runs = ctx["runs"][ctx["runs"]["machine"] == ctx["machine"]]
+    # one environment at a time, as `ragbench gate --stored --environment` (two Pythons'
+    # samples pooled, or one against the other, read as a change of the code)
+    env = pick_environment(environments_of(runs), "compare-environment")
+    if env:
+        runs = runs[environment_of(runs) == env]
+        st.caption(f"Runs of the environment `{env}` only; another environment is another "
+                   "comparison (the picker above).")  # fmt: skip
     # one row a commit, newest first (a mask a commit took 40 s over 10,000 commits)
     commits = runs.drop_duplicates("commit_hash")[["commit_hash", "commit_time"]]
     if len(commits) < 2:
-        st.info("This machine has fewer than two commits in the store.")
+        st.info("This machine has fewer than two commits in the store"
+                + (f" in the environment `{env}`." if env else "."))  # fmt: skip
         return
     dated = filtered(commits, ctx)
     if len(dated) < 2:
@@ -209,6 +221,11 @@ def compare(ctx):
         st.caption(f"The newest {COMMIT_CHOICES} of the {len(dated)} commits in the sidebar's "
                    "commit dates: narrow the dates to pick an older one.")  # fmt: skip
     ids = {c: tuple(runs[runs["commit_hash"] == c]["run_id"]) for c in (base, head)}
+    moved = stack_moved(runs, base, head)
+    if moved:  # this suite's runs: one series across stacks, but a pair the gate refuses
+        st.warning(f"Base and head ran under different stacks ({moved}): a change of the "
+                   "stack as well as the code (`ragbench gate --stored` compares them only "
+                   "with --across-environments).")  # fmt: skip
     c = comparison(ctx["path"], ctx["mtime"], ids[base], ids[head], True)
     rows = [
         {
@@ -257,6 +274,16 @@ def compare(ctx):
     download(df, "compare", "compare")
 
 
+def stack_moved(runs: pd.DataFrame, base: str, head: str) -> str | None:
+    """Where base's and head's runs name other stacks (torch, triton ...): ``X -> Y``."""
+    if not stack_fields(runs):
+        return None
+    named = runs.assign(stack=stacks(runs))
+    b, h = (" + ".join(sorted(set(named[named["commit_hash"] == c]["stack"])))
+            for c in (base, head))  # fmt: skip
+    return f"{b} -> {h}" if b != h else None
+
+
 @draws("Series")
 def series(ctx):
     st.header("Series")
@@ -265,59 +292,71 @@ def series(ctx):
         return
     df, bench, metric, cell = picked
     df = filtered(df, ctx)
+    df = df.assign(environment=environment_of(df))
+    # one line per environment, as ragbench's history keeps them apart (asv's Pythons: one
+    # line across them zigzagged between environments)
+    envs = environments_of(df.iloc[::-1])  # the newest run's first
+    env = pick_environment(envs, "series-environment", every=True)
+    if env is not None:
+        df = df[df["environment"] == env]
+    several = env is None and len(envs) > 1
     params = cell_params(cell)
-    reports = histories(ctx["path"], ctx["mtime"], ctx["branch"], ctx["machine"],
-                        CHANGE_POINT_COMMITS, benchmark=bench, metric=metric,
-                        params=params)  # fmt: skip
-    report = next((r for r in reports if r.key == (bench, metric, cell)), None)
-    cps = None
-    if report and (report.change_points or report.accepted):
-
-        def cause(i):
-            if i in report.accepted:
-                return "accepted (the new baseline)"
-            return report.describe_change(i)  # environment, asv's number, or code
-
-        cps = pd.DataFrame(
-            [
-                {"commit_time": report.points[i].commit_time,
-                 "commit": report.points[i].commit_hash[:12], "cause": cause(i)}
-                for i in sorted({*report.change_points, *report.accepted})
-            ]
-        )  # fmt: skip
+    reports = [r for r in histories(ctx["path"], ctx["mtime"], ctx["branch"], ctx["machine"],
+                                    CHANGE_POINT_COMMITS, benchmark=bench, metric=metric,
+                                    params=params)
+               if r.key == (bench, metric, cell)
+               and (env is None or (r.environment or "") == env)]  # fmt: skip
+    cps = [
+        {"commit_time": r.points[i].commit_time, "commit": r.points[i].commit_hash[:12],
+         "cause": (f"{r.environment}: " if several else "") + change_cause(r, i)}
+        for r in reports for i in sorted({*r.change_points, *r.accepted})
+    ]  # fmt: skip
     failed = query(ctx["path"], ctx["mtime"], ctx["branch"], "series", machine=ctx["machine"],
                    benchmark=bench, metric=metric, cell=cell, status=FAILED)  # fmt: skip
+    failed = failed.assign(environment=environment_of(failed))
+    if env is not None:
+        failed = failed[failed["environment"] == env]
     if not failed.empty:
-        st.error("Failed (the benchmark raised) on " + ", ".join(
-            sorted({c[:12] for c in failed["commit_hash"]})))  # fmt: skip
+        commits = zip(failed["commit_hash"], failed["environment"], strict=True)
+        st.error("Failed (the benchmark raised) on " + ", ".join(sorted(
+            {c[:12] + (f" ({e})" if several else "") for c, e in commits})))  # fmt: skip
     chart(
         df,
         "median",
-        None,
-        f"{bench}.{metric} {cell}",
-        change_points=cps,
+        "environment" if several else None,
+        f"{bench}.{metric} {cell}" + (f" ({env})" if env else ""),
+        change_points=pd.DataFrame(cps) if cps else None,
         key="series",
         y_title=unit_of(df, metric),
     )
     st.caption("Grey dotted lines: the stack (torch, triton) changed at that commit; the "
                "hover says from what to what.")  # fmt: skip
-    if report:
+    for report in reports:
         status = f"{report.status}" + (f" ({report.note})" if report.note else "")
         if report.stale:
             status = (f"stale: the last point ({report.points[-1].commit_hash[:12]}, "
                       f"{report.stale_since}) is older than the machine's newest run, so no "
                       "newest run is judged")  # fmt: skip
         shown = st.error if report.status in FAILING else st.caption
+        where = f" in {report.environment}" if several else ""
         shown(
-            f"status of the newest run: {status}; change points (red, over the newest "
+            f"status of the newest run{where}: {status}; change points (red, over the newest "
             f"{CHANGE_POINT_COMMITS} commits): {len(report.change_points)}; accepted changes: "
             f"{len(report.accepted)}"
         )
-    series_alerts(ctx, (bench, metric, cell))
+    series_alerts(ctx, (bench, metric, cell), env)
 
 
-def series_alerts(ctx, key: tuple) -> None:
-    """The open alerts of main that hold this series' cell, as failing."""
+def change_cause(report, i: int) -> str:
+    """Why the series moved at its point ``i``: accepted, or the environment, asv's number,
+    or the code."""
+    if i in report.accepted:
+        return "accepted (the new baseline)"
+    return report.describe_change(i)
+
+
+def series_alerts(ctx, key: tuple, env: str | None) -> None:
+    """The open alerts of main that hold this series' cell (in ``env``, or any), as failing."""
     from dashboard.alerts import alert_list
     from ragbench.history.alerting import OPEN, cell_words
 
@@ -325,11 +364,15 @@ def series_alerts(ctx, key: tuple) -> None:
         if a["machine"] != ctx["machine"] or a["state"] not in OPEN:
             continue
         for c in a["cells"]:
-            if (c["benchmark"], c["metric"], c["param_key"]) == key:
-                change, interval = cell_words(c)
-                st.error(f"{a['state']} alert at {a['commit_hash'][:12]}: {change}"
-                         + (f", after/before {interval}" if interval else "")
-                         + " (the Alerts page)")  # fmt: skip
+            if (c["benchmark"], c["metric"], c["param_key"]) != key:
+                continue
+            if env is not None and (c["environment"] or "") != env:
+                continue
+            change, interval = cell_words(c)
+            where = f" in {c['environment']}" if c["environment"] else ""
+            st.error(f"{a['state']} alert at {a['commit_hash'][:12]}{where}: {change}"
+                     + (f", after/before {interval}" if interval else "")
+                     + " (the Alerts page)")  # fmt: skip
 
 
 def unit_of(df: pd.DataFrame, metric: str) -> str:
@@ -402,7 +445,10 @@ def show(path: str | Path) -> None:
     page = st.sidebar.radio("page", pages, index=pages.index(wanted) if wanted in pages else 0)
     latest = runs.drop_duplicates("machine").set_index("machine")
     every = page in ("Overview", "Alerts")  # pages of every machine
-    machine = None if every else pick("machine", list(latest.index), "machine")
+    # the machine of the newest run first (the runs are newest first): a runner retired years
+    # ago is no page's default
+    machine = None if every else pick("machine", list(latest.index), "machine",
+                                      default=latest.index[0])  # fmt: skip
     if machine:
         st.sidebar.caption(environment(latest.loc[machine]))
     mine = runs if machine is None else runs[runs["machine"] == machine]

@@ -230,22 +230,26 @@ PREFERRED = {
 }
 
 
-def pick(label: str, options: list, key: str):
-    """A select box over ``options``, preselected from the URL parameter ``key``, else on the
-    first of ``PREFERRED[key]`` there is."""
+def pick(label: str, options: list, key: str, default=None):
+    """A select box over ``options``, preselected from the URL parameter ``key``, else on
+    ``default``, else on the first of ``PREFERRED[key]`` there is."""
     options = sorted({o for o in options if o is not None}, key=str)
     if not options:
         return None
     wanted = st.query_params.get(key)
     if wanted not in options:
-        wanted = next((o for o in PREFERRED.get(key, ()) if o in options), options[0])
+        wanted = default if default in options else next(
+            (o for o in PREFERRED.get(key, ()) if o in options), options[0])  # fmt: skip
     return st.selectbox(label, options, index=options.index(wanted), key=key)
 
 
 def narrow(df: pd.DataFrame, column: str, label: str, key: str) -> tuple[pd.DataFrame, object]:
-    """Pick one value of ``column`` (``pick``); -> the rows that have it, and the value."""
+    """Pick one value of ``column`` (``pick``); -> the rows that have it, and the value. A
+    benchmark without parameters has one cell, ``''``: no picker for it (an empty choice read
+    "Choose an option")."""
     # its distinct values only (a list of every row's took 0.11 s over 120,000 rows)
-    value = pick(label, df[column].dropna().unique().tolist(), key)
+    values = df[column].dropna().unique().tolist()
+    value = "" if values == [""] else pick(label, values, key)
     return df[df[column] == value], value
 
 
@@ -332,3 +336,35 @@ def environment(run, skip: tuple[str, ...] = ()) -> str:
 def version_key(stack: str) -> tuple:
     """Order stacks by their torch, then triton version (2.9 before 2.10)."""
     return tuple(int(n) if n.isdigit() else 0 for n in re.findall(r"\d+|\?", stack))
+
+
+# The environments a page keeps apart, as ragbench's history and gate do: another harness's
+# (asv's environment name ``conda-py3.12``, pytest-benchmark's Python and CPU), one series
+# each; this suite's runs have none (''): their stack changes along one series, drawn as the
+# grey stack changes.
+EVERY = "every environment, a line each"
+
+
+def environment_of(df: pd.DataFrame) -> pd.Series:
+    """Each row's environment (``''`` where the runs name none)."""
+    if "environment" not in df:
+        return pd.Series("", index=df.index, dtype=object)
+    return df["environment"].fillna("").astype(str)
+
+
+def environments_of(runs: pd.DataFrame) -> list[str]:
+    """The environments of ``runs`` (newest first: runs come newest commit first)."""
+    return list(dict.fromkeys(environment_of(runs)))
+
+
+def pick_environment(envs: list[str], key: str, every: bool = False) -> str | None:
+    """One of ``envs`` (a select box ``key``, where there are several): the URL parameter
+    ``environment``, else the first (the newest run's). ``every``: ``EVERY`` is offered too,
+    first, and is the default (-> None: all of them)."""
+    if len(envs) <= 1:
+        return envs[0] if envs and not every else None
+    options = [EVERY, *envs] if every else list(envs)
+    wanted = st.query_params.get("environment")
+    index = options.index(wanted) if wanted in options else 0
+    chosen = st.selectbox("environment", options, index=index, key=key)
+    return None if chosen == EVERY else chosen

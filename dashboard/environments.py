@@ -10,6 +10,7 @@ from dashboard import draws
 from dashboard.draw import (
     chart,
     download,
+    environment_of,
     legend,
     narrow,
     pick_series,
@@ -26,15 +27,7 @@ from ragbench.verdicts.status import FAILING, Headline, Status, verdict_words
 def versions(ctx):
     st.header("Versions")
     runs = ctx["runs"][ctx["runs"]["machine"] == ctx["machine"]]
-    measured = several_stacks(runs, runs["commit_hash"])
-    kept = query(ctx["path"], ctx["mtime"], ctx["branch"], "runs", machine=ctx["machine"],
-                 label="gate:%")  # fmt: skip
-    # what `ragbench versions --store` kept: a gate of one commit under two stacks, on no branch
-    # (a gate's id is gate:HEAD-BASE-TIME; its rechecks are judged by the gate, not here)
-    kept = kept[~kept["label"].str.contains(":recheck-")]
-    gate = kept["label"].str.extract(r"^(gate:([0-9a-f]+)-([0-9a-f]+)-\d+)")
-    kept = kept[(gate[1] == gate[2]).to_numpy()]
-    measured.update(several_stacks(kept, gate[0][gate[1] == gate[2]]))
+    measured = measured_stacks(ctx["path"], ctx["mtime"], ctx["branch"], ctx["machine"])
     if measured:
         upgrade_reports(ctx, measured)
     else:
@@ -42,6 +35,26 @@ def versions(ctx):
                 + (": `ragbench versions --from SPEC --to SPEC --store S` measures one "
                    "(docs/versions.md)." if "torch" in stack_fields(runs) else "."))  # fmt: skip
     stack_heatmap(ctx)
+
+
+# kept per version of the store and machine: on django-asv's history (ubuntu-latest: 4,340
+# runs, nearly every commit under several Pythons) grouping the runs took 10.6 s of the page's
+# script a visit, a mask of every run a group
+@st.cache_resource(max_entries=16, show_spinner=False)
+def measured_stacks(path: str, mtime: float, branch: str, machine: str) -> dict[str, pd.DataFrame]:
+    """The machine's commits of main, and what ``ragbench versions`` kept, measured under two
+    stacks or more (``several_stacks``)."""
+    runs = query(path, mtime, branch, "runs")
+    runs = runs[runs["machine"] == machine]
+    measured = several_stacks(runs, runs["commit_hash"])
+    kept = query(path, mtime, branch, "runs", machine=machine, label="gate:%")
+    # what `ragbench versions --store` kept: a gate of one commit under two stacks, on no branch
+    # (a gate's id is gate:HEAD-BASE-TIME; its rechecks are judged by the gate, not here)
+    kept = kept[~kept["label"].str.contains(":recheck-")]
+    gate = kept["label"].str.extract(r"^(gate:([0-9a-f]+)-([0-9a-f]+)-\d+)")
+    kept = kept[(gate[1] == gate[2]).to_numpy()]
+    measured.update(several_stacks(kept, gate[0][gate[1] == gate[2]]))
+    return measured
 
 
 def several_stacks(runs: pd.DataFrame, by: pd.Series) -> dict[str, pd.DataFrame]:
@@ -52,10 +65,10 @@ def several_stacks(runs: pd.DataFrame, by: pd.Series) -> dict[str, pd.DataFrame]
     runs = runs.assign(stack=stacks(runs), group=by.to_numpy())
     same = runs.groupby(["group", "stack"])["env_name"].transform("nunique") > 1
     runs.loc[same, "stack"] += " (" + runs.loc[same, "env_name"].fillna("?") + ")"
-    n = runs.groupby("group", sort=False)["stack"].nunique()
+    n = runs.groupby("group", sort=False)["stack"].transform("nunique")
     out = {}
-    for group in n.index[n >= 2]:  # in the runs' order (newest first)
-        here = runs[runs["group"] == group]
+    # one pass over the groups, in the runs' order (newest first)
+    for group, here in runs[n >= 2].groupby("group", sort=False):
         first = here.iloc[0]
         label = f"{first['commit_hash'][:12]} ({first['commit_time']})"
         if group != first["commit_hash"]:  # a kept gate: gate:HEAD-BASE-SECONDS
@@ -123,6 +136,8 @@ def stack_heatmap(ctx) -> None:
     df = df.assign(env_name=df["run_id"].map(runs["env_name"]))
     # torch x triton for this suite; one row of asv's environments for another project's runs
     fields = stack_fields(df) or ["env_key"]
+    if fields == ["python"] and (df.groupby("python")["env_name"].nunique() > 1).any():
+        fields = ["env_name"]  # one Python's conda and virtualenv runs: two environments
     y, x = (fields * 2)[:2]
     st.caption(f"{' x '.join(fields)} on this machine (median over runs)")
     grid = df.assign(**{f: df[f].fillna("?") for f in fields}).groupby(fields)["median"]
@@ -180,7 +195,8 @@ def machines(ctx):
     cells, metric = narrow(cells, "metric", "metric", "metric")
     # the newest commit both measured under one stack, from the runs (a query of its rows
     # only: a metric's every cell over years is millions of rows)
-    both = runs[runs["machine"].isin(pair)].assign(stack=stacks(runs))
+    both = runs[runs["machine"].isin(pair)]
+    both = both.assign(stack=environment_stacks(both))
     per_stack = both.groupby(["commit_hash", "stack"])["machine"].nunique()
     common = per_stack[per_stack == 2].reset_index()
     if common.empty:
@@ -211,7 +227,7 @@ def machines(ctx):
     _, cell = narrow(cells, "param_key", "cell (the ratio over the commits)", "cell")
     line = query(ctx["path"], ctx["mtime"], ctx["branch"], "series", benchmark=bench,
                  metric=metric, cell=cell)  # fmt: skip
-    line = line[line["machine"].isin(pair)].assign(stack=lambda d: stacks(d))
+    line = line[line["machine"].isin(pair)].assign(stack=lambda d: environment_stacks(d))
     per = line.groupby(["commit_hash", "stack", "machine"])["median"].median()
     per = per.unstack("machine").dropna()
     if per.empty or set(pair) - set(per.columns):
@@ -219,5 +235,15 @@ def machines(ctx):
     times = line.groupby("commit_hash")["commit_time"].max()
     ratio = per.reset_index().assign(commit_time=lambda d: d["commit_hash"].map(times),
                                      ratio=lambda d: d[other] / d[ctx["machine"]])  # fmt: skip
-    chart(ratio, "ratio", None, f"{bench}.{metric} {cell}: {other} / {ctx['machine']}",
+    # a line per environment (asv's conda-py3.12 and conda-py3.13 on both: one line across
+    # them zigzagged between Pythons)
+    color = "stack" if ratio["stack"].nunique() > 1 else None
+    chart(ratio, "ratio", color, f"{bench}.{metric} {cell}: {other} / {ctx['machine']}",
           key="machines", y_title=f"{other} / {ctx['machine']}")  # fmt: skip
+
+
+def environment_stacks(runs: pd.DataFrame) -> pd.Series:
+    """Each run's environment where another harness names one (asv's ``conda-py3.10``: its
+    conda and virtualenv runs of one Python apart), else its stack (``stacks``)."""
+    env = environment_of(runs)
+    return env.where(env != "", stacks(runs))

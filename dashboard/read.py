@@ -121,6 +121,15 @@ def project(path: str, mtime: float) -> str | None:
 
 
 @st.cache_resource(max_entries=64, **CACHED)
+def asv_project(path: str, mtime: float, machine: str):
+    """The other asv project whose results ``machine``'s are (``ragbench.project``: its repo,
+    config and commit URL, what an alert's follow-ups point at), or None for this suite's."""
+    from ragbench import project as P
+
+    return P.load(store(path, mtime, None), machine)
+
+
+@st.cache_resource(max_entries=64, **CACHED)
 def histories(path: str, mtime: float, branch: str, machine: str, last: int,
               change_points: bool = True, **series_filter):  # fmt: skip
     """``ragbench.history.series`` over the newest ``last`` commits of the machine's series (all, or

@@ -6,7 +6,9 @@ BS 32 / 80%, BS 64 / 50% mixed lengths, BS 64 / 0%; lengths as the kernel table 
   * ``current``: the kernel ``ragged.varlen_attention`` launches (its table's configuration),
   * every candidate of ``ragged.kernels.variants.VARIANTS``,
   * FA2 through torch's ``aten._flash_attention_forward`` (where this torch has it),
-  * an empty Triton kernel (one program): the launch floor of a CUDA graph's kernel node.
+  * an empty Triton kernel (one program): the launch floor of a CUDA graph's kernel node,
+    and the same launched as a programmatic dependent launch (``empty kernel pdl``): the
+    floor of the ``... pdl`` variants.
 Every arm's output is first compared with the float64 oracle within the tests' error budget
 (``ragged.testing.attention_error_budget``: twice eager PyTorch's fp16 error); an arm outside it
 is refused, its error printed, and never timed (exit 1).
@@ -68,6 +70,12 @@ LOSS_TOLERANCE = 1.02  # a variant loses where it is more than 2% slower than cu
 @triton.jit
 def _empty_kernel(x):
     pass
+
+
+@triton.jit
+def _empty_pdl_kernel(x):
+    KA.gdc_launch_dependents()
+    KA.gdc_wait()
 
 
 def workload_inputs(batch, prune, mode, *, smoke: bool):
@@ -195,6 +203,9 @@ def run_workload(label, batch, prune, mode, args, empty_x, t_start) -> tuple[dic
     fns = {n: a[0] for n, a in arms.items() if checked[n]["ok"]}
     fns["empty kernel"] = lambda: _empty_kernel[(1,)](empty_x)
     checked["empty kernel"] = {"ok": True, "max_abs_err": 0.0, "budget": 0.0}
+    if not smoke:  # the interpreter has no grid dependency control
+        fns["empty kernel pdl"] = lambda: _empty_pdl_kernel[(1,)](empty_x, launch_pdl=True)
+        checked["empty kernel pdl"] = {"ok": True, "max_abs_err": 0.0, "budget": 0.0}
     failed = {}
     samples = wall_arms(fns) if smoke else time_arms(fns, args.rounds, args.replays, batch, failed)
     for n, why in failed.items():
@@ -204,7 +215,7 @@ def run_workload(label, batch, prune, mode, args, empty_x, t_start) -> tuple[dic
     for n, t in samples.items():
         checked[n] |= {"median_us": statistics.median(t), "min_us": min(t), "samples_us": t}
     cur = checked["current"].get("median_us")
-    ours = [n for n in samples if n not in ("fa2", "empty kernel")]
+    ours = [n for n in samples if n not in ("fa2", "empty kernel", "empty kernel pdl")]
     best = min(ours, key=lambda n: checked[n]["median_us"]) if ours else None
     print(f"[{time.time() - t_start:6.1f} s] {label}: current {fmt(cur)} µs, best "
           f"{best} {fmt(checked.get(best, {}).get('median_us'))}, fa2 "
@@ -252,7 +263,8 @@ def summary(results: list[dict]) -> dict:
         best = min(cands, key=cands.get) if cands else None
         rows.append({"label": w["label"], "tokens": w["tokens"], "current": timed.get("current"),
                      "best": best, "best_us": cands.get(best), "fa2": timed.get("fa2"),
-                     "empty": timed.get("empty kernel")})  # fmt: skip
+                     "empty": timed.get("empty kernel"),
+                     "empty_pdl": timed.get("empty kernel pdl")})  # fmt: skip
     verdicts = {}
     for name in variant_names:
         med = {lb: by_label[lb]["arms"].get(name, {}).get("median_us") for lb in by_label}
@@ -266,11 +278,11 @@ def summary(results: list[dict]) -> dict:
 
 def print_summary(s: dict) -> None:
     print("\n| batch / pruned | tokens | ours (before) | best variant | FA2 (aten) | "
-          "an empty kernel |\n|---|---|---|---|---|---|")  # fmt: skip
+          "an empty kernel | an empty kernel, pdl |\n|---|---|---|---|---|---|---|")  # fmt: skip
     for r in s["rows"]:
         best = "-" if r["best"] is None else f"{fmt(r['best_us'])} ({r['best']})"
         print(f"| {r['label']} | {r['tokens']:,} | {fmt(r['current'])} | {best} | "
-              f"{fmt(r['fa2'])} | {fmt(r['empty'])} |")  # fmt: skip
+              f"{fmt(r['fa2'])} | {fmt(r['empty'])} | {fmt(r.get('empty_pdl'))} |")  # fmt: skip
     print(
         f"\nTargets: {', '.join(f'{k} <= {v} µs' for k, v in TARGETS.items())}; "
         f"no loss (> {LOSS_TOLERANCE - 1:.0%} slower than current) at {', '.join(LARGE)}:"
@@ -314,10 +326,12 @@ def compile_only(capability: int) -> int:
                 continue
             consts = {"HEAD_DIM": HEAD_DIM, "BLOCK_D": HEAD_DIM, "BLOCK_M": v.block_m,
                       "BLOCK_N": block_n, "IEEE_DOT": False, "SPECULATE": v.speculate,
-                      "GRID3": v.grid3}  # fmt: skip
+                      "GRID3": v.grid3, "PDL": v.pdl}  # fmt: skip
             src = ASTSource(KV._onetile_kernel, signature | dict.fromkeys(consts, "constexpr"),
                             constexprs=consts)  # fmt: skip
             options = {"num_warps": v.num_warps, "num_stages": v.num_stages}
+            if v.pdl:
+                options["launch_pdl"] = True
             try:
                 k = triton.compile(src, target=GPUTarget("cuda", capability, 32), options=options)
             except Exception as exc:  # out of resources at compile time, a compiler error

@@ -33,7 +33,6 @@ from __future__ import annotations
 
 import contextlib
 import itertools
-import re
 import tempfile
 import time
 from collections.abc import Callable
@@ -106,7 +105,10 @@ def resolve(ref: str, flag: str) -> str:
     try:
         return suite.git("rev-parse", "--verify", "--quiet", f"{ref}^{{commit}}")
     except suite.SuiteError:
-        raise BisectError(f"{flag} {ref!r} is not a commit of this clone") from None
+        raise BisectError(
+            f"{flag} {ref!r} is not a commit of this clone (of another asv "
+            "project: pass --config, its asv.conf.json)"
+        ) from None
 
 
 def line_of(good: str, bad: str) -> list[str]:
@@ -158,7 +160,7 @@ class Ruler:
         self.run_asv, self.run_paired, self.log = run_asv, run_paired, log
         self.bases: dict[str, Cell] = {}
         self.measured: list[str] = []
-        self.only = f"^{re.escape(key[0])} {re.escape(key[2])}$"
+        self.only = paired.only_of([key])
 
     def shows(self, base: str, sha: str) -> tuple[bool, str]:
         v = self.verdict(base, sha)
@@ -231,9 +233,13 @@ class Ruler:
                 method, more = self.run_paired(base, sha, self.only)
             except (paired.PairedError, suite.SuiteError) as exc:
                 raise Unmeasurable(str(exc)[-300:]) from None
-            docs += more
-            judged = paired.judge(paired.collect(docs), self.policies, method,
-                                  self.processes * attempt)  # fmt: skip
+            if attempt == 2 and method == paired.TOGETHER:
+                judged = paired.second_look(docs, more, [self.key], self.policies,
+                                            self.processes)  # fmt: skip
+            else:
+                docs += more
+                judged = paired.judge(paired.collect(docs), self.policies, method,
+                                      self.processes * attempt)  # fmt: skip
             v = next((x for x in judged if x.key == self.key), None)
             if v is None:
                 raise Unmeasurable("the paired runner measured no value of it")

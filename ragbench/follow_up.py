@@ -1,6 +1,12 @@
 """What a person does about an alert (``ragbench.history.alerting``): the gate that re-measures its
 cells, the bisection of its range, and the web page of its commits. ``ragbench alerts`` and the
-dashboard's Alerts page print these."""
+dashboard's Alerts page print these.
+
+Where the alert's machine holds another asv project's results (``ragbench.project``: ingest
+kept the ``asv.conf.json`` it found beside them, or ``--config``), each is that project's: the
+gate runs asv with its config (``ragbench gate --config``), the bisection is asv's own
+(``asv find --config``: ``ragbench bisect`` walks this checkout's commits), and the link is of
+its repository (its ``repo`` or ``show_commit_url``), each benchmark named as asv names it."""
 
 from __future__ import annotations
 
@@ -8,18 +14,57 @@ import re
 import shlex
 
 from .policies import Policies
+from .project import Project
 
 
-def repro_command(alert: dict) -> str:
-    """The gate that measures exactly the alert's cells: its commit against the one before."""
+def _keys(alert: dict, project: Project | None = None) -> list[tuple[str, str, str]]:
+    """The alert's cells' keys; of ``project``, those its suite still has (``gone``)."""
+    gone = gone_cells(alert, project)
+    out = [(c["benchmark"], c["metric"], c["param_key"]) for c in alert["cells"]]
+    return [k for k in out if k not in gone]
+
+
+def gone_cells(alert: dict, project: Project | None) -> list[tuple[str, str, str]]:
+    """The alert's cells whose benchmark ``project``'s suite no longer has (its asv
+    ``benchmarks.json`` lists no such name): nothing can measure them again."""
+    from .discovery import asv_name
+    from .project import benchmark_names
+
+    names = benchmark_names(project) if project is not None else None
+    if names is None:
+        return []
+    keys = [(c["benchmark"], c["metric"], c["param_key"]) for c in alert["cells"]]
+    return [k for k in dict.fromkeys(keys) if asv_name(k) not in names]
+
+
+def environments(alert: dict) -> list[str]:
+    """The environments of the alert's cells (asv's env_name, ...), each once, in order."""
+    return list(dict.fromkeys(c["environment"] for c in alert["cells"] if c.get("environment")))
+
+
+def repro_command(alert: dict, project: Project | None = None) -> str | None:
+    """The gate that measures exactly the alert's cells: its commit against the one before;
+    of ``project`` (another asv project's results) with its config, and in the alert's
+    environment where it has one, the cells its suite no longer has left out (``gone_cells``;
+    None where that is every one)."""
     from .discovery import bench_regex
 
-    keys = [(c["benchmark"], c["metric"], c["param_key"]) for c in alert["cells"]]
+    keys = _keys(alert, project)
+    if not keys:
+        return None
+    if all("::" in k[0] for k in keys):  # pytest node ids: pytest-benchmark's results
+        return pytest_command(alert, keys)
     bench = " ".join(f"--bench {shlex.quote(b)}" for b in bench_regex(keys))
     base = alert["prev_commit_hash"] or f"{alert['commit_hash']}~1"
+    config = ""
+    if project is not None:
+        envs = environments(alert)
+        config = f" --config {shlex.quote(project.config)}" + (
+            f" --environment {shlex.quote(envs[0])}" if len(envs) == 1 else ""
+        )
     return (
-        f"ragbench gate --base {base[:12]} --head {alert['commit_hash'][:12]} --machine "
-        f"{shlex.quote(alert['machine'])} {bench}"
+        f"ragbench gate{config} --base {base[:12]} --head {alert['commit_hash'][:12]} "
+        f"--machine {shlex.quote(alert['machine'])} {bench}"
     )
 
 
@@ -41,8 +86,12 @@ def repository_url(policies: Policies) -> str | None:
     return remote.removesuffix(".git").rstrip("/") if remote.startswith("https://") else None
 
 
-def diff_url(repository: str | None, alert: dict) -> str | None:
-    """The web page of the alert's commits: the range where the previous commit is known."""
+def diff_url(repository: str | None, alert: dict, project: Project | None = None) -> str | None:
+    """The web page of the alert's commits: the range where the previous commit is known; of
+    ``project``'s repository where the results are another project's (``repository``, this
+    checkout's, is then not used)."""
+    if project is not None:
+        return project.diff_url(alert["prev_commit_hash"], alert["commit_hash"])
     if not repository:
         return None
     if alert["prev_commit_hash"]:
@@ -50,12 +99,18 @@ def diff_url(repository: str | None, alert: dict) -> str | None:
     return f"{repository}/commit/{alert['commit_hash']}"
 
 
-def bisect_command(alert: dict) -> str | None:
+def bisect_command(alert: dict, project: Project | None = None) -> str | None:
     """Where the step arrived with several commits, or with a merge: the bisection of one of
     its cells (``ragbench bisect``: the first-parent line from the previous measured commit,
     then a merge's branch against its merge-base). None where the range is one commit and no
-    merge (it is the one), or holds none."""
+    merge (it is the one), or holds none, or where the cells are pytest-benchmark's (no asv
+    suite measures them). Of ``project``: asv's own search (``asv find``) with its config,
+    whose commits this checkout does not have (``asv_find_command``)."""
     if not alert["prev_commit_hash"] or not alert["cells"]:
+        return None
+    if project is not None:
+        return asv_find_command(alert, project)
+    if all("::" in c["benchmark"] for c in alert["cells"]):  # pytest's: no asv suite to bisect
         return None
     from . import runner as suite
 
@@ -68,8 +123,65 @@ def bisect_command(alert: dict) -> str | None:
     if len(line.split()) == 1 and not merge:
         return None
     c = alert["cells"][0]
-    cell = f"{c['benchmark']}.{c['metric']} {c['param_key']}"
+    cell = f"{c['benchmark']}.{c['metric']} {c['param_key']}".rstrip()  # no parameters: none
     return (
         f"ragbench bisect --cell {shlex.quote(cell)} --good {prev[:12]} "
         f"--bad {commit[:12]} --machine {shlex.quote(alert['machine'])}"
+    )
+
+
+def asv_environment(env_name: str) -> str | None:
+    """asv's ``--environment`` spec of one of its environments' names: ``conda-py3.12`` ->
+    ``conda:3.12`` (the type and the Python; a matrix's requirements are not in the spec, so
+    a name that holds them gives None)."""
+    m = re.fullmatch(r"([a-z]+)-py(\d+(?:\.\d+)*)", env_name or "")
+    return f"{m.group(1)}:{m.group(2)}" if m else None
+
+
+def asv_find_command(alert: dict, project: Project) -> str | None:
+    """asv's own bisection of the alert's first cell's benchmark in ``project``'s checkout:
+    ``asv find --config CONF --machine M [-E ENV] PREV..COMMIT '^name$'`` (asv searches a
+    benchmark, all its parameters together; a throughput's drop with ``--invert``), of the
+    first cell its suite still has; None where it has none."""
+    from .discovery import asv_name
+
+    gone = gone_cells(alert, project)
+    here = [c for c in alert["cells"] if (c["benchmark"], c["metric"], c["param_key"]) not in gone]
+    if not here:
+        return None
+    c = here[0]
+    name = "^" + re.escape(asv_name((c["benchmark"], c["metric"], c["param_key"]))) + "$"
+    env = asv_environment(c.get("environment") or "")
+    invert = c.get("after") is not None and c.get("before") is not None and (
+        c["after"] < c["before"]
+    )  # fmt: skip
+    words = ["asv", "find", "--config", project.config, "--machine", alert["machine"]]
+    words += ["-E", env] if env else []
+    words += ["--invert"] if invert else []
+    words += [f"{alert['prev_commit_hash'][:12]}..{alert['commit_hash'][:12]}", name]
+    return shlex.join(words)
+
+
+def node_id(key: tuple[str, str, str]) -> str:
+    """pytest's node id of a pytest-benchmark cell: its test and, where it has one, its
+    parameter id in brackets (``tests/test_x.py::test_y[obj0-3]``)."""
+    from .discovery import parse_params
+
+    param = parse_params(key[2]).get("param")
+    return key[0] if param is None else f"{key[0]}[{param}]"
+
+
+def pytest_command(alert: dict, keys: list[tuple[str, str, str]]) -> str:
+    """The re-measurement of pytest-benchmark cells: each of the two commits checked out and
+    the cells' tests run by pytest-benchmark (``--benchmark-only``, JSON with the rounds'
+    data), both ingested off main's history, then gated as stored on this machine (the node
+    pytest-benchmark names its runs by: the host name, the gate's default ``--machine``)."""
+    base = (alert["prev_commit_hash"] or f"{alert['commit_hash']}~1")[:12]
+    head = alert["commit_hash"][:12]
+    nodes = " ".join(shlex.quote(n) for n in dict.fromkeys(node_id(k) for k in keys))
+    run = "pytest --benchmark-only --benchmark-json={}.json " + nodes
+    return (
+        f"git checkout {base} && {run.format('base')} && git checkout {head} && "
+        f"{run.format('head')} && ragbench ingest --branch remeasure base.json head.json && "
+        f"ragbench gate --stored --base {base} --head {head}"
     )

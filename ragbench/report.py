@@ -8,9 +8,9 @@ from collections import defaultdict
 
 from .gate import paired
 from .gate.drift import drift_section
-from .gate.gating import GateResult, differences, settle_command
+from .gate.gating import GateResult, differences, own_runs, settle_command
 from .history.series import SeriesReport
-from .verdicts.comparison import INTERVAL, RULE, Comparison, Verdict, powered
+from .verdicts.comparison import INTERVAL, RULE, WELCH, Comparison, Verdict, powered
 from .verdicts.status import Status, verdict_words
 
 
@@ -49,8 +49,8 @@ def _env(runs: list[dict]) -> str:
 def _stat_table(verdicts: list[Verdict]) -> list[str]:
     lines = [
         "| cell | base | head | change | interval of head/base (95% bootstrap; paired: "
-        "family-wise; no samples: from asv's 99% intervals) | p (Holm) | could detect | "
-        "threshold |",
+        "family-wise; no samples: from asv's 99% intervals, or of the means from their "
+        "summaries) | p (Holm) | could detect | threshold |",
         "|---|---|---|---|---|---|---|---|",
     ]
     for v in verdicts:
@@ -71,7 +71,10 @@ def gate_markdown(res: GateResult, title: str | None = None) -> str:
     failed = c.by_status(Status.FAILED)
     missing = c.by_status(Status.MISSING)
     improvements = c.by_status(Status.IMPROVEMENT)
-    inconclusive = c.by_status(Status.INCONCLUSIVE)
+    timed = [v for v in c.by_status(Status.INCONCLUSIVE) if v.key in res.settings]
+    inconclusive = [v for v in c.by_status(Status.INCONCLUSIVE) if v.key not in res.settings]
+    # the rows of kinds the data has: no bounds or hashes on a project that has none
+    kinds = {v.policy.kind for v in c.verdicts}
     unchanged = [v for v in c.gated() if v.status == Status.UNCHANGED]
     shown = [v for v in unchanged if powered(v)]
     point = [v for v in unchanged if not powered(v)]
@@ -109,8 +112,11 @@ def gate_markdown(res: GateResult, title: str | None = None) -> str:
         lines.append(
             f"Host-time metrics: base, head and base again (A/A) timed in the same process, "
             f"randomized interleaved rounds, {res.paired_processes} fresh process(es), "
-            f"{res.paired_seconds:.0f} s."
-        )
+            f"{res.paired_seconds:.0f} s"
+            + (f"; {res.paired_again} cell(s) without evidence measured again in as many more "
+               "and judged on all, at the stricter interval of a second look."
+               if res.paired_again else ".")
+        )  # fmt: skip
     elif res.paired_method == paired.ALONE:
         lines.append(
             "Host-time metrics: base and head could not share a process (one loads only "
@@ -128,19 +134,23 @@ def gate_markdown(res: GateResult, title: str | None = None) -> str:
         "| | cells |",
         "|---|---|",
         f"| regressions | {len(regressions)} |",
-        f"| bound violations | {len(violations)} |",
+        *([f"| bound violations | {len(violations)} |"] if "bound" in kinds else []),
         f"| failed on head (the benchmark raised) | {len(failed)} |",
         f"| missing on head (base has a value: NaN, skipped or gone) | {len(missing)} |",
         f"| improvements | {len(improvements)} |",
         f"| unchanged, shown with the power to see the threshold | {len(shown)} |",
         f"| unchanged, the interval of head/base under the threshold | {len(point)} |",
-        f"| bounds held on head | {len(held)} |",
+        *([f"| bounds held on head | {len(held)} |"] if "bound" in kinds else []),
         f"| inconclusive (no evidence either way: no pass) | {len(inconclusive)} |",
-        f"| bound broken on base too (not this change) | {len(c.by_status('pre-existing'))} |",
-        f"| output hash changed (reported only) | {len(c.by_status('hash-changed'))} |",
+        *([f"| measurement setting changed (not the code's: no pass) | {len(timed)} |"]
+          if timed else []),
+        *([f"| bound broken on base too (not this change) | "
+           f"{len(c.by_status('pre-existing'))} |"] if "bound" in kinds else []),
+        *([f"| output hash changed (reported only) | {len(c.by_status('hash-changed'))} |"]
+          if "hash" in kinds else []),
         f"| new on head (no baseline: not counted) | {len(c.by_status('new'))} |",
         f"| not gated (info) | {len(c.by_status('info'))} |",
-    ]
+    ]  # fmt: skip
     if failed:
         lines += ["", "### Failed on head", ""]
         lines += [f"- {_name(v)}: {v.note}" for v in failed]
@@ -153,6 +163,15 @@ def gate_markdown(res: GateResult, title: str | None = None) -> str:
         lines += ["", "### Bound violations", ""]
         lines += [f"- {_name(v)}: {v.note}" for v in violations]
     lines += drift_section(res.drift)
+    if timed:
+        lines += ["", "### Measurement setting changed: not compared as the code's, so no pass",
+                  "", "The harness timed these cells otherwise on base and on head (asv's "
+                  "number or repeat, pytest-benchmark's iterations or rounds, by 2x or more, "
+                  "where its calibration does not explain it): their change is the "
+                  "measurement's until both are measured with the same settings.", "",
+                  "| cell | base | head | change | settings |", "|---|---|---|---|---|",
+                  *[f"| {_name(v)} | {_num(v.base)} | {_num(v.head)} | {verdict_words(v)} | "
+                    f"{res.settings[v.key]} |" for v in timed]]  # fmt: skip
     if improvements:
         lines += ["", "### Improvements", "", *_stat_table(improvements)]
     if inconclusive:
@@ -160,10 +179,14 @@ def gate_markdown(res: GateResult, title: str | None = None) -> str:
                   *_stat_table(inconclusive[:50])]  # fmt: skip
         if len(inconclusive) > 50:
             lines.append(f"- ... and {len(inconclusive) - 50} more")
-        if not res.measured:
+        if not res.measured and own_runs(res.base_runs + res.head_runs):
             lines += ["", "To settle them: measure base and head again in one job "
                       "(`ragbench gate` without `--stored`); asv results kept without raw "
                       "samples get them with `asv run --record-samples`."]  # fmt: skip
+        elif not res.measured:
+            lines += ["", "To settle them: measure base and head again with the project's "
+                      "harness, alternating and with the same settings (asv: `asv run "
+                      "--record-samples`, the same `number`), and ingest those runs."]  # fmt: skip
     if not c.judged():
         lines += ["", f"### Nothing was judged: the policies gate none of the "
                       f"{len(c.verdicts)} cell(s), so no pass", "",
@@ -254,19 +277,24 @@ def sensitivity_line(c: Comparison) -> list[str]:
     bounds = len(c.judged()) - len(gated)
     what = (f"{len(gated)} timed cell(s) had too few samples to be tested" if gated
             else "no timed cell was judged")  # fmt: skip
-    return [f"Sensitivity: none to state: {what}; {bounds} deterministic bound(s) judged."]
+    judged = f"; {bounds} deterministic bound(s) judged" if bounds else ""
+    return [f"Sensitivity: none to state: {what}{judged}."]
 
 
 def _by_intervals(c: Comparison) -> str:
     """The sentence on cells judged by asv's confidence intervals, where there are any."""
     n = sum(v.method == INTERVAL for v in c.verdicts)
-    if not n:
-        return ""
-    return (
+    welch = sum(v.method == WELCH for v in c.verdicts)
+    text = (
         f" {n} cell(s) without enough raw samples: judged by asv's 99% confidence intervals "
         "as `asv compare` does (a change counts only where they do not overlap; per cell, "
-        "no correction over the run)."
-    )
+        "no correction over the run)." if n else ""
+    )  # fmt: skip
+    if welch:
+        text += (f" {welch} cell(s) without raw samples: judged by Welch's t on their "
+                 "summaries (mean, standard deviation, rounds), Holm-corrected with the "
+                 "run's other tests, and the interval of the means' ratio.")  # fmt: skip
+    return text
 
 
 def sensitivity(verdicts: list[Verdict]) -> list[str]:
@@ -305,6 +333,14 @@ def judged(reports: list[SeriesReport]) -> list[SeriesReport]:
     return [r for r in reports if r.status != Status.INFO]
 
 
+def _settings_steps(reports: list[SeriesReport]) -> str:
+    """How many change points are the measurement's (a setting changed there) and how many
+    are not."""
+    steps = [(r, c.index) for r in reports for c in r.changes]
+    timed = sum(r.settings_changed(i) is not None for r, i in steps)
+    return f"{len(steps)} change points, {timed} where a measurement setting changed"
+
+
 def history_markdown(reports: list[SeriesReport], machine: str, failed: list[dict] = ()) -> str:
     """Main's history; ``failed``: the newest commit's cells that failed (store rows)."""
     flagged = [
@@ -317,9 +353,14 @@ def history_markdown(reports: list[SeriesReport], machine: str, failed: list[dic
         f"{len(reports)} series; newest run against its lookback (same environment): "
         f"{sum(r.status == 'regression' for r in reports)} regression(s), "
         f"{sum(r.status == 'accepted' for r in reports)} accepted, "
-        f"{sum(r.status == 'improvement' for r in reports)} improvement(s); "
-        f"{len(moved)} series with change points; {len(failed)} cell(s) failed on the newest "
-        "commit.",
+        f"{sum(r.status == 'improvement' for r in reports)} improvement(s)"
+        + (
+            f", {n} timed with other measurement settings"
+            if (n := sum(r.status == Status.SETTINGS for r in reports))
+            else ""
+        )
+        + f"; {len(moved)} series with change points ({_settings_steps(moved)}); "
+        f"{len(failed)} cell(s) failed on the newest commit.",
     ]
     if not judged(reports):
         lines += ["", "### Nothing was judged, so no verdict", "", "The policies judge none of "
@@ -338,6 +379,18 @@ def history_markdown(reports: list[SeriesReport], machine: str, failed: list[dic
                 f"| {_series(r)} | {_num(r.points[-1].value)} | "
                 f"{_pct(r.latest_change)} | {_num(r.latest_z, 3)} | {r.status} |"
             )
+    settings = [r for r in reports if r.status == Status.SETTINGS]
+    if settings:
+        lines += [
+            "",
+            f"### Measurement setting changed on the newest run ({len(settings)} "
+            "series: not judged as the code's)",
+            "",
+            "| series | newest | change | robust z | settings |",
+            "|---|---|---|---|---|",
+        ]
+        lines += [f"| {_series(r)} | {_num(r.points[-1].value)} | {_pct(r.latest_change)} | "
+                  f"{_num(r.latest_z, 3)} | {r.note} |" for r in settings]  # fmt: skip
     if moved:
         lines += ["", "### Change points", "", "| series | at commit | before -> after | cause |",
                   "|---|---|---|---|"]  # fmt: skip

@@ -25,8 +25,9 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
 
-from . import asv_results, jsonfile
+from . import asv_results, jsonfile, project
 from . import provenance as fingerprint
+from .project import asv_config
 from .store import FAILED, OK, Columns, Measurement, Run, Store, param_key
 
 # asv writes these beside its result files, and a project's root holds its config: not results.
@@ -61,12 +62,15 @@ class Report:
     rows: int = 0
     seconds: float = 0.0
     new_runs: list[str] = field(default_factory=list)
+    dirty: list[Path] = field(default_factory=list)  # skipped: of a checkout with changes
 
     def summary(self) -> str:
         rate = self.rows / self.seconds if self.seconds else 0.0
+        dirty = (f", {len(self.dirty)} skipped as dirty (uncommitted changes; --dirty stores "
+                 "them)" if self.dirty else "")  # fmt: skip
         return (
             f"{len(self.stored)} file(s) stored ({self.rows} rows, {rate:.0f} rows/s), "
-            f"{len(self.duplicate)} already stored, {len(self.failed)} refused"
+            f"{len(self.duplicate)} already stored, {len(self.failed)} refused{dirty}"
         )
 
 
@@ -87,20 +91,6 @@ def discover(paths: Iterable[Path]) -> list[Path]:
     return list(dict.fromkeys(found))
 
 
-def asv_config(path: Path) -> dict:
-    """An ``asv.conf.json`` as asv reads it (JSON5: comments and trailing commas allowed);
-    ValueError when it is not one."""
-    import json5
-
-    try:
-        config = json5.loads(jsonfile.read_text(path))
-    except ValueError as exc:
-        raise ValueError(f"{path}: not readable as asv's config ({exc})") from None
-    if not isinstance(config, dict):
-        raise ValueError(f"{path}: not readable as asv's config (not an object)")
-    return config
-
-
 def _asv_dirs(conf: Path, config: dict, key: str, defaults: tuple[str, ...]) -> set[Path]:
     named = config.get(key)
     return {conf.parent / d for d in ((named,) if isinstance(named, str) else defaults)}
@@ -115,27 +105,45 @@ def _asv_other_dirs(conf: Path) -> set[Path]:
             for d in _asv_dirs(conf, config, key, defaults)}  # fmt: skip
 
 
+def config_of(start: Path) -> Path | None:
+    """The ``asv.conf.json`` of the asv project whose results directory holds the directory
+    ``start`` (at most 3 levels up: ROOT/.asv/results/<machine>/), or None."""
+    start = Path(start)
+    for root in [start, *start.parents][:4]:
+        conf = root / ASV_CONFIG
+        if not conf.is_file():
+            continue
+        try:
+            config = asv_config(conf)
+        except ValueError:
+            return None
+        if _asv_dirs(conf, config, "results_dir", ASV_RESULTS_DIRS) & {start, *start.parents}:
+            return conf
+        return None
+    return None
+
+
 def asv_project(files: Iterable[Path]) -> dict[str, str]:
     """``project`` and ``project_url`` of the asv project whose results ``files`` are (the
     config above them whose results directory holds them); {} when none, or when the files are
     of projects with other names."""
     found = {}
-    for start in {Path(f).parent for f in files}:
-        # the config is at most 3 levels up: ROOT/.asv/results/<machine>/<file>
-        for root in [start, *start.parents][:4]:
-            conf = root / ASV_CONFIG
-            if not conf.is_file():
-                continue
-            try:
-                config = asv_config(conf)
-            except ValueError:
-                break
-            if _asv_dirs(conf, config, "results_dir", ASV_RESULTS_DIRS) & {start, *start.parents}:
-                described = {k: config[k] for k in ("project", "project_url")
-                             if isinstance(config.get(k), str) and config[k]}  # fmt: skip
-                found[described.get("project")] = described
-            break
+    for conf in {config_of(d) for d in {Path(f).parent for f in files}} - {None}:
+        config = asv_config(conf)
+        described = {k: config[k] for k in ("project", "project_url")
+                     if isinstance(config.get(k), str) and config[k]}  # fmt: skip
+        found[described.get("project")] = described
     return next(iter(found.values())) if len(found) == 1 else {}
+
+
+def this_suite() -> str | None:
+    """The ``project`` of this suite's own ``asv.conf.json``: results of a config of that name
+    (in this checkout or any clone of it) are of no other project."""
+    try:
+        name = asv_config(Path(__file__).resolve().parent.parent / ASV_CONFIG).get("project")
+    except (OSError, ValueError):
+        return None
+    return name if isinstance(name, str) else None
 
 
 def _iso(text) -> float | None:
@@ -246,7 +254,7 @@ def parse_pytest_benchmark(path: Path, data: dict) -> tuple[Run, list[Measuremen
         source="pytest-benchmark", commit_hash=commit["id"],
         machine=machine_info.get("node") or "unknown", started_at=_iso(data.get("datetime")),
         commit_time=_iso(commit.get("time")), branch=commit.get("branch"), fingerprint=fp,
-        environment=pytest_environment(fp["python"], fp["cpu"]),
+        environment=pytest_environment(fp["python"], fp["cpu"]), dirty=commit.get("dirty") is True,
     )  # fmt: skip
     rows = []
     for b in data["benchmarks"]:
@@ -258,6 +266,10 @@ def parse_pytest_benchmark(path: Path, data: dict) -> tuple[Run, list[Measuremen
         rows.append(Measurement(
             benchmark=bench, metric="time", params=params, unit="s", median=stats["median"],
             q25=stats.get("q1"), q75=stats.get("q3"), samples=stats.get("data"),
+            # pytest-benchmark's settings and summary: calls a round, rounds, and the rounds'
+            # mean and standard deviation (what judges a run saved without its rounds' data)
+            stats_number=stats.get("iterations"), stats_repeat=stats.get("rounds"),
+            mean=stats.get("mean"), stddev=stats.get("stddev"),
         ))  # fmt: skip
         for key, value in (b.get("extra_info") or {}).items():
             if _is_number(value):
@@ -329,10 +341,13 @@ def validate(run: Run, rows: list[Measurement]) -> None:
         _text(m.metric, "a metric name", empty=False)
         _text(m.unit, f"{where}: the unit")
         _text(m.version, f"{where}: the version")
-        for n, what in ((m.stats_number, "number"), (m.stats_repeat, "repeat")):
+        for n, what in (
+            (m.stats_number, "calls per sample (asv's number, pytest-benchmark's iterations)"),
+            (m.stats_repeat, "samples (asv's repeat, pytest-benchmark's rounds)"),
+        ):
             small = _is_number(n) and math.isfinite(n) and n == int(n) and 0 <= n < 2**31
             if n is not None and not small:
-                raise ValueError(f"{where}: asv's {what} {str(n)[:40]!r} is not a small integer")
+                raise ValueError(f"{where}: the {what} {str(n)[:40]!r} is not a small integer")
         if not isinstance(m.params, dict) or not all(
             isinstance(k, str) and k and (isinstance(v, (str, int, float, bool)) or v is None)
             for k, v in m.params.items()
@@ -349,7 +364,7 @@ def validate(run: Run, rows: list[Measurement]) -> None:
         if m.status == FAILED:
             continue
         _check_value(m.median, f"{where}: the value")
-        for q, name in ((m.q25, "q25"), (m.q75, "q75")):
+        for q, name in ((m.q25, "q25"), (m.q75, "q75"), (m.mean, "mean"), (m.stddev, "stddev")):
             if q is not None:
                 _check_value(q, f"{where}: {name}")
         _check_interval(m.ci_99_a, m.ci_99_b, where)
@@ -412,6 +427,15 @@ def _printable(path: Path) -> str:
     return str(path).encode("utf-8", "backslashreplace").decode("utf-8")
 
 
+def _name(run: Run, label: str | None, branch: str | None, machines) -> None:
+    """The run's label, branch and machine as the call names them."""
+    run.label = label if label is not None else run.label
+    run.branch = branch if branch is not None else run.branch
+    named = machines(run.machine) if machines else run.machine
+    if named != run.machine:
+        run.runner, run.machine = run.machine, named
+
+
 def ingest(
     store: Store,
     paths: Iterable[Path],
@@ -420,17 +444,29 @@ def ingest(
     branch: str | None = None,
     machines: Callable[[str], str] | None = None,
     log: Callable[[str], None] = lambda msg: None,
+    config: Path | None = None,
+    dirty: bool = False,
 ) -> Report:
     """Store every result file under ``paths``; -> what happened to each, and the runs stored
     (it detects nothing: a command that ingests main's history then calls
     ``ragbench.history.detection.update`` with its policies). ``machines`` names
     the machine of a runner (``Policies.machine``: the policies' ``[machines]``); the runner's
-    own name is kept (``runner``), and the run is the same run whatever it is called."""
+    own name is kept (``runner``), and the run is the same run whatever it is called.
+
+    ``config``: the ``asv.conf.json`` of the project whose asv results these are, where it is
+    not above their results directory (``config_of`` finds it there); the store keeps it per
+    machine (``ragbench.project``) for the alerts' follow-ups. ``dirty``: store runs measured in
+    a checkout with uncommitted changes (pytest-benchmark's ``commit_info.dirty``), which are
+    otherwise skipped, and said so: their figures are of no commit."""
     files = discover(paths)
+    if config is not None:
+        project.read(config)  # ValueError, before anything is read, where it is no asv config
     report = Report()
     t0 = time.perf_counter()
     every = max(1, len(files) // 20)  # progress: each file for small ingests, ~5% steps else
     batch: list[tuple[int, Path, Run, Columns]] = []
+    projects: dict[str, Path] = {}  # machine -> the asv config of its results
+    configs: dict[Path, Path | None] = {}  # a results directory -> its asv config
 
     def refuse(path: Path, why: str) -> None:
         report.failed.append((path, why))
@@ -461,12 +497,19 @@ def ingest(
     for i, path in enumerate(files, 1):
         try:
             run, rows = parse(path)
-            run.label = label if label is not None else run.label
-            run.branch = branch if branch is not None else run.branch
-            named = machines(run.machine) if machines else run.machine
-            if named != run.machine:
-                run.runner, run.machine = run.machine, named
-            batch.append((i, path, run, Columns(run.run_id, rows)))
+            if run.dirty and not dirty:
+                report.dirty.append(path)
+                log(f"ragbench ingest: skipped {path}: measured in a checkout with uncommitted "
+                    "changes (commit_info.dirty), of no commit; --dirty stores it")  # fmt: skip
+            else:
+                _name(run, label, branch, machines)
+                if run.source == "asv" and not run.fingerprint:  # not this suite's own run
+                    if path.parent not in configs:
+                        configs[path.parent] = config_of(path.parent)
+                    conf = config or configs[path.parent]
+                    if conf is not None:
+                        projects[run.machine] = conf
+                batch.append((i, path, run, Columns(run.run_id, rows)))
         except ValueError as exc:
             refuse(path, str(exc))
         if batch and (i == len(files) or sum(len(b[3]) for b in batch) >= BATCH_ROWS):
@@ -476,4 +519,8 @@ def ingest(
     described = asv_project(report.stored + report.duplicate)
     if described:
         store.describe(**described)
+    for machine, conf in projects.items():  # the project each machine's asv results are of
+        kept = project.read(conf)
+        if kept.name != this_suite():  # this suite's results (any clone's) follow this checkout
+            project.save(store, machine, kept)
     return report

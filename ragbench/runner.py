@@ -106,18 +106,18 @@ PERCENT = re.compile(r"^\[\s*(\d+(?:\.\d+)?)%\]")  # asv's progress prefix: "[ 3
 
 def _asv(*args: str, env: dict, check: bool = True, quiet: bool = False,
          log_file: Path | None = None, progress=None,
-         python: Path | None = None) -> int:  # fmt: skip
-    """asv (under ``python``, default this one), its output to stderr (stdout carries
-    ragbench's own JSON output alone), or with ``log_file`` appended there and every quarter of
-    its progress reported to ``progress``."""
+         python: Path | None = None, cwd: Path | None = None) -> int:  # fmt: skip
+    """asv (under ``python``, default this one; in ``cwd``, default this one's), its output to
+    stderr (stdout carries ragbench's own JSON output alone), or with ``log_file`` appended
+    there and every quarter of its progress reported to ``progress``."""
     cmd = [str(python or sys.executable), "-m", "asv", *args]
     if log_file is None:
         out = subprocess.DEVNULL if quiet else sys.stderr
-        rc = subprocess.run(cmd, env=env, stdout=out).returncode
+        rc = subprocess.run(cmd, env=env, stdout=out, cwd=cwd).returncode
     else:
         with open(log_file, "a") as fh, subprocess.Popen(
             cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-            errors="replace",
+            errors="replace", cwd=cwd,
         ) as proc:  # fmt: skip
             shown = 0
             for line in proc.stdout:
@@ -255,3 +255,60 @@ def _result_file(machine_dir: Path, sha: str, before: dict[Path, int]) -> Path |
     same commit from another environment, left as it was, is never taken for it)."""
     written = [p for p, t in _result_files(machine_dir, sha).items() if before.get(p) != t]
     return max(written, key=lambda p: p.stat().st_mtime_ns) if written else None
+
+
+def project_config(config: Path, results_dir: Path, work: Path, name: str) -> Path:
+    """Another asv project's config as asv reads it from ``work``: its paths absolute (relative
+    ones are the config directory's), its results in ``results_dir``, its published site in
+    ``work``; its environments where the project keeps them (built once, reused)."""
+    from .project import asv_config
+
+    config = Path(config).resolve()
+    conf = asv_config(config)
+    root = config.parent
+    for key, default in (("benchmark_dir", "benchmarks"), ("env_dir", "env")):
+        conf[key] = str(root / conf.get(key, default))
+    repo = conf.get("repo")
+    if isinstance(repo, str) and "://" not in repo and not repo.startswith("git@"):
+        conf["repo"] = str(root / repo)
+    conf.update(results_dir=str(results_dir), html_dir=str(work / "html"))
+    path = work / f"{name}.asv-config.json"  # not asv.conf.json: ingest takes no config of it
+    path.write_text(json.dumps(conf, indent=2))
+    return path
+
+
+def run_project(config: Path, sha: str, *, results_dir: Path, machine: str, work: Path,
+                bench: list[str] = (), environment: str | None = None, log=print,
+                asv_log: Path | None = None) -> list[Path]:  # fmt: skip
+    """Benchmark one commit of another asv project, as its own ``asv run`` does: asv with its
+    config (``--config``; asv builds the commit in the config's environments, from its
+    ``repo``), the commit alone (``SHA^!``), raw samples recorded, ``environment`` asv's
+    ``--environment`` spec (``conda:3.12``) where given; asv's output to ``asv_log`` (default:
+    beside the results). -> the result files it wrote; SuiteError, with asv's last line, where
+    it wrote none."""
+    try:
+        import asv  # noqa: F401
+    except ImportError:
+        raise SuiteError("asv is not installed: pip install -e '.[bench]'") from None
+    results_dir = Path(results_dir).resolve()
+    results_dir.mkdir(parents=True, exist_ok=True)
+    conf = project_config(config, results_dir, work, results_dir.name)
+    cwd = Path(config).resolve().parent
+    _asv("machine", "--yes", "--machine", machine, "--config", str(conf), env=dict(os.environ),
+         quiet=True, cwd=cwd)  # fmt: skip
+    args = ["run", "--config", str(conf), "--machine", machine, "--record-samples",
+            "--show-stderr"]  # fmt: skip
+    args += ["--environment", environment] if environment else []
+    for b in bench:
+        args += ["--bench", b]
+    t0 = time.perf_counter()
+    asv_log = asv_log or work / f"{results_dir.name}.asv.log"
+    rc = _asv(*args, f"{sha}^!", env=dict(os.environ), check=False, log_file=asv_log, cwd=cwd,
+              progress=lambda pct: log(f"{sha[:12]}: {pct}%"))  # fmt: skip
+    written = sorted((results_dir / machine).glob("*-*.json"))
+    if not written:
+        lines = asv_log.read_text(errors="replace").strip().splitlines() or ["no output"]
+        raise SuiteError(f"asv wrote no result file for {sha[:12]} with {config} (exit {rc}): "
+                         f"{lines[-1][:200]}")  # fmt: skip
+    log(f"{sha[:12]}: {time.perf_counter() - t0:.0f} s, asv exit {rc}, {len(written)} file(s)")
+    return written

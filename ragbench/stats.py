@@ -284,3 +284,62 @@ def _beaten(segment: np.ndarray, q: float, rng, permutations: int, allowed: floa
             return True
         exceed, done = int(hits[-1]), done + k
     return False
+
+
+# A summary of timings: (mean, standard deviation, count), as pytest-benchmark saves a run
+# without its rounds' data.
+Summary = tuple[float, float, int]
+
+
+def welch(base: Summary, head: Summary) -> float:
+    """Two-sided p of Welch's t (unequal variances) from the two summaries alone
+    (``scipy.stats.ttest_ind_from_stats``); 1.0 where it is undefined (no spread, same means)."""
+    (mb, sb, nb), (mh, sh, nh) = base, head
+    with warnings.catch_warnings(), np.errstate(all="ignore"):
+        warnings.simplefilter("ignore", RuntimeWarning)
+        p = _scipy.ttest_ind_from_stats(mh, sh, nh, mb, sb, nb, equal_var=False).pvalue
+    return 1.0 if math.isnan(p) else float(p)
+
+
+def _log_ratio_se(base: Summary, head: Summary) -> tuple[float, float]:
+    """The standard error of log(mean(head) / mean(base)) by the delta method, and its
+    Welch-Satterthwaite degrees of freedom."""
+    (mb, sb, nb), (mh, sh, nh) = base, head
+    vb, vh = sb**2 / (nb * mb**2), sh**2 / (nh * mh**2)
+    se = math.sqrt(vb + vh)
+    dof = (vb + vh) ** 2 / (vb**2 / (nb - 1) + vh**2 / (nh - 1)) if vb + vh > 0 else math.inf
+    return se, dof
+
+
+def summary_ratio_interval(base: Summary, head: Summary, *, confidence: float = 0.95,
+                           ) -> tuple[float, float]:  # fmt: skip
+    """The ``confidence`` interval of ``mean(head) / mean(base)`` from the two summaries: the
+    log of the ratio, its standard error by the delta method, Student's t at the
+    Welch-Satterthwaite degrees of freedom. (nan, nan) where a mean is not positive."""
+    (mb, _, nb), (mh, _, nh) = base, head
+    if mb <= 0 or mh <= 0 or min(nb, nh) < 2:
+        return (math.nan, math.nan)
+    se, dof = _log_ratio_se(base, head)
+    t = float(_scipy.t.ppf(0.5 + confidence / 2, dof)) if math.isfinite(dof) else 0.0
+    ratio = mh / mb
+    return (ratio * math.exp(-t * se), ratio * math.exp(t * se))
+
+
+def summary_min_detectable(base: Summary, head: Summary, alpha: float, threshold: float,
+                           lower_is_better: bool = True) -> float:  # fmt: skip
+    """As ``min_detectable``, for Welch's t on summaries: head's mean moved to base's, then
+    slowed (its spread scaled with it) until the test's p falls below ``alpha``; never below
+    the threshold; inf where no slowdown up to 400% would be flagged."""
+    (mb, sb, nb), (mh, sh, nh) = base, head
+    if mh <= 0 or mb <= 0:
+        return math.inf
+    s = np.linspace(0, 4, 4001)[1:]  # to 0.1%
+    scale = (1 + s) if lower_is_better else 1 / (1 + s)
+    means, sds = mb * scale, sh * (mb / mh) * scale
+    with warnings.catch_warnings(), np.errstate(all="ignore"):
+        warnings.simplefilter("ignore", RuntimeWarning)
+        p = _scipy.ttest_ind_from_stats(means, sds, nh, mb, sb, nb, equal_var=False).pvalue
+    flagged = np.nan_to_num(p, nan=1.0) < alpha
+    if not flagged.any():
+        return math.inf
+    return max(float(s[int(np.argmax(flagged))]), threshold)

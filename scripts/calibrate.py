@@ -360,14 +360,16 @@ def analyze(dirs: list[Path], write: Path | None) -> int:
 # design: "detect": base, the gate's A/A arm, a second unslowed arm (the head of A/A
 # comparisons) and two heads with planted slowdowns; "aa": two gate triples of unslowed arms,
 # two A/A comparisons a process (a round of six arms drifts more than the gate's three: if
-# anything, more false alarms than the gate's).
+# anything, more false alarms than the gate's); "gate": the gate's own process, its three arms
+# (base, aa, head) of one source tree: one A/A comparison a process.
 DESIGNS = {
     "detect": {"base": 0.0, "aa": 0.0, "aa2": 0.0, "h05": 0.05, "h10": 0.10},
     "aa": {"base": 0.0, "aa": 0.0, "aa2": 0.0, "b2": 0.0, "b2aa": 0.0, "b2h": 0.0},
+    "gate": {"base": 0.0, "aa": 0.0, "head": 0.0},
 }
 # The gate triples (base, A/A arm, head) of each condition, where a process has their arms.
 TRIPLES = {
-    "A/A": [("base", "aa", "aa2"), ("b2", "b2aa", "b2h")],
+    "A/A": [("base", "aa", "aa2"), ("b2", "b2aa", "b2h"), ("base", "aa", "head")],
     "+5%": [("base", "aa", "h05")],
     "+10%": [("base", "aa", "h10")],
 }
@@ -440,27 +442,47 @@ def _label(key) -> str:
     return f"{key[0]}.{key[1]}{bs}"
 
 
-def paired_rates(sets: list[list[dict]], policies, overlapping: bool = False) -> dict:
+def _key(c: dict) -> tuple:
+    """A paired runner's cell's key, as ``ragbench.gate.paired`` keys it."""
+    from ragbench.store import param_key
+
+    return c["benchmark"], c["metric"], param_key(c["params"])
+
+
+def paired_rates(sets: list[list[dict]], policies, overlapping: bool = False,
+                 second_look: bool = False) -> dict:  # fmt: skip
     """What the gate decides on comparisons of PROCESSES documents of one collection:
-    consecutive disjoint groups (``overlapping``: every combination). -> per condition and
-    metric label: comparisons, false alarms, inconclusive, caught, and gate runs with an alarm."""
+    consecutive disjoint groups (``overlapping``: every combination); ``second_look``: with
+    the gate's second look at the cells left inconclusive, on as many other processes of the
+    collection (``paired.second_look``). -> per condition and metric label: comparisons, false
+    alarms, inconclusive, caught, and gate runs with an alarm."""
     from ragbench.gate import paired
     from ragbench.verdicts.status import Status
 
     size = paired.PROCESSES
-    groups = []
+    groups = []  # (the gate's processes, the processes of its second look)
     for docs in sets:
-        if overlapping:
-            groups += [list(g) for g in itertools.combinations(docs, size)]
-        else:
-            groups += [docs[i : i + size] for i in range(0, len(docs) - size + 1, size)]
+        starts = range(0, len(docs) - size + 1, size)
+        combos = (itertools.combinations(range(len(docs)), size) if overlapping
+                  else (range(i, i + size) for i in starts))  # fmt: skip
+        for n, idx in enumerate(combos):
+            others = [d for i, d in enumerate(docs) if i not in idx]
+            k = n * size % len(others) if others else 0
+            groups.append(([docs[i] for i in idx], (others[k:] + others[:k])[:size]))
     out: dict = {"groups": len(groups)}
     for cond, triples in TRIPLES.items():
         per: dict = {}
         alarm_runs = inconclusive_runs = runs = 0
-        for g, triple in ((g, t) for g in groups for t in triples if set(t) <= g[0]["arms"].keys()):
-            cells = paired.collect(_as_gate(g, triple))
-            verdicts = paired.judge(cells, policies, paired.TOGETHER, size)
+        for (g, more), triple in ((g, t) for g in groups for t in triples
+                                  if set(t) <= g[0][0]["arms"].keys()):  # fmt: skip
+            docs = _as_gate(g, triple)
+            verdicts = paired.judge(paired.collect(docs), policies, paired.TOGETHER, size)
+            again = {v.key for v in verdicts if v.status == Status.INCONCLUSIVE}
+            if second_look and again and len(more) == size:
+                only = [{**d, "cells": [c for c in d["cells"] if _key(c) in again]}
+                        for d in _as_gate(more, triple)]  # fmt: skip
+                looked = {v.key: v for v in paired.second_look(docs, only, again, policies, size)}
+                verdicts = [looked.get(v.key, v) for v in verdicts]
             alarm = inconclusive = False
             for v in verdicts:
                 target = cond != "A/A" and _slowed(v.key)
@@ -671,7 +693,7 @@ def _share(n: int, d: int) -> str:
 
 
 def rule_table(asv_dirs: list[Path], paired_dirs: list[Path], seeds: int,
-               write: Path | None) -> int:  # fmt: skip
+               write: Path | None, overlapping: bool = False) -> int:  # fmt: skip
     """One table: A/A gate runs (pass, false failure, inconclusive) and detection, for the
     asv collections (``gpu_us`` across processes, with the re-measurement), the paired ones
     (host-time metrics in one process) and synthetic cells."""
@@ -697,8 +719,9 @@ def rule_table(asv_dirs: list[Path], paired_dirs: list[Path], seeds: int,
                      f"{_share(n - alarms - inc, n)} | {_share(alarms, n)} | {_share(inc, n)} | "
                      f"{' | '.join(det)} |")  # fmt: skip
     sets = [s for s in paired_sets(paired_dirs) if s]
-    if sets:
-        r = paired_rates(sets, policies)
+    looks = (("one look", False), ("the gate's two looks", True)) if sets else ()
+    for name, second in looks:
+        r = paired_rates(sets, policies, overlapping, second_look=second)
         aa = r["A/A"]
         n, alarms, inc = aa["runs"], aa["alarm_runs"], aa["inconclusive_runs"]
         det = ["-"]
@@ -706,9 +729,10 @@ def rule_table(asv_dirs: list[Path], paired_dirs: list[Path], seeds: int,
             rows = [x for (_, target), x in r[cond]["per"].items() if target]
             caught, undecided = (sum(x[k] for x in rows) for k in ("regression", "inconclusive"))
             det.append(detection(caught, undecided, sum(x["n"] for x in rows)))
+        groups = "every 3 of them" if overlapping else "3 at a time"
         lines.append(f"| paired, host-time cells in one process ({sum(map(len, sets))} "
-                     f"processes) | {n} | {_share(n - alarms - inc, n)} | {_share(alarms, n)} | "
-                     f"{_share(inc, n)} | {' | '.join(det)} |")  # fmt: skip
+                     f"processes, {groups}), {name} | {n} | {_share(n - alarms - inc, n)} | "
+                     f"{_share(alarms, n)} | {_share(inc, n)} | {' | '.join(det)} |")  # fmt: skip
     counts = synthetic_rates(seeds) if seeds else {}
     for spread in SYNTH_SPREADS if seeds else ():
         aa = counts[(spread, 0.0)]
@@ -751,7 +775,8 @@ def main(argv=None) -> int:
         "--design",
         choices=DESIGNS,
         default="detect",
-        help="detect: A/A and planted +5%%/+10%% heads; aa: two A/A triples a process",
+        help="detect: A/A and planted +5%%/+10%% heads; aa: two A/A triples a process; "
+        "gate: the gate's own three arms, one A/A triple a process",
     )
     _analyzer(sub, "paired-analyze", "rates of the paired comparison", "paired")
     al = sub.add_parser("paired-alone", help="the fallback of a head that loads only alone")
@@ -764,9 +789,11 @@ def main(argv=None) -> int:
                     help="collections of paired-*.json")  # fmt: skip
     rt.add_argument("--seeds", type=int, default=200, help="synthetic cells per case (0: none)")
     rt.add_argument("--write", type=Path, default=None, help="also write the table here")
+    rt.add_argument("--overlapping", action="store_true",
+                    help="paired: every 3 processes, not disjoint triples")  # fmt: skip
     args = ap.parse_args(argv)
     if args.command == "rule-table":
-        return rule_table(args.asv, args.paired, args.seeds, args.write)
+        return rule_table(args.asv, args.paired, args.seeds, args.write, args.overlapping)
     if args.command == "paired-alone":
         return paired_alone(args.out, args.processes)
     if args.command == "alone-analyze":

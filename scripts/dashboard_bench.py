@@ -1,12 +1,14 @@
 """Each dashboard page's first load and 95th percentile in a real browser, on a store.
 
-    .venv/bin/python -m scripts.dashboard_bench --store STORE [--loads 20] [--out FILE.json]
+    .venv/bin/python -m scripts.dashboard_bench --store STORE [--loads 20] [--machine M]
+                                                [--out FILE.json]
 
 Starts ``python -m dashboard --store STORE`` as ``make dashboard`` does (its first page computed
 before the server answers; a store file's rollup built or brought up to date first, and timed:
 ``ragbench.store.rollup``), then opens every page the store offers in Debian's chromium through
-playwright: once in a new browser (the page's own queries not cached yet: its first load), then
-``--loads`` times more, each a new navigation (a new streamlit session, as a visitor's reload).
+playwright, on ``--machine`` (default: the machine with the most runs): once in a new browser
+(the page's own queries not cached yet: its first load), then ``--loads`` times more, each a new
+navigation (a new streamlit session, as a visitor's reload).
 Then, in one browser, ``--loads`` rounds of clicking through every page in the sidebar (a
 visitor moving between pages: the script reruns in the open session, the front end stays).
 A load is timed from ``page.goto`` (or the click) until the page has drawn its content (a
@@ -36,7 +38,7 @@ from scripts.screenshots import CHART, browser, serve
 # an element, and a text in the main block where the element alone says little
 READY = {
     "Overview": ("[data-testid='stMarkdown']", "Newest run against its lookback"),
-    "Alerts": ("[data-testid='stDataFrame'], [data-testid='stAlert']", ""),
+    "Alerts": ("[data-testid='stDataFrame'], [data-testid='stTable'], [data-testid='stAlert']", ""),
     "Compare": ("[data-testid='stDataFrame'], [data-testid='stAlert']", ""),
 }
 OTHER = (f"{CHART}, [data-testid='stAlert']", "")
@@ -52,6 +54,10 @@ DRAWN = """([name, ready, text]) => {
   return !!h && h.textContent.startsWith(name) && !!document.querySelector(ready)
     && main.innerText.includes(text);
 }"""
+
+
+# the pages of every machine (the sidebar offers no machine on them)
+EVERY_MACHINE = ("Overview", "Alerts")
 
 
 def drawn(page, name: str, timeout_ms: int) -> None:
@@ -80,22 +86,27 @@ def p95(times: list[float]) -> float:
 
 
 def pages_of(store: Path) -> tuple[list[str], str]:
-    """The pages the dashboard offers on ``store`` and the machine they open on (its first)."""
+    """The pages the dashboard offers on ``store`` and the machine with the most runs of main
+    (the busiest history: a store of several runners' results times its largest)."""
     from dashboard import PAGES
     from dashboard.read import SUITE_PAGES, suite_pages_of
     from ragbench.store.rollup import Rollup
 
     r = Rollup.of(store)
     hidden = set(SUITE_PAGES) - set(suite_pages_of(r.metrics(frame=True)))
-    return [p for p in PAGES if p not in hidden], sorted(r.machines())[0]
+    runs = r.runs(frame=True)
+    return [p for p in PAGES if p not in hidden], runs["machine"].value_counts().index[0]
 
 
-def bench(store: Path, loads: int, timeout_s: float, only: list[str] | None = None) -> dict:
+def bench(store: Path, loads: int, timeout_s: float, only: list[str] | None = None,
+          machine: str | None = None) -> dict:  # fmt: skip
     t0 = time.perf_counter()
-    pages, machine = pages_of(store)  # the rollup, built or brought up to date here
+    pages, busiest = pages_of(store)  # the rollup, built or brought up to date here
+    machine = machine or busiest
     pages = [p for p in pages if not only or p in only]
     figures = {"store": str(store), "rollup_sync_s": round(time.perf_counter() - t0, 2),
-               "machine": machine, "loads": loads, "pages": {}}  # fmt: skip
+               "machine": machine, "loads": loads, "pages": {},
+               "load_average": " ".join(f"{x:.1f}" for x in os.getloadavg())}  # fmt: skip
     t0 = time.perf_counter()
     # each page run's script time, as the server writes it (dashboard/app.py)
     log = Path(tempfile.mkstemp(prefix="dashboard-timing-")[1])
@@ -103,7 +114,7 @@ def bench(store: Path, loads: int, timeout_s: float, only: list[str] | None = No
     with serve(store, timeout=timeout_s) as url:
         figures["server_start_s"] = round(time.perf_counter() - t0, 2)
         for name in pages:
-            query = {} if name == "Overview" else {"machine": machine}
+            query = {} if name in EVERY_MACHINE else {"machine": machine}
             log.write_text("")
             with browser() as page:
                 first = timed(page, url, name, query, int(timeout_s * 1000))
@@ -128,6 +139,7 @@ def bench(store: Path, loads: int, timeout_s: float, only: list[str] | None = No
             figures["pages"][name].update(summary("switch", times))
             print(f"{name}: switches {figures['pages'][name]}", file=sys.stderr, flush=True)
     log.unlink()
+    figures["load_average_after"] = " ".join(f"{x:.1f}" for x in os.getloadavg())
     return figures
 
 
@@ -139,7 +151,8 @@ def summary(kind: str, times: list[float]) -> dict[str, float]:
 def markdown(f: dict) -> str:
     rows = [f"store `{f['store']}`, machine `{f['machine']}`; rollup sync {f['rollup_sync_s']} s, "
             f"server start (first page computed) {f['server_start_s']} s; {f['loads']} loads "
-            "a page after its first", "",
+            f"a page after its first; load average (1, 5, 15 min) {f['load_average']} before, "
+            f"{f.get('load_average_after', '?')} after", "",
             "| page | first load s | reload: median / p95 / slowest s "
             "| switch in the sidebar: median / p95 / slowest s | its script, median s |",
             "|---|---|---|---|---|"]  # fmt: skip
@@ -158,9 +171,14 @@ def main(argv: list[str] | None = None) -> int:
                     help="reloads of a page after its first; rounds of switches")  # fmt: skip
     ap.add_argument("--timeout", type=float, default=1800, help="seconds a load may take")
     ap.add_argument("--page", action="append", default=None, help="only this page (repeat)")
+    ap.add_argument(
+        "--machine",
+        default=None,
+        help="the machine the pages show (default: the one with most runs)",
+    )
     ap.add_argument("--out", type=Path, default=None, help="also write the figures (JSON)")
     args = ap.parse_args(argv)
-    figures = bench(args.store, args.loads, args.timeout, args.page)
+    figures = bench(args.store, args.loads, args.timeout, args.page, args.machine)
     print(markdown(figures))
     if args.out:
         args.out.write_text(json.dumps(figures, indent=2) + "\n")

@@ -35,16 +35,17 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import statistics
 import sys
 import time
 from pathlib import Path
 
-import numpy as np
-import scipy.stats
 import torch
 
+from benchmarks.support import bound as B
 from benchmarks.support import workloads as W
+from benchmarks.support.bound import share_of_bound, turns_us
 from benchmarks.support.harness import gpu_clocks, spin_up
 from ragbench import provenance as fingerprint
 from ragged import backend_implementation
@@ -77,51 +78,7 @@ def make_method(name: str, model):
 
 def pipelines(model, method, names) -> dict[str, PrunedViT]:
     """The catalogue's pipelines, and ``launch_only`` (the bound's: see _workloads)."""
-    return {n: _launch_only(model, method) if n == "launch_only" else W.pipeline(model, method, n)
-            for n in names}  # fmt: skip
-
-
-def _launch_only(model, method) -> PrunedViT:
-    return PrunedViT(model, PruneStage(PRUNE_AT, method), mode="ragged",
-                     layout_attention=W.launch_only(W.rows_vary(model, method)))  # fmt: skip
-
-
-def turns_us(
-    fns: dict,
-    rounds: int,
-    *,
-    target_us: float = 40e3,
-    sync=torch.cuda.synchronize,
-    clock=time.perf_counter,
-) -> dict[str, list[float]]:
-    """µs per call of each function, one sample per round. A round is a number of turns (the
-    slowest function gets ~``target_us`` a round); a turn calls every function once, in an
-    order rotated every turn, each call timed alone from a synced device to its own sync.
-    Calls of different functions are then a few ms apart, not ``img_per_s``'s 40 ms: on the
-    H100 VM host speed moves within 40 ms rounds (docs/pipeline.md)."""
-
-    def timed(fn) -> float:  # seconds, the device synced before and after
-        t0 = clock()
-        fn()
-        sync()
-        return clock() - t0
-
-    names = list(fns)
-    sync()
-    for fn in fns.values():
-        timed(fn)  # first call: compilation, graph capture
-    slowest = max(1e-9, *(timed(fn) for fn in fns.values()))
-    turns = max(1, int(target_us / 1e6 / slowest))
-    out: dict[str, list[float]] = {n: [] for n in names}
-    for _ in range(rounds):
-        spent = dict.fromkeys(names, 0.0)
-        for turn in range(turns):
-            k = turn % len(names)
-            for n in names[k:] + names[:k]:
-                spent[n] += timed(fns[n])
-        for n in names:
-            out[n].append(spent[n] / turns * 1e6)
-    return out
+    return B.pipelines(model, method, names)
 
 
 def throughput(pipes: dict[str, PrunedViT], images, rounds: int, timing: str = "rounds"
@@ -150,30 +107,15 @@ def paired_speedup(fast: dict, slow: dict) -> tuple[float, float, float]:
     return q[1], q[0], q[2]
 
 
-def share_of_bound(fa2, triton, bound) -> tuple[float, float, float]:
-    """The share of the bound from per-round µs samples (pipelines alternating within a round):
-    triton/fa2 reaches 1 + share x (bound/fa2 - 1), the two speedups each the median over
-    rounds of that round's ratio -> (share, and its 95% percentile-bootstrap interval over
-    rounds). Each round's own share, (triton/fa2 - 1) / (bound/fa2 - 1), is no estimate: a
-    round's bound/fa2 - 1 swings around 0 on the VM, and that ratio with it."""
-    f, t, z = (np.asarray(x, float) for x in (fa2, triton, bound))
-
-    def share(f, t, z, axis=-1):
-        return (np.median(f / t, axis=axis) - 1) / (np.median(f / z, axis=axis) - 1)
-
-    ci = scipy.stats.bootstrap((f, t, z), share, paired=True, vectorized=True,
-                               method="percentile", rng=np.random.default_rng(0),
-                               n_resamples=2000).confidence_interval  # fmt: skip
-    return float(share(f, t, z)), float(ci.low), float(ci.high)
-
-
 def share_cell(res: dict, bound: str) -> str:
-    """``share_of_bound`` of ``bound`` in a row's results; "-" where it was not measured."""
+    """``share_of_bound`` of ``bound`` in a row's results; "-" where it was not measured,
+    "unresolved" where the bound's gain over fa2 is not above 0 (its share means nothing)."""
     if bound not in res:
         return "-"
-    return "{:.2f} [{:.2f}, {:.2f}]".format(
-        *share_of_bound(*(res[n]["samples_us"] for n in ("fa2", "triton", bound)))
-    )
+    share = share_of_bound(*(res[n]["samples_us"] for n in ("fa2", "triton", bound)))
+    if math.isnan(share[0]):
+        return "unresolved (bound not above fa2)"
+    return "{:.2f} [{:.2f}, {:.2f}]".format(*share)
 
 
 def flop_ideal(pipe: PrunedViT, images) -> tuple[float, float]:

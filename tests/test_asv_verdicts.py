@@ -112,6 +112,8 @@ BOUNDS_ADDED = {
     ("kernel.NewLength", "first_over_kept"), ("kernel.NewLength", "compiles"),
     ("kernel.NewLength", "host_syncs"),
 }  # fmt: skip
+# Ratios judged since, as latencies (the kernel's GPU time over an empty kernel's)
+LATENCIES_ADDED = {("kernel.GpuFloor", "over_empty")}
 
 
 def test_this_suites_metrics_keep_their_calibrated_policies_exactly(tmp_path):
@@ -133,6 +135,9 @@ def test_this_suites_metrics_keep_their_calibrated_policies_exactly(tmp_path):
                     b = now.for_metric(f"{module}.{cls}", metric, unit)
                     if (f"{module}.{cls}", metric) in BOUNDS_ADDED:
                         assert b.kind == "bound" and b.max is not None
+                        continue
+                    if (f"{module}.{cls}", metric) in LATENCIES_ADDED:
+                        assert b.kind == "latency" and b.threshold == 0.03 and not b.paired
                         continue
                     fields = ("kind", "threshold", "max", "min", "relative_to", "paired",
                               "history_only", "min_samples")  # fmt: skip

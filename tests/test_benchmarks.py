@@ -43,7 +43,7 @@ def tracks(cls) -> list[str]:
 @pytest.mark.parametrize("mode", ["quick", "full"])
 def test_every_benchmark_declares_params_units_and_a_version(mode):
     classes = suite_classes(mode)
-    assert len(classes) == 17
+    assert len(classes) == 19
     for name, cls in classes.items():
         assert len(cls.params) == len(cls.param_names), name
         for axis in cls.params:
@@ -99,6 +99,81 @@ def test_the_promises_pair_each_rounds_host_times(monkeypatch):
     ratios = P.measure(None, None, None, None, 0, rounds=6)
     assert ratios == {"layout_over_launch": [1.5] * 6, "api_over_aten": [0.9] * 6,
                       "kept_over_launch": [1.25] * 6}  # fmt: skip
+
+
+def test_the_gpu_floor_and_the_bound_shares_are_gpu_cells_skipped_here_with_a_reason(
+    monkeypatch,
+):
+    import torch
+
+    classes = suite_classes("quick")
+    floor, share = classes["kernel.GpuFloor"], classes["pipeline.BoundShare"]
+    assert set(tracks(floor)) == {"track_over_empty", "track_gpu_us", "track_empty_us"}
+    assert set(tracks(share)) == {
+        "track_share_of_bound", "track_share_of_launch_bound", "track_graph_share_of_bound"
+    }  # fmt: skip
+    assert floor.setup_cache.__qualname__ == "floors"
+    assert share.setup_cache.__qualname__ == "bounds"
+    if torch.cuda.is_available():
+        pytest.skip("a CUDA GPU is here: they are measured")
+    with pytest.raises(NotImplementedError, match="needs a CUDA GPU"):
+        floor().setup(floor.setup_cache(None), "1/80")
+    # the shares are shown, never judged: a pull request's gate (the quick grid) skips them
+    monkeypatch.setenv("RAGBENCH_MODE", "quick")
+    with pytest.raises(NotImplementedError, match="measured on main"):
+        share().setup(share.setup_cache(None), "deit_base_224", "threshold_l2", 1)
+    monkeypatch.setenv("RAGBENCH_MODE", "full")
+    with pytest.raises(NotImplementedError, match="needs a CUDA GPU"):
+        share().setup(share.setup_cache(None), "deit_base_224", "threshold_l2", 1)
+
+
+def test_the_floor_ratio_pairs_each_rounds_replays(monkeypatch):
+    """``support.floor.measure``'s ratio is the kernel's median over the empty kernel's of the same
+    round: a GPU clock that halves between rounds moves both, never the ratio."""
+    from benchmarks.support import floor as F
+    from benchmarks.support import harness as H
+
+    state = {"replays": 0}
+
+    class Graph:  # a captured graph whose replay takes ``us`` a call
+        def __init__(self, us):
+            self.us = us
+
+        def replay(self):
+            pass
+
+    def replay_us(graph, calls, replays):
+        state["replays"] += 1
+        slow = 2.0 if state["replays"] > 2 else 1.0  # the clock drops after the first round
+        return [graph.us * slow] * replays
+
+    now = iter(range(1000))
+    monkeypatch.setattr(H, "capture", lambda fn, calls: Graph(fn()))
+    monkeypatch.setattr(H, "replay_us", replay_us)
+    monkeypatch.setattr(F.torch.cuda, "synchronize", lambda: None)
+    monkeypatch.setattr(F.time, "perf_counter", lambda: next(now))  # warm-up: one replay
+    got = F.measure(lambda: 3.0, lambda: 1.5, rounds=3)
+    assert got["over_empty"] == [2.0, 2.0, 2.0]
+    assert sorted(got["gpu_us"]) == [3.0, 6.0, 6.0] and sorted(got["empty_us"]) == [1.5, 3.0, 3.0]
+
+
+def test_the_bound_shares_name_their_bounds():
+    """``support.bound.shares``: each share from its own three arms, with its interval."""
+    import numpy as np
+
+    from benchmarks.support import bound as B
+
+    fa2 = np.array([4000.0, 5000.0, 4500.0])
+    samples = {"fa2": fa2, "triton": fa2 / 1.08, "no_attention": fa2 / 1.10,
+               "launch_only": fa2 / 1.09, "fa2_graph": fa2 / 2, "triton_graph": fa2 / 2 / 1.03,
+               "no_attention_graph": fa2 / 2 / 1.06}  # fmt: skip
+    got = B.shares(samples)
+    assert got["share_of_bound"] == pytest.approx(0.8)
+    assert got["share_of_launch_bound"] == pytest.approx(8 / 9)
+    assert got["graph_share_of_bound"] == pytest.approx(0.5)
+    assert got["graph_share_of_bound_low"] == pytest.approx(0.5)
+    del samples["launch_only"]
+    assert "share_of_launch_bound" not in B.shares(samples)
 
 
 def test_bad_mode_is_refused():
@@ -199,3 +274,17 @@ def test_asv_configs():
     assert conf["branches"] == ["main"] and conf["benchmark_dir"] == "benchmarks"
     venv = json.loads((REPO / "asv.virtualenv.conf.json").read_text())
     assert venv["environment_type"] == "virtualenv" and "torch" in venv["matrix"]["req"]
+
+
+def test_the_floor_ratio_is_judged_and_the_bound_shares_are_shown():
+    """policies.toml: GpuFloor's ratio judged as a latency at 3%; its two times and the bound
+    shares shown only."""
+    from ragbench.policies import load_policies
+
+    pol = load_policies()
+    ratio = pol.for_metric("kernel.GpuFloor", "over_empty", "ratio")
+    assert ratio.kind == "latency" and ratio.threshold == pytest.approx(0.03)
+    for metric in ("gpu_us", "empty_us"):
+        assert pol.for_metric("kernel.GpuFloor", metric, "us").kind == "info"
+    for metric in ("share_of_bound", "share_of_launch_bound", "graph_share_of_bound"):
+        assert pol.for_metric("pipeline.BoundShare", metric, "ratio").kind == "info"

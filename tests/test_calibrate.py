@@ -95,9 +95,10 @@ def test_paired_analysis_counts_both_designs():
         "regression"] == 1  # fmt: skip
     assert r["A/A"]["per"][("kernel.KernelLatency.host_us", False)]["n"] == 2 * 5
     assert r["A/A"]["inconclusive_runs"] == 0
-    # the gate's A/A arm slowed 3%: the A/A comparison's interval, widened by it, reaches past
-    # the 3% threshold, so it is inconclusive (no pass); the planted +10% still caught
-    moved = [_paired_doc("detect", rng, {"aa": 0.03, "h10": 0.10}) for _ in range(3)]
+    # the gate's A/A arm slowed 8%: the A/A comparison's head lies 4% under the midpoint of base
+    # and that arm, and its interval, widened by the 8%, reaches past the 3% threshold, so it is
+    # inconclusive (no pass); the planted +10% still caught
+    moved = [_paired_doc("detect", rng, {"aa": 0.08, "h10": 0.10}) for _ in range(3)]
     r = calibrate.paired_rates([moved], calibrate.detect_policies())
     assert r["A/A"]["inconclusive_runs"] == 1 and r["A/A"]["alarm_runs"] == 0
     assert r["+10%"]["per"][("kernel.KernelLatency.host_us", True)]["regression"] == 1
@@ -127,15 +128,17 @@ def test_the_rule_table_counts_aa_passes_and_planted_slowdowns(tmp_path, capsys)
     rng = np.random.default_rng(2)
     paired_dir = tmp_path / "pcal"
     paired_dir.mkdir()
-    for i in range(3):
+    for i in range(6):
         doc = _paired_doc("detect", rng, {"h05": 0.05, "h10": 0.10})
         (paired_dir / f"paired-{i:04d}.json").write_text(json.dumps(doc))
     out = tmp_path / "table.md"
     assert calibrate.main(["rule-table", "--paired", str(paired_dir), "--seeds", "2",
                            "--write", str(out)]) == 0  # fmt: skip
     rows = {r.split(" |")[0]: r for r in out.read_text().splitlines()}
-    paired = rows["| paired, host-time cells in one process (3 processes)"]
-    assert "| 1 | 1/1 (100.0%) | 0/1 (0.0%) | 0/1 (0.0%) | - |" in paired
-    assert "1/1 (100.0%) caught, 0 inc., 0 pass |" in paired
+    for looks in ("one look", "the gate's two looks"):
+        paired = rows[f"| paired, host-time cells in one process (6 processes, 3 at a time), "
+                      f"{looks}"]  # fmt: skip
+        assert "| 2 | 2/2 (100.0%) | 0/2 (0.0%) | 0/2 (0.0%) | - |" in paired
+        assert "2/2 (100.0%) caught, 0 inc., 0 pass |" in paired
     noisy = rows["| synthetic cell, 30.0% spread, 2% threshold"]
     assert noisy.count(" 0 pass") == 3  # no planted slowdown of a noisy cell passes

@@ -206,7 +206,7 @@ def test_failed_cells_accepted_changes_and_other_branches(tmp_path):
     store.accept(accepted, "kernel.KernelLatency", "gpu_us", cell, "label", "maintainer")
     at = app(path)  # the failed cell is an alert of main: the dashboard opens on it
     assert at.sidebar.radio[0].value == "Alerts"
-    assert "failed: raised in 1 head run(s)" in list(at.dataframe[0].value["change"])
+    assert "failed: raised in 1 head run(s)" in list(at.table[0].value["change"])
     at = app(path, page="Overview")
     assert not at.exception
     assert "1 cell(s) failed on the latest commit" in texts(at) and "1 failed" in texts(at)
@@ -578,7 +578,7 @@ def test_the_alerts_page_opens_while_one_is_new_and_its_buttons_change_the_state
     assert at.sidebar.radio[0].value == "Alerts"
     text = texts(at)
     assert f"**m1 at `{sha(STEP)[:12]}`**" in text and "**new**" in text
-    table = at.dataframe[0].value
+    table = at.table[0].value
     assert set(table["cell"]) == {"kernel.KernelLatency.gpu_us backend=triton",
                                   "kernel.KernelLatency.gpu_us backend=fa2"}  # fmt: skip
     assert table["change"].str.fullmatch(r"(9|10|11)\.\d% slower").all(), list(table["change"])
@@ -590,6 +590,22 @@ def test_the_alerts_page_opens_while_one_is_new_and_its_buttons_change_the_state
     (a,) = Store(path, read_only=True).alerts("m1")
     assert (a["state"], a["changed_by"]) == ("acknowledged", "dashboard")
     assert app(path).sidebar.radio[0].value == "Overview"  # nothing new: the usual landing
+
+
+def test_another_projects_alert_links_and_measures_that_project(tmp_path):
+    """django-asv's published results (tests/data/public/asv-django): the Alerts page links
+    django's own compare page and prints the re-measure and bisect commands of its asv config,
+    as ``ragbench alerts`` does; before, this checkout's origin and a gate of this suite."""
+    path = tmp_path / "perf.duckdb"
+    with Store(path) as s:
+        ingest(s, [REPO / "tests/data/public/asv-django"], branch="main", log=lambda m: None)
+    at = app(path)
+    assert not at.exception, at.exception
+    assert at.sidebar.radio[0].value == "Alerts"
+    assert "https://github.com/django/django/compare/" in texts(at)
+    codes = [c.value for c in at.code]
+    conf = str(REPO / "tests/data/public/asv-django/asv.conf.json")
+    assert codes and all(f"--config {conf}" in c for c in codes), codes
 
 
 def test_a_broken_bound_on_mains_newest_commit_shows_failing_on_every_page(tmp_path):
@@ -608,10 +624,129 @@ def test_a_broken_bound_on_mains_newest_commit_shows_failing_on_every_page(tmp_p
     at = app(path)  # an alert is new: the dashboard opens on it
     assert at.sidebar.radio[0].value == "Alerts"
     assert f"**m1 at `{sha(20)[:12]}`**" in texts(at)
-    assert list(at.dataframe[0].value["change"]) == ["violation: 6418 >= bound 2"]
+    assert list(at.table[0].value["change"]) == ["violation: 6418 >= bound 2"]
     at = app(path, page="Series", machine="m1", benchmark=ERROR[0], metric=ERROR[1],
              cell="backend=triton dtype=float16")  # fmt: skip
     assert not at.exception, at.exception
     errors = " ".join(e.value for e in at.error)
     assert "status of the newest run: violation (6418 >= bound 2)" in errors, errors
     assert f"new alert at {sha(20)[:12]}: violation: 6418 >= bound 2" in errors
+
+
+# --- environments kept apart, on Django's published asv results -------------------------------
+
+DJANGO = Path(__file__).resolve().parent / "data" / "asv-django-envs"
+FORM_CLEAN = ("form_benchmarks.form_clean.benchmark.FormClean", "time_form_clean")
+
+
+@pytest.fixture(scope="module")
+def django(tmp_path_factory) -> Path:
+    """18 of django-asv's result files (tests/data/asv-django-envs: ubuntu-latest's newest 4
+    commits under conda-py3.12 and conda-py3.13, two 2022 commits of ubuntu-latest and
+    ubuntu-22.04 under conda-py3.9 and conda-py3.10, and macos-12, retired in 2022), copied
+    into a tmp dir and ingested as main's history."""
+    tmp = tmp_path_factory.mktemp("django")
+    shutil.copytree(DJANGO / "results", tmp / "results")
+    path = tmp / "perf.duckdb"
+    with Store(path) as s:
+        report = ingest(s, [tmp / "results"], branch="main")
+        assert len(report.stored) == 18 and not report.failed
+    return path
+
+
+def drawn_data(chart, name: str):
+    """The rows of the chart's dataset ``name``, as streamlit sent them (Arrow)."""
+    (data,) = [d.data.data for d in chart.proto.datasets if d.name == name]
+    return pa.ipc.open_stream(data).read_all().to_pandas()
+
+
+def test_the_default_machine_is_the_one_with_the_newest_run(django, tmp_path):
+    """The sidebar opens on ubuntu-latest (its newest run of 2026), not macos-12 (the
+    alphabetically first, retired in 2022); ``ragbench detect`` suggests the same machine."""
+    at = app(django, page="Series")
+    assert not at.exception, at.exception
+    assert at.selectbox(key="machine").value == "ubuntu-latest"
+    out = subprocess.run([sys.executable, "-m", "ragbench", "detect", "--store", str(django),
+                          "--machine", "nowhere"], capture_output=True, text=True, cwd=REPO,
+                         timeout=120)  # fmt: skip
+    assert out.returncode == 2, out.stderr
+    assert "pass --machine ubuntu-latest" in out.stderr, out.stderr
+
+
+def test_compare_judges_one_environment_at_a_time(django):
+    """Compare offers ubuntu-latest's environments and judges the picked one's runs alone:
+    each environment's head values are what the gate makes of that environment's runs (two
+    Pythons' samples were pooled)."""
+    from dashboard.draw import shown
+    from ragbench.policies import POLICIES, load_policies
+    from ragbench.verdicts import comparison as compare
+
+    s = Store(django, read_only=True)
+    runs = s.runs(machine="ubuntu-latest", frame=True)
+    head, base = runs["commit_hash"].unique()[:2]
+    for env in ("conda-py3.12", "conda-py3.13"):
+        at = app(django, page="Compare", machine="ubuntu-latest", environment=env)
+        assert not at.exception, at.exception
+        picker = at.selectbox(key="compare-environment")
+        assert picker.value == env and {"conda-py3.12", "conda-py3.13"} <= set(picker.options)
+        ids = {c: list(runs[(runs["commit_hash"] == c) & (runs["environment"] == env)]["run_id"])
+               for c in (base, head)}  # fmt: skip
+        assert len(ids[base]) == len(ids[head]) == 1
+        c = compare.compare(compare.cells(s, ids[base]), compare.cells(s, ids[head]),
+                            load_policies(POLICIES))  # fmt: skip
+        expected = {f"{v.key[0]}.{v.key[1]}": shown(v.head, v.unit) for v in c.verdicts}
+        df = at.dataframe[0].value
+        assert dict(zip(df["metric"], df["head"], strict=True)) == expected
+
+
+def test_the_overview_gates_each_environment_and_names_it(django):
+    """ubuntu-latest's newest commit ran under two Pythons: a gate for each against its own
+    commit before, and the environment in the tables of flagged cells."""
+    at = app(django, page="Overview")
+    assert not at.exception, at.exception
+    text = texts(at)
+    for env in ("conda-py3.12", "conda-py3.13"):
+        assert f"**Gate, latest commit against 4c4f8fd775c6 in {env}:" in text, text
+    assert "| series | environment | status |" in text, text
+    assert "&environment=conda-py3.1" in text  # the links open the series in its environment
+
+
+def test_the_series_page_draws_a_line_per_environment(django):
+    """A benchmark without parameters: no cell picker ("Choose an option"); its series on
+    ubuntu-latest is a line per Python, labelled, each with its own status; one environment
+    picked, one line."""
+    at = app(django, page="Series", machine="ubuntu-latest", benchmark=FORM_CLEAN[0],
+             metric=FORM_CLEAN[1])  # fmt: skip
+    assert not at.exception, at.exception
+    assert "cell" not in {s.key for s in at.selectbox}
+    (chart,) = [e for e in at.main if e.type.endswith("vega_lite_chart")]
+    spec = json.loads(chart.proto.spec)
+    (line,) = [layer for layer in spec["layer"] if layer["mark"].get("type") == "line"]
+    assert line["encoding"]["color"]["field"] == "environment"
+    drawn = drawn_data(chart, (line.get("data") or spec["data"])["name"])
+    assert set(drawn["environment"]) == {"conda-py3.9", "conda-py3.10", "conda-py3.12",
+                                         "conda-py3.13"}  # fmt: skip
+    text = texts(at)
+    for env in ("conda-py3.12", "conda-py3.13"):
+        assert f"status of the newest run in {env}: " in text, text
+    at = app(django, page="Series", machine="ubuntu-latest", benchmark=FORM_CLEAN[0],
+             metric=FORM_CLEAN[1], environment="conda-py3.13")  # fmt: skip
+    assert not at.exception, at.exception
+    (chart,) = [e for e in at.main if e.type.endswith("vega_lite_chart")]
+    assert "color" not in json.dumps(json.loads(chart.proto.spec)["layer"])
+    assert texts(at).count("status of the newest run") == 1
+
+
+def test_the_machines_page_draws_a_ratio_line_per_environment(django):
+    """ubuntu-22.04 against ubuntu-latest at two commits both measured under conda-py3.9 and
+    conda-py3.10: a ratio line per environment (one line went back and forth between them)."""
+    at = app(django, page="Machines", machine="ubuntu-22.04", other="ubuntu-latest",
+             benchmark=FORM_CLEAN[0], metric=FORM_CLEAN[1])  # fmt: skip
+    assert not at.exception, at.exception
+    (chart,) = [e for e in at.main if e.type.endswith("vega_lite_chart")]
+    spec = json.loads(chart.proto.spec)
+    (line,) = [layer for layer in spec["layer"] if layer["mark"].get("type") == "line"]
+    assert line["encoding"]["color"]["field"] == "stack"
+    drawn = drawn_data(chart, (line.get("data") or spec["data"])["name"])
+    assert sorted(drawn["stack"].value_counts().items()) == [("conda-py3.10", 2),
+                                                              ("conda-py3.9", 2)]  # fmt: skip

@@ -312,7 +312,9 @@ def test_a_change_point_names_asv_number_as_its_cause(tmp_path):
     assert {r["stats_number"] for r in rows} == {100, 10}
     reports = history.histories(rows, load_policies(_policies(tmp_path)))
     assert all(r.change_points == [6] for r in reports)
-    assert {r.describe_change(6) for r in reports} == {"asv number 100 -> 10"}
+    assert {r.describe_change(6) for r in reports} == {
+        "measurement setting changed: asv number 100 -> 10"
+    }
     a = history.Point("a", None, 1.0, "k", {}, {"number": 420, "repeat": 10})
     b = history.Point("b", None, 1.0, "k", {}, {"number": 412, "repeat": 10})
     assert history.change_cause(a, b) == "code"  # asv's own calibration jitter: no cause

@@ -60,6 +60,18 @@ def test_a_share_from_exact_rounds_is_exact():
     assert share == pytest.approx(0.8) and lo == pytest.approx(0.8) and hi == pytest.approx(0.8)
 
 
+def test_a_share_of_a_bound_no_faster_than_fa2_is_refused():
+    """Where the bound's gain over fa2 is not resolved (ATS under CUDA graphs: its interval
+    reaches 0), the share is NaN, never a ratio over noise (it read -2.7 [-509, 103])."""
+    rng = np.random.default_rng(1)
+    fa2, triton, _ = rounds(rng, 101, 0.14, 0.8)
+    bound = fa2 * np.exp(rng.normal(0, 0.01, 101))  # no faster than fa2
+    assert all(np.isnan(P.share_of_bound(fa2, triton, bound)))
+    assert P.share_cell({n: {"samples_us": x} for n, x in
+                         (("fa2", fa2), ("triton", triton), ("b", bound))}, "b").startswith(
+        "unresolved")  # fmt: skip
+
+
 def bound_row(model, method, batch, rng):
     """A fake bound-section row: every pipeline's per-round µs and img/s."""
     fa2, triton, bound = rounds(rng, 41, 0.14, 0.8)

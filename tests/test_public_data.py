@@ -28,6 +28,8 @@ STORAGE = PUBLIC / "pytest-benchmark"
 # 3 (e8679b2e, fcf8c079, 22b920c6) and 1 (fcf8c079) of the others
 MAIN_ENV, OTHER_ENV = "py2.7-Cython-numpy1.8", "py2.7-numpy1.8"
 RESULT_FILES = sorted((ASTROPY / "results" / "cheetah").glob("*-*.json"))
+# what these tests ingest: every sample but django's (tests/test_public_django.py has it)
+SAMPLES = [ASTROPY, PUBLIC / "asv-astropy-pre-0.5", LAGOM, STORAGE]
 
 
 def ragbench(capsys, *args) -> tuple[int, str]:
@@ -51,7 +53,7 @@ def store(tmp_path_factory) -> Path:
     """Everything in tests/data/public, ingested as main's history."""
     path = tmp_path_factory.mktemp("public") / "perf.duckdb"
     with Store(path) as s:
-        ingest(s, [PUBLIC], branch="main")
+        ingest(s, SAMPLES, branch="main", dirty=True)
         ingest(s, [ASTROPY], branch="main")  # again, from the project's root: its name
     return path
 
@@ -62,8 +64,8 @@ def test_every_current_file_is_stored_once_and_pre_05_files_name_asv_update(tmp_
     2015 and of 2021's CI are all stored; a second ingest stores nothing; the pre-0.5 files
     are refused with what to do."""
     with Store(tmp_path / "perf.duckdb") as s:
-        report = ingest(s, [PUBLIC], branch="main")
-        again = ingest(s, [PUBLIC], branch="main")
+        report = ingest(s, SAMPLES, branch="main", dirty=True)
+        again = ingest(s, SAMPLES, branch="main", dirty=True)
     pytest_json = sorted(STORAGE.glob("*.json")) + sorted(LAGOM.glob(".benchmarks/*/*.json"))
     assert sorted(report.stored) == sorted(RESULT_FILES + pytest_json)
     assert len(report.stored) == 16 + 8 + 3

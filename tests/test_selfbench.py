@@ -25,7 +25,9 @@ def test_selfbench_runs_and_is_ingested(tmp_path):
     assert run.returncode == 0, run.stdout[-3000:]
     store = tmp_path / "perf.duckdb"
     ingest = subprocess.run(
-        [sys.executable, "-m", "ragbench", "ingest", str(out_json), "--store", str(store)],
+        # --dirty: a working tree with changes is still this test's (a run of no commit)
+        [sys.executable, "-m", "ragbench", "ingest", str(out_json), "--store", str(store),
+         "--dirty"],
         capture_output=True, text=True, cwd=REPO,
     )  # fmt: skip
     assert ingest.returncode == 0, ingest.stderr

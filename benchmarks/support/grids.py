@@ -20,6 +20,9 @@ PRUNE = grid([0.8], [0.0, 0.8])  # share of DeiT's 197 tokens pruned from each i
 GEOMETRIES = grid(["deit_b"], ["deit_s", "deit_b"])  # deit_b: 12 heads, deit_s: 6; head_dim 64
 LENGTHS = ["uniform", "mixed"]  # all images equal, or widely spread with the same total
 FLOOR = (1, 0.8, "uniform")  # the dispatch floor's workload: BS=1, 80% pruned
+# kernel.GpuFloor: the triton call's graph-replay time over an empty kernel's, DeiT-B geometry,
+# (batch, share pruned, lengths) as "<batch>/<percent pruned>"; the small batches first
+FLOOR_WORKLOADS = grid(["1/80", "8/50"], ["1/80", "1/50", "8/50", "32/80", "64/0"])
 ERROR_DTYPES = grid(["float16"], ["float16", "bfloat16"])  # q, k, v dtype against the oracle
 # What is new to the process at a first call (_first_call.CASES). kernel.NewLength: a new
 # max_seqlen, which compiles nothing. kernel.FirstCall: a new head_dim or dtype, which compiles
@@ -48,6 +51,12 @@ DRIFT_BACKENDS = grid(C.pipelines("drift", QUICK), C.pipelines("drift", FULL))
 DRIFT_MODELS = grid(["deit_base_224"], ["deit_base_224", "deit_base_384"])
 DRIFT_METHODS = grid(["threshold_l2", "ats"], ["threshold_l2", "ats"])
 DRIFT_BATCH = {224: 32, 384: 8}  # images per resolution
+# pipeline.BoundShare: triton's share of the bound (no attention at all) and of the launched
+# bound (one empty kernel a call), eager and under CUDA graphs, Threshold-L2 and ATS
+BOUND_MODELS = grid(["deit_base_224"], ["deit_base_224", "deit_base_384"])
+BOUND_METHODS = grid(["threshold_l2"], ["threshold_l2", "ats"])
+BOUND_BATCHES = grid([1], [1, 4])
+BOUND_ROUNDS = 101  # turns rounds a row (scripts/pipeline_bench.py --sections bound: at least 101)
 
 # --- cpu.py: the CPU subset, DeiT-Ti fp32, Triton's interpreter --------------------------------
 CPU_MODEL, CPU_BATCH = "deit_tiny_224", 2

@@ -14,7 +14,7 @@ import itertools
 import os
 
 from . import grids as G
-from .suite import skipped
+from .suite import mode, skipped
 
 
 def _gpu():
@@ -160,6 +160,68 @@ def promises(self) -> dict:
     batch, prune, lengths = G.FLOOR
     cells = {(g,): P.measure(*W.kernel_inputs(batch, prune, g, lengths)) for g in G.GEOMETRIES}
     return {"skip": None, "cells": {"promise": cells}}
+
+
+def floor_workload(label: str) -> tuple[int, float]:
+    """(batch, share pruned) of a ``FLOOR_WORKLOADS`` label such as "8/50"."""
+    batch, percent = label.split("/")
+    return int(batch), int(percent) / 100
+
+
+def floors(self) -> dict:
+    """Table ``floor``: per ``FLOOR_WORKLOADS`` workload (DeiT-B, uniform lengths), the triton
+    call's graph-replay µs, an empty kernel's, and their per-round ratio (``_floor.measure``).
+    Its own cache, as ``promises``: the kernels' cache's source is part of their version."""
+    torch = _gpu()
+    if torch is None:
+        return skipped("needs a CUDA GPU: the floor is GPU time")
+    from . import floor as _floor
+    from . import harness as H
+    from . import workloads as W
+
+    if "triton" not in W.ragged.available_backends():
+        return skipped("backend triton is not available here")
+    H.tune(W.ragged)
+    H.spin_up()
+    cells = {}
+    for label in G.FLOOR_WORKLOADS:
+        batch, prune = floor_workload(label)
+        inputs = W.kernel_inputs(batch, prune, "deit_b", "uniform")
+        cells[(label,)] = _floor.measure(W.attention("triton", *inputs))
+    return {"skip": None, "cells": {"floor": cells}}
+
+
+def bounds(self) -> dict:
+    """Table ``bound``: triton's share of the bound (``_bound.measure``) per model, pruning
+    method and batch of ``BOUND_*``: eager over no_attention and over launch_only, and under
+    CUDA graphs over no_attention_graph. Its own cache (~20 s a row on the H100). Main's
+    grid only: these shares are shown, never judged, and in the quick grid they made the whole
+    gate of an A/A pair outlast 585 s on the H100 (572 s before)."""
+    if mode() == "quick":
+        return skipped("measured on main (the full grid) only: shown, never judged by a gate")
+    torch = _gpu()
+    if torch is None:
+        return skipped("needs a CUDA GPU: the bound is measured on whole GPU forwards")
+    from . import bound as _bound
+    from . import harness as H
+    from . import workloads as W
+
+    if "triton" not in W.ragged.available_backends() or "fa2" not in W.ragged.available_backends():
+        return skipped("needs the triton and fa2 backends")
+    H.tune(W.ragged)
+    H.spin_up()
+    cells = {}
+    for model_name in G.BOUND_MODELS:
+        model = W.build(model_name)
+        for method_name, batch in itertools.product(G.BOUND_METHODS, G.BOUND_BATCHES):
+            images = W.images(model_name, batch)
+            method = W.make_method(method_name, model)
+            samples = _bound.turns_us(_bound.forwards(model, method, images), G.BOUND_ROUNDS)
+            cells[(model_name, method_name, batch)] = _bound.shares(samples)
+            torch.cuda.empty_cache()
+        del model
+        torch.cuda.empty_cache()
+    return {"skip": None, "cells": {"bound": cells}}
 
 
 def pipelines(self) -> dict:

@@ -42,7 +42,7 @@ def add_parser(sub) -> None:
 
 
 def run(args) -> int:
-    from .. import follow_up
+    from .. import follow_up, project
     from ..history import alerting as alerts
 
     state = _state(args.state)
@@ -66,7 +66,9 @@ def run(args) -> int:
     repository = follow_up.repository_url(policies)
     for a in found:
         moved = alerts.moves(store, a["machine"], a, policies) if a["state"] != "fixed" else []
-        print(text(a, repository, moved))
+        print(text(a, repository, moved, project.load(store, a["machine"])))
+    if state is None:
+        print(settings_text(store.alerts(args.machine, cells="settings")), end="")
     new = sum(a["state"] == "new" for a in found)
     for m in [args.machine] if args.machine else sorted({a["machine"] for a in found}):
         print(stale_text(m, alerts.stale_series(store, m, policies)), end="")
@@ -101,7 +103,8 @@ def stale_text(machine: str, reports: list) -> str:
              "machine's newest run: not judged)", ""]  # fmt: skip
     for r in reports[:STALE_SHOWN]:
         env = f" ({r.environment})" if r.environment else ""
-        lines.append(f"- `{r.key[0]}.{r.key[1]} {r.key[2]}`{env}: last point "
+        name = f"{r.key[0]}.{r.key[1]} {r.key[2]}".rstrip()
+        lines.append(f"- `{name}`{env}: last point "
                      f"{r.points[-1].commit_hash[:12]} of {r.stale_since}")  # fmt: skip
     if len(reports) > STALE_SHOWN:
         lines.append(f"- ... and {len(reports) - STALE_SHOWN} more")
@@ -111,9 +114,11 @@ def stale_text(machine: str, reports: list) -> str:
 STALE_SHOWN = 20
 
 
-def text(a: dict, repository: str | None, moved: list[str] = ()) -> str:
+def text(a: dict, repository: str | None, moved: list[str] = (), project=None) -> str:
     """One alert in markdown: its state, range, cells and commands; ``moved``: the
-    environment's changes of level since (``alerts.moves``), no fix."""
+    environment's changes of level since (``alerts.moves``), no fix; ``project``: the asv
+    project whose results the machine's are (``ragbench.project``), where it is not this
+    suite: the link and the commands are of it."""
     from .. import follow_up
     from ..history import alerting as alerts
 
@@ -121,27 +126,58 @@ def text(a: dict, repository: str | None, moved: list[str] = ()) -> str:
         else a["commit_hash"][:12]  # fmt: skip
     why = f" ({a['reason']})" if a["reason"] else ""
     fixed = f", fixed by {a['fixed_by'][:12]}" if a["fixed_by"] else ""
+    link = follow_up.diff_url(repository, a, project)
     lines = [f"## {a['machine']} at {a['commit_hash'][:12]} ({a['commit_time']}): "
              f"{a['state']}{why}{fixed}", "", f"Arrived in {since}"
-             + (f": {follow_up.diff_url(repository, a)}" if repository else "."), ""]  # fmt: skip
+             + (f": {link}" if link else "."), ""]  # fmt: skip
     for c in a["cells"]:
         change, interval = alerts.cell_words(c)
         interval = f", after/before {interval}" if interval else ""
         env = f" [{c['environment']}]" if c["environment"] else ""
         if c["found_by"] not in alerts.STEP_FOUND:
-            lines.append(f"- `{c['benchmark']}.{c['metric']} {c['param_key']}`{env}: {change} "
+            lines.append(f"- {alerts.cell_name(c)}{env}: {change} "
                          f"(before: {_num(c['before'])}, now: {_num(c['after'])})")  # fmt: skip
             continue
-        lines.append(f"- `{c['benchmark']}.{c['metric']} {c['param_key']}`{env}: "
+        lines.append(f"- {alerts.cell_name(c)}{env}: "
                      f"{c['before']:.4g} -> {c['after']:.4g}, {change}{interval} "
                      f"({c['found_by']})")  # fmt: skip
     if moved:
         lines += ["", "Since then (no fix of the code):"] + [f"- {m}" for m in moved]
-    lines += ["", f"Re-measure: `{follow_up.repro_command(a)}`"]
-    bisect = follow_up.bisect_command(a)
+    gone = follow_up.gone_cells(a, project)
+    if gone:
+        lines += ["", f"No longer in {project.name or 'the project'}'s suite (its asv "
+                  f"benchmarks.json), so not measured again: "
+                  + ", ".join(f"`{b}.{m} {k}`" for b, m, k in gone)]  # fmt: skip
+    repro = follow_up.repro_command(a, project)
+    lines += ["", f"Re-measure: `{repro}`"] if repro else []
+    bisect = follow_up.bisect_command(a, project)
     if bisect:
         lines.append(f"Bisect the range: `{bisect}`")
     return "\n".join(lines) + "\n"
+
+
+def settings_text(found: list[dict]) -> str:
+    """The steps where a measurement setting changed (``ragbench.store.timing``), by commit: not
+    alerted as the code's, listed so that a person can still look."""
+    from ..history import alerting as alerts
+
+    cells = sum(len(a["cells"]) for a in found)
+    if not cells:
+        return ""
+    lines = [f"## Measurement setting changed: {cells} step(s) at {len(found)} commit(s), not "
+             "alerted as the code's", "", "The harness timed these cells otherwise on either "
+             "side of the step (asv's number or repeat, pytest-benchmark's iterations or "
+             "rounds, by 2x or more, where its calibration does not explain it): the step "
+             "is the measurement's until the same settings show it.", ""]  # fmt: skip
+    for a in found:
+        lines.append(f"- {a['machine']} at {a['commit_hash'][:12]} ({a['commit_time']}):")
+        for c in a["cells"]:
+            change, _ = alerts.cell_words(c)
+            env = f" [{c['environment']}]" if c["environment"] else ""
+            lines.append(f"  - {alerts.cell_name(c)}{env}: {c['settings_changed']}; "
+                         f"{c['before']:.4g} -> {c['after']:.4g}, {change} "
+                         f"({c['found_by']})")  # fmt: skip
+    return "\n".join(lines) + "\n\n"
 
 
 def _num(x) -> str:

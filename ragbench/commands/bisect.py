@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import tempfile
 from pathlib import Path
 
@@ -44,12 +45,22 @@ def add_parser(sub) -> None:
     b.add_argument("--mode", choices=["quick", "full"], default="quick", help=MODE_HELP)
     b.add_argument("--report", type=Path, default=None, help="also write the report here")
     policies_arg(b)
+    b.add_argument("--config", type=Path, default=None, metavar="ASV_CONF",
+                   help="another asv project's asv.conf.json: --good and --bad are its commits, "
+                   "which this checkout does not have; asv's own search runs in its directory "
+                   "(asv find --config ... GOOD..BAD '^name$': the benchmark, all its params "
+                   "together) and names the commit it finds")  # fmt: skip
+    b.add_argument("--environment", default=None, metavar="ENV",
+                   help="with --config: the project's asv environment to search in "
+                   "(conda-py3.12, or asv's spec conda:3.12)")  # fmt: skip
     b.set_defaults(func=run)
 
 
 def run(args) -> int:
     from .. import bisect_commits
 
+    if args.config is not None:
+        return asv_find(args)
     policies = load_policies(args.policies)
     with tempfile.TemporaryDirectory(prefix="ragbench-bisect-") as tmp:
         args.store = args.store or Path(tmp) / "bisect.duckdb"
@@ -64,3 +75,56 @@ def run(args) -> int:
     if args.report:
         args.report.write_text(text + "\n")
     return 0 if found.first else 1
+
+
+def asv_find(args) -> int:
+    """``--config``: asv's own bisection of the cell's benchmark in another project's
+    directory; exit 0 where it names a commit, 1 where it names none, 2 where asv failed."""
+    import shlex
+    import subprocess
+    import sys
+
+    from .. import runner as suite
+    from ..discovery import asv_name
+    from ..follow_up import asv_environment
+    from ..project import read
+
+    conf = read(args.config)  # ValueError, one line, where it is no asv config
+    name, _, params = args.cell.strip().partition(" ")
+    benchmark, _, metric = name.rpartition(".")
+    if not benchmark or not metric:
+        raise ValueError(f"--cell {args.cell!r}: expected 'benchmark.metric params', as "
+                         "ragbench alerts names it")  # fmt: skip
+    key = (benchmark, metric, params.strip())
+    for flag, ref in (("--good", args.good), ("--bad", args.bad)):
+        if ".." in ref or ref.startswith("^"):
+            raise ValueError(f"{flag} {ref!r} is a range: pass one commit")
+    words = ["find", "--config", conf.config]
+    if args.machine:
+        words += ["--machine", args.machine]
+    if args.environment:
+        spec = args.environment if ":" in args.environment else asv_environment(args.environment)
+        if spec is None:
+            raise ValueError(f"--environment {args.environment!r}: not an asv environment's "
+                             "name (conda-py3.12) nor asv's spec (conda:3.12)")  # fmt: skip
+        words += ["-E", spec]
+    words += [f"{args.good}..{args.bad}", "^" + re.escape(asv_name(key)) + "$"]
+    cwd = Path(conf.config).parent
+    if args.machine:  # asv asks about a machine it does not know: its defaults, as the gate's
+        subprocess.run([sys.executable, "-m", "asv", "machine", "--yes", "--machine",
+                        args.machine, "--config", conf.config], cwd=cwd,
+                       capture_output=True)  # fmt: skip
+    log(f"bisect: asv {shlex.join(words)} (in {cwd})")
+    out = subprocess.run([sys.executable, "-m", "asv", *words], cwd=cwd,
+                         capture_output=True, text=True)  # fmt: skip
+    sys.stderr.write(out.stdout + out.stderr)
+    found = re.search(r"Greatest (?:regression|improvement) found: (\S+)", out.stdout)
+    if out.returncode != 0:
+        last = (out.stderr.strip() or out.stdout.strip() or "no output").splitlines()[-1]
+        raise suite.SuiteError(f"asv find exited with {out.returncode}: {last[:200]}")
+    text = (f"First commit of the step (asv find, {args.cell}): {found.group(1)}" if found
+            else f"asv find named no commit between {args.good} and {args.bad}")  # fmt: skip
+    print(text)
+    if args.report:
+        args.report.write_text(text + "\n")
+    return 0 if found else 1

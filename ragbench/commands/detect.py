@@ -64,10 +64,11 @@ def _no_runs(store: Store, machine: str) -> str:
     """Why ``detect`` has nothing: the machines that have runs on the history's branch (pass
     one), else the branches that have runs (ingest with --branch, or pass it)."""
     here = f"the store has no runs of machine {machine!r} on branch {store.branch!r}"
-    machines = sorted({r["machine"] for r in store.runs()})
+    runs = store.runs()  # newest commit first: the first names the machine of the newest run
+    machines = sorted({r["machine"] for r in runs})
     if machines:
         return (f"{here}; its machines on that branch: {', '.join(machines)}: pass "
-                f"--machine {machines[0]}")  # fmt: skip
+                f"--machine {runs[0]['machine']} (its newest run)")  # fmt: skip
     branches = ", ".join(f"{b or '(none)'}: {n}" for b, n in store.branches().items())
     return (f"{here} (runs per branch: {branches or 'none'}); ingest with --branch, or pass "
             "--branch")  # fmt: skip

@@ -56,7 +56,16 @@ def add_parser(sub) -> None:
     )
     g.add_argument("--environment", default=None, metavar="ENV",
                    help="--stored: compare the runs of this environment only (asv's env_name, "
-                   "pytest-benchmark's 'python 3.12, <CPU>', or an env_key)")  # fmt: skip
+                   "pytest-benchmark's 'python 3.12, <CPU>', or an env_key); with --config: "
+                   "measure in this one of the project's asv environments (conda-py3.12, or "
+                   "asv's spec conda:3.12)")  # fmt: skip
+    g.add_argument("--config", type=Path, default=None, metavar="ASV_CONF",
+                   help="another asv project's asv.conf.json: base and head are its commits, "
+                   "each measured by asv with that config (asv builds them from its repo), "
+                   "then judged by the same rules; no paired or drift comparison (this "
+                   "suite's). Without it, a revision this checkout lacks on a machine whose "
+                   "stored results are another project's is refused, naming the "
+                   "config")  # fmt: skip
     g.add_argument("--across-environments", action="store_true",
                    help="--stored: pool runs of different environments (refused otherwise: a "
                    "Python 3.8 run against a 3.10 one is no code change)")  # fmt: skip
@@ -106,7 +115,7 @@ def run(args) -> int:
             measure=args.measure, rounds=args.rounds, mode=args.mode or "quick",
             bench=args.bench, paired_processes=args.paired_processes, log=log,
             drift_check=args.drift, environment=args.environment,
-            across_environments=args.across_environments,
+            across_environments=args.across_environments, config=args.config,
         )  # fmt: skip
     record(args, store, result)
     if result.plan or args.json:  # the settle command names the recorded gate; this its JSON

@@ -19,7 +19,11 @@ def add_parser(sub) -> None:
             "Directories are searched recursively. Each file is checked alone: a commit hash, "
             "plausible dates, at least one measurement, finite non-negative numbers. A bad file "
             "is reported and refused (exit 1), every good one is stored; a run already stored "
-            "is skipped. A cell asv recorded as failed is stored as failed."
+            "is skipped. A cell asv recorded as failed is stored as failed. A run of a "
+            "checkout with uncommitted changes (pytest-benchmark's commit_info.dirty) is "
+            "skipped unless "
+            "--dirty. The asv.conf.json above an asv results directory (or --config) is kept "
+            "per machine: the alerts' links and commands are of that project."
         ),
     )
     i.add_argument("paths", nargs="+", type=Path, help="result files or directories")
@@ -32,6 +36,14 @@ def add_parser(sub) -> None:
                    "(hosted CI runners, each named after its node, as one machine), its main "
                    "settings the change points and alerts of the series the runs gave a "
                    "point")  # fmt: skip
+    i.add_argument("--config", type=Path, default=None,
+                   help="the asv.conf.json of the project whose asv results these are, where it "
+                   "is not above their results directory (there it is found): its repo and "
+                   "show_commit_url are what the alerts' links and commands name")  # fmt: skip
+    i.add_argument("--dirty", action="store_true",
+                   help="store runs measured in a checkout with uncommitted changes "
+                   "(pytest-benchmark's commit_info.dirty); skipped otherwise, and said "
+                   "so")  # fmt: skip
     i.set_defaults(func=run)
 
 
@@ -39,13 +51,14 @@ def run(args) -> int:
     from ..history.detection import update
     from ..result_files import ingest
 
-    missing = [p for p in args.paths if not p.exists()]
+    missing = [p for p in [*args.paths, *[args.config] * bool(args.config)] if not p.exists()]
     if missing:
         raise suite.SuiteError(f"no such file or directory: {', '.join(map(str, missing))}")
     policies = load_policies(args.policies)  # its [machines] name the runners
     store = open_store(args)
     report = ingest(store, args.paths, label=args.label, branch=args.branch,
-                    machines=policies.machine, log=log)  # fmt: skip
+                    machines=policies.machine, log=log, config=args.config,
+                    dirty=args.dirty)  # fmt: skip
     # the series that got a point: their change points and main's alerts, with these policies
     detected = update(store, report.new_runs, policies)
     log(f"ragbench ingest: {report.summary()}{detected.summary()} into {store.name}")

@@ -20,17 +20,18 @@ import stat
 import tempfile
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
+from .. import project
 from .. import runner as suite
 from ..discovery import bench_regex
 from ..policies import Policies
 from ..result_files import ingest
-from ..store import Store
+from ..store import Store, timing
 from ..verdicts import comparison as compare
 from ..verdicts.comparison import Comparison, Key, Verdict
-from ..verdicts.status import GATE_FIELDS, Headline, Status, gate_document
+from ..verdicts.status import GATE_FIELDS, Headline, Status, gate_document, verdict_words
 from . import drift, paired
 from . import plan as settle
 from .remeasure import recheck_keys, remeasured
@@ -54,6 +55,7 @@ class GateResult:
     seconds: float = 0.0
     paired_method: str | None = None  # paired.TOGETHER or ALONE where it ran
     paired_processes: int = 0
+    paired_again: int = 0  # cells the paired comparison's second look measured again
     paired_seconds: float = 0.0
     drift: drift.DriftReport | None = None  # head's outputs against base's, where compared
     plan: settle.Plan | None = None  # what settles the cells left without evidence or flagged
@@ -63,6 +65,8 @@ class GateResult:
     basis: tuple[int, int] = (1, 0)  # the rounds and paired processes the plan was made for
     gate_id: str | None = None  # the id its store recorded it under (``settle.record``)
     store: str | None = None  # that store, as ``--store`` names it
+    # cells whose measurement settings moved between base and head (``settings_moved``)
+    settings: dict[Key, str] = field(default_factory=dict)
 
     @property
     def exit_code(self) -> int:
@@ -151,11 +155,65 @@ def resolve_ref(ref: str, store: Store | None = None, machine: str = "") -> str:
     try:
         return suite.resolve([ref])[0]
     except suite.SuiteError as exc:
-        runs = store.runs(machine=machine, commit=ref, any_branch=True) if store else []
+        if store is None:
+            raise GateError(str(exc)) from None
+        runs = store.runs(machine=machine, commit=ref, any_branch=True)
         stored = {r["commit_hash"] for r in runs}
         if len(stored) == 1 and len(ref) >= 7:
             return stored.pop()
-        raise GateError(str(exc)) from None
+        raise GateError(_not_stored(store, ref, machine, stored)) from None
+
+
+def _not_stored(store: Store, ref: str, machine: str, stored: set[str]) -> str:
+    """Why ``ref`` names no one commit of the store's runs on ``machine`` (nor of this
+    checkout), in one line: the machines whose runs have it, or the store's machines."""
+    if len(stored) > 1 or (stored and len(ref) < 7):
+        return (f"{ref!r} starts {len(stored)} stored commits of machine {machine!r}: pass at "
+                "least 7 characters of the one meant")  # fmt: skip
+    there = sorted({r["machine"] for r in store.runs(commit=ref, any_branch=True)})
+    if there and len(ref) >= 7:
+        return (f"the store has no run of {ref!r} on machine {machine!r}; it has runs of it on "
+                f"{', '.join(there)}: pass --machine {shlex.quote(there[0])}")  # fmt: skip
+    machines = store.machines()
+    return (f"{ref!r} is no commit of this checkout, nor of a run on machine {machine!r} in "
+            f"{store.name} (its machines: {', '.join(machines) or 'none'})")  # fmt: skip
+
+
+def own_runs(runs: list[dict]) -> bool:
+    """Whether stored runs are this suite's (their environment is their fingerprint's), whose
+    outputs ``ragbench.gate.drift`` can compare; another project's results (asv's env_name) are
+    not."""
+    return not any(r.get("environment") for r in runs)
+
+
+def settings_moved(store: Store, comparison: Comparison, base_ids: list[str],
+                   head_ids: list[str]) -> dict[Key, str]:  # fmt: skip
+    """The cells whose measurement settings moved between base's and head's runs (asv's
+    ``number`` 86787 on base, 1 on head: ``ragbench.store.timing``): each judged inconclusive, its
+    note saying which, never a regression or a pass of the code. -> key -> the settings."""
+
+    def settings(ids: list[str]) -> dict[Key, dict]:
+        out: dict[Key, list[dict]] = {}
+        for r in store.measurements(ids):
+            key = (r["benchmark"], r["metric"], r["param_key"])
+            out.setdefault(key, []).append(
+                timing.of(r["source"], r["stats_number"], r["stats_repeat"])
+            )
+        return {k: timing.typical(v) for k, v in out.items()}
+
+    judged = (Status.REGRESSION, Status.IMPROVEMENT, Status.UNCHANGED, Status.INCONCLUSIVE)
+    base, head = settings(base_ids), settings(head_ids)
+    moved = {}
+    for v in comparison.verdicts:
+        if v.status not in judged or v.base is None or v.head is None:
+            continue
+        words = timing.changed(base.get(v.key), head.get(v.key), v.base, v.head)
+        if words:
+            moved[v.key] = words
+            v.status = Status.INCONCLUSIVE
+            v.note = (f"{timing.words(words)}: {verdict_words(v)} is not the code's change; "
+                      "measure both with the same settings")  # fmt: skip
+    return moved
 
 
 def _two_commits(base: str, head: str, base_ref: str, head_ref: str) -> None:
@@ -261,6 +319,75 @@ def _measure(store, sha, side, label, work, *, mode, machine, bench, log,
     return [r["run_id"] for r in store.runs(label=label)] if summaries else []
 
 
+def _measure_project(store, sha, side, label, work, other: Foreign, *, machine, bench,
+                     log) -> list[str]:  # fmt: skip
+    """``_measure`` of another asv project's commit: its asv, its config (``--config``)."""
+    results = work / label.replace(":", "-")
+    suite.run_project(other.config, sha, results_dir=results, machine=machine, work=work,
+                      bench=bench, environment=other.asv_environment, log=log)  # fmt: skip
+    report = ingest(store, [results], label=label, log=lambda m: None, config=other.config)
+    if report.failed:
+        raise GateError(f"could not ingest the {side} run: {report.failed[0][1]}")
+    return [r["run_id"] for r in store.runs(label=label)]
+
+
+@dataclass(frozen=True)
+class Foreign:
+    """Another asv project the gate measures (``--config``): its config, and asv's
+    ``--environment`` spec of the environment to measure in (None: the config's own)."""
+
+    config: Path
+    asv_environment: str | None = None
+
+
+def foreign(config: Path, environment: str | None) -> Foreign:
+    """The project ``--config`` names, checked (GateError, one line, where it is no asv
+    config); ``environment``: an environment as the store names it (asv's ``conda-py3.12``)
+    or asv's own spec (``conda:3.12``)."""
+    from ..follow_up import asv_environment
+
+    try:
+        project.read(config)
+    except (OSError, ValueError) as exc:
+        raise GateError(f"--config {config}: {exc}") from None
+    spec = None
+    if environment is not None:
+        spec = environment if ":" in environment else asv_environment(environment)
+        if spec is None:
+            raise GateError(
+                f"--environment {environment!r}: not an asv environment's name "
+                "(TYPE-pyX.Y, as conda-py3.12) nor asv's spec (conda:3.12)"
+            )
+    return Foreign(Path(config).resolve(), spec)
+
+
+def not_here(store: Store | None, machine: str, ref: str, exc: Exception) -> GateError:
+    """The one line for a revision this checkout lacks: where the store holds another
+    project's results of ``machine`` (``ragbench.project``), what to pass to measure them
+    with that project's asv."""
+    kept = project.load(store, machine) if store is not None else None
+    if kept is None:
+        return GateError(str(exc))
+    name = kept.name or "another asv project"
+    where = (
+        f"pass --config {shlex.quote(kept.config)}" if Path(kept.config).is_file()
+        else f"pass --config PATH, its asv.conf.json (ingest found it at {kept.config})"
+    )  # fmt: skip
+    return GateError(f"{ref} is not a commit of this checkout: machine {machine!r} holds "
+                     f"{name}'s results ({kept.repo or kept.config}); {where} to measure them "
+                     "with its asv, or --stored to compare the stored runs")  # fmt: skip
+
+
+def _project_commit(ref: str, store: Store, machine: str) -> str:
+    """Another project's revision: the one stored commit (of any machine) it abbreviates,
+    else as given (asv resolves it in its clone of the project)."""
+    if RANGE.search(ref):
+        raise GateError(f"{ref!r} is a range of commits, where one commit is expected: pass "
+                        "one revision (to gate A..B, pass --base A --head B)")  # fmt: skip
+    stored = {r["commit_hash"] for r in store.runs(commit=ref, any_branch=True)}
+    return stored.pop() if len(stored) == 1 and len(ref) >= 7 else ref
+
+
 def _paired(result: GateResult, policies, *, processes, mode, work, log) -> None:
     """The paired verdicts in place of the cross-process ones, where a policy asks for them."""
     c = result.comparison
@@ -280,7 +407,17 @@ def _paired(result: GateResult, policies, *, processes, mode, work, log) -> None
             suite.checkout(result.head, work)
         )  # fmt: skip
         method, docs = paired.measure(base, head, work, processes=processes, mode=mode, log=log)
-    verdicts = {v.key: v for v in paired.judge(paired.collect(docs), policies, method, processes)}
+        verdicts = {v.key: v for v in paired.judge(paired.collect(docs), policies, method,
+                                                   processes)}  # fmt: skip
+        again = [k for k, v in verdicts.items() if v.status == Status.INCONCLUSIVE]
+        if method == paired.TOGETHER and again:
+            log(f"paired: {len(again)} cell(s) without evidence: {processes} more process(es) "
+                "of those cells alone")  # fmt: skip
+            _, more = paired.measure(base, head, work, processes=processes, mode=mode, log=log,
+                                     only=paired.only_of(again), first=processes)  # fmt: skip
+            verdicts.update((v.key, v) for v in paired.second_look(docs, more, again, policies,
+                                                                   processes))  # fmt: skip
+            result.paired_again = len(again)
     for i, v in enumerate(c.verdicts):
         paired_v = verdicts.pop(v.key, None)
         if paired_v is not None and v.status not in (Status.FAILED, Status.MISSING):
@@ -312,7 +449,12 @@ class GateOptions:
     cells are then inconclusive); ``environments``: the ``envs.Env`` each side (``"base"``,
     ``"head"``) is measured in (``ragbench versions``: one commit, two stacks); ``drift_check``:
     compare head's outputs with base's (``ragbench.gate.drift``; never across two environments,
-    which cannot share a process: ``versions`` compares them itself)."""
+    which cannot share a process: ``versions`` compares them itself). ``config``: another asv
+    project's ``asv.conf.json``: base and head are that project's commits, each measured by its
+    asv with that config (``suite.run_project``; ``environment`` then the one to measure in),
+    and neither the paired nor the drift comparison (this suite's) runs. Without it, a revision
+    this checkout lacks, on a machine whose stored results are another project's, is refused
+    in one line naming the ``--config`` to pass."""
 
     measure: bool = True
     rounds: int | None = None
@@ -324,6 +466,7 @@ class GateOptions:
     drift_check: bool = True
     environment: str | None = None
     across_environments: bool = False
+    config: Path | None = None
 
     def __post_init__(self) -> None:
         self.environments = self.environments or {}
@@ -332,18 +475,31 @@ class GateOptions:
 def alternate(store: Store, sides: dict[str, str], rounds: int, label: Callable[[str, int], str],
               work: Path, *, what: str, mode: str, machine: str, bench,
               log: Callable[[str], None], environments: dict | None = None,
-              ) -> dict[str, list[str]]:  # fmt: skip
+              other: Foreign | None = None) -> dict[str, list[str]]:  # fmt: skip
     """``rounds`` rounds of each side's commit measured in turn (base, head, base, head: a
     drift of the machine hits both), each run labelled ``label(side, round)``; -> each side's
-    run ids. ``environments``: the environment each side is measured in, where given."""
+    run ids. ``environments``: the environment each side is measured in, where given;
+    ``other``: another asv project's commits, measured by its asv (``_measure_project``)."""
     ids: dict[str, list[str]] = {side: [] for side in sides}
     for r in range(rounds):
         for side, sha in sides.items():
             log(f"{what}: round {r + 1}/{rounds}, {side} {sha[:12]}")
-            where = {} if environments is None else {"environment": environments.get(side)}
-            ids[side] += _measure(store, sha, side, label(side, r), work, mode=mode,
-                                  machine=machine, bench=bench, log=log, **where)  # fmt: skip
+            ids[side] += _measure_side(store, sha, side, label(side, r), work, mode=mode,
+                                       machine=machine, bench=bench, log=log,
+                                       environments=environments, other=other)  # fmt: skip
     return ids
+
+
+def _measure_side(store, sha, side, label, work, *, mode, machine, bench, log,
+                  environments: dict | None, other: Foreign | None) -> list[str]:  # fmt: skip
+    """One side's run: this suite's (``_measure``, in its environment where ``environments``
+    name one) or, with ``other``, another project's by its asv (``_measure_project``)."""
+    if other is not None:
+        return _measure_project(store, sha, side, label, work, other, machine=machine,
+                                bench=bench, log=log)  # fmt: skip
+    where = {} if environments is None else {"environment": environments.get(side)}
+    return _measure(store, sha, side, label, work, mode=mode, machine=machine, bench=bench,
+                    log=log, **where)  # fmt: skip
 
 
 def run_gate(
@@ -363,8 +519,19 @@ def run_gate(
         raise TypeError("run_gate: GateOptions or its fields as keywords, not both")
     o = options if options is not None else GateOptions(**settings)
     t0 = time.perf_counter()
-    base, head = (resolve_ref(r, None if o.measure else store, machine)
-                  for r in (base_ref, head_ref))  # fmt: skip
+    other = (foreign(o.config, o.environment if o.measure else None)
+             if o.config is not None else None)  # fmt: skip
+    if other is not None:
+        base, head = (_project_commit(r, store, machine) for r in (base_ref, head_ref))
+        o = replace(o, paired_processes=0, drift_check=False)  # this suite's comparisons
+    else:
+        shas = []
+        for ref in (base_ref, head_ref):
+            try:
+                shas.append(resolve_ref(ref, None if o.measure else store, machine))
+            except GateError as exc:
+                raise not_here(store, machine, ref, exc) from None
+        base, head = shas
     if not o.environments:  # ``versions``: one commit under two stacks
         _two_commits(base, head, base_ref, head_ref)
     rounds = int(o.rounds if o.rounds is not None else policies.gate.get("rounds", 2))
@@ -372,7 +539,7 @@ def run_gate(
         raise GateError(f"--rounds must be at least 1, got {rounds}")
     result = GateResult(base, head, machine, Comparison(), o.measure, rounds, mode=o.mode)
     if o.measure:
-        _measured(store, result, o, policies, log)
+        _measured(store, result, o, policies, log, other, (base_ref, head_ref))
     else:
         _stored(store, result, base_ref, head_ref, o, policies, log)
     result.seconds = time.perf_counter() - t0
@@ -402,22 +569,26 @@ def _stored(store: Store, result: GateResult, base_ref: str, head_ref: str, o: G
         command=command,
     )
     result.base_runs, result.head_runs = base_runs, head_runs
+    ids = [[r["run_id"] for r in runs] for runs in (base_runs, head_runs)]
     result.comparison = _judgeable(compare.compare(
-        compare.cells(store, [r["run_id"] for r in base_runs]),
-        compare.cells(store, [r["run_id"] for r in head_runs]),
-        policies,
+        compare.cells(store, ids[0]), compare.cells(store, ids[1]), policies,
     ))  # fmt: skip
+    result.settings = settings_moved(store, result.comparison, *ids)
 
     def workdir(prefix: str):
         return tempfile.TemporaryDirectory(prefix=prefix, dir=o.work_dir)
 
-    _beside(result, o, policies, workdir, log)
-    _plan(result, max(1, len(base_runs)), o.paired_processes)
+    own = own_runs(base_runs + head_runs)  # else another project's commits: its own harness
+    _beside(result, o, policies, workdir, log, outputs=own)
+    if own:
+        _plan(result, max(1, len(base_runs)), o.paired_processes)
 
 
 def _measured(store: Store, result: GateResult, o: GateOptions, policies: Policies,
-              log: Callable[[str], None]) -> None:  # fmt: skip
-    """Base and head measured in alternating rounds, the flagged cells once more."""
+              log: Callable[[str], None], other: Foreign | None,
+              refs: tuple[str, str]) -> None:  # fmt: skip
+    """Base and head measured in alternating rounds, the flagged cells once more; ``other``:
+    another asv project's commits (``refs``: as given, for the command its refusal names)."""
     base, head, machine, rounds = result.base, result.head, result.machine, result.rounds
     gate_id = f"gate:{head[:8]}-{base[:8]}-{int(time.time())}"
     with tempfile.TemporaryDirectory(prefix="ragbench-gate-", dir=o.work_dir) as tmp:
@@ -425,7 +596,13 @@ def _measured(store: Store, result: GateResult, o: GateOptions, policies: Polici
         ids = alternate(store, {"base": base, "head": head}, rounds,
                         lambda side, r: f"{gate_id}:{side}:{r}", work, what="gate", mode=o.mode,
                         machine=machine, bench=o.bench, log=log,
-                        environments=o.environments)  # fmt: skip
+                        environments=o.environments, other=other)  # fmt: skip
+        if other is not None:  # the commits asv measured, one environment a side
+            ids = _one_environment(store, ids, o.environment, o.across_environments, *refs,
+                                   machine, other)  # fmt: skip
+            base, head = (store.runs(label=f"{gate_id}:{side}:0")[0]["commit_hash"]
+                          for side in ("base", "head"))  # fmt: skip
+            result.base, result.head = base, head
         pooled = {side: compare.cells(store, ids[side]) for side in ids}
         comparison = _judgeable(compare.compare(pooled["base"], pooled["head"], policies))
         keys = recheck_keys(comparison)
@@ -433,12 +610,17 @@ def _measured(store: Store, result: GateResult, o: GateOptions, policies: Polici
             log(f"gate: {len(keys)} flagged or inconclusive cell(s); measuring them once more")
             runs = {}
             for side, sha in (("base", base), ("head", head)):
-                runs[side] = _measure(store, sha, side, f"{gate_id}:recheck-{side}", work,
-                                      mode=o.mode, machine=machine, bench=bench_regex(keys),
-                                      log=log, environment=o.environments.get(side))  # fmt: skip
+                runs[side] = _measure_side(store, sha, side, f"{gate_id}:recheck-{side}", work,
+                                           mode=o.mode, machine=machine, bench=bench_regex(keys),
+                                           log=log, environments=o.environments,
+                                           other=other)  # fmt: skip
+            if other is not None:
+                runs = _one_environment(store, runs, o.environment, o.across_environments,
+                                        *refs, machine, other)  # fmt: skip
             again = {side: compare.cells(store, runs[side]) for side in runs}
             result.rechecked = remeasured(comparison, pooled, again, policies)
         result.comparison = comparison
+        result.settings = settings_moved(store, comparison, ids["base"], ids["head"])
         _beside(result, o, policies, lambda prefix: contextlib.nullcontext(tmp), log)
         result.base_runs = store.runs(label=f"{gate_id}:base:%")
         result.head_runs = store.runs(label=f"{gate_id}:head:%")
@@ -446,16 +628,33 @@ def _measured(store: Store, result: GateResult, o: GateOptions, policies: Polici
 
 
 def _beside(result: GateResult, o: GateOptions, policies: Policies, workdir,
-            log: Callable[[str], None]) -> None:  # fmt: skip
+            log: Callable[[str], None], outputs: bool = True) -> None:  # fmt: skip
     """What a gate compares besides its asv cells, where asked: the paired comparison, and
-    head's outputs against base's (``workdir(prefix)``: the directory each works in)."""
+    head's outputs against base's (``workdir(prefix)``: the directory each works in;
+    ``outputs=False``: not compared, stored runs of another project's harness)."""
     if o.paired_processes:
         with workdir("ragbench-gate-") as tmp:
             _paired(result, policies, processes=o.paired_processes, mode=o.mode, work=Path(tmp),
                     log=log)  # fmt: skip
-    if o.drift_check and not o.environments:
+    if o.drift_check and not o.environments and outputs:
         with workdir("ragbench-drift-") as tmp:
             _drift(result, policies, mode=o.mode, bench=o.bench, work=Path(tmp), log=log)
+
+
+def _one_environment(store: Store, ids: dict[str, list[str]], environment: str | None,
+                     across: bool, base_ref: str, head_ref: str, machine: str,
+                     other: Foreign) -> dict[str, list[str]]:  # fmt: skip
+    """Another project's measured runs of each side in one environment (asv measures every
+    environment of its config, unless ``environment`` named one): all where they share one,
+    else (``across`` aside) GateError naming ``--environment`` (``_like_with_like``)."""
+    labelled = {r["run_id"]: r for r in store.runs(label="gate:%", machine=machine)}
+    runs = {side: [labelled[i] for i in ids[side] if i in labelled] for side in ids}
+    command = (f"ragbench gate --config {shlex.quote(str(other.config))} --base "
+               f"{shlex.quote(base_ref)} --head {shlex.quote(head_ref)} --machine "
+               f"{shlex.quote(machine)}")  # fmt: skip
+    base_runs, head_runs = _like_with_like(runs["base"], runs["head"], environment=None,
+                                           across=across, command=command)  # fmt: skip
+    return {"base": [r["run_id"] for r in base_runs], "head": [r["run_id"] for r in head_runs]}
 
 
 def run_settle(store: Store, ref: str, *, policies: Policies, machine: str,

@@ -4,12 +4,13 @@
 Host time per call moves 1.6-2.1x from one process to the next on our VMs, so runs of base and
 head in separate processes cannot show a 10% change of it. ``benchmarks/support/paired.py`` loads
 both revisions into one process and times them in randomized interleaved rounds; this module
-runs it in ``processes`` fresh processes and judges each cell from the per-round ratios
-head/base: their median, a sign test (Holm over the paired cells), and the distribution-free
-interval of the median at the family-wise level. A third arm, ``aa`` (base loaded again),
-gives the ratio of two copies of the same code: how far it moved widens the interval a cell is
-judged by, so a cell is unchanged only where that widened interval stays under the threshold
-(``compare.evidence``).
+runs it in ``processes`` fresh processes and judges each cell from the per-round ratios of
+head to base and ``aa`` (base loaded again; their geometric mean): their median, a sign test
+(Holm over the paired cells), and the distribution-free interval of the median at the
+family-wise level. The ratio aa/base, two copies of the same code, says how far the arms move
+by themselves: that widens the interval a cell is judged by, so a cell is unchanged only where
+the widened interval stays under the threshold (``compare.evidence``). A cell left without
+that evidence gets a second look (``second_look``): as many more processes of it alone.
 
 Where base and head cannot share a process (one of them loads only alone: a clash of global
 registrations, a changed package layout), each process loads one revision, base and head
@@ -19,8 +20,10 @@ medians: the report then says how large a change that run could detect.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
+import re
 import statistics
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -34,6 +37,10 @@ from ..verdicts import comparison as compare
 from ..verdicts.status import Status
 
 PROCESSES = 3  # fresh processes a comparison pools (calibrated: docs/calibration.md)
+# The second look at cells the first left inconclusive spends this share of the first look's
+# error: its interval is at 1 - 0.05 / 2 where the first's is at 95%, so a cell truly at its
+# threshold passes at most 2.5% + 1.25% of the time over both looks (one-sided).
+SECOND_LOOK = 0.5
 ARMS = ("base", "aa", "head")
 TOGETHER, ALONE = "paired", "processes"  # how a cell was measured (Verdict.method)
 
@@ -79,22 +86,30 @@ def _process(arms: dict[str, Path], out: Path, *, seed: int, mode: str, rounds: 
         raise PairedError(f"the paired runner wrote no JSON document: {exc}") from None
 
 
+def only_of(keys) -> str:
+    """The paired runner's ``--only`` that selects exactly the cells ``keys`` (their
+    "benchmark param_key")."""
+    names = sorted({f"{re.escape(k[0])} {re.escape(k[2])}" for k in keys})
+    return f"^{names[0]}$" if len(names) == 1 else f"^(?:{'|'.join(names)})$"
+
+
 def measure(base: Path, head: Path, work: Path, *, processes: int = PROCESSES,
             mode: str = "quick", rounds: int | None = None, pipeline_rounds: int | None = None,
-            log: Callable[[str], None] = print,
-            only: str | None = None) -> tuple[str, list[dict]]:  # fmt: skip
+            log: Callable[[str], None] = print, only: str | None = None,
+            first: int = 0) -> tuple[str, list[dict]]:  # fmt: skip
     """-> (method, documents): base, A/A and head in each of ``processes`` processes
     (``TOGETHER``); where head loads only alone, one revision a process in ``2 * processes``
     alternating processes (``ALONE``); where head does not load at all, the one process that
     shows it (its cells fail). ``only``: the cells whose "benchmark param_key" it matches
-    (the paired runner's ``--only``; ``ragbench bisect``: one cell)."""
+    (the paired runner's ``--only``; ``ragbench bisect``: one cell; ``only_of``). ``first``:
+    the number of the first process (its seed), after those of an earlier look."""
     if processes < 1:
         raise PairedError(f"--paired-processes must be at least 1, got {processes}")
     kw = {"mode": mode, "rounds": rounds, "pipeline_rounds": pipeline_rounds, "only": only}
     arms = {"base": base, "aa": base, "head": head}
     docs = []
-    for i in range(processes):
-        log(f"paired: process {i + 1}/{processes}: base, A/A and head interleaved")
+    for i in range(first, first + processes):
+        log(f"paired: process {i + 1}/{first + processes}: base, A/A and head interleaved")
         docs.append(_process(arms, work / f"paired-{i}.json", seed=i, **kw))
         if i == 0 and "head" in docs[0]["errors"]:
             alone = _process({"head": head}, work / "alone-probe.json", seed=0, **kw)
@@ -129,13 +144,26 @@ def collect(docs: list[dict]) -> dict[compare.Key, PairedCell]:
                 if v:
                     cell.rounds.setdefault(arm, []).extend(v)
                     cell.medians.setdefault(arm, []).append(statistics.median(v))
-            for arm in ("aa", "head"):
-                if values.get(arm) and values.get("base"):
-                    cell.ratios.setdefault(arm, []).extend(
-                        compare.ratio_of(x, b)
-                        for x, b in zip(values[arm], values["base"], strict=True)
-                    )
+            base, aa, head = (values.get(arm) for arm in ARMS)
+            if base and aa:
+                pairs = zip(aa, base, strict=True)
+                cell.ratios.setdefault("aa", []).extend(compare.ratio_of(x, b) for x, b in pairs)
+            if base and head:
+                pairs = zip(head, _reference(base, aa), strict=True)
+                cell.ratios.setdefault("head", []).extend(compare.ratio_of(x, r) for x, r in pairs)
     return cells
+
+
+def _reference(base: list[float], aa: list[float] | None) -> list[float]:
+    """What head is divided by, round by round: the geometric mean of base and its A/A copy
+    where the process has both (else base). Two copies of base halve the reference's share of
+    the round's noise: the log-ratio's variance is 1.5 instead of 2 times one arm's, and it is
+    independent of the A/A arm's own ratio aa/base. On the H100's calibration processes this
+    narrowed the cells' intervals enough that 26 of 30 A/A gate runs pass, 18 against base
+    alone, with every planted +5% still caught (docs/calibration.md)."""
+    if not aa or len(aa) != len(base):
+        return base
+    return [math.sqrt(b * a) if b > 0 and a > 0 else b for b, a in zip(base, aa, strict=True)]
 
 
 def judge(cells: dict[compare.Key, PairedCell], policies: Policies, method: str,
@@ -177,6 +205,21 @@ def judge(cells: dict[compare.Key, PairedCell], policies: Policies, method: str,
     return verdicts
 
 
+def second_look(docs: list[dict], more: list[dict], keys, policies: Policies,
+                processes: int) -> list[compare.Verdict]:  # fmt: skip
+    """The cells ``keys``, left inconclusive by the ``processes`` documents ``docs``, judged
+    again on ``docs`` and ``more`` (further processes of those cells alone) pooled: the second
+    look of a sequential design, its interval at the stricter confidence ``SECOND_LOOK`` gives.
+    Holm and the family-wise level stay over every paired cell of the first look. On the
+    H100's A/A processes of the gate's own three arms, 191 of 220 combinations of 3 passed at
+    the first look and all 220 after a second of 3 more (docs/calibration.md)."""
+    conf = float(policies.gate.get("confidence", 0.95))
+    gate = {**policies.gate, "confidence": 1 - (1 - conf) * SECOND_LOOK}
+    stricter = dataclasses.replace(policies, gate=gate)
+    verdicts = judge(collect(docs + more), stricter, TOGETHER, processes + len(more))
+    return [v for v in verdicts if v.key in set(keys)]
+
+
 def _p(cell: PairedCell, method: str, best: bool = False) -> float:
     """The test's p; ``best``: the smallest p these sample counts allow (every sign the same,
     or the two sides' processes fully apart)."""
@@ -207,7 +250,7 @@ def _decide(v, cell: PairedCell, significant: bool, p_adj: float, levels: tuple[
         judged = stats.median_interval(ratios, conf)
         v.head = v.base * v.ratio
         v.note = (f"{len(ratios)} rounds in {processes} process(es); head = base x the median "
-                  "per-round ratio")  # fmt: skip
+                  "per-round ratio to base and its A/A copy")  # fmt: skip
         counts = (len(ratios),)
     else:  # one median a process: the ratio of the sides' medians
         b, h = cell.medians["base"], cell.medians["head"]
@@ -236,15 +279,15 @@ def _decide(v, cell: PairedCell, significant: bool, p_adj: float, levels: tuple[
         bound = compare.worst(v, judged, moved)
         if bound is None or bound >= t:
             v.status = Status.INCONCLUSIVE
-            v.note += (f": better, but the {conf:.0%} interval widened by it reaches "
+            v.note += (f": better, but the {conf * 100:g}% interval widened by it reaches "
                        f"{_signed(bound)}, not under the {t * 100:g}% threshold")  # fmt: skip
         return
     if v.status != Status.UNCHANGED:
         return
     if _p(cell, method, best=True) >= 1 - level:  # not even every sign alike would be flagged
         v.detectable = math.inf
-    compare.evidence(v, v.detectable, interval=judged, name=f"{conf:.0%} interval", widen=moved,
-                     power=False)  # fmt: skip
+    compare.evidence(v, v.detectable, interval=judged, name=f"{conf * 100:g}% interval",
+                     widen=moved, power=False)  # fmt: skip
 
 
 def _signed(change: float | None) -> str:

@@ -35,6 +35,7 @@ overwritten.
 
 from __future__ import annotations
 
+import json
 import math
 import statistics
 import time
@@ -43,6 +44,7 @@ from dataclasses import dataclass
 
 from .. import stats
 from ..policies import STATISTICAL, Policies, Policy, load_policies
+from ..store import timing
 from ..verdicts.comparison import Key, bad_change, ratio_of
 from ..verdicts.status import Status, worded
 from . import edivisive as changepoints
@@ -107,6 +109,7 @@ class Series:
     values: list[float]
     env_keys: list
     envs: list[dict]
+    timings: list[dict]  # how the harness timed each point (ragbench.store.timing)
 
     def at(self, commit: str, env_key=...) -> int | None:
         """The position of the point of ``commit`` (and ``env_key``, where given)."""
@@ -115,16 +118,21 @@ class Series:
 
     def point(self, i: int) -> history.Point:
         return history.Point(self.commits[i], self.times[i], self.values[i], self.env_keys[i],
-                             self.envs[i])  # fmt: skip
+                             self.envs[i], self.timings[i])  # fmt: skip
+
+    def moved(self, i: int) -> bool:
+        """Whether the environment or the measurement settings changed at point ``i`` (a step
+        there is none of the code's)."""
+        return self.env_keys[i] != self.env_keys[i - 1] or history.settings_change(
+            self.point(i - 1), self.point(i)) is not None  # fmt: skip
 
 
 def read_series(store, machine: str, environment: str, key: Key) -> Series:
-    from ..store import ENV_FIELDS
-
     rows = store.series_points(machine, environment, keys=[key])
     return Series(environment, key, [r[3] for r in rows], [r[5] for r in rows],
                   [r[7] for r in rows], [r[4] for r in rows],
-                  [dict(zip(ENV_FIELDS, r[8:], strict=True)) for r in rows])  # fmt: skip
+                  [changepoints.point_env(r) for r in rows],
+                  [changepoints.point_timing(r) for r in rows])  # fmt: skip
 
 
 def change_positions(store, machine: str, policies: Policies, s: Series) -> list[int]:
@@ -137,6 +145,11 @@ def change_positions(store, machine: str, policies: Policies, s: Series) -> list
     rows = found.get((s.environment, *s.key), [])
     return sorted(p for r in rows if 0 < (p := r["position"]) < len(s.values)
                   and s.commits[p] == r["commit_hash"])  # fmt: skip
+
+
+def timed(before: dict, after: dict) -> dict:
+    """A step's settings either side, as ``alert_cells`` keeps them (``ragbench.store.timing``)."""
+    return {"prev_timing": json.dumps(before), "timing": json.dumps(after)}
 
 
 def measured(before: list[float], after: list[float], kind: str) -> dict:
@@ -182,23 +195,27 @@ def steps(store, machine: str, policies: Policies,
         code = [rep.points[c.index] for c in rep.changes
                 if c.index not in rep.env_changes and c.index not in rep.accepted
                 and bad_change(ratio_of(c.after, c.before), lower) > policy.threshold]  # fmt: skip
-        newest = rep.status == Status.REGRESSION
+        newest = rep.status == Status.REGRESSION or (
+            rep.status == Status.SETTINGS and rep.latest_change > policy.threshold
+        )
         if not code and not newest:
             continue
         s = read_series(store, machine, rep.environment or "", rep.key)
         cps = [i for p in (rep.points[c.index] for c in rep.changes)
                if (i := s.at(p.commit_hash, p.env_key))]  # fmt: skip
-        found = [(i, step_at(s, i, cps, policy.kind), "change point")
+        found = [(i, {**step_at(s, i, cps, policy.kind),
+                      **timed(s.timings[i - 1], s.timings[i])}, "change point")
                  for p in code if (i := s.at(p.commit_hash, p.env_key))]  # fmt: skip
         if newest and len(s.values) > 1:
             n = len(s.values) - 1
             start = max((i for p in (rep.points[j] for j in rep.accepted)
                          if (i := s.at(p.commit_hash, p.env_key)) is not None and i < n),
                         default=0)  # fmt: skip
-            base = [s.values[i] for i in range(start, n) if s.env_keys[i] == s.env_keys[n]]
+            base = [i for i in range(start, n) if s.env_keys[i] == s.env_keys[n]][-lookback:]
             if base:
-                found.append((n, measured(base[-lookback:], [s.values[n]], policy.kind),
-                              "newest run"))  # fmt: skip
+                step = measured([s.values[i] for i in base], [s.values[n]], policy.kind)
+                was = timing.typical([s.timings[i] for i in base])
+                found.append((n, {**step, **timed(was, s.timings[n])}, "newest run"))
         for i, cell, by in found:
             if raised(cell, policy.threshold):
                 commit = s.commits[i]
@@ -302,7 +319,7 @@ def update(store, machine: str, policies: Policies, *, last: int = LAST,
     for commit, group in found.items():  # the step a reopened alert is: no other alert
         group[:] = [c for c in group if _cell_key(c) not in held_again
                     or _when(times.get(commit)) <= _when(held_again[_cell_key(c)])]  # fmt: skip
-    stored = {a["commit_hash"]: a for a in stored_list}
+    stored = {a["commit_hash"]: a for a in store.alerts(machine, cells=None)}  # every cell
     gate_cells = findings(store, machine, now, stored_list)
     if gate_cells:
         found.setdefault(now.commit, []).extend(gate_cells)
@@ -370,7 +387,7 @@ def step_back(store, machine: str, alert: dict, c: dict, policies: Policies,
         return None
     cps = change_positions(store, machine, policies, s)
     later = [p for p in cps if p > at]
-    code = [p for p in later if s.env_keys[p] == s.env_keys[p - 1]]
+    code = [p for p in later if not s.moved(p)]
     if not code:
         return None
     back = code[-1]
@@ -428,9 +445,10 @@ def undone_by(store, machine: str, alert: dict, policies: Policies, now: Newest 
 
 
 def moves(store, machine: str, alert: dict, policies: Policies) -> list[str]:
-    """The environment's changes of level since the alert's commit, in words (``the stack
-    changed at 0123456789ab (environment: torch 2.10.0 -> 2.11.0): 9.8% faster; no fix of the
-    code``): shown with the alert, never counted as its fix."""
+    """The changes of level since the alert's commit that are none of the code's, in words
+    (``9.8% faster at 0123456789ab (environment: python 3.12 -> 3.13); no fix of the code``,
+    or ``... (measurement setting changed: asv number 85 -> 1) ...``): shown with the alert,
+    never counted as its fix."""
     out = []
     for c in alert["cells"]:
         if c["found_by"] not in STEP_FOUND:
@@ -441,13 +459,19 @@ def moves(store, machine: str, alert: dict, policies: Policies) -> list[str]:
         if not at:
             continue
         cps = change_positions(store, machine, policies, s)
-        for p in (p for p in cps if p > at and s.env_keys[p] != s.env_keys[p - 1]):
+        for p in (p for p in cps if p > at and s.moved(p)):
             step = step_at(s, p, cps, c["kind"])
             change = worded(cell_change(step), c["unit"], c["kind"] != "throughput")
-            out.append(f"`{c['benchmark']}.{c['metric']} {c['param_key']}`: the stack changed "
-                       f"at {s.commits[p][:12]} ({history.change_cause(s.point(p - 1), s.point(p))}"
-                       f"): {change}; no fix of the code")  # fmt: skip
+            out.append(f"{cell_name(c)}: {change} at {s.commits[p][:12]} "
+                       f"({history.change_cause(s.point(p - 1), s.point(p))}); no fix of the "
+                       "code")  # fmt: skip
     return out
+
+
+def cell_name(c: dict) -> str:
+    """A cell as the reports name it: ```bench.metric params``` (no parameters: no space)."""
+    name = f"{c['benchmark']}.{c['metric']} {c['param_key']}".rstrip()
+    return f"`{name}`"
 
 
 def stale_series(store, machine: str, policies: Policies, last: int = LAST) -> list:

@@ -12,7 +12,11 @@ each other), the one found nearer its window's middle stands (``merged``).
 
 A window's change points depend on its points alone, so a full window never changes: an ingest
 recomputes only the windows that hold a new point (the last two of each series that got one),
-and the result is the same as computing every window again (tests/test_changepoints.py).
+and the result is the same as computing every window again (tests/test_changepoints.py). A
+point that comes out of order (a runner measured an older commit after newer ones: 55 of the
+100 commits of tests/data/public/asv-django) moves every point after it by one, so the windows
+from the first that holds it on are computed again, and the ones before it kept
+(tests/test_public_django.py).
 Apache Otava's incremental E-Divisive does the same in spirit (it re-tests only the tail after
 the last change point); fixed windows make the equality exact and bound the cost of a window
 (O(WINDOW^2) a permutation) whatever the length of the history.
@@ -34,6 +38,7 @@ from itertools import groupby
 
 from .. import stats
 from ..policies import load_policies
+from ..store import timing
 
 # Points per window. 200 is today's `detect --last` default: E-Divisive over 200 points is
 # what main's history was judged with before (docs/calibration.md), and one window with a
@@ -179,10 +184,16 @@ def current(store, machine: str, settings: Settings, newest: dict[tuple, tuple],
 KEY = ("branch", "machine", "environment", "benchmark", "metric", "param_key")
 
 
-def _env(row: tuple) -> dict:
+def point_env(row: tuple) -> dict:
+    """The environment fields of a ``Store.series_points`` row."""
     from ..store import ENV_FIELDS
 
-    return dict(zip(ENV_FIELDS, row[8:], strict=True))
+    return dict(zip(ENV_FIELDS, row[11:], strict=True))
+
+
+def point_timing(row: tuple) -> dict:
+    """How the harness timed a ``Store.series_points`` row (``ragbench.store.timing``)."""
+    return timing.of(row[10], row[8], row[9])
 
 
 def _series(store, machine: str, environment: str, key: tuple, rows: list[tuple], offset: int,
@@ -208,11 +219,13 @@ def _series(store, machine: str, environment: str, key: tuple, rows: list[tuple]
         out.append({
             **ident, "window_start": f.start, "window_end": f.end, "position": f.position,
             "commit_hash": here[3], "commit_time": here[5], "env_key": here[4],
-            "env": json.dumps(_env(here), sort_keys=True), "value": here[7],
+            "env": json.dumps(point_env(here), sort_keys=True), "value": here[7],
             "prev_commit_hash": prev[3], "prev_commit_time": prev[5], "prev_env_key": prev[4],
-            "prev_env": json.dumps(_env(prev), sort_keys=True), "prev_value": prev[7],
+            "prev_env": json.dumps(point_env(prev), sort_keys=True), "prev_value": prev[7],
             "before": statistics.median(values[lo - offset : f.position - offset]),
             "after": statistics.median(values[f.position - offset : hi - offset]),
+            "timing": json.dumps(point_timing(here)),
+            "prev_timing": json.dumps(point_timing(prev)),
         })  # fmt: skip
     return state, out
 
@@ -232,8 +245,11 @@ def compute(store, machine: str, environment: str, keys: Iterable[tuple] | None,
     """The states and change point rows of the machine's series in ``environment`` (``keys``:
     these (benchmark, metric, param_key), else all): from each series' stored state on where
     it has one of these settings, else from its first point. ``newest_from``: key -> the
-    oldest commit time of its new runs (one older than where the state's update would start
-    means a point came before it: that series is computed again from its first point)."""
+    oldest commit time of its new runs. A run of an older commit than the newest (a runner
+    measured it after newer ones) came out of order: where it is newer than the point where
+    the state's update starts, that update covers it; where it is older, the windows from the
+    first that holds it on are computed again (``_late``), the ones before it, whose points did
+    not move, are kept. Either costs what an update in order does, give or take a window."""
     newest_from = newest_from or {}
     states = {(s["benchmark"], s["metric"], s["param_key"]): s
               for s in store.change_point_state(machine, environment)}  # fmt: skip
@@ -243,13 +259,15 @@ def compute(store, machine: str, environment: str, keys: Iterable[tuple] | None,
 
     def usable(k):
         s = states.get(k)
-        if s is None or s["settings"] != settings.text or s["window_time"] is None:
-            return False  # (a point without a commit time: its series is computed whole)
+        # (a point without a commit time: its series is computed whole)
+        return s is not None and s["settings"] == settings.text and s["window_time"] is not None
+
+    def in_order(k):  # every new point after the point where the state's update starts
         new = newest_from.get(k)
-        return new is None or new >= s["window_time"]
+        return new is None or new > states[k]["window_time"]
 
     out_states, out_found, again = [], [], []
-    tails = [k for k in keys if usable(k)]
+    tails = [k for k in keys if usable(k) and in_order(k)]
     if tails:
         since = min(states[k]["window_time"] for k in tails)
         by_key = {k: list(g) for k, g in groupby(
@@ -260,14 +278,29 @@ def compute(store, machine: str, environment: str, keys: Iterable[tuple] | None,
             idents = [(r[3], r[4]) for r in group]
             at = _index(idents, (s["window_commit"], s["window_env_key"]))
             last = _index(idents, (s["last_commit"], s["last_env_key"]))
-            # the state's points where it left them, else a point came before (compute again)
-            if at is None or last is None or s["window_start"] + last - at != s["points"] - 1:
+            # the state's points where it left them, else a point came before (compute again);
+            # points that came in between (out of order, after the window's start: their
+            # runs' commits are newer than it) move no window before it
+            grown = None if at is None or last is None else (
+                last - at - (s["points"] - 1 - s["window_start"]))  # fmt: skip
+            if grown is None or grown < 0 or (grown > 0 and k not in newest_from):
                 again.append(k)
                 continue
             state, found = _series(store, machine, environment, k, group[at:], s["window_start"],
                                    settings)  # fmt: skip
             out_states.append(state)
             out_found += found
+    late = [k for k in keys if usable(k) and not in_order(k)]
+    for i in range(0, len(late), BATCH):
+        rows = store.series_points(machine, environment, keys=late[i : i + BATCH])
+        for k, group in groupby(rows, key=lambda r: r[:3]):
+            done = _late(store, machine, environment, k, list(group), states[k],
+                         newest_from[k], settings)  # fmt: skip
+            if done is None:
+                again.append(k)
+                continue
+            out_states.append(done[0])
+            out_found += done[1]
     whole = [k for k in keys if not usable(k)] + again
     for i in range(0, len(whole), BATCH):
         batch = whole[i : i + BATCH]
@@ -278,6 +311,28 @@ def compute(store, machine: str, environment: str, keys: Iterable[tuple] | None,
             out_states.append(state)
             out_found += found
     return out_states, out_found
+
+
+def _late(store, machine: str, environment: str, key: tuple, rows: list[tuple], state: dict,
+          oldest, settings: Settings) -> tuple[dict, list[dict]] | None:  # fmt: skip
+    """A series that got a point out of order (``rows``: all its points; ``oldest``: the
+    oldest commit time of its new runs): its windows from the first that holds a new point on
+    computed again, the ones before kept (their points are where they were: every new run's
+    point is at ``oldest`` or later). None where the state's points are not where it left
+    them (computed whole then)."""
+    idents = [(r[3], r[4]) for r in rows]
+    p = next((i for i, r in enumerate(rows) if r[5] is not None and r[5] >= oldest), len(rows))
+    anchor = _index(idents, (state["window_commit"], state["window_env_key"]))
+    last = _index(idents, (state["last_commit"], state["last_env_key"]))
+    start = state["window_start"]
+    # the state's window starts before the new points (its point did not move), or after them
+    # (it moved by the points that came in before it)
+    if anchor is None or last is None or (anchor != start if start < p else anchor < start):
+        return None
+    offset = min(first_window(p, settings), start)
+    done, found = _series(store, machine, environment, key, rows[offset:], offset, settings)
+    done["window_from"] = offset
+    return done, found
 
 
 def update(store, run_ids: list[str], policies=None) -> int:

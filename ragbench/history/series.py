@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 
 from .. import stats
 from ..policies import STATISTICAL, Policies, Policy
-from ..store import ENV_FIELDS, Store
+from ..store import ENV_FIELDS, Store, timing
 from ..verdicts.comparison import Key, bad_change, by_threshold, ratio_of
 from ..verdicts.status import Status
 from . import edivisive as changepoints
@@ -29,31 +29,32 @@ class Point:
     value: float
     env_key: str | None
     env: dict  # the ENV_FIELDS of the run, to say what changed
-    timing: dict = field(default_factory=dict)  # asv's ``number`` and ``repeat`` for the cell
+    timing: dict = field(default_factory=dict)  # how the harness timed it (ragbench.store.timing)
 
 
-# asv calibrates ``number`` (and ``repeat``) each run unless a benchmark sets it: Django's
-# form_clean ran with number 412 to 427 over 400 runs of one environment, and then 1 once the
-# project fixed it. A factor of 2 or more is a change of how it is timed, not that jitter.
-TIMING_FACTOR = 2
-
-
-def change_cause(before: Point, after: Point) -> str:
+def change_cause(before: Point, after: Point, values: tuple[float, float] | None = None) -> str:
     """What moved between two points of a series besides the code: the environment
-    (``environment: torch 2.10.0 -> 2.11.0``), how asv timed the cell (``asv number 100 ->
-    10``, by ``TIMING_FACTOR`` or more: another number of calls per sample moves the figure by
-    itself: caches, warm-up), both, or ``code`` where neither did."""
+    (``environment: torch 2.10.0 -> 2.11.0``), how the harness timed the cell (``measurement
+    setting changed: asv number 100 -> 10``: ``ragbench.store.timing``, by its factor or more where
+    its calibration does not explain it; ``values``: the levels either side, else the two
+    points'), both, or ``code`` where neither did."""
     causes = []
     if before.env_key != after.env_key:
         a, b = before.env, after.env
         moved = [f"{k} {a.get(k)} -> {b.get(k)}" for k in sorted(a) if a.get(k) != b.get(k)]
         causes.append("environment: " + (", ".join(moved) or "another environment"))
-    a, b = before.timing, after.timing
-    timed = [f"{k} {a[k]} -> {b[k]}" for k in ("number", "repeat") if a.get(k) and b.get(k)
-             and max(a[k], b[k]) >= TIMING_FACTOR * min(a[k], b[k])]  # fmt: skip
-    if timed:
-        causes.append("asv " + ", ".join(timed))
+    setting = settings_change(before, after, values)
+    if setting:
+        causes.append(timing.words(setting))
     return "; ".join(causes) or "code"
+
+
+def settings_change(before: Point, after: Point,
+                    values: tuple[float, float] | None = None) -> str | None:  # fmt: skip
+    """The measurement settings that moved between two points (``asv number 89287 -> 1``),
+    else None (``timing.changed``)."""
+    a, b = values or (before.value, after.value)
+    return timing.changed(before.timing, after.timing, a, b)
 
 
 @dataclass
@@ -92,8 +93,17 @@ class SeriesReport:
         return self.status == Status.STALE
 
     def describe_change(self, i: int) -> str:
-        """The cause of the change at point ``i`` (``change_cause``)."""
-        return change_cause(self.points[i - 1], self.points[i])
+        """The cause of the change at point ``i`` (``change_cause``, with the levels either
+        side where it is a change point)."""
+        c = next((c for c in self.changes if c.index == i), None)
+        return change_cause(self.points[i - 1], self.points[i],
+                            (c.before, c.after) if c else None)  # fmt: skip
+
+    def settings_changed(self, i: int) -> str | None:
+        """The measurement settings that moved at the change at point ``i``, else None."""
+        c = next((c for c in self.changes if c.index == i), None)
+        return settings_change(self.points[i - 1], self.points[i],
+                               (c.before, c.after) if c else None)  # fmt: skip
 
 
 def change_points_of(values, policies: Policies) -> list[int]:
@@ -129,7 +139,7 @@ def history(points: list[Point], key: Key, params: dict, unit: str | None,
     latest = points[-1]
     start = max((i for i in at if i < len(points) - 1), default=0)
     since = points[start:-1]
-    same_env = [p.value for p in since if p.env_key == latest.env_key]
+    same_env = [p for p in since if p.env_key == latest.env_key]
     lookback = same_env[-int(policies.main.get("lookback", 10)) :]
     env_changes = [i for i in cps if points[i].env_key != points[i - 1].env_key]
     return _report(key, params, unit, policy, policies.main, points, changes, env_changes, at,
@@ -158,17 +168,19 @@ def broken_bound(policy: Policy, value: float) -> str | None:
 
 def _report(key: Key, params: dict, unit: str | None, policy: Policy, conf: dict,
             points: list[Point], changes: list[Change], env_changes: list[int],
-            accepted: list[int], lookback: list[float], env_moved: bool, n: int,
+            accepted: list[int], lookback: list[Point], env_moved: bool, n: int,
             environment: str | None = None, stale_since=None) -> SeriesReport:  # fmt: skip
     """The report of one series, as both paths make it (every point in memory: ``history``;
     the lookback in SQL and the stored change points: ``stored_histories``): ``points`` oldest
     first, ``changes`` and ``env_changes`` (indices into them) its change points and those
     where the environment changed too, ``accepted`` the points whose change was accepted. The
-    newest point (of ``n`` in the series) is judged against ``lookback``: the values before it
+    newest point (of ``n`` in the series) is judged against ``lookback``: the points before it
     in its environment from the newest accepted change on (the newest ``lookback`` of them);
     ``env_moved``: some of those points were of another environment. ``stale_since``: the
     series stopped there (``stale_at``): its last point is not judged. A bound's newest point
-    is judged against the bound (``broken_bound``): a violation, else unchanged."""
+    is judged against the bound (``broken_bound``): a violation, else unchanged. A newest
+    point flagged against a lookback timed otherwise (``ragbench.store.timing``: another asv
+    ``number``) is ``settings-changed``, its note the settings: not a change of the code."""
     rep = SeriesReport(key, params, unit, points, [c.index for c in changes], env_changes,
                        accepted=accepted, environment=environment, changes=changes)  # fmt: skip
     if stale_since is not None:
@@ -191,12 +203,18 @@ def _report(key: Key, params: dict, unit: str | None, policy: Policy, conf: dict
         rep.status = Status.ENV_CHANGE if env_moved else Status.SHORT
         return rep
     lower = policy.kind == "latency"
-    rep.latest_z = stats.robust_z(lookback, latest.value)
-    rep.latest_change = bad_change(ratio_of(latest.value, statistics.median(lookback)), lower)
+    values = [p.value for p in lookback]
+    level = statistics.median(values)
+    rep.latest_z = stats.robust_z(values, latest.value)
+    rep.latest_change = bad_change(ratio_of(latest.value, level), lower)
     beyond = abs(rep.latest_z) > float(conf.get("mad_k", 5.0))
     rep.status = by_threshold(rep.latest_change, policy.threshold, significant=beyond)
     if rep.status == Status.REGRESSION and len(rep.points) - 1 in rep.accepted:
         rep.status = Status.ACCEPTED
+    moved = timing.changed(timing.typical([p.timing for p in lookback]), latest.timing, level,
+                           latest.value)  # fmt: skip
+    if moved and rep.status in (Status.REGRESSION, Status.IMPROVEMENT):
+        rep.status, rep.note = Status.SETTINGS, timing.words(moved)
     return rep
 
 
@@ -239,12 +257,18 @@ def histories(rows: list[dict], policies: Policies, last: int = 200, change_poin
             points.append(Point(
                 commit, runs[0]["commit_time"], statistics.median(r["median"] for r in runs),
                 env, {k: runs[0].get(k) for k in ENV_FIELDS},
-                {k: runs[0].get(f"stats_{k}") for k in ("number", "repeat")},
+                timing.of(runs[0].get("source"), min_of(runs, "stats_number"),
+                          min_of(runs, "stats_repeat")),
             ))  # fmt: skip
         reports.append(history(points[-last:], key, json.loads(first["params"]), first["unit"],
                                policies, change_points, accepted.get(key, ()),
                                environment or None, newest_time))  # fmt: skip
     return reports
+
+
+def min_of(rows: list[dict], column: str):
+    """The smallest value of ``column`` over ``rows``, None where none has one."""
+    return min((r[column] for r in rows if r.get(column) is not None), default=None)
 
 
 def stored_histories(
@@ -281,7 +305,9 @@ def stored_histories(
             continue
         points = {(r["commit_hash"], r["env_key"]): Point(
             r["commit_hash"], r["commit_time"], r["value"], r["env_key"],
-            {k: r[k] for k in ENV_FIELDS}) for r in group}  # fmt: skip
+            {k: r[k] for k in ENV_FIELDS},
+            timing.of(r["source"], r["stats_number"], r["stats_repeat"]))
+            for r in group}  # fmt: skip
         cps = [c for c in found.get((environment, *key), []) if not policy.paired
                and (newest["since"] is None or c["prev_commit_time"] is None
                     or c["prev_commit_time"] >= newest["since"])]  # fmt: skip
@@ -289,7 +315,8 @@ def stored_histories(
             for pre in ("prev_", ""):
                 points.setdefault((c[f"{pre}commit_hash"], c[f"{pre}env_key"]), Point(
                     c[f"{pre}commit_hash"], c[f"{pre}commit_time"], c[f"{pre}value"],
-                    c[f"{pre}env_key"], json.loads(c[f"{pre}env"])))  # fmt: skip
+                    c[f"{pre}env_key"], json.loads(c[f"{pre}env"]),
+                    timing.parse(c[f"{pre}timing"])))  # fmt: skip
         latest = points.pop((newest["commit_hash"], newest["env_key"]))
         ordered = [*sorted(points.values(), key=_when), latest]
         index = {(p.commit_hash, p.env_key): i for i, p in enumerate(ordered)}
@@ -299,7 +326,7 @@ def stored_histories(
             key, json.loads(newest["params"]), newest["unit"], policy, conf, ordered, changes,
             [i for i, c in zip(at, cps, strict=True) if c["env_key"] != c["prev_env_key"]],
             sorted(index[(r["commit_hash"], r["env_key"])] for r in group if r["accepted"]),
-            [r["value"] for r in group if r["in_lookback"]],
+            [points[(r["commit_hash"], r["env_key"])] for r in group if r["in_lookback"]],
             newest["same_n"] < newest["since_n"], newest["n"], environment,
             stale_at(latest, newest_time),
         ))  # fmt: skip

@@ -24,7 +24,7 @@ if TYPE_CHECKING:
 DEFAULT_PATH = Path("results/perf.duckdb")
 ENV_VAR = "RAGBENCH_STORE"
 BRANCH_VAR = "RAGBENCH_BRANCH"
-SCHEMA_VERSION = 6  # a new table, column or view needs a new version: that is what migrates
+SCHEMA_VERSION = 8  # a new table, column or view needs a new version: that is what migrates
 # How long a writer may keep the file between transactions before it lets a waiting reader in:
 # opening the file costs ~15 ms, so one connection per file would make a 1,000-file ingest 3x
 # slower. A process waiting for the lock says so (``waiting_marker``); with nobody waiting the

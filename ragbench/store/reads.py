@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 from collections.abc import Iterable
 
+from . import timing
 from .core import STORED
 from .lake import files as lake_files
 from .lake import snapshot as lake_snapshot
@@ -22,6 +23,9 @@ LOOKBACK_MEMORY = "600MB"
 # value: what a point of a series is made of.
 HISTORY_RUN = "r.branch = ? AND (r.label IS NULL OR r.label NOT LIKE 'gate:%')"
 POINT = "m.status = 'ok' AND m.median IS NOT NULL"
+# The alert cells ``alerts`` returns: steps of the code and findings (alerted), or the steps
+# where a measurement setting changed (listed apart: ``ragbench.store.timing``).
+CODE, SETTINGS = "code", "settings"
 
 
 class Reads:
@@ -219,9 +223,11 @@ class Reads:
         """The points of the machine's series in one environment (``environment``; '' for runs
         without one) on the history's branch: one per series, commit and ``env_key``, the
         median of its runs' medians, values only (no failed cell). Rows ``(benchmark, metric,
-        param_key, commit_hash, env_key, commit_time, started_at, value, *ENV_FIELDS)``,
-        ordered by series, then commit time and start. ``since``: commits from that time on;
-        ``keys``: these series (benchmark, metric, param_key) only."""
+        param_key, commit_hash, env_key, commit_time, started_at, value, number, repeat,
+        source, *ENV_FIELDS)``: ``number`` and ``repeat`` the smallest of its runs' settings
+        (``ragbench.store.timing``), ``source`` their harness; ordered by series, then commit time
+        and start. ``since``: commits from that time on; ``keys``: these series (benchmark,
+        metric, param_key) only."""
         where = [HISTORY_RUN, "r.machine = ?", "coalesce(r.environment, '') = ?", POINT]
         args = [self.branch, machine, environment]
         if since is not None:
@@ -234,7 +240,8 @@ class Reads:
                 args.append(sorted({k[i] for k in keys}))
         env = ", ".join(f"any_value(r.{k})" for k in ENV_FIELDS)
         sql = (f"SELECT m.benchmark, m.metric, m.param_key, r.commit_hash, r.env_key, "
-               f"min(r.commit_time) AS t, min(r.started_at) AS s, median(m.median), {env} "
+               f"min(r.commit_time) AS t, min(r.started_at) AS s, median(m.median), "
+               f"min(m.stats_number), min(m.stats_repeat), any_value(r.source), {env} "
                f"FROM measurements m JOIN runs r USING (run_id) WHERE {' AND '.join(where)} "
                "GROUP BY 1, 2, 3, 4, 5 ORDER BY 1, 2, 3, t NULLS FIRST, s, 4, 5")  # fmt: skip
         with self._connect() as con:
@@ -330,7 +337,9 @@ class Reads:
         ), pts AS (
             SELECT coalesce(r.environment, '') AS environment, m.benchmark, m.metric, m.param_key,
                    r.commit_hash, r.env_key, min(r.commit_time) AS commit_time,
-                   min(r.started_at) AS started_at, median(m.median) AS value
+                   min(r.started_at) AS started_at, median(m.median) AS value,
+                   min(m.stats_number) AS stats_number, min(m.stats_repeat) AS stats_repeat,
+                   any_value(r.source) AS source
             FROM measurements m JOIN runs r USING (run_id)
             WHERE {" AND ".join(where)} AND r.commit_hash IN (SELECT commit_hash FROM recent)
             GROUP BY 1, 2, 3, 4, 5, 6
@@ -398,10 +407,14 @@ class Reads:
         return (rows[0]["commit_hash"], rows[0]["commit_time"]) if rows else None
 
     def alerts(self, machine: str | None = None, *, state: str | None = None,
-               commit: str | None = None) -> list[dict]:  # fmt: skip
+               commit: str | None = None, cells: str | None = CODE) -> list[dict]:  # fmt: skip
         """main's alerts (``ragbench.history.alerting``), newest commit first, each with its
-        ``cells`` (rows of ``alert_cells``); of one machine, state or commit (a prefix) where
-        given."""
+        ``cells`` (rows of ``alert_cells``, each with ``settings_changed``: the measurement
+        settings that moved at its step, ``asv number 89287 -> 1``, else None:
+        ``ragbench.store.timing``); of one machine, state or commit (a prefix) where given.
+        ``cells``: ``code`` (the steps of the code and the findings: what is alerted),
+        ``settings`` (the steps where a measurement setting changed: listed apart, never
+        alerted), or None (both); an alert without such cells is left out."""
         where, args = ["branch = ?"], [self.branch]
         for col, val in (("machine", machine), ("state", state)):
             if val is not None:
@@ -414,12 +427,21 @@ class Reads:
                            "ORDER BY commit_time DESC NULLS LAST, machine", args)  # fmt: skip
         if not found:
             return []
-        cells = self._rows(
+        rows = self._rows(
             "SELECT * FROM alert_cells WHERE branch = ? AND list_contains(?, commit_hash) "
             "ORDER BY machine, commit_hash, benchmark, metric, param_key, environment",
             [self.branch, sorted({a["commit_hash"] for a in found})],
         )  # fmt: skip
         by = {}
-        for c in cells:
-            by.setdefault((c["machine"], c["commit_hash"]), []).append(c)
-        return [{**a, "cells": by.get((a["machine"], a["commit_hash"]), [])} for a in found]
+        for c in rows:
+            c["settings_changed"] = timing.changed(timing.parse(c["prev_timing"]),
+                                                   timing.parse(c["timing"]), c["before"],
+                                                   c["after"])  # fmt: skip
+            if cells is None or (c["settings_changed"] is None) == (cells == CODE):
+                by.setdefault((c["machine"], c["commit_hash"]), []).append(c)
+        keys = [(a["machine"], a["commit_hash"]) for a in found]
+        return [
+            {**a, "cells": by.get(k, [])}
+            for a, k in zip(found, keys, strict=True)
+            if cells is None or k in by
+        ]

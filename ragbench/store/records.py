@@ -59,6 +59,7 @@ class Run:
     environment: str | None = None
     python: str | None = None  # where no fingerprint says (asv's ``python``)
     runner: str | None = None  # the machine the file names, where ``[machines]`` renamed it
+    dirty: bool = False  # measured in a checkout with uncommitted changes (pytest-benchmark's)
 
     @property
     def env_key(self) -> str:
@@ -100,6 +101,8 @@ class Measurement:
     stats_repeat: int | None = None  # asv's ``repeat``: samples
     ci_99_a: float | None = None
     ci_99_b: float | None = None
+    mean: float | None = None  # a summary's mean and standard deviation over its
+    stddev: float | None = None  # ``stats_repeat`` rounds (pytest-benchmark's)
 
     def row(self, run_id: str) -> tuple:
         variant = next((str(self.params[p]) for p in VARIANT_PARAMS if p in self.params), None)
@@ -109,7 +112,7 @@ class Measurement:
             run_id, self.benchmark, self.metric, json.dumps(self.params, sort_keys=True),
             param_key(self.params), variant, param_key(group), self.unit, self.version,
             self.median, self.q25, self.q75, n, self.samples, self.status, self.stats_number,
-            self.stats_repeat, self.ci_99_a, self.ci_99_b,
+            self.stats_repeat, self.ci_99_a, self.ci_99_b, self.mean, self.stddev,
         )  # fmt: skip
 
 

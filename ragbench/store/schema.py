@@ -111,7 +111,9 @@ CREATE TABLE IF NOT EXISTS change_points (
     prev_env JSON,
     prev_value DOUBLE,
     before DOUBLE,
-    after DOUBLE
+    after DOUBLE,
+    timing JSON,
+    prev_timing JSON
 );
 CREATE TABLE IF NOT EXISTS alerts (
     branch VARCHAR NOT NULL,
@@ -142,6 +144,8 @@ CREATE TABLE IF NOT EXISTS alert_cells (
     ratio_lo DOUBLE,
     ratio_hi DOUBLE,
     found_by VARCHAR,
+    timing JSON,
+    prev_timing JSON,
     PRIMARY KEY (branch, machine, commit_hash, environment, benchmark, metric, param_key)
 );
 CREATE TABLE IF NOT EXISTS gate_verdicts (
@@ -206,6 +210,58 @@ DROP TABLE IF EXISTS change_point_series;
 MIGRATE_GATE_IDS = """
 ALTER TABLE gates ADD COLUMN IF NOT EXISTS gate_id VARCHAR;
 """
+# Schema 7: a summary's mean and standard deviation (pytest-benchmark's, whose saved runs keep
+# no rounds' data), with its rounds in ``stats_repeat`` and calls a round in ``stats_number``:
+# what judges such a cell (``compare.by_summary``: Welch's t on the two summaries).
+MIGRATE_SUMMARIES = """
+ALTER TABLE measurements ADD COLUMN IF NOT EXISTS mean DOUBLE;
+ALTER TABLE measurements ADD COLUMN IF NOT EXISTS stddev DOUBLE;
+"""
+# Schema 8: how the harness timed each point (asv's number and repeat, pytest-benchmark's
+# iterations and rounds: ``ragbench.store.timing``) kept with the stored change points and alert
+# cells, at the step (``timing``) and before it (``prev_timing``). An older store's get theirs
+# from the measurements: each point's and the one before it in its series (a newest run's
+# cell: the point before, where a new one keeps the lookback's median).
+MIGRATE_TIMING = """
+ALTER TABLE change_points ADD COLUMN IF NOT EXISTS timing JSON;
+ALTER TABLE change_points ADD COLUMN IF NOT EXISTS prev_timing JSON;
+ALTER TABLE alert_cells ADD COLUMN IF NOT EXISTS timing JSON;
+ALTER TABLE alert_cells ADD COLUMN IF NOT EXISTS prev_timing JSON;
+CREATE TEMP TABLE timed_points AS
+WITH pts AS (
+    SELECT r.branch, r.machine, coalesce(r.environment, '') AS environment, m.benchmark,
+           m.metric, m.param_key, r.commit_hash, r.env_key, min(r.commit_time) AS t,
+           min(r.started_at) AS s, min(m.stats_number) AS n, min(m.stats_repeat) AS k,
+           any_value(r.source) AS source
+    FROM measurements m JOIN runs r USING (run_id)
+    WHERE m.status = 'ok' AND m.median IS NOT NULL
+      AND (r.label IS NULL OR r.label NOT LIKE 'gate:%')
+      AND (m.stats_number IS NOT NULL OR m.stats_repeat IS NOT NULL)
+    GROUP BY ALL
+), named AS (
+    SELECT *, CASE WHEN source = 'pytest-benchmark'
+                   THEN json_object('iterations', n, 'rounds', k)
+                   ELSE json_object('number', n, 'repeat', k) END AS timing
+    FROM pts
+)
+SELECT *, lag(timing) OVER (PARTITION BY branch, machine, environment, benchmark, metric,
+                                         param_key ORDER BY t NULLS FIRST, s, commit_hash,
+                                         env_key) AS prev_timing
+FROM named;
+UPDATE change_points c SET timing = p.timing, prev_timing = p.prev_timing FROM timed_points p
+ WHERE c.timing IS NULL AND c.branch = p.branch AND c.machine = p.machine
+   AND c.environment = p.environment AND c.benchmark = p.benchmark AND c.metric = p.metric
+   AND c.param_key = p.param_key AND c.commit_hash = p.commit_hash
+   AND c.env_key IS NOT DISTINCT FROM p.env_key;
+UPDATE alert_cells c SET timing = p.timing, prev_timing = p.prev_timing FROM (
+    SELECT branch, machine, environment, benchmark, metric, param_key, commit_hash,
+           any_value(timing) AS timing, any_value(prev_timing) AS prev_timing
+    FROM timed_points GROUP BY ALL) p
+ WHERE c.timing IS NULL AND c.branch = p.branch AND c.machine = p.machine
+   AND c.environment = p.environment AND c.benchmark = p.benchmark AND c.metric = p.metric
+   AND c.param_key = p.param_key AND c.commit_hash = p.commit_hash;
+DROP TABLE timed_points;
+"""
 # Schema 1 -> 2: a status per measurement; acceptances name their pull request and the commit
 # they were given on (a main commit's carried copy names the PR head). Schema 2 -> 3 also:
 # asv's 99% confidence interval of each value (``stats_ci_99_a``/``_b``), which judges a cell
@@ -220,6 +276,8 @@ ALTER TABLE measurements ADD COLUMN IF NOT EXISTS ci_99_b DOUBLE;
 """
     + MIGRATE_ENVIRONMENTS
     + MIGRATE_GATE_IDS
+    + MIGRATE_SUMMARIES
+    + MIGRATE_TIMING
 )
 
 
@@ -284,10 +342,11 @@ OURS = {"meta", "runs", "measurements", "acceptances", "gates", "series", "speed
 MEASUREMENT_COLUMNS = (
     "run_id", "benchmark", "metric", "params", "param_key", "variant", "group_key", "unit",
     "version", "median", "q25", "q75", "n", "samples", "status", "stats_number", "stats_repeat",
-    "ci_99_a", "ci_99_b",
+    "ci_99_a", "ci_99_b", "mean", "stddev",
 )  # fmt: skip
 COLUMN_TYPES = (*["VARCHAR"] * 3, "JSON", *["VARCHAR"] * 5, *["DOUBLE"] * 3, "INTEGER",
-                 "DOUBLE[]", "VARCHAR", "INTEGER", "INTEGER", "DOUBLE", "DOUBLE")  # fmt: skip
+                 "DOUBLE[]", "VARCHAR", "INTEGER", "INTEGER", "DOUBLE", "DOUBLE", "DOUBLE",
+                 "DOUBLE")  # fmt: skip
 ACCEPTANCE_KEY = "commit_hash = ? AND benchmark = ? AND metric = ? AND param_key = ?"
 INSERT_COLUMNS = f"INSERT INTO measurements ({', '.join(MEASUREMENT_COLUMNS)}) SELECT " + ", ".join(
     f"unnest(?::{t}[])" for t in COLUMN_TYPES

@@ -39,7 +39,7 @@ CHANGE_POINT_TYPES = {
     "commit_hash": "VARCHAR", "commit_time": "TIMESTAMP", "env_key": "VARCHAR", "env": "JSON",
     "value": "DOUBLE", "prev_commit_hash": "VARCHAR", "prev_commit_time": "TIMESTAMP",
     "prev_env_key": "VARCHAR", "prev_env": "JSON", "prev_value": "DOUBLE", "before": "DOUBLE",
-    "after": "DOUBLE",
+    "after": "DOUBLE", "timing": "JSON", "prev_timing": "JSON",
 }  # fmt: skip
 
 

@@ -38,6 +38,9 @@ class Cell:
     failures: int = 0
     absent: int = 0  # runs of this side that have no row of it (NaN or skipped there)
     ci: tuple[float, float] | None = None  # (ci_99_a, ci_99_b)
+    # (mean, standard deviation, rounds) where every run kept only its summary (a
+    # pytest-benchmark run saved without its rounds' data), over several runs combined
+    summary: stats.Summary | None = None
 
     @property
     def key(self) -> Key:
@@ -62,11 +65,24 @@ def pool(cells: Iterable[Cell]) -> dict[Key, Cell]:
                 (min(into.ci[0], cell.ci[0]), max(into.ci[1], cell.ci[1]))
                 if into.ci and cell.ci else None
             )  # fmt: skip
+            into.summary = combine(into.summary, cell.summary)
         else:
             out[cell.key] = Cell(cell.benchmark, cell.metric, cell.param_key, cell.params,
                                  cell.unit, list(cell.samples), cell.failures,
-                                 cell.absent, cell.ci)  # fmt: skip
+                                 cell.absent, cell.ci, cell.summary)  # fmt: skip
     return out
+
+
+def combine(a: stats.Summary | None, b: stats.Summary | None) -> stats.Summary | None:
+    """The summary of two summaries' timings together (exact: the pooled mean, and the sum of
+    squares within and between them); None where either is missing."""
+    if a is None or b is None:
+        return None
+    (ma, sa, na), (mb, sb, nb) = a, b
+    n = na + nb
+    mean = (na * ma + nb * mb) / n
+    squares = (na - 1) * sa**2 + (nb - 1) * sb**2 + na * (ma - mean) ** 2 + nb * (mb - mean) ** 2
+    return (mean, math.sqrt(squares / (n - 1)), n)
 
 
 @dataclass
@@ -77,7 +93,8 @@ class Verdict:
     missing (base has a value, head none), new (head has a value, base none), inconclusive
     (the samples could not have shown a change of the threshold, or were too noisy), info.
     ``method``: asv (runs of each side, pooled), interval (too few raw samples: asv's 99%
-    confidence intervals, ``by_interval``), paired or processes (``ragbench.gate.paired``)."""
+    confidence intervals, ``by_interval``), welch (no raw samples, only summaries: Welch's t,
+    ``by_summary``), paired or processes (``ragbench.gate.paired``)."""
 
     key: Key
     params: dict
@@ -210,6 +227,13 @@ def compare(
             fewest = min(len(b.samples), len(h.samples))
             if (fewest < need or fewest < 2) and b.ci and h.ci:  # too few for the test
                 by_interval(v, b.ci, h.ci)
+            elif (fewest < need or fewest < 2) and usable(b.summary) and usable(h.summary):
+                v.method = WELCH  # no raw samples: the summaries' own test, beside the others'
+                v.ratio = ratio_of(h.summary[0], b.summary[0])
+                v.change = bad_change(v.ratio, lower)
+                v.p = stats.welch(b.summary, h.summary)
+                v.interval = stats.summary_ratio_interval(b.summary, h.summary, confidence=conf)
+                tested.append(v)
             elif fewest < need:
                 v.status = Status.INCONCLUSIVE
                 v.note = too_few(len(b.samples), len(h.samples), need)
@@ -233,6 +257,9 @@ def compare(
             continue
         b, h = base[v.key], head[v.key]
         lower = v.policy.kind == "latency"
+        if v.method == WELCH:
+            by_summary(v, b.summary, h.summary, alpha / len(tested), conf)
+            continue
         v.detectable = stats.min_detectable(
             b.samples, h.samples, alpha / len(tested), v.policy.threshold, lower
         )
@@ -250,13 +277,40 @@ def compare(
 RULE = (
     "PASS only when every gated cell showed that it did not get worse by its threshold: the "
     "confidence interval of head/base stayed under the threshold at its worse end (for a "
-    "host-time cell timed in one process, the interval widened by how far the A/A arm, base "
-    "against itself, moved, the two added in quadrature), or the test had the power to see "
-    "the threshold and did not flag "
-    "it; a cell without that evidence is inconclusive, and so is the run (exit 1)."
+    "host-time cell timed in one process: head against base and base's A/A copy, the interval "
+    "widened by how far the A/A arm moved, the two added in quadrature; a cell without evidence "
+    "after the gate's processes is measured in as many more and judged on all at a stricter "
+    "interval), or the test had the power to see the threshold and did not flag it; a cell "
+    "without that evidence is inconclusive, and so is the run (exit 1)."
 )
 
 INTERVAL = "interval"  # Verdict.method of a cell judged by asv's confidence intervals
+WELCH = "welch"  # ... and of one judged by Welch's t on its summaries (``by_summary``)
+
+
+def usable(summary: stats.Summary | None) -> bool:
+    """A summary a test can be made of: a positive mean, a spread, two timings or more."""
+    return summary is not None and summary[0] > 0 and summary[1] >= 0 and summary[2] >= 2
+
+
+def by_summary(v: Verdict, base: stats.Summary, head: stats.Summary, alpha: float,
+               conf: float) -> None:  # fmt: skip
+    """The note and evidence of a cell judged by Welch's t on the two sides' summaries (mean,
+    standard deviation, rounds: ``stats.welch``), where neither side kept raw samples (a
+    pytest-benchmark run saved without its rounds' data). Its p joined Holm's correction with
+    the run's other tests (``v.status`` is set from it); ``v.interval`` is the ``conf``
+    interval of mean(head)/mean(base) (``stats.summary_ratio_interval``). Evidence as for the
+    other tests (``RULE``): unchanged with the power to see the threshold, or with that
+    interval under it, else inconclusive."""
+    lower = v.policy.kind == "latency"
+    v.detectable = stats.summary_min_detectable(base, head, alpha, v.policy.threshold, lower)
+    v.note = join_notes(v.note, (
+        f"no raw samples: Welch's t on the summaries (mean {base[0]:.4g} -> {head[0]:.4g}, "
+        f"stddev {base[1]:.3g} -> {head[1]:.3g}, {base[2]} and {head[2]} rounds), "
+        f"p {v.p:.2g} (Holm {v.p_adj:.2g})"
+    ))  # fmt: skip
+    if v.status == Status.UNCHANGED:
+        evidence(v, v.detectable, name=f"{conf:.0%} interval of the means' ratio")
 
 
 def by_interval(v: Verdict, base_ci: tuple[float, float], head_ci: tuple[float, float]) -> None:
@@ -470,7 +524,8 @@ def cells(store: Store, run_ids: list[str]) -> dict[Key, Cell]:
     pooled = pool(
         Cell(row["benchmark"], row["metric"], row["param_key"], json.loads(row["params"]),
              row["unit"], _samples(row), failures=int(row["status"] == FAILED),
-             ci=(row["ci_99_a"], row["ci_99_b"]) if row["ci_99_a"] is not None else None)
+             ci=(row["ci_99_a"], row["ci_99_b"]) if row["ci_99_a"] is not None else None,
+             summary=_summary(row))
         for row in rows
     )  # fmt: skip
     seen = Counter((r["benchmark"], r["metric"], r["param_key"]) for r in rows)
@@ -478,6 +533,14 @@ def cells(store: Store, run_ids: list[str]) -> dict[Key, Cell]:
     for key, cell in pooled.items():
         cell.absent = runs - seen[key]
     return pooled
+
+
+def _summary(row: dict) -> stats.Summary | None:
+    """A row's (mean, standard deviation, rounds) where it kept those and no raw samples."""
+    if row["samples"] or row["status"] == FAILED:
+        return None
+    values = (row.get("mean"), row.get("stddev"), row.get("stats_repeat"))
+    return None if None in values else (float(values[0]), float(values[1]), int(values[2]))
 
 
 def _samples(row: dict) -> list[float]:

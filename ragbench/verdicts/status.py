@@ -40,6 +40,7 @@ class Status(StrEnum):
     SHORT = "short"
     ENV_CHANGE = "env-change"
     STALE = "stale"  # main's history: the series' last point is older than the machine's run
+    SETTINGS = "settings-changed"  # main's history: the newest run was timed otherwise
     INFO = "info"
 
 
@@ -60,8 +61,11 @@ MEANING = {
     Status.HASH_CHANGED: "the output hash changed: reported, never a failure",
     Status.ACCEPTED: "a maintainer accepted this change: the new baseline",
     Status.SHORT: "too few earlier runs in this environment to judge",
-    Status.ENV_CHANGE: "the environment (torch, triton, driver ...) changed: judged from the "
-    "new one",
+    Status.ENV_CHANGE: "the environment changed (what its runs record: the Python, packages, "
+    "GPU or driver): judged from the new one",
+    Status.SETTINGS: "the harness timed the newest run otherwise (asv's number or repeat, "
+    "pytest-benchmark's iterations or rounds, by 2x or more): a measurement setting changed, "
+    "not the code; listed apart",
     Status.STALE: "the series' last point is older than its machine's newest run (a dropped "
     "environment or cell): not judged",
     Status.INFO: "recorded and shown, never judged (not calibrated)",

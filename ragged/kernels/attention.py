@@ -35,6 +35,22 @@ from .launch import Launcher, specializable
 LOG2E = 1.4426950408889634
 
 
+@triton.jit
+def gdc_launch_dependents():
+    """``griddepcontrol.launch_dependents``: the next kernel of a programmatic dependent launch
+    may start once every program of this one ran this (or exited); a no-op otherwise."""
+    tl.inline_asm_elementwise("griddepcontrol.launch_dependents; // $0", "=r", [],
+                              dtype=tl.int32, is_pure=False, pack=1)  # fmt: skip
+
+
+@triton.jit
+def gdc_wait():
+    """``griddepcontrol.wait``: until the kernel this one depends on completed and its writes
+    are visible (at once outside a programmatic dependent launch)."""
+    tl.inline_asm_elementwise("griddepcontrol.wait; // $0", "=r", [], dtype=tl.int32,
+                              is_pure=False, pack=1)  # fmt: skip
+
+
 # Strides stay specializable: Triton's "divisible by 16" lets it emit 16-byte loads (2.5x faster
 # at BS=64/0% than tl.multiple_of hints on unspecialized strides, which it ignored).
 @triton.jit(
@@ -51,12 +67,19 @@ def _varlen_fwd_kernel(
     BLOCK_N: tl.constexpr,
     IEEE_DOT: tl.constexpr,
     DELAY_CYCLES: tl.constexpr,
+    PDL: tl.constexpr,
 ):  # fmt: skip
+    # PDL (variants.py): a programmatic dependent launch; 1: the next kernel may launch at once,
+    # 2: once every program has stored its tile (or had nothing to do). 0/False: the default.
+    if PDL == 1:
+        gdc_launch_dependents()
     pid = tl.program_id(0)
     m_block = pid % num_m_blocks
     seq_head = pid // num_m_blocks
     head = seq_head % num_heads
     seq = seq_head // num_heads
+    if PDL:  # the kernel before this one has finished writing what it reads
+        gdc_wait()
 
     seq_start = tl.load(cu_seqlens + seq)
     seq_len = tl.load(cu_seqlens + seq + 1) - seq_start
@@ -112,6 +135,8 @@ def _varlen_fwd_kernel(
         acc = acc / l_i[:, None]
         o_ptrs = O + (row0 + offs_m[:, None]) * stride_ot + head64 * stride_oh + offs_d[None, :]
         tl.store(o_ptrs, acc.to(O.dtype.element_ty), mask=m_ok[:, None] & d_ok[None, :])
+    if PDL == 2:
+        gdc_launch_dependents()
     if DELAY_CYCLES > 0:  # an injected slowdown (ragbench's calibration); compiled out at 0
         t0 = tl.inline_asm_elementwise(
             "mov.u64 $0, %clock64;", "=l", [], dtype=tl.int64, is_pure=False, pack=1
@@ -124,6 +149,7 @@ def _varlen_fwd_kernel(
 
 
 _launcher = Launcher(_varlen_fwd_kernel)
+varlen_fwd_kernel = _varlen_fwd_kernel  # the kernel itself, for variants.py's launches
 
 
 @dataclass(frozen=True, eq=False)  # hashed by identity: the Launcher key, one per shape
@@ -154,6 +180,7 @@ def _make_plan(device_index, dtype, head_dim, max_seqlen, config) -> Plan:
         "BLOCK_N": cfg.block_n,
         "IEEE_DOT": dtype == torch.float32,
         "DELAY_CYCLES": cfg.delay_cycles,
+        "PDL": False,
     }
     plan = _plan_of[(device_index, dtype, head_dim, cfg)] = Plan(cfg, constexprs, device_index)
     return plan

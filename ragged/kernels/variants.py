@@ -21,6 +21,15 @@ kernel (H100): a chain of dependent latencies, not arithmetic. What each variant
     the true start only where the guess was wrong. Uniform batches lose the dependent round.
   * ``onetile spec 3d``: as ``onetile spec``, launched on a 3-D grid (query tile, head,
     sequence): the sequence index the first loads need comes without two integer divisions.
+  * ``... pdl``: launched as a programmatic dependent launch (Hopper's grid dependency
+    control): every program first lets the next kernel of the stream launch, then waits for
+    the kernel before it to finish (``griddepcontrol.wait``) before its first load. The next
+    call's programs are then resident and waiting while this one runs, so the launch latency
+    between back-to-back calls overlaps the work; what any call reads is still written by
+    then. On the interpreter (no such instruction) it runs without it: the same arithmetic.
+    ``... pdl late``: the same, but the next kernel may launch only once every program has
+    stored its output (or had none): its programs then wait for less time, holding no SM
+    slot that this kernel's programs could still use.
 
 Each variant is checked against ``ragged.reference`` before it is timed
 (tests/test_attention.py on the interpreter, the sweep on the GPU).
@@ -73,6 +82,7 @@ def _onetile_kernel(
     IEEE_DOT: tl.constexpr,
     SPECULATE: tl.constexpr,
     GRID3: tl.constexpr,
+    PDL: tl.constexpr,
 ):  # fmt: skip
     """One program per (query tile, sequence, head); every key of the sequence in one tile
     (the launcher guarantees max_seqlen <= BLOCK_N).
@@ -83,7 +93,12 @@ def _onetile_kernel(
     uniform batches lose the dependent round, any batch stays exact.
 
     ``GRID3``: a 3-D grid (query tile, head, sequence) instead of the flattened one: the
-    sequence index, which the first load's address needs, without two integer divisions."""
+    sequence index, which the first load's address needs, without two integer divisions.
+
+    ``PDL``: launched as a programmatic dependent launch: wait for the previous kernel just
+    before the first load, and let the next kernel launch at once (1) or after the store (2)."""
+    if PDL == 1:
+        KA.gdc_launch_dependents()
     if GRID3:  # grid (query tiles, heads, sequences): no division before the first load
         m_block = tl.program_id(0)
         head = tl.program_id(1)
@@ -103,6 +118,8 @@ def _onetile_kernel(
     q_head = Q + head64 * stride_qh
     k_head = K + head64 * stride_kh
     v_head = V + head64 * stride_vh
+    if PDL:  # everything above is address arithmetic; every load comes after this
+        KA.gdc_wait()
 
     if SPECULATE:  # issued before the sequence bounds are known
         g0 = seq.to(tl.int64) * guess_len
@@ -181,6 +198,8 @@ def _onetile_kernel(
         acc = acc / l_i[:, None]
         o_ptrs = O + (row0 + offs_m[:, None]) * stride_ot + head64 * stride_oh + offs_d[None, :]
         tl.store(o_ptrs, acc.to(O.dtype.element_ty), mask=m_ok[:, None] & d_ok[None, :])
+    if PDL == 2:
+        KA.gdc_launch_dependents()
 
 
 @dataclass(frozen=True)
@@ -197,6 +216,10 @@ class Variant:
     num_stages: int = 2
     speculate: bool = False  # onetile: load from the uniform-length guess of the start first
     grid3: bool = False  # onetile: grid (query tiles, heads, sequences), no index divisions
+    # A programmatic dependent launch (sm_90 and later): 0 none, 1 (True) the next kernel may
+    # launch at once, 2 once every program stored its output
+    pdl: int = 0
+    max_keys: int = 0  # onetile: the longest max_seqlen it takes (0: the rules of ``applies``)
 
     def applies(self, max_seqlen: int, dtype: torch.dtype = torch.float16) -> bool:
         """Whether this variant runs a batch whose longest sequence is ``max_seqlen``: a
@@ -205,6 +228,8 @@ class Variant:
         if self.kind == "loop":
             return True
         if self.num_warps == 1 and max_seqlen > ONETILE_MAX_ONE_WARP:
+            return False
+        if self.max_keys and max_seqlen > self.max_keys:
             return False
         return max_seqlen <= (ONETILE_MAX_FP32 if dtype == torch.float32 else ONETILE_MAX)
 
@@ -226,6 +251,25 @@ VARIANTS = (
     Variant("onetile spec 3d m16 w4", "onetile", 16, 0, 4, 1, speculate=True, grid3=True),
     Variant("onetile spec 3d m16 w1", "onetile", 16, 0, 1, 1, speculate=True, grid3=True),
     Variant("onetile spec 3d m32 w4", "onetile", 32, 0, 4, 1, speculate=True, grid3=True),
+    # Larger query tiles: fewer programs re-reading a sequence's keys (BS 8 / 50%: 672
+    # programs of 16 rows read 21 MB of K and V from L2, 96 of 128 rows 4.6 MB).
+    Variant("onetile spec 3d m64 w4", "onetile", 64, 0, 4, 1, True, True, max_keys=128),
+    Variant("onetile spec 3d m128 w4", "onetile", 128, 0, 4, 1, True, True, max_keys=128),
+    Variant("onetile spec 3d m128 w8", "onetile", 128, 0, 8, 1, True, True, max_keys=128),
+    Variant("onetile spec 3d m16 w2", "onetile", 16, 0, 2, 1, True, True, max_keys=128),
+    Variant("loop 128x64 w8 s2", "loop", 128, 64, 8, 2),
+    # Programmatic dependent launch: the launch latency between calls overlapped.
+    Variant("loop 64x64 w4 s2 pdl", "loop", 64, 64, 4, 2, pdl=True),
+    Variant("onetile m16 w4 pdl", "onetile", 16, 0, 4, 1, pdl=True),
+    Variant("onetile spec 3d m16 w4 pdl", "onetile", 16, 0, 4, 1, True, True, pdl=True),
+    Variant("onetile spec 3d m64 w4 pdl", "onetile", 64, 0, 4, 1, True, True, True, 128),
+    Variant("onetile spec 3d m32 w4 pdl", "onetile", 32, 0, 4, 1, True, True, True, 128),
+    Variant("onetile spec 3d m16 w2 pdl", "onetile", 16, 0, 2, 1, True, True, True, 128),
+    Variant("loop 128x64 w8 s2 pdl", "loop", 128, 64, 8, 2, pdl=True),
+    Variant("onetile spec 3d m128 w8 pdl", "onetile", 128, 0, 8, 1, True, True, True, 128),
+    Variant("loop 64x64 w4 s2 pdl late", "loop", 64, 64, 4, 2, pdl=2),
+    Variant("onetile spec 3d m16 w4 pdl late", "onetile", 16, 0, 4, 1, True, True, pdl=2),
+    Variant("onetile spec 3d m64 w4 pdl late", "onetile", 64, 0, 4, 1, True, True, 2, 128),
 )
 
 
@@ -249,6 +293,17 @@ def run(
     No host synchronisation: capturable in a CUDA graph. ValueError where it does not apply."""
     if not variant.applies(max_seqlen, q.dtype):
         raise ValueError(f"{variant.name}: max_seqlen {max_seqlen} too long for one tile")
+    if variant.pdl and q.is_cuda and torch.cuda.get_device_capability(q.device) < (9, 0):
+        raise ValueError(f"{variant.name}: griddepcontrol needs sm_90 or later")
+    if variant.kind == "loop" and variant.pdl and q.is_cuda:
+        plan, grid, scalars, _ = KA.launch_args(q, k, v, out, cu_seqlens, max_seqlen,
+                                                softmax_scale, variant.config())  # fmt: skip
+        if grid[0]:
+            KA.varlen_fwd_kernel[grid](
+                q, k, v, out, cu_seqlens, *scalars, **(plan.constexprs | {"PDL": variant.pdl}),
+                num_warps=variant.num_warps, num_stages=variant.num_stages, launch_pdl=True,
+            )  # fmt: skip
+        return out
     if variant.kind == "loop":
         return KA.varlen_attention_triton(
             q, k, v, cu_seqlens, max_seqlen, softmax_scale, out, variant.config()
@@ -261,6 +316,8 @@ def run(
     if variant.grid3 and (heads > 65535 or batch > 65535):
         raise ValueError(f"{variant.name}: a 3-D grid holds at most 65535 heads and sequences")
     grid = (num_m_blocks, heads, batch) if variant.grid3 else (programs,)
+    pdl = variant.pdl if q.is_cuda else 0  # the interpreter has no grid dependency control
+    launch = {"launch_pdl": True} if pdl else {}
     _onetile_kernel[grid](
         q, k, v, out, cu_seqlens, softmax_scale * KA.LOG2E,
         q.stride(0), q.stride(1), k.stride(0), k.stride(1), v.stride(0), v.stride(1),
@@ -268,6 +325,6 @@ def run(
         HEAD_DIM=head_dim, BLOCK_D=max(16, triton.next_power_of_2(head_dim)),
         BLOCK_M=variant.block_m, BLOCK_N=onetile_block_n(max_seqlen),
         IEEE_DOT=q.dtype == torch.float32, SPECULATE=variant.speculate, GRID3=variant.grid3,
-        num_warps=variant.num_warps, num_stages=variant.num_stages,
+        PDL=pdl, num_warps=variant.num_warps, num_stages=variant.num_stages, **launch,
     )  # fmt: skip
     return out

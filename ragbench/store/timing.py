@@ -1,0 +1,89 @@
+"""How a harness timed a cell (its measurement settings), and whether a step of a series or a
+gate's pair moved them.
+
+asv times a cell in ``repeat`` samples of ``number`` calls each (the store's ``stats_number``
+and ``stats_repeat``); pytest-benchmark in ``rounds`` of ``iterations`` calls each (kept in
+the same columns: iterations as the calls per sample, rounds as the samples). Another number
+of calls per sample moves the figure by itself (caches, warm-up, the timer's own cost):
+django's published asv results went from ``number`` ~89,000 to 1 between two nights, and 43
+cells stepped up by up to 14,000% with no change of the code. A change of a setting by
+``FACTOR`` or more is a **measurement setting change**, not a code change, except where the
+harness's own calibration explains it: asv (and pytest-benchmark) choose the calls per sample
+so that a sample takes about the same time, so code that got 3x slower is timed with a third
+of the calls, and the sample's duration (calls x value) stays put. Such a move is the code's.
+Below ``FACTOR`` (form_clean: 412 to 427 calls over 400 runs) it is calibration jitter.
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+
+FACTOR = 2
+# The words of each harness's settings: calls per sample, then samples.
+NAMES = {"asv": ("number", "repeat"), "pytest-benchmark": ("iterations", "rounds")}
+CALLS = ("number", "iterations")
+WORDS = "measurement setting changed"
+
+
+def of(source: str | None, number, repeat) -> dict:
+    """A point's settings as the store keeps them (``timing`` columns): ``{"number": 100,
+    "repeat": 10}`` for asv, ``{"iterations": 10, "rounds": 5}`` for pytest-benchmark; {} where
+    the harness recorded none."""
+    calls, samples = NAMES.get(source or "asv", NAMES["asv"])
+    return {k: int(v) for k, v in ((calls, number), (samples, repeat)) if v is not None}
+
+
+def parse(stored) -> dict:
+    """Settings as a ``timing`` column holds them (JSON text, or parsed), without the ones the
+    harness left out; {} for none."""
+    if isinstance(stored, str):
+        stored = json.loads(stored)
+    return {k: int(v) for k, v in (stored or {}).items() if v is not None}
+
+
+def typical(settings: list[dict]) -> dict:
+    """The median of each setting over several points (a lookback's), {} where none has it."""
+    keys = {k for s in settings for k in s}
+    return {k: statistics.median_low([s[k] for s in settings if k in s]) for k in sorted(keys)}
+
+
+def _harness(settings: dict) -> str:
+    return "asv" if {"number", "repeat"} & set(settings) else "pytest-benchmark"
+
+
+def changed(before: dict | None, after: dict | None, before_value=None,
+            after_value=None) -> str | None:  # fmt: skip
+    """The settings that moved by ``FACTOR`` or more between two points (``asv number 89287 ->
+    1``), where the harness's calibration does not explain the move (see the module); None where
+    none did, or where either side recorded none. ``before_value``, ``after_value``: the
+    figures measured with them (without them no move counts as calibration)."""
+    if not before or not after:
+        return None
+    moved = []
+    calls_before = next((before[k] for k in CALLS if k in before), 1)
+    calls_after = next((after[k] for k in CALLS if k in after), 1)
+    for key in sorted(set(before) & set(after), key=lambda k: k not in CALLS):
+        a, b = before[key], after[key]
+        if not a or not b or max(a, b) < FACTOR * min(a, b):
+            continue
+        # the time a sample takes (calls x value), or a run of them (samples x calls x value)
+        scale = (1, 1) if key in CALLS else (calls_before, calls_after)
+        if _calibrated(a * scale[0], b * scale[1], before_value, after_value):
+            continue
+        moved.append(f"{key} {a} -> {b}")
+    return f"{_harness(before)} " + ", ".join(moved) if moved else None
+
+
+def _calibrated(a, b, before_value, after_value) -> bool:
+    """Whether settings ``a`` -> ``b`` kept the time they take within ``FACTOR``: the harness
+    chose them for the figure, as its calibration does."""
+    if not before_value or not after_value or before_value <= 0 or after_value <= 0:
+        return False
+    x, y = a * before_value, b * after_value
+    return max(x, y) < FACTOR * min(x, y)
+
+
+def words(moved: str) -> str:
+    """``measurement setting changed: asv number 89287 -> 1``."""
+    return f"{WORDS}: {moved}"

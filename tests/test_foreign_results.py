@@ -1,0 +1,367 @@
+"""Another project's results (tests/data/public) judged and followed up as that project's:
+runs saved with only their summaries (pytest-benchmark's saved runs keep no rounds' data) are
+judged by Welch's t on those summaries; a run of a checkout with uncommitted changes stays out
+of main's history unless asked for; an alert of another asv project links to that project's
+commits and names its benchmarks and config in its commands."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+from conftest import ingest
+
+from ragbench import cli
+from ragbench.store import Store
+
+PUBLIC = Path(__file__).resolve().parent / "data" / "public"
+STORAGE = PUBLIC / "pytest-benchmark"  # pytest-benchmark's own saved runs: all dirty
+LAGOM = PUBLIC / "pytest-benchmark-lagom"  # lagom's CI: clean
+FIRST, LAST = sorted(STORAGE.glob("*.json"))[0], sorted(STORAGE.glob("*.json"))[-1]
+OTHER = "b87b9aae14ff14a7887a6bbaa9731b9a8760555d"  # the commit the first files' names carry
+
+
+def ragbench(capsys, *args) -> tuple[int, str]:
+    capsys.readouterr()
+    try:
+        code = cli.main([str(a) for a in args])
+    except SystemExit as exc:
+        code = exc.code
+    out = capsys.readouterr()
+    return code, out.out + out.err
+
+
+def test_a_dirty_run_stays_out_of_mains_history_unless_asked(tmp_path, capsys):
+    """pytest-benchmark's own saved runs were measured in a checkout with uncommitted changes
+    (``commit_info.dirty``): ingest skips each and says so (exit 0: nothing was wrong with the
+    files); ``--dirty`` stores them. lagom's clean runs are stored either way."""
+    path = tmp_path / "perf.duckdb"
+    code, out = ragbench(capsys, "ingest", "--store", path, STORAGE, LAGOM)
+    assert code == 0, out
+    assert "3 file(s) stored" in out and "8 skipped as dirty" in out, out
+    assert f"skipped {FIRST}: measured in a checkout with uncommitted changes" in out
+    assert "minibox" not in Store(path, read_only=True).machines()
+    code, out = ragbench(capsys, "ingest", "--store", path, "--dirty", STORAGE)
+    assert code == 0 and "8 file(s) stored" in out, out
+    assert "minibox" in Store(path, read_only=True).machines()
+
+
+def pair(tmp_path: Path, slower: float = 1.0) -> Path:
+    """Two of pytest-benchmark's saved runs of one cell (the first and the last of its 30,
+    9,987 and 9,710 rounds), the second as if of another commit, its timings ``slower``
+    times the real ones; both ingested (``dirty``: they are)."""
+    src = tmp_path / "runs"
+    src.mkdir()
+    (src / "base.json").write_text(FIRST.read_text())
+    data = json.loads(LAST.read_text())
+    data["commit_info"]["id"] = OTHER
+    for b in data["benchmarks"]:
+        for k in ("min", "max", "mean", "stddev", "median", "iqr", "q1", "q3"):
+            b["stats"][k] *= slower
+    (src / "head.json").write_text(json.dumps(data))
+    with Store(tmp_path / "perf.duckdb") as s:
+        report = ingest(s, [src], dirty=True)
+    assert len(report.stored) == 2
+    return tmp_path / "perf.duckdb"
+
+
+def gate(capsys, store: Path) -> tuple[int, str]:
+    return ragbench(capsys, "gate", "--stored", "--store", store, "--machine", "minibox",
+                    "--base", "5b78858e", "--head", OTHER[:8], "--no-drift")  # fmt: skip
+
+
+def test_summary_only_runs_are_judged_by_welchs_t_on_their_summaries(tmp_path, capsys):
+    """No raw samples, one run a side: before, "too few samples (1 base, 1 head)" and
+    inconclusive, whatever the runs held. Now Welch's t on mean, stddev and rounds: the real
+    pair passes with the power to see 10% (and the interval of the means' ratio), and the
+    verdict names the test."""
+    code, out = gate(capsys, pair(tmp_path))
+    assert code == 0 and "ragbench gate: PASS" in out, out
+    assert "too few samples" not in out
+    assert "Welch's t on the summaries" in out and "9987 and 9710 rounds" in out, out
+    assert "judged by Welch's t on their summaries" in out, out
+
+
+def test_a_summary_only_slowdown_fails_by_welchs_t(tmp_path, capsys):
+    """The same pair with head's timings 1.5 times the real ones: a regression, by the
+    summaries' test (it was inconclusive: never a fail)."""
+    code, out = gate(capsys, pair(tmp_path, slower=1.5))
+    assert code == 1 and "ragbench gate: FAIL" in out, out
+    assert "Welch's t on the summaries" in out and "regression" in out.lower(), out
+
+
+ASTROPY = PUBLIC / "asv-astropy"  # asv's astropy results, its config beside them
+BASE, HEAD = "e29770c2", "42100650"  # two commits of py2.7-Cython-numpy1.8 on "cheetah"
+
+
+def astropy_store(tmp_path: Path, capsys, *more) -> Path:
+    """astropy's results ingested as main's history (its config above them)."""
+    path = tmp_path / "perf.duckdb"
+    code, out = ragbench(capsys, "ingest", "--store", path, "--branch", "main", *more,
+                         ASTROPY / "results")  # fmt: skip
+    assert code == 0, out
+    return path
+
+
+def an_alert(store: Path) -> dict:
+    """An alert of astropy's ``cheetah`` as ``Store.alerts`` gives one (a row of ``alerts``
+    with its ``alert_cells``): its range the two commits, its cell a real benchmark of the
+    results with its values there."""
+    s = Store(store)
+    runs = {r["commit_hash"][:8]: r for r in s.runs(machine="cheetah")}
+    value = {
+        c: next(m["median"] for m in s.measurements([runs[c]["run_id"]])
+                if (m["benchmark"], m["metric"]) == ("time_units", "time_unit_parse"))
+        for c in (BASE, HEAD)
+    }  # fmt: skip
+    runs = {c: r["commit_hash"] for c, r in runs.items()}
+    cell = {
+        "environment": "py2.7-Cython-numpy1.8",
+        "benchmark": "time_units",
+        "metric": "time_unit_parse",
+        "param_key": "",
+        "unit": "seconds",
+        "kind": "latency",
+        "before": value[BASE],
+        "after": value[HEAD],
+        "ratio_lo": None,
+        "ratio_hi": None,
+    }
+    return {"machine": "cheetah", "commit_hash": runs[HEAD], "prev_commit_hash": runs[BASE],
+            "commit_time": None, "state": "new", "reason": None, "fixed_by": None,
+            "cells": [{**cell, "found_by": "change point"}]}  # fmt: skip
+
+
+def test_the_store_keeps_the_project_its_asv_results_are_of(tmp_path, capsys):
+    """Ingest finds astropy's asv.conf.json above the results and keeps, for its machine,
+    its repo and show_commit_url (before: only its name, for the dashboard's title); one
+    given with --config is kept where none is above the files."""
+    from ragbench import project
+
+    kept = project.load(Store(astropy_store(tmp_path, capsys)), "cheetah")
+    assert kept is not None, "nothing kept"
+    assert kept.repo == "https://github.com/astropy/astropy.git"
+    assert kept.show_commit_url == "https://github.com/astropy/astropy/commit/"
+    assert kept.config == str((ASTROPY / "asv.conf.json").resolve())
+    alone = tmp_path / "alone"
+    (alone / "cheetah").mkdir(parents=True)
+    for f in (ASTROPY / "results" / "cheetah").glob("*.json"):
+        (alone / "cheetah" / f.name).write_text(f.read_text())
+    path = tmp_path / "b.duckdb"
+    code, out = ragbench(capsys, "ingest", "--store", path, alone)
+    assert code == 0 and project.load(Store(path), "cheetah") is None, out
+    code, out = ragbench(capsys, "ingest", "--store", path, "--config",
+                         ASTROPY / "asv.conf.json", alone)  # fmt: skip
+    assert code == 0 and project.load(Store(path), "cheetah").name == "astropy", out
+
+
+def test_an_alert_of_another_project_links_and_measures_that_project(tmp_path, capsys):
+    """An alert of astropy's results: its link is astropy's compare page (before: this
+    checkout's origin), the re-measure gate names astropy's config and environment and
+    selects the benchmark by its asv name (asv's own parser takes it), and the bisection is
+    asv's own ``asv find`` in that config (this checkout has none of its commits)."""
+    import shlex
+
+    from asv.commands import make_argparser
+
+    from ragbench import follow_up, project
+    from ragbench.commands import alerts as alerts_command
+    from ragbench.commands.gate import add_parser
+
+    store = astropy_store(tmp_path, capsys)
+    alert, kept = an_alert(store), project.load(Store(store), "cheetah")
+    text = alerts_command.text(alert, "https://github.com/ragged/ragged", [], kept)
+    assert (f"https://github.com/astropy/astropy/compare/{alert['prev_commit_hash']}..."
+            f"{alert['commit_hash']}") in text, text  # fmt: skip
+    assert "ragged/ragged" not in text
+    repro = follow_up.repro_command(alert, kept)
+    words = shlex.split(repro)
+    conf = str((ASTROPY / "asv.conf.json").resolve())
+    assert words[:4] == ["ragbench", "gate", "--config", conf], repro
+    import argparse
+
+    parser = argparse.ArgumentParser()
+    add_parser(parser.add_subparsers())
+    args = parser.parse_args(words[1:])
+    assert (args.config, args.environment, args.machine) == (
+        Path(conf), "py2.7-Cython-numpy1.8", "cheetah")  # fmt: skip
+
+    (bench,) = args.bench
+    names = json.loads((ASTROPY / "results" / "benchmarks.json").read_text())
+    assert [n for n in names if re.search(bench, n)] == ["time_units.time_unit_parse"]
+    find = shlex.split(follow_up.bisect_command(alert, kept))
+    assert find[:4] == ["asv", "find", "--config", conf], find
+    asv_args = make_argparser()[0].parse_args(find[1:])
+    assert asv_args.range == f"{alert['prev_commit_hash'][:12]}..{alert['commit_hash'][:12]}"
+    assert [n for n in names if re.search(asv_args.bench, n)] == ["time_units.time_unit_parse"]
+
+
+def test_a_gate_of_another_projects_commits_names_its_config(tmp_path, capsys):
+    """``ragbench gate`` (measuring) of astropy's commits, which this checkout lacks: one
+    line, exit 2, naming the --config to pass (before: git's "Needed a single revision")."""
+    store = astropy_store(tmp_path, capsys)
+    code, out = ragbench(capsys, "gate", "--store", store, "--machine", "cheetah", "--base",
+                         BASE, "--head", HEAD)  # fmt: skip
+    assert code == 2, out
+    conf = str((ASTROPY / "asv.conf.json").resolve())
+    assert f"pass --config {conf}" in out and "astropy's results" in out, out
+    assert len(out.strip().splitlines()) == 1, out
+
+
+FAKE_ASV = '''
+"""asv as far as ``ragbench gate`` and ``bisect --config`` call it: ``machine`` does nothing,
+``run`` writes the project's real result file of the commit it is given (``SHA^!``), its start
+times moved by the calls so far (a new run each time), into the config's results directory;
+``find`` names the last commit of its range. Each call logged with its config."""
+import json, os, pathlib, sys
+
+import json5
+
+args = sys.argv[1:]
+log = pathlib.Path(os.environ["FAKE_ASV_LOG"])
+calls = log.read_text().count("\\n") if log.exists() else 0
+conf = json5.loads(pathlib.Path(args[args.index("--config") + 1]).read_text())
+with log.open("a") as fh:
+    fh.write(json.dumps({"argv": args, "cwd": os.getcwd(), "conf": conf}) + "\\n")
+if args[0] == "find":
+    print(f"Greatest regression found: {args[-2].split('..')[1][:8]}")
+if args[0] == "run":
+    machine, sha = args[args.index("--machine") + 1], args[-1].removesuffix("^!")
+    src = pathlib.Path(os.environ["FAKE_ASV_RESULTS"])
+    data = json.loads(next(src.glob(f"{sha[:8]}-py2.7-Cython-numpy1.8.json")).read_text())
+    at = data["result_columns"].index("started_at")
+    for row in data["results"].values():
+        if len(row) > at and row[at] is not None:
+            row[at] += 1000 * calls
+    out = pathlib.Path(conf["results_dir"]) / machine
+    out.mkdir(parents=True, exist_ok=True)
+    (out / f"{sha[:8]}-py2.7-Cython-numpy1.8.json").write_text(json.dumps(data))
+    (out / "machine.json").write_text((src / "machine.json").read_text())
+    (out.parent / "benchmarks.json").write_text((src.parent / "benchmarks.json").read_text())
+'''
+
+
+def test_a_gate_with_another_projects_config_runs_its_asv_there(tmp_path, capsys, monkeypatch):
+    """``ragbench gate --config`` measures base and head of astropy with asv and astropy's
+    config (asv here replaced by one that writes astropy's real result file of the commit it
+    is asked for): asv runs in the config's directory, with the config's paths made absolute
+    and its results in the gate's own directory, one commit a call (``SHA^!``), the cells
+    selected by --bench; the results are judged (before: no --config, exit 2)."""
+    fake = tmp_path / "fake"
+    (fake / "asv").mkdir(parents=True)
+    (fake / "asv" / "__init__.py").write_text("")
+    (fake / "asv" / "__main__.py").write_text(FAKE_ASV)
+    log = tmp_path / "asv.log"
+    monkeypatch.setenv("PYTHONPATH", str(fake))
+    monkeypatch.setenv("FAKE_ASV_LOG", str(log))
+    monkeypatch.setenv("FAKE_ASV_RESULTS", str(ASTROPY / "results" / "cheetah"))
+    bench = r"^time_units\.time_unit_parse$"
+    code, out = ragbench(capsys, "gate", "--store", tmp_path / "g.duckdb", "--machine",
+                         "cheetah", "--config", ASTROPY / "asv.conf.json", "--base", BASE,
+                         "--head", HEAD, "--rounds", "1", "--bench", bench)  # fmt: skip
+    verdict = re.search(r"ragbench gate: (PASS|FAIL|INCONCLUSIVE)", out)
+    assert verdict and code == (0 if verdict.group(1) == "PASS" else 1), out
+    assert "time_units.time_unit_parse" in out, out
+    calls = [json.loads(line) for line in log.read_text().splitlines()]
+    runs = [c for c in calls if c["argv"][0] == "run"]
+    assert [r["argv"][-1] for r in runs[:2]] == [f"{BASE}^!", f"{HEAD}^!"], runs
+    assert [r["argv"][r["argv"].index("--bench") + 1] for r in runs[:2]] == [bench, bench]
+    root = str(ASTROPY.resolve())
+    assert all(c["cwd"] == root for c in calls), calls
+    for r in runs:  # base and head, then the cells the gate measures once more
+        argv = r["argv"]
+        assert "--bench" in argv and "--record-samples" in argv, argv
+        conf = r["conf"]
+        assert conf["benchmark_dir"] == str(ASTROPY.resolve() / "benchmark")
+        assert conf["repo"] == "https://github.com/astropy/astropy.git"
+        assert not conf["results_dir"].startswith(root)
+
+
+def test_a_bisection_with_another_projects_config_is_asvs_own(tmp_path, capsys, monkeypatch):
+    """``ragbench bisect --config``: asv's own search (``asv find``) in astropy's directory,
+    with its config, over GOOD..BAD, the benchmark by its asv name (asv here replaced as in
+    the gate's test); the commit it names is the answer (before: no --config, exit 2)."""
+    fake = tmp_path / "fake"
+    (fake / "asv").mkdir(parents=True)
+    (fake / "asv" / "__init__.py").write_text("")
+    (fake / "asv" / "__main__.py").write_text(FAKE_ASV)
+    log = tmp_path / "asv.log"
+    monkeypatch.setenv("PYTHONPATH", str(fake))
+    monkeypatch.setenv("FAKE_ASV_LOG", str(log))
+    code, out = ragbench(capsys, "bisect", "--config", ASTROPY / "asv.conf.json", "--cell",
+                         "time_units.time_unit_parse ", "--good", BASE, "--bad", HEAD,
+                         "--machine", "cheetah")  # fmt: skip
+    assert code == 0, out
+    assert f"First commit of the step (asv find, time_units.time_unit_parse ): {HEAD}" in out
+    (call,) = [c for c in map(json.loads, log.read_text().splitlines()) if c["argv"][0] == "find"]
+    conf = str((ASTROPY / "asv.conf.json").resolve())
+    assert call["argv"] == ["find", "--config", conf, "--machine", "cheetah",
+                            f"{BASE}..{HEAD}", r"^time_units\.time_unit_parse$"]  # fmt: skip
+    assert call["cwd"] == str(ASTROPY.resolve())
+
+
+def test_a_cell_the_projects_suite_no_longer_has_is_not_re_measured(tmp_path, capsys):
+    """django-asv dropped benchmarks its old results hold (``query.QueryAll``...): a command
+    selecting one would measure nothing. A cell whose benchmark the project's
+    ``benchmarks.json`` does not list is named as gone, left out of the re-measure and the
+    bisection, and with no cell left there is no command (before: a --bench for it)."""
+    from ragbench import follow_up, project
+    from ragbench.commands import alerts as alerts_command
+
+    store = astropy_store(tmp_path, capsys)
+    alert, kept = an_alert(store), project.load(Store(store), "cheetah")
+    dropped = {**alert["cells"][0], "benchmark": "time_units", "metric": "time_dropped"}
+    both = {**alert, "cells": [dropped, *alert["cells"]]}
+    assert follow_up.gone_cells(both, kept) == [("time_units", "time_dropped", "")]
+    assert "time_dropped" not in follow_up.repro_command(both, kept)
+    assert "time_unit_parse" in follow_up.bisect_command(both, kept)
+    alone = {**alert, "cells": [dropped]}
+    assert follow_up.repro_command(alone, kept) is None
+    assert follow_up.bisect_command(alone, kept) is None
+    text = alerts_command.text(alone, None, [], kept)
+    assert "No longer in astropy's suite" in text and "Re-measure" not in text, text
+
+
+def test_a_pytest_benchmark_alert_re_measures_with_pytest(tmp_path):
+    """A pytest-benchmark cell's re-measurement names the test as pytest does (the saved
+    run's ``fullname``), run by pytest-benchmark at both commits, ingested off main and gated
+    as stored (before: ``ragbench gate --bench '...::test_xfast_parametrized\\.track_time...'``,
+    a benchmark no asv suite has); no asv bisection is offered for it."""
+    import shlex
+
+    from ragbench import follow_up
+
+    with Store(tmp_path / "perf.duckdb") as s:
+        ingest(s, [LAST], dirty=True)
+        (m,) = s.measurements([r["run_id"] for r in s.runs(any_branch=True)])
+    fullname = json.loads(LAST.read_text())["benchmarks"][0]["fullname"]
+    cell = {"benchmark": m["benchmark"], "metric": m["metric"], "param_key": m["param_key"],
+            "environment": ""}  # fmt: skip
+    alert = {"machine": "minibox", "commit_hash": OTHER, "prev_commit_hash": "5b78858e" * 5,
+             "cells": [cell]}  # fmt: skip
+    command = follow_up.repro_command(alert)
+    assert "track_" not in command and "--bench" not in command.split(), command
+    steps = [shlex.split(step) for step in command.split(" && ")]
+    assert steps[0] == ["git", "checkout", "5b78858e5b78"]
+    assert steps[1] == ["pytest", "--benchmark-only", "--benchmark-json=base.json", fullname]
+    assert steps[3][-1] == fullname and steps[2] == ["git", "checkout", OTHER[:12]]
+    assert steps[5][:3] == ["ragbench", "gate", "--stored"], steps
+    assert follow_up.bisect_command(alert) is None
+
+
+def test_this_suites_own_results_in_a_clone_follow_this_checkout(tmp_path):
+    """Results below this suite's own config in another directory (a clone: the demo's, the
+    docs test's) are no other project's: nothing is kept for their machine, and the alerts'
+    follow-ups stay this checkout's."""
+    import shutil
+
+    from ragbench import project, synth
+
+    root = tmp_path / "clone"
+    history = synth.write_history(tmp_path / "h", 2)
+    shutil.copytree(history, root / "results" / "asv")
+    shutil.copy(Path(cli.__file__).resolve().parent.parent / "asv.conf.json", root)
+    with Store(tmp_path / "perf.duckdb") as s:
+        assert len(ingest(s, [root / "results" / "asv"]).stored) == 2
+        assert project.load(s, synth.MACHINE) is None

@@ -1,0 +1,196 @@
+"""django/django-asv's published results (tests/data/public/asv-django: the newest 100 commits
+of ubuntu-latest's conda-py3.12, where asv's ``number`` went from ~89,000 to 1 at c9eb16a8 and
+many commits were measured after newer ones) through ingest, detect, alerts and the gate."""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+from pathlib import Path
+
+import duckdb
+import pytest
+from conftest import ingest
+
+from ragbench import cli
+from ragbench.history import detection
+from ragbench.history import edivisive as changepoints
+from ragbench.result_files import ingest as store_files
+from ragbench.store import Store
+
+DJANGO = Path(__file__).resolve().parent / "data" / "public" / "asv-django"
+RESULTS = DJANGO / "results" / "ubuntu-latest"
+MACHINE, ENV = "ubuntu-latest", "conda-py3.12"
+BASE, HEAD = "2cace96be6d6", "c9eb16a87e60"  # the night asv's number went to 1
+BENCH, METRIC = "form_benchmarks.form_validate.benchmark.FormValidate", "time_form_invalid"
+INVALID = f"{BENCH}.{METRIC}"  # as the reports name it
+# Commits the runner measured after newer ones (their runs started later than a newer
+# commit's): what an ingest of the runner's results brings out of order. The first two are
+# among the newest 20 of the 100 commits, the third 55 from the newest.
+LATE = ("1d50f129", "be6cf832", "2e48636c")
+
+
+def ragbench(capsys, *args) -> tuple[int, str]:
+    """``ragbench ARGS`` in this process: its exit code and what it printed."""
+    capsys.readouterr()
+    code = cli.main([str(a) for a in args])
+    out = capsys.readouterr()
+    return code, out.out + out.err
+
+
+@pytest.fixture(scope="module")
+def store(tmp_path_factory) -> Path:
+    """The sample, ingested as main's history (change points and alerts stored)."""
+    path = tmp_path_factory.mktemp("django") / "perf.duckdb"
+    ingest(Store(path), [DJANGO], branch="main")
+    return path
+
+
+def copy_of(store: Path, tmp_path: Path) -> Path:
+    shutil.copyfile(store, tmp_path / "perf.duckdb")
+    return tmp_path / "perf.duckdb"
+
+
+def test_a_step_where_asv_number_changed_is_listed_apart_not_alerted(store, capsys):
+    """At c9eb16a8 asv timed time_form_invalid with number 1 where it had 86787: the step up
+    (+13,000%) is stored as a measurement setting change, with the settings either side, and
+    ``ragbench alerts`` lists it apart from the alerts of the code (before: one alert of 22
+    cells, 21 of them this, all called the code's)."""
+    s = Store(store, read_only=True)
+    found = s.alerts(MACHINE, commit=HEAD, cells="settings")
+    timed = {f"{c['benchmark']}.{c['metric']}": c for a in found for c in a["cells"]}
+    cell = timed[INVALID]
+    assert cell["settings_changed"] == "asv number 86787 -> 1"
+    assert json.loads(cell["prev_timing"]) == {"number": 86787, "repeat": 10}
+    assert json.loads(cell["timing"]) == {"number": 1, "repeat": 10}
+    code = [c for a in s.alerts(MACHINE, commit=HEAD) for c in a["cells"]]
+    assert INVALID not in {f"{c['benchmark']}.{c['metric']}" for c in code}
+    assert all(c["settings_changed"] is None for c in code)
+    assert len(timed) >= 15 > len(code)
+    _, out = ragbench(capsys, "alerts", "--store", store, "--machine", MACHINE)
+    listed_apart = out[out.index("## Measurement setting changed") :]
+    assert f"`{INVALID}` [{ENV}]: asv number 86787 -> 1" in listed_apart
+    alerted = out[: out.index("## Measurement setting changed")]
+    assert INVALID not in alerted
+
+
+def test_detect_and_the_stored_change_points_name_the_setting(store, capsys):
+    """The stored change point at c9eb16a8 keeps asv's number and repeat either side, and
+    ``detect`` (which reads it) names the cause: a measurement setting (before: "code")."""
+    s = Store(store, read_only=True)
+    (row,) = [r for r in s.change_points(MACHINE, benchmark=BENCH, metric=METRIC)
+              if r["commit_hash"].startswith(HEAD)][:1]  # fmt: skip
+    assert json.loads(row["prev_timing"])["number"] == 86787
+    assert json.loads(row["timing"])["number"] == 1
+    _, out = ragbench(capsys, "detect", "--store", store, "--machine", MACHINE)
+    line = next(x for x in out.splitlines() if INVALID in x and HEAD in x)
+    assert line.endswith("| measurement setting changed: asv number 86787 -> 1 |"), line
+
+
+def test_gate_stored_over_the_pair_reports_the_setting_not_regressions(store, capsys):
+    """``gate --stored`` over the night the number went to 1: no cell is a regression of the
+    code; the cells timed otherwise are listed with their settings, none passes (before: 35
+    regressions, not a word on the number)."""
+    rc, out = ragbench(capsys, "gate", "--stored", "--store", store, "--machine", MACHINE,
+                       "--base", BASE, "--head", HEAD)  # fmt: skip
+    assert rc == 1, out
+    assert "**INCONCLUSIVE**" in out and "### Regressions" not in out
+    assert "| regressions | 0 |" in out
+    section = out[out.index("### Measurement setting changed") :]
+    assert re.search(rf"`{INVALID}` \| 1\.226e-07 \| 1\.937e-05 \| .* \| asv number 86787 -> 1 \|",
+                     section), section  # fmt: skip
+
+
+def test_gate_report_shows_only_what_the_data_has(store, capsys):
+    """A project with no bounds, output hashes or outputs of ragged's to compare: its gate
+    report has none of those sections (before: "drift: not compared", rows of bounds and hashes
+    at 0, and a settle command that measures with this suite)."""
+    rc, out = ragbench(capsys, "gate", "--stored", "--store", store, "--machine", MACHINE,
+                       "--base", "cccc004b", "--head", "03988c5a")  # fmt: skip
+    assert rc in (0, 1), out
+    for words in ("drift", "bound", "hash", "--settle"):
+        assert words not in out.lower(), words
+
+
+def test_gate_stored_on_a_machine_without_the_commit_names_the_machines(store, capsys):
+    """A --machine the commit has no run on: one line, exit 2, naming the machine that has
+    it (before: git's "Needed a single revision")."""
+    rc, out = ragbench(capsys, "gate", "--stored", "--store", store, "--machine", "macos-12",
+                       "--base", BASE, "--head", HEAD)  # fmt: skip
+    assert rc == 2
+    assert out.strip().count("\n") == 0, out
+    assert "rev-parse" not in out and "single revision" not in out
+    assert f"pass --machine {MACHINE}" in out, out
+
+
+def test_no_cell_name_ends_in_a_space(store, capsys):
+    """django's benchmarks have no parameters: their names are printed without the space that
+    an empty parameter list left inside backticks and in ``--cell '... '``."""
+    _, out = ragbench(capsys, "alerts", "--store", store, "--machine", MACHINE)
+    assert "--cell" in out and "`" in out
+    assert not re.search(r"`[^`\n]* `", out), re.search(r"`[^`\n]* `", out)
+    assert not re.search(r"--cell '[^'\n]* '", out)
+
+
+def test_an_older_store_gets_the_settings_of_its_change_points(store, tmp_path):
+    """A store of schema 6 (change points and alert cells without settings), opened for
+    writing: its stored change points and alert cells get asv's number and repeat from the
+    measurements, the point's and the one before it."""
+    path = copy_of(store, tmp_path)
+    with duckdb.connect(str(path)) as con:
+        for table in ("change_points", "alert_cells"):
+            for column in ("timing", "prev_timing"):
+                con.execute(f"ALTER TABLE {table} DROP COLUMN {column}")
+        con.execute("UPDATE meta SET value = '6' WHERE key = 'schema_version'")
+    s = Store(path)  # migrates
+    (row,) = [r for r in s.change_points(MACHINE, benchmark=BENCH, metric=METRIC)
+              if r["commit_hash"].startswith(HEAD)][:1]  # fmt: skip
+    assert json.loads(row["prev_timing"]) == {"number": 86787, "repeat": 10}
+    assert json.loads(row["timing"]) == {"number": 1, "repeat": 10}
+    cells = [c for a in s.alerts(MACHINE, commit=HEAD, cells="settings") for c in a["cells"]]
+    assert INVALID in {f"{c['benchmark']}.{c['metric']}" for c in cells}
+
+
+def test_results_that_arrive_out_of_order_update_their_series_from_their_window_on(
+    tmp_path, monkeypatch
+):
+    """Three commits the runner measured after newer ones, ingested after the rest: the stored
+    change points equal those of every series computed again from all its points, and no
+    series is computed from its first point again, only from the first window that holds a
+    late point (windows of 40 points here, so that 100 commits have five): before, every
+    window of each series again."""
+    settings = changepoints.Settings(window=40)
+    monkeypatch.setattr(changepoints.Settings, "of", classmethod(lambda cls, p: settings))
+    data = tmp_path / "django"
+    shutil.copytree(DJANGO, data)
+    late = tmp_path / "late" / "results" / MACHINE
+    late.mkdir(parents=True)
+    for prefix in LATE:
+        for f in (data / "results" / MACHINE).glob(f"{prefix}-*.json"):
+            shutil.move(f, late / f.name)
+    s = Store(tmp_path / "perf.duckdb")
+    ingest(s, [data], branch="main")
+    starts = []
+    real = changepoints.found_in
+
+    def recorded(values, settings, first=0):
+        starts.append(first)
+        return real(values, settings, first)
+
+    monkeypatch.setattr(changepoints, "found_in", recorded)
+    report = store_files(s, [late.parent], branch="main")
+    detected = detection.update(s, report.new_runs)
+    assert len(report.stored) == 3 and detected.series >= 60
+    # the deepest late commit is the 46th of the 100: the windows from 20 on hold it
+    assert len(starts) >= detected.series and min(starts) == 20, sorted(set(starts))
+    newest = {(r["environment"], r["benchmark"], r["metric"], r["param_key"]):
+              (r["last_commit"], r["last_env_key"])
+              for r in s.change_point_state(MACHINE, ENV)}  # fmt: skip
+    computed = len(starts)
+    found = changepoints.current(s, MACHINE, settings, newest)
+    assert len(starts) == computed  # every series up to date: read as stored
+    for env, *key in newest:
+        values = [p[7] for p in s.series_points(MACHINE, env, keys=[tuple(key)])]
+        stored = [r["position"] for r in found.get((env, *key), [])]
+        assert stored == changepoints.change_points(values, settings), key
