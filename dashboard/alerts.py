@@ -26,6 +26,32 @@ def alert_list(path: str, mtime: float, branch: str) -> list[dict]:
     return store(path, mtime, branch).alerts()
 
 
+@st.cache_resource(max_entries=8, show_spinner=False)
+def settings_list(path: str, mtime: float, branch: str) -> list[dict]:
+    """main's steps where a measurement setting changed (``ragbench.store.timing``): listed apart,
+    never alerted as the code's."""
+    return store(path, mtime, branch).alerts(cells="settings")
+
+
+def settings_steps(ctx) -> None:
+    """The steps where the harness timed the cells otherwise on either side (asv's number or
+    repeat, pytest-benchmark's iterations or rounds), in one table, as ``ragbench alerts``
+    lists them apart: a person can still look."""
+    found = settings_list(ctx["path"], ctx["mtime"], ctx["branch"])
+    rows = [{"machine": a["machine"], "commit": a["commit_hash"][:12],
+             "cell": alerts.cell_name(c), "environment": c["environment"] or "-",
+             "setting": c["settings_changed"], "before": shown(c["before"], c["unit"]),
+             "after": shown(c["after"], c["unit"]), "change": alerts.cell_words(c)[0]}
+            for a in found for c in a["cells"]]  # fmt: skip
+    if not rows:
+        return
+    with st.expander(f"Measurement setting changed: {len(rows)} step(s) at {len(found)} "
+                     "commit(s), not alerted as the code's"):  # fmt: skip
+        st.caption("The harness timed these cells otherwise on either side of the step: the "
+                   "step is the measurement's until the same settings show it.")  # fmt: skip
+        st.dataframe(pd.DataFrame(rows), hide_index=True)
+
+
 @st.cache_resource(max_entries=64, show_spinner=False)
 def moves(path: str, mtime: float, branch: str, machine: str, commit: str) -> list[str]:
     """The environment's changes of level since an alert (``ragbench.history.alerting.moves``)."""
@@ -47,6 +73,7 @@ def alerts_page(ctx):
         st.info("No alerts: no step of main's history went the bad way beyond its threshold, "
                 "and no newest commit broke a bound or failed or lost a cell (each ingest of "
                 "main looks for them; `ragbench alerts` lists them).")  # fmt: skip
+        settings_steps(ctx)
         stale_series(ctx)
         return
     counts = pd.Series([a["state"] for a in found]).value_counts()
@@ -57,6 +84,7 @@ def alerts_page(ctx):
     chosen = [a for a in found if a["state"] in states]
     for a in shown_alerts(chosen):
         alert_box(ctx, a, repository)
+    settings_steps(ctx)
     stale_series(ctx)
 
 

@@ -595,7 +595,8 @@ def test_the_alerts_page_opens_while_one_is_new_and_its_buttons_change_the_state
 def test_another_projects_alert_links_and_measures_that_project(tmp_path):
     """django-asv's published results (tests/data/public/asv-django): the Alerts page links
     django's own compare page and prints the re-measure and bisect commands of its asv config,
-    as ``ragbench alerts`` does; before, this checkout's origin and a gate of this suite."""
+    as ``ragbench alerts`` does (before, this checkout's origin and a gate of this suite), and
+    lists the steps where asv's number changed apart (before, not shown at all)."""
     path = tmp_path / "perf.duckdb"
     with Store(path) as s:
         ingest(s, [REPO / "tests/data/public/asv-django"], branch="main", log=lambda m: None)
@@ -606,6 +607,11 @@ def test_another_projects_alert_links_and_measures_that_project(tmp_path):
     codes = [c.value for c in at.code]
     conf = str(REPO / "tests/data/public/asv-django/asv.conf.json")
     assert codes and all(f"--config {conf}" in c for c in codes), codes
+    # asv's number 89287 -> 1 at c9eb16a8: those steps listed apart, not alerted as the code's
+    (settings,) = [e for e in at.expander if "Measurement setting changed" in e.label]
+    table = settings.dataframe[0].value
+    assert len(table) and table["setting"].str.contains("asv number").all(), table
+    assert (table["commit"] == "c9eb16a87e60").all(), table
 
 
 def test_a_broken_bound_on_mains_newest_commit_shows_failing_on_every_page(tmp_path):
