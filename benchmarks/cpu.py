@@ -8,11 +8,11 @@ On a GPU machine they are skipped (the GPU benchmarks measure the same paths the
 
 from __future__ import annotations
 
-from . import _grids as G
-from . import _measure
-from . import _suite as S
 from .numerics import _Drift, _KernelError
 from .pipeline import _ImgPerS
+from .support import grids as G
+from .support import measure as _measure
+from .support import suite as S
 
 
 @S.versioned

@@ -1,18 +1,19 @@
 """Kernel latency of every attention backend on packed ragged batches (DeiT geometry, fp16).
 
 ``call_us``, ``gpu_us`` and ``host_us`` as docs/metrics.md defines them, measured by
-``_harness.measure_interleaved``: the backends of one workload in alternating rounds. asv's
+``harness.measure_interleaved``: the backends of one workload in alternating rounds. asv's
 wall-clock timer cannot time microsecond GPU work (it never synchronises the device), hence
 ``track_`` benchmarks carrying the harness's raw samples; ``LaunchPromise``, the API's launch
-promises as per-round ratios (``_promises``). GPU only. Axes: ``_grids``.
+promises as per-round ratios (``promises``). GPU only. Axes: ``grids``.
 """
 
 from __future__ import annotations
 
-from . import _first_call, _measure
-from . import _grids as G
-from . import _harness as H
-from . import _suite as S
+from .support import first_call as _first_call
+from .support import grids as G
+from .support import harness as H
+from .support import measure as _measure
+from .support import suite as S
 
 
 @S.versioned
@@ -87,7 +88,7 @@ class DispatchFloor(S.Grid):
 
 @S.versioned
 class AnchoredFloor(S.Grid):
-    """The dispatch floor over that of a fixed revision (``_harness.ANCHOR``) timed in the
+    """The dispatch floor over that of a fixed revision (``harness.ANCHOR``) timed in the
     same process, interleaved: ``floor_ratio`` (call_us) and ``host_ratio`` (host_us) per round.
     Host time moves 1.6-2.1x between processes; these ratios are what main's history tracks."""
 
@@ -110,7 +111,7 @@ AnchoredFloor.version += f"-anchor{H.ANCHOR[:8]}"  # a new anchor starts a new s
 @S.versioned
 class FirstCall(S.Grid):
     """The first triton call of a shape the process has not seen that compiles (or loads) a
-    kernel (``_first_call``: a new head_dim or dtype, Triton's disk cache empty or full)
+    kernel (``first_call``: a new head_dim or dtype, Triton's disk cache empty or full)
     beside the same call kept: one value a sample, each sample a new shape. What a cold
     machine, or a new process, pays once; shown, not gated."""
 
@@ -163,7 +164,7 @@ NewLength.version += f"-{_first_call.DIGEST}"
 
 @S.versioned
 class LaunchPromise(S.Grid):
-    """The API's launch promises at the dispatch floor's workload (``_promises``), per-round
+    """The API's launch promises at the dispatch floor's workload (``promises``), per-round
     ratios of host time from interleaved rounds in one process: ``layout_over_launch``,
     ``LayoutAttention``'s call over the same kept launch of an empty kernel with the kernel's
     16 parameters (promised <= 1.5), and ``api_over_aten``, ``varlen_attention(...,
@@ -184,7 +185,7 @@ class LaunchPromise(S.Grid):
 
 @S.versioned
 class GpuFloor(S.Grid):
-    """The triton call's GPU time against the GPU's own floor (``_floor``): CUDA-graph replays
+    """The triton call's GPU time against the GPU's own floor (``floor``): CUDA-graph replays
     of the call and of an empty kernel in the same rounds of one process. ``over_empty``, the
     per-round ratio, is what a commit's history compares; the two times are shown beside it."""
 

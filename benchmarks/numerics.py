@@ -8,9 +8,9 @@ where it stays within tolerance. Deterministic: one value per cell. GPU only.
 
 from __future__ import annotations
 
-from . import _grids as G
-from . import _measure
-from . import _suite as S
+from .support import grids as G
+from .support import measure as _measure
+from .support import suite as S
 
 
 class _Drift(S.Grid):

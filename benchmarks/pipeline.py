@@ -9,9 +9,9 @@ Speedups are ratios of two pipelines from the same run, never across runs. GPU o
 
 from __future__ import annotations
 
-from . import _grids as G
-from . import _measure
-from . import _suite as S
+from .support import grids as G
+from .support import measure as _measure
+from .support import suite as S
 
 
 class _ImgPerS(S.Grid):
@@ -91,7 +91,7 @@ class Stages(S.Grid):
 @S.versioned
 class BoundShare(S.Grid):
     """Triton's share of what any attention kernel could gain over fa2 in the pruned pipeline
-    (``_bound``): eager over no_attention and over launch_only (one empty kernel a call), and
+    (``bound``): eager over no_attention and over launch_only (one empty kernel a call), and
     under CUDA graphs over no_attention_graph; each a point estimate from per-round forwards
     of every pipeline in turns, one process."""
 

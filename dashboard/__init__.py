@@ -1,6 +1,6 @@
 """The Streamlit dashboard over the results store (app.py)."""
 
-from ragbench.verdicts import Status as S
+from ragbench.verdicts.status import Status as S
 
 # The pages, in the sidebar's order; Series is where the overview's links lead; Alerts is the
 # landing page while an alert is new.

@@ -1,6 +1,6 @@
-"""The dashboard's Alerts page: main's steps grouped by commit (``ragbench.alerts``), each with
-its cells, the commits to look at, the commands that reproduce and bisect it, and buttons that
-change its state (written to the store: the next run keeps it)."""
+"""The dashboard's Alerts page: main's steps grouped by commit (``ragbench.history.alerting``),
+each with its cells, the commits to look at, the commands that reproduce and bisect it, and
+buttons that change its state (written to the store: the next run keeps it)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,8 @@ import streamlit as st
 from dashboard import draws
 from dashboard.draw import shown
 from dashboard.read import asv_project, policies, store
-from ragbench import alerts, follow_up
+from ragbench import follow_up
+from ragbench.history import alerting as alerts
 from ragbench.store import Store
 
 # the buttons: label -> state
@@ -27,7 +28,7 @@ def alert_list(path: str, mtime: float, branch: str) -> list[dict]:
 
 @st.cache_resource(max_entries=8, show_spinner=False)
 def settings_list(path: str, mtime: float, branch: str) -> list[dict]:
-    """main's steps where a measurement setting changed (``ragbench.timing``): listed apart,
+    """main's steps where a measurement setting changed (``ragbench.store.timing``): listed apart,
     never alerted as the code's."""
     return store(path, mtime, branch).alerts(cells="settings")
 
@@ -53,7 +54,7 @@ def settings_steps(ctx) -> None:
 
 @st.cache_resource(max_entries=64, show_spinner=False)
 def moves(path: str, mtime: float, branch: str, machine: str, commit: str) -> list[str]:
-    """The environment's changes of level since an alert (``ragbench.alerts.moves``)."""
+    """The environment's changes of level since an alert (``ragbench.history.alerting.moves``)."""
     s = store(path, mtime, branch)
     found = s.alerts(machine, commit=commit)
     return alerts.moves(s, machine, found[0], policies()) if found else []

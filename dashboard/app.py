@@ -6,7 +6,7 @@
 Pages: Overview (overview.py), Alerts (alerts.py), Dispatch floors, Speedups, Numeric drift,
 Compare, Versions and Machines (environments.py), and Series (where
 the overview's links lead). Everything is read through ``ragbench``'s store API and judged by
-``ragbench.history`` and ``ragbench.compare``; this file lays out and draws.
+``ragbench.history.series`` and ``ragbench.verdicts.comparison``; this file lays out and draws.
 ``$RAGBENCH_COMMIT_URL`` (e.g. ``https://github.com/org/ragged/commit/{}``) makes points link
 to their commit.
 """
@@ -24,7 +24,7 @@ import streamlit as st
 # `streamlit run dashboard/app.py` puts dashboard/ on the path, not the repository
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from benchmarks import _catalogue as catalogue
+from benchmarks.support import catalogue
 from dashboard import (
     PAGES,
     RENDER,
@@ -64,9 +64,9 @@ from dashboard.read import (
     suite_pages,
     warm_page,
 )
-from ragbench.schema import SPEED_UNITS
 from ragbench.store import FAILED, Store, StoreError, history_branch
-from ragbench.verdicts import FAILING, Status, verdict_words
+from ragbench.store.schema import SPEED_UNITS
+from ragbench.verdicts.status import FAILING, Status, verdict_words
 
 # --- pages -----------------------------------------------------------------------------------
 
@@ -358,7 +358,7 @@ def change_cause(report, i: int) -> str:
 def series_alerts(ctx, key: tuple, env: str | None) -> None:
     """The open alerts of main that hold this series' cell (in ``env``, or any), as failing."""
     from dashboard.alerts import alert_list
-    from ragbench.alerts import OPEN, cell_words
+    from ragbench.history.alerting import OPEN, cell_words
 
     for a in alert_list(ctx["path"], ctx["mtime"], ctx["branch"]):
         if a["machine"] != ctx["machine"] or a["state"] not in OPEN:

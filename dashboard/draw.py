@@ -10,7 +10,7 @@ import pandas as pd
 import streamlit as st
 
 from dashboard.read import line_change_points, query
-from ragbench.verdicts import MEANING
+from ragbench.verdicts.status import MEANING
 
 
 def commit_link(df: pd.DataFrame) -> pd.DataFrame:

@@ -20,7 +20,7 @@ from dashboard.draw import (
     version_key,
 )
 from dashboard.read import comparison, query
-from ragbench.verdicts import FAILING, Headline, Status, verdict_words
+from ragbench.verdicts.status import FAILING, Headline, Status, verdict_words
 
 
 @draws("Versions")

@@ -13,10 +13,10 @@ import streamlit as st
 from dashboard import draws
 from dashboard.draw import environment, environment_of, environments_of, legend, worse_by
 from dashboard.read import LOOKBACK_COMMITS, comparison, histories, query
-from ragbench.compare import Comparison
 from ragbench.report import sensitivity_line
 from ragbench.store import FAILED
-from ragbench.verdicts import Headline, Status
+from ragbench.verdicts.comparison import Comparison
+from ragbench.verdicts.status import Headline, Status
 
 
 @draws("Overview")
@@ -118,10 +118,10 @@ def gate(ctx, machine: str, runs: pd.DataFrame, env: str, several: bool) -> None
 
 
 def open_alerts(ctx, machine: str) -> None:
-    """The machine's open alerts (``ragbench.alerts``: steps, broken bounds, failed or missing
-    cells of main), as failing: the Alerts page has them."""
+    """The machine's open alerts (``ragbench.history.alerting``: steps, broken bounds, failed or
+    missing cells of main), as failing: the Alerts page has them."""
     from dashboard.alerts import alert_list
-    from ragbench.alerts import OPEN
+    from ragbench.history.alerting import OPEN
 
     mine = [a for a in alert_list(ctx["path"], ctx["mtime"], ctx["branch"])
             if a["machine"] == machine and a["state"] in OPEN]  # fmt: skip

@@ -1,6 +1,7 @@
 """The dashboard's reads of the results store: one read-only connection per query (a writer
 holds the file for one transaction at a time, so a page waits at most that long), cached
-until the file changes; and what ``ragbench.history`` and ``ragbench.compare`` make of them."""
+until the file changes; and what ``ragbench.history.series`` and
+``ragbench.verdicts.comparison`` make of them."""
 
 from __future__ import annotations
 
@@ -11,19 +12,21 @@ from pathlib import Path
 import pandas as pd
 import streamlit as st
 
-from benchmarks._catalogue import DISPATCH_FLOOR, DRIFT_SUFFIX
-from ragbench import changepoints, compare, history
-from ragbench.lake import is_lake
+from benchmarks.support.catalogue import DISPATCH_FLOOR, DRIFT_SUFFIX
+from ragbench.history import edivisive as changepoints
+from ragbench.history import series as history
 from ragbench.policies import POLICIES, Policies, load_policies
-from ragbench.rollup import Rollup
-from ragbench.schema import SPEED_UNITS
 from ragbench.store import Store, default_path, store_spec
+from ragbench.store.lake import is_lake
+from ragbench.store.rollup import Rollup
+from ragbench.store.schema import SPEED_UNITS
+from ragbench.verdicts import comparison as compare
 
 # The pages that show this suite's own metrics: drawn only where the store holds them (another
 # project's asv results have none).
 SUITE_PAGES = ("Dispatch floors", "Speedups", "Numeric drift")
 
-# Change points over a series' newest commits: the stored ones (ragbench.changepoints), read
+# Change points over a series' newest commits: the stored ones (ragbench.history.edivisive), read
 # with the lookback in SQL (``history.stored_histories``); a chart line that is no stored series
 # (a speedup, a derived column) gets E-Divisive over its newest points here.
 CHANGE_POINT_COMMITS = 400
@@ -73,7 +76,7 @@ def store(path: str, mtime: float, branch: str | None) -> Store:
 
 @st.cache_resource(max_entries=8)
 def reader(path: str, mtime: float, branch: str | None) -> Store:
-    """What the pages query: a store file's rollup (``ragbench.rollup``: each series' rows
+    """What the pages query: a store file's rollup (``ragbench.store.rollup``: each series' rows
     together, no samples), brought up to date once per version of the file; a lake itself."""
     if is_lake(path):
         return store(path, mtime, branch)
@@ -129,7 +132,7 @@ def asv_project(path: str, mtime: float, machine: str):
 @st.cache_resource(max_entries=64, **CACHED)
 def histories(path: str, mtime: float, branch: str, machine: str, last: int,
               change_points: bool = True, **series_filter):  # fmt: skip
-    """``ragbench.history`` over the newest ``last`` commits of the machine's series (all, or
+    """``ragbench.history.series`` over the newest ``last`` commits of the machine's series (all, or
     those ``series_filter`` selects: benchmark, metric, params), the acceptances marked: the
     lookback in SQL and the stored change points (``history.stored_histories``), from the store
     itself (the rollup holds neither)."""

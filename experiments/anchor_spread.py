@@ -3,8 +3,8 @@
     python -m experiments.anchor_spread [--processes 20] [--out FILE]     # on a CUDA GPU
 
 Each fresh process measures the triton call at the dispatch floor's workload (BS 1, 80%
-pruned, ``_grids.GEOMETRIES``) as the kernel table does (``call_us`` and ``host_us`` medians)
-and then ``kernel.AnchoredFloor``'s ratios to the anchor revision (``_measure._anchored``, the
+pruned, ``grids.GEOMETRIES``) as the kernel table does (``call_us`` and ``host_us`` medians)
+and then ``kernel.AnchoredFloor``'s ratios to the anchor revision (``measure._anchored``, the
 code the suite runs). The spread of each over the processes (max / min of their medians) is
 what a history of that metric would see for a commit that did not change.
 """
@@ -22,10 +22,10 @@ from pathlib import Path
 
 
 def child() -> dict:
-    from benchmarks import _grids as G
-    from benchmarks import _harness as H
-    from benchmarks import _measure
-    from benchmarks import _workloads as W
+    from benchmarks.support import grids as G
+    from benchmarks.support import harness as H
+    from benchmarks.support import measure as _measure
+    from benchmarks.support import workloads as W
 
     H.spin_up()
     batch, prune, lengths = G.FLOOR
@@ -50,9 +50,9 @@ def main(argv=None) -> int:
     if args.child:
         print(json.dumps(child()))
         return 0
-    from benchmarks._harness import ANCHOR
-    from benchmarks._measure import ANCHOR_ENV
-    from ragbench import suite
+    from benchmarks.support.harness import ANCHOR
+    from benchmarks.support.measure import ANCHOR_ENV
+    from ragbench import runner as suite
 
     runs = []
     with tempfile.TemporaryDirectory() as tmp, suite.checkout(ANCHOR, Path(tmp)) as anchor:

@@ -23,12 +23,12 @@ import sys
 from collections import Counter
 from pathlib import Path
 
-from ragbench import compare
-from ragbench.gate import run_gate
-from ragbench.ingest import ingest
+from ragbench.gate.gating import run_gate
 from ragbench.policies import load_policies
+from ragbench.result_files import ingest
 from ragbench.store import Store
-from ragbench.verdicts import FAILING, Status
+from ragbench.verdicts import comparison as compare
+from ragbench.verdicts.status import FAILING, Status
 
 # (machine, environment, base, head): commits by their 8-digit prefix, as asv names the files.
 PAIRS = (

@@ -15,7 +15,7 @@ DeiT-B 224, Threshold-L2 keeping half the patches after block 4 (``--method ats`
 lengths and rows come from the data), fp16, BS 1 and 4.
 
 ``--base SRC`` adds the triton pipeline of another revision (``SRC/ragged``, e.g. a
-``git worktree`` of the commit before a change, loaded as ``benchmarks._paired`` loads one)
+``git worktree`` of the commit before a change, loaded as ``benchmarks.support.paired`` loads one)
 as arm ``base``, and a second triton pipeline of this tree as ``head2``; then prints
 triton - base and head2 - triton (what arm identity alone moves) per call, and the img/s
 ratios: a change's A/B in one process, in the same turns as the bound.
@@ -39,9 +39,9 @@ import torch
 import triton
 
 import ragged
-from benchmarks import _promises as P
-from benchmarks import _revision
-from benchmarks import _workloads as W
+from benchmarks.support import promises as P
+from benchmarks.support import revision as _revision
+from benchmarks.support import workloads as W
 from ragbench.stats import median_interval
 from ragged.models import SHARP_ATTENTION, build_model, get_config
 from ragged.pipeline import PrunedViT, PruneStage

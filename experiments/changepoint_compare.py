@@ -23,7 +23,8 @@ from pathlib import Path
 
 import numpy as np
 
-from ragbench import changepoints, stats
+from ragbench import stats
+from ragbench.history import edivisive as changepoints
 from ragbench.policies import load_policies
 
 POLICIES = load_policies()

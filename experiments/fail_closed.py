@@ -21,7 +21,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from ragbench import suite
+from ragbench import runner as suite
 from scripts.rehearse import FAULTS
 
 

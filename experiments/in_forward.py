@@ -17,7 +17,7 @@ import time
 
 import torch
 
-from benchmarks import _workloads as W
+from benchmarks.support import workloads as W
 from ragged.layout_attention import LayoutAttention
 from ragged.models import SHARP_ATTENTION, build_model, get_config
 from ragged.pipeline import PrunedViT, PruneStage

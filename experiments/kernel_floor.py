@@ -2,7 +2,7 @@
 
 For each of six workloads (12 heads, head_dim 64, fp16: BS 1 / 80% and 50%, BS 8 / 50%,
 BS 32 / 80%, BS 64 / 50% mixed lengths, BS 64 / 0%; lengths as the kernel table builds them,
-``benchmarks._workloads.kernel_lengths``) it checks, then times, in one process:
+``benchmarks.support.workloads.kernel_lengths``) it checks, then times, in one process:
   * ``current``: the kernel ``ragged.varlen_attention`` launches (its table's configuration),
   * every candidate of ``ragged.kernels.variants.VARIANTS``,
   * FA2 through torch's ``aten._flash_attention_forward`` (where this torch has it),
@@ -45,8 +45,8 @@ from pathlib import Path
 import torch
 import triton
 
-from benchmarks import _harness as H
-from benchmarks import _workloads as W
+from benchmarks.support import harness as H
+from benchmarks.support import workloads as W
 from ragged.kernels import attention as KA
 from ragged.kernels import variants as KV
 from ragged.testing import attention_error_budget, packed_qkv

@@ -1,6 +1,6 @@
-"""A table of head/base ratios from ``benchmarks._paired`` documents: a same-process A/B.
+"""A table of head/base ratios from ``benchmarks.support.paired`` documents: a same-process A/B.
 
-    python -m benchmarks._paired --arm base=OLD --arm aa=OLD --arm head=. \\
+    python -m benchmarks.support.paired --arm base=OLD --arm aa=OLD --arm head=. \\
         --only 'kernel\\.KernelLatency backend=triton,batch=1,' --out ab.json   # on the GPU
     python -m experiments.paired_report ab.json [more.json ...]
 
@@ -18,7 +18,8 @@ import statistics
 import sys
 from pathlib import Path
 
-from ragbench import paired, stats
+from ragbench import stats
+from ragbench.gate import paired
 
 
 def rows(docs: list[dict]) -> list[str]:
@@ -43,7 +44,7 @@ def rows(docs: list[dict]) -> list[str]:
 
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
-    p.add_argument("documents", nargs="+", help="JSON written by benchmarks._paired --out")
+    p.add_argument("documents", nargs="+", help="JSON written by benchmarks.support.paired --out")
     args = p.parse_args(argv)
     try:
         docs = [json.loads(Path(f).read_text()) for f in args.documents]

@@ -33,7 +33,7 @@ import time
 from pathlib import Path
 
 from ragbench import synth
-from ragbench.ingest import ingest
+from ragbench.result_files import ingest
 from ragbench.store import Store
 from ragbench.synth import big_result
 

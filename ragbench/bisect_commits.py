@@ -18,7 +18,7 @@ the branch lacks); where none of them shows it, the merge itself is the first ba
 
 A step measures the cell alone: asv ``--bench`` with ``discovery.bench_regex`` (the cell's
 benchmark and params), or, where its metric is ``paired``, the paired runner's ``--only``
-(``benchmarks._paired``: base, A/A and head in each of ``processes`` processes, the base
+(``benchmarks.support.paired``: base, A/A and head in each of ``processes`` processes, the base
 loaded beside each candidate as the paired design needs). With asv, each base (A, a
 merge-base) is measured once, ``rounds`` runs, and each candidate ``rounds`` runs judged
 against those samples by the gate's rules (``compare.compare``). A candidate shows the step
@@ -39,11 +39,14 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from . import compare, discovery, paired, suite
-from .bisect import BisectError, Step, parse_cell, search
-from .compare import Cell, Key, Verdict
+from . import discovery
+from . import runner as suite
+from .gate import paired
 from .policies import Policies
-from .verdicts import Status
+from .verdicts import comparison as compare
+from .verdicts.comparison import Cell, Key, Verdict
+from .verdicts.status import Status
+from .version_bisect import BisectError, Step, parse_cell, search
 
 SHOWS = (Status.REGRESSION, Status.VIOLATION)  # the step, by the gate's rules
 UNMEASURED = (Status.FAILED, Status.MISSING)  # no value: the commit is skipped
@@ -348,7 +351,7 @@ def asv_runner(store, key: Key, work: Path, *, mode: str, machine: str,
                log: Callable[[str], None]) -> RunAsv:  # fmt: skip
     """One asv run of a commit on the cell's ``--bench`` alone, ingested into ``store`` (as a
     gate's run: no point of main's history) -> its cells."""
-    from .ingest import ingest
+    from .result_files import ingest
 
     bench = discovery.bench_regex([key])
     count = itertools.count(1)

@@ -15,7 +15,8 @@ import os
 import sys
 import traceback
 
-from . import envs, suite, trust
+from . import envs, trust
+from . import runner as suite
 from .commands import (
     accept,
     alerts,
@@ -66,10 +67,10 @@ def _fail(command: str, message: str) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from .bisect import BisectError
-    from .gate import GateError
+    from .gate.gating import GateError
+    from .gate.paired import PairedError
     from .github import GitHubError
-    from .paired import PairedError
+    from .version_bisect import BisectError
 
     args = parser().parse_args(argv)
     try:

@@ -20,7 +20,7 @@ import subprocess
 import sys
 
 from .asv_results import param_values
-from .compare import Key
+from .verdicts.comparison import Key
 
 PREFIXES = ("time_", "peakmem_", "mem_")  # asv's kinds whose metric keeps its prefix
 
@@ -79,7 +79,7 @@ def discover(mode: str = "quick") -> dict[str, dict]:
     """The benchmarks asv discovers in this checkout's suite under ``RAGBENCH_MODE=mode``:
     ``{name: {"params": [[repr, ...], ...], "param_names": [...]}}`` (asv_runner's own
     discovery, in a fresh process: the grids are read at import). CellError where it fails."""
-    from .suite import REPO
+    from .runner import REPO
 
     code = ("import sys; from asv_runner.discovery import list_benchmarks; "
             "list_benchmarks(sys.argv[1], sys.stdout)")  # fmt: skip

@@ -1,4 +1,4 @@
-"""What a person does about an alert (``ragbench.alerts``): the gate that re-measures its
+"""What a person does about an alert (``ragbench.history.alerting``): the gate that re-measures its
 cells, the bisection of its range, and the web page of its commits. ``ragbench alerts`` and the
 dashboard's Alerts page print these.
 
@@ -75,7 +75,7 @@ def repository_url(policies: Policies) -> str | None:
     url = policies.main.get("repository_url")
     if isinstance(url, str) and url.startswith(("https://", "http://")):
         return url.rstrip("/")
-    from . import suite
+    from . import runner as suite
 
     try:
         remote = suite.git("remote", "get-url", "origin")
@@ -112,7 +112,7 @@ def bisect_command(alert: dict, project: Project | None = None) -> str | None:
         return asv_find_command(alert, project)
     if all("::" in c["benchmark"] for c in alert["cells"]):  # pytest's: no asv suite to bisect
         return None
-    from . import suite
+    from . import runner as suite
 
     prev, commit = alert["prev_commit_hash"], alert["commit_hash"]
     try:

@@ -1,7 +1,7 @@
 """The policies: which rule judges each metric (its kind, threshold, bounds) and the gate's
 and main's settings, read from ``policies.toml`` (or a file given in its place). The comparison
-(``ragbench.compare``), main's history (``ragbench.history``), ingest (``[machines]``) and the
-trusted verdict (``[gate] max_accepted``) all read them from here.
+(``ragbench.verdicts.comparison``), main's history (``ragbench.history.series``), ingest
+(``[machines]``) and the trusted verdict (``[gate] max_accepted``) all read them from here.
 """
 
 from __future__ import annotations

@@ -22,11 +22,12 @@ import shlex
 from dataclasses import dataclass
 from pathlib import Path
 
-from . import jsonfile, settle
+from . import jsonfile
+from .gate import plan as settle
 from .github import MARKER, Client
 from .policies import load_policies
 from .store import Store
-from .verdicts import Status, VerdictError, read_gate_document
+from .verdicts.status import Status, VerdictError, read_gate_document
 
 LABEL = "perf-regression-accepted"
 WRITERS = ("admin", "maintain", "write")
@@ -51,7 +52,7 @@ def trusted_counts(policies: Path | None = None) -> tuple[int, int]:
     of the base branch's policies, ``paired.PROCESSES``: bench-pr sets neither): what the
     rounds and processes its JSON claims are held to where they are recorded, and so what
     caps the plan that settles it (``settle.limits``)."""
-    from .paired import PROCESSES
+    from .gate.paired import PROCESSES
 
     rounds = load_policies(policies).gate.get("rounds", 2)
     return (rounds if isinstance(rounds, int) and rounds >= 1 else 2), PROCESSES

@@ -14,6 +14,8 @@ import re
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from . import jsonfile
+
 KEY = "project:"  # the meta key's prefix; the machine follows
 
 
@@ -55,13 +57,24 @@ class Project:
         return self.commit_url(sha)
 
 
+def asv_config(path: Path) -> dict:
+    """An ``asv.conf.json`` as asv reads it (JSON5: comments and trailing commas allowed);
+    ValueError when it is not one."""
+    import json5
+
+    try:
+        config = json5.loads(jsonfile.read_text(path))
+    except ValueError as exc:
+        raise ValueError(f"{path}: not readable as asv's config ({exc})") from None
+    if not isinstance(config, dict):
+        raise ValueError(f"{path}: not readable as asv's config (not an object)")
+    return config
+
+
 def benchmark_names(project: Project) -> set[str] | None:
     """The benchmarks the project's suite has now, as asv's ``benchmarks.json`` in its results
     directory lists them (the config's ``results_dir``, else ``results``); None where there is
     none to read (then nothing is left out for it)."""
-    from . import jsonfile
-    from .ingest import asv_config
-
     try:
         conf = Path(project.config)
         results = conf.parent / str(asv_config(conf).get("results_dir") or "results")
@@ -84,8 +97,6 @@ def web_address(remote: str) -> str | None:
 
 def read(path: Path) -> Project:
     """The project an ``asv.conf.json`` describes; ValueError, one line, where it is none."""
-    from .ingest import asv_config
-
     path = Path(path).resolve()
     config = asv_config(path)
 

@@ -6,11 +6,12 @@ import math
 import statistics
 from collections import defaultdict
 
-from . import paired
-from .compare import INTERVAL, RULE, WELCH, Comparison, Verdict, powered
-from .gate import GateResult, differences, own_runs, settle_command
-from .history import SeriesReport
-from .verdicts import Status, verdict_words
+from .gate import paired
+from .gate.drift import drift_section
+from .gate.gating import GateResult, differences, own_runs, settle_command
+from .history.series import SeriesReport
+from .verdicts.comparison import INTERVAL, RULE, WELCH, Comparison, Verdict, powered
+from .verdicts.status import Status, verdict_words
 
 
 def _num(x: float | None, digits: int = 4) -> str:
@@ -257,37 +258,6 @@ def _info_table(info: list[Verdict]) -> list[str]:
         ratio = v.head / v.base if v.base and v.head is not None and v.unit != "hash" else None
         lines.append(f"| {_name(v)} | {_num(v.base)} | {_num(v.head)} | {_num(ratio, 3)} |")
     return [*lines, "", "</details>"]
-
-
-def drift_section(d) -> list[str]:
-    """A ``drift.DriftReport``: which outputs moved against base (or between two stacks), by
-    how much, the run-to-run noise, the rule, and the command that reproduces it."""
-    if d is None:
-        return []
-    title = ("Numeric drift between the stacks" if d.between == "stacks"
-             else "Outputs against base (numeric drift)")  # fmt: skip
-    lines = ["", f"### {title}", ""]
-    if d.skipped:
-        return [*lines, f"Not compared: {d.skipped}."]
-    moved = [o for o in d.outputs if o.moved is not None]
-    failed = [o for o in d.outputs if o.status == Status.FAILED]
-    lines += [
-        f"{len(d.outputs)} outputs compared ({d.device}, {d.seconds:.0f} s): "
-        f"{len(d.outputs) - len(moved) - len(failed)} identical bit for bit, "
-        f"{len(moved) - len(d.findings)} moved within run-to-run noise, "
-        f"{len(d.findings)} drift finding(s), {len(failed)} failed on head.",
-        "",
-        d.rule(),
-    ]
-    if moved or failed:
-        lines += ["", "| output | status | how far it moved | run-to-run noise |",
-                  "|---|---|---|---|"]  # fmt: skip
-        for o in [*moved, *failed]:
-            what = o.moved.describe(o.metric) if o.moved else o.note
-            noise = "-" if o.noise is None else _num(o.noise, 3)
-            lines.append(f"| `{o.benchmark}.{o.metric}` {o.key[2]} | {o.status} | {what} | "
-                         f"{noise} |")  # fmt: skip
-    return [*lines, "", f"Reproduce: `{d.command}`"] if d.command else lines
 
 
 def sensitivity_line(c: Comparison) -> list[str]:

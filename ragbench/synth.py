@@ -158,7 +158,7 @@ def write_history(out: Path, commits: int = 1000, samples: int = 10, seed: int =
 #   .venv/bin/python -m ragbench.synth --store PATH --runs 10000 --cells 750 --machines 3
 #
 # writes ``runs`` commits x ``cells`` cells x ``machines`` machines straight into a new store's
-# tables (the real schema, ``ragbench/schema.py``) with bulk SQL: 22.5M measurement rows in
+# tables (the real schema; the SQL in ``ragbench/store/synthetic.py``): 22.5M measurement rows in
 # minutes, where ingesting as many result files would take hours. The cells are the suite's
 # benchmarks over a larger parameter grid (``scale_cells``); no raw samples are kept (``n`` 10,
 # quartiles from the noise): detection and the dashboard read medians. Known events
@@ -299,10 +299,8 @@ def write_store(path: Path, runs: int = 10_000, cells: int = MAX_SCALE_CELLS,
     """A new store at ``path`` holding ``runs`` commits of ``cells`` cells on ``machines``
     machines (module notes above); -> rows per table. ``chunk`` commits per insert (bounded
     memory: the primary key's index grows with each)."""
-    import duckdb
-
-    from .store import ENV_FIELDS, Store, env_key, param_key
     from .store import Run as _Run
+    from .store import Store, env_key, param_key, synthetic
 
     path = Path(path)
     if path.exists():
@@ -328,83 +326,17 @@ def write_store(path: Path, runs: int = 10_000, cells: int = MAX_SCALE_CELLS,
             fp = {**fields, "gpu": f"Synthetic GPU ({name})"}
             keys.append((env_key(fp), fp))
         machine_rows.append((m, name, scale, *keys[0], *keys[1]))
-    con = duckdb.connect(str(path))
-    try:
-        con.execute("CREATE TEMP TABLE cells (c INTEGER, benchmark VARCHAR, metric VARCHAR, "
-                    "params VARCHAR, param_key VARCHAR, variant VARCHAR, group_key VARCHAR, "
-                    "unit VARCHAR, base DOUBLE, noise DOUBLE, device BOOLEAN, triton BOOLEAN, "
-                    "fa2 BOOLEAN, env DOUBLE, newest BOOLEAN)")  # fmt: skip
-        con.executemany("INSERT INTO cells VALUES (" + ", ".join(["?"] * 15) + ")", cell_rows)
-        con.execute("CREATE TEMP TABLE machines (m INTEGER, name VARCHAR, scale DOUBLE, "
-                    "key0 VARCHAR, fp0 JSON, key1 VARCHAR, fp1 JSON)")  # fmt: skip
-        con.executemany("INSERT INTO machines VALUES (?, ?, ?, ?, ?, ?, ?)",
-                        [(m, n, s, k0, json.dumps(f0, sort_keys=True), k1,
-                          json.dumps(f1, sort_keys=True))
-                         for m, n, s, k0, f0, k1, f1 in machine_rows])  # fmt: skip
-        # one run per machine and commit; run ids as ingest derives them (``Run.run_id``)
-        run_rows = []
-        for m, name, *_ in machine_rows:
-            for i in range(runs):
-                t = t0 + i * 3600
-                run = _Run(source="asv", commit_hash=commit(i), machine=name, started_at=t + 60,
-                           branch="main", env_name="synthetic")  # fmt: skip
-                run_rows.append((run.run_id, m, i, run.commit_hash))
-        con.execute("CREATE TEMP TABLE gen (run_id VARCHAR, m INTEGER, i INTEGER, "
-                    "commit_hash VARCHAR)")  # fmt: skip
-        con.execute("INSERT INTO gen SELECT unnest(?::VARCHAR[]), unnest(?::INTEGER[]), "
-                    "unnest(?::INTEGER[]), unnest(?::VARCHAR[])",
-                    [list(c) for c in zip(*run_rows, strict=True)])  # fmt: skip
-        fp_fields = ", ".join(f"json_extract_string(fp, '$.{k}') AS {k}" for k in ENV_FIELDS
-                              if k != "python")  # fmt: skip
-        con.execute(f"""
-            INSERT INTO runs (run_id, source, commit_hash, commit_time, branch, machine,
-                env_name, env_key, gpu, driver, cuda, torch, triton, timm, python,
-                harness_version, mode, fingerprint, started_at, ended_at, ingested_at,
-                label, source_file)
-            SELECT run_id, 'asv', commit_hash, to_timestamp({t0} + i * 3600)::TIMESTAMP,
-                   'main', name, 'synthetic', key, gpu, driver, cuda, torch, triton, '1.0.29',
-                   json_extract_string(fp, '$.python'), 1, 'quick', fp,
-                   to_timestamp({t0} + i * 3600 + 60)::TIMESTAMP,
-                   to_timestamp({t0} + i * 3600 + 1800)::TIMESTAMP,
-                   to_timestamp({t0} + i * 3600 + 1900)::TIMESTAMP, NULL, NULL
-            FROM (SELECT g.*, x.name, CASE WHEN g.i >= {env_at} THEN x.key1 ELSE x.key0 END
-                         AS key, CASE WHEN g.i >= {env_at} THEN x.fp1 ELSE x.fp0 END AS fp
-                  FROM gen g JOIN machines x USING (m)), LATERAL (SELECT {fp_fields})
-        """)  # fmt: skip
-
-        def uniform(salt: int) -> str:  # (0, 1], from the hash of (machine, commit, cell)
-            return f"((hash(g.m, g.i, c.c, {salt}) >> 11) + 1) / 9007199254740992.0"
-
-        z = f"sqrt(-2 * ln({uniform(1)})) * cos(2 * pi() * {uniform(2)})"
-        value = f"""c.base * CASE WHEN c.device THEN x.scale ELSE 1 END
-            * CASE WHEN c.triton AND g.i >= {runs // 2} THEN 0.9 ELSE 1 END
-            * CASE WHEN c.fa2 AND g.m = 0 AND g.i >= {4 * runs // 5} THEN 1.06 ELSE 1 END
-            * CASE WHEN g.i >= {env_at} THEN c.env ELSE 1 END
-            * CASE WHEN c.newest AND g.m = 0 AND g.i = {runs - 1} THEN 1.2 ELSE 1 END
-            * CASE WHEN c.device AND {uniform(3)} <= 0.002 THEN 1.3 ELSE 1 END"""
-        drift = """CASE WHEN c.metric = 'max_abs_diff' AND c.variant = 'triton'
-                         THEN c.base + 0.0004 * (g.i // 250)
-                         WHEN c.metric = 'output_hash' AND c.variant = 'triton'
-                         THEN 17 + g.i // 250 ELSE c.base END"""
-        for lo in range(0, runs, chunk):
-            con.execute(f"""
-                INSERT INTO measurements (run_id, benchmark, metric, params, param_key, variant,
-                    group_key, unit, version, median, q25, q75, n, samples, status)
-                SELECT run_id, benchmark, metric, params, param_key, variant, group_key, unit,
-                       'synthetic-1', v, v * (1 - 0.674 * noise), v * (1 + 0.674 * noise), 10,
-                       NULL, 'ok'
-                FROM (SELECT g.run_id, c.*, CASE WHEN c.benchmark = 'numerics.Drift'
-                             THEN {drift} ELSE ({value}) * (1 + c.noise * {z}) END AS v
-                      FROM gen g JOIN machines x USING (m), cells c
-                      WHERE g.i >= {lo} AND g.i < {lo + chunk}
-                      ORDER BY g.m, g.i, c.c)
-            """)  # fmt: skip
-        con.execute("CHECKPOINT")
-        counts = {t: con.execute(f"SELECT count(*) FROM {t}").fetchone()[0]
-                  for t in ("runs", "measurements")}  # fmt: skip
-    finally:
-        con.close()
-    return counts
+    # one run per machine and commit; run ids as ingest derives them (``Run.run_id``)
+    run_rows = []
+    for m, name, *_ in machine_rows:
+        for i in range(runs):
+            t = t0 + i * 3600
+            run = _Run(source="asv", commit_hash=commit(i), machine=name, started_at=t + 60,
+                       branch="main", env_name="synthetic")  # fmt: skip
+            run_rows.append((run.run_id, m, i, run.commit_hash))
+    return synthetic.write_scale(
+        path, cell_rows, machine_rows, run_rows, runs=runs, env_at=env_at, t0=t0, chunk=chunk
+    )
 
 
 def main(argv: list[str] | None = None) -> int:

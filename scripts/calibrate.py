@@ -12,19 +12,20 @@
 processes, one per run as the gate's asv runs are, in blocks that mimic a gate job: base and
 head alternating for the gate's rounds, then one more pair for the re-measurement. The head of
 a block is the same code (A/A) or the triton kernel slowed by 2%, 5% or 10% of its device time
-(``benchmarks/_inject.py``); blocks cycle through those conditions until ``--seconds`` pass.
+(``benchmarks/support/inject.py``); blocks cycle through those conditions until ``--seconds`` pass.
 Each run is one JSON file of the values asv would record, read through the suite's own classes.
 
-``analyze`` feeds the blocks to ``ragbench.compare`` with the policies in force and reports the
-false-alarm rate per gate run (A/A blocks) and the detection rate of each injected slowdown.
+``analyze`` feeds the blocks to ``ragbench.verdicts.comparison`` with the policies in force and
+reports the false-alarm rate per gate run (A/A blocks) and the detection rate of each injected
+slowdown.
 
 The ``paired-*`` commands do the same for the metrics that include host time, judged by the
-paired comparison (``ragbench.paired``): processes of the paired runner with extra arms (A/A
+paired comparison (``ragbench.gate.paired``): processes of the paired runner with extra arms (A/A
 pairs, heads with planted slowdowns), then the gate's own judgement of each group of processes.
 ``paired-alone`` measures the gate's fallback for a head that loads only alone.
 
-``rule-table`` sums up what the rule of evidence (``ragbench.compare.RULE``) makes of both
-kinds of collection and of synthetic cells: the share of A/A gate runs that pass, fail or end
+``rule-table`` sums up what the rule of evidence (``ragbench.verdicts.comparison.RULE``) makes of
+both kinds of collection and of synthetic cells: the share of A/A gate runs that pass, fail or end
 inconclusive, and what becomes of the planted slowdowns. It uses only the gate's public code
 (``compare``, ``recheck``, ``paired``), so the same command run against an older ``ragbench``
 gives the table under that rule.
@@ -59,7 +60,7 @@ def _classes():
 def measure(inject: float) -> dict:
     """One run: the kernel grid measured in this process, as asv's cells would hold it."""
     os.environ["RAGBENCH_INJECT_SLOWDOWN"] = str(inject)
-    from benchmarks import _measure
+    from benchmarks.support import measure as _measure
 
     t0 = time.time()
     cache = _measure.kernels(None)
@@ -127,9 +128,9 @@ def load_runs(dirs: list[Path]) -> list[dict]:
 
 
 def side_cells(runs: list[dict]):
-    """The runs' cells pooled as ``ragbench.compare`` cells."""
-    from ragbench.compare import Cell, pool
+    """The runs' cells pooled as ``ragbench.verdicts.comparison`` cells."""
     from ragbench.store import param_key
+    from ragbench.verdicts.comparison import Cell, pool
 
     def cell(c: dict) -> Cell:
         bench, _, method = c["benchmark"].rpartition(".")
@@ -144,9 +145,9 @@ def gate_run(base: list[dict], head: list[dict], recheck: tuple[dict, dict], pol
     """What ``ragbench gate`` would decide on the cells judged across processes (the paired
     ones are the paired comparison's): -> (flagged keys, the verdicts after the
     re-measurement of flagged and inconclusive cells, ``recheck.remeasured``)."""
-    from ragbench.compare import compare
-    from ragbench.recheck import remeasured
-    from ragbench.verdicts import Status
+    from ragbench.gate.remeasure import remeasured
+    from ragbench.verdicts.comparison import compare
+    from ragbench.verdicts.status import Status
 
     first = {"base": side_cells(base), "head": side_cells(head)}
     c = compare(first["base"], first["head"], policies, detail=False)
@@ -190,7 +191,7 @@ def rates(runs: list[dict], policies) -> dict:
     per triton cell (with the slowdown the gate's rounds measured there). Under the rule of
     evidence (``compare.RULE``) a run also ends inconclusive where a cell other than the
     injected one is, and an injected cell is caught (regression), inconclusive, or passed."""
-    from ragbench.verdicts import Status
+    from ragbench.verdicts.status import Status
 
     out = {}
     for cond, ts in trials(runs).items():
@@ -353,7 +354,7 @@ def analyze(dirs: list[Path], write: Path | None) -> int:
     return 0
 
 
-# --- the paired comparison (ragbench.paired): host-time metrics -----------------------------
+# --- the paired comparison (ragbench.gate.paired): host-time metrics -----------------------------
 
 # Arms of a calibration process (planted slowdown of each), all the same source tree, by
 # design: "detect": base, the gate's A/A arm, a second unslowed arm (the head of A/A
@@ -384,7 +385,15 @@ def paired_collect(out: Path, seconds: float, only: str | None, rounds: int | No
     i = len(list(out.glob("paired-*.json")))
     while time.time() + last < t_end:
         path = out / f"paired-{i:04d}.json"
-        cmd = [sys.executable, "-m", "benchmarks._paired", "--out", str(path), "--seed", str(i)]
+        cmd = [
+            sys.executable,
+            "-m",
+            "benchmarks.support.paired",
+            "--out",
+            str(path),
+            "--seed",
+            str(i),
+        ]
         arms = DESIGNS[design]
         cmd += [a for arm in arms for a in ("--arm", f"{arm}={repo}")]
         cmd += [a for arm, f in arms.items() if f for a in ("--slow", f"{arm}={f}")]
@@ -434,7 +443,7 @@ def _label(key) -> str:
 
 
 def _key(c: dict) -> tuple:
-    """A paired runner's cell's key, as ``ragbench.paired`` keys it."""
+    """A paired runner's cell's key, as ``ragbench.gate.paired`` keys it."""
     from ragbench.store import param_key
 
     return c["benchmark"], c["metric"], param_key(c["params"])
@@ -447,8 +456,8 @@ def paired_rates(sets: list[list[dict]], policies, overlapping: bool = False,
     the gate's second look at the cells left inconclusive, on as many other processes of the
     collection (``paired.second_look``). -> per condition and metric label: comparisons, false
     alarms, inconclusive, caught, and gate runs with an alarm."""
-    from ragbench import paired
-    from ragbench.verdicts import Status
+    from ragbench.gate import paired
+    from ragbench.verdicts.status import Status
 
     size = paired.PROCESSES
     groups = []  # (the gate's processes, the processes of its second look)
@@ -518,7 +527,7 @@ def _with_thresholds(policies, threshold: float):
 
 
 def paired_analyze(dirs: list[Path], write: Path | None) -> int:
-    from ragbench import paired
+    from ragbench.gate import paired
 
     sets = [s for s in paired_sets(dirs) if s]
     if not sets:
@@ -579,12 +588,12 @@ LONELY_INIT = (
 
 def paired_alone(out: Path, processes: int) -> int:
     """The gate's fallback where head loads only alone: a copy of this tree whose ``ragged``
-    refuses to share a process, measured by ``ragbench.paired.measure`` as the gate does, with
+    refuses to share a process, measured by ``ragbench.gate.paired.measure`` as the gate does, with
     ``processes`` a side; the documents land in ``out`` for ``alone-analyze``."""
     import shutil
     import tempfile
 
-    from ragbench import paired
+    from ragbench.gate import paired
 
     repo = Path(__file__).resolve().parent.parent
     out.mkdir(parents=True, exist_ok=True)
@@ -611,7 +620,7 @@ def paired_alone(out: Path, processes: int) -> int:
 def alone_analyze(dirs: list[Path], write: Path | None) -> int:
     """What the fallback decided, per metric, with the first 3 processes a side (the gate's
     default) and with all of them: statuses and the smallest change each cell could detect."""
-    from ragbench import paired
+    from ragbench.gate import paired
 
     policies = detect_policies()
     lines = []
@@ -659,8 +668,8 @@ def synthetic_rates(seeds: int) -> dict[tuple[float, float], Counter]:
     """-> {(spread, step): statuses over ``seeds`` cells}."""
     import numpy as np
 
-    from ragbench.compare import Cell, compare
     from ragbench.policies import Policies, Policy
+    from ragbench.verdicts.comparison import Cell, compare
 
     pol = Policies((Policy("*", "latency", threshold=0.02),),
                    {"alpha": 0.01 / SYNTH_CELLS}, {})  # fmt: skip

@@ -5,7 +5,7 @@
 
 Starts ``python -m dashboard --store STORE`` as ``make dashboard`` does (its first page computed
 before the server answers; a store file's rollup built or brought up to date first, and timed:
-``ragbench.rollup``), then opens every page the store offers in Debian's chromium through
+``ragbench.store.rollup``), then opens every page the store offers in Debian's chromium through
 playwright, on ``--machine`` (default: the machine with the most runs): once in a new browser
 (the page's own queries not cached yet: its first load), then ``--loads`` times more, each a new
 navigation (a new streamlit session, as a visitor's reload).
@@ -90,7 +90,7 @@ def pages_of(store: Path) -> tuple[list[str], str]:
     (the busiest history: a store of several runners' results times its largest)."""
     from dashboard import PAGES
     from dashboard.read import SUITE_PAGES, suite_pages_of
-    from ragbench.rollup import Rollup
+    from ragbench.store.rollup import Rollup
 
     r = Rollup.of(store)
     hidden = set(SUITE_PAGES) - set(suite_pages_of(r.metrics(frame=True)))

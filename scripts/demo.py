@@ -20,11 +20,13 @@ import sys
 import time
 from pathlib import Path
 
-from ragbench import fingerprint, suite
-from ragbench.gate import GateError, run_gate
-from ragbench.ingest import ingest
+from ragbench import provenance as fingerprint
+from ragbench import runner as suite
+from ragbench.gate.gating import GateError, run_gate
+from ragbench.history import detection
 from ragbench.policies import load_policies
 from ragbench.report import gate_markdown
+from ragbench.result_files import ingest
 from ragbench.store import Store, StoreError, history_branch
 
 RESULTS = suite.RESULTS  # asv.conf.json's: asv compare / publish / show read it
@@ -64,7 +66,7 @@ def demo(args) -> int:
     _log(f"== 2/3 ingest into {args.store} (branch {branch})")
     store = Store(args.store, on_wait=_log, branch=branch)
     report = ingest(store, [Path(s["result"]) for s in summaries], branch=branch, log=_log)
-    _log(report.summary())
+    _log(report.summary() + detection.update(store, report.new_runs).summary())
     _log("== 3/3 the gate: HEAD against its parent, from the stored runs")
     if count < 2:
         _log("demo: HEAD has no parent: nothing to gate")

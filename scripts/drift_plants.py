@@ -1,4 +1,4 @@
-"""Planted numeric changes against the gate's comparison of outputs (``ragbench.drift``).
+"""Planted numeric changes against the gate's comparison of outputs (``ragbench.gate.drift``).
 
     python -m scripts.drift_plants --out DIR [--plants aa,scale,pack,prune,comment]
         [--mode quick] [--keep-outputs]
@@ -14,7 +14,8 @@ Each plant is a copy of this checkout's ``ragged/`` with one edit, made under ``
     comment  a comment and a renamed local in the kernel's launch path (must pass)
 
 Each is compared with the unedited copy exactly as the gate compares head with base
-(``drift.compare_trees``: base, head and base again in one process of ``benchmarks._outputs``;
+(``drift.compare_trees``: base, head and base again in one process of
+``benchmarks.support.outputs``;
 on a GPU the GPU grid, without one the CPU subset in Triton's interpreter; ``--mode full``:
 the full grid). Printed: each comparison's verdict, its outputs that moved and by how much,
 the run-to-run noise, the wall time and the runner's CPU time; written: ``DIR/drift_plants.md``
@@ -33,10 +34,10 @@ import sys
 import time
 from pathlib import Path
 
-from ragbench import drift
+from ragbench.gate import drift
+from ragbench.gate.drift import drift_section
 from ragbench.policies import load_policies
-from ragbench.report import drift_section
-from ragbench.verdicts import FAILING, Headline
+from ragbench.verdicts.status import FAILING, Headline
 
 REPO = Path(__file__).resolve().parent.parent
 

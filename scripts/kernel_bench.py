@@ -8,10 +8,10 @@
                                                       # ragged/kernels/attention.py
     ... --out DIR                                     # also write JSON (raw samples) there
 
-Metrics are defined in docs/metrics.md and measured by benchmarks/_harness.py, on the suite's
-inputs (benchmarks/_workloads.py) and backends (benchmarks/_catalogue.py); the launch paths
-come from ragged/kernels/launch_paths.py. Ratios are only ever taken between figures of the
-same run.
+Metrics are defined in docs/metrics.md and measured by benchmarks/support/harness.py, on the
+suite's inputs (benchmarks/support/workloads.py) and backends (benchmarks/support/catalogue.py);
+the launch paths come from scripts/launch_paths.py. Ratios are only ever taken between
+figures of the same run.
 """
 
 from __future__ import annotations
@@ -28,17 +28,17 @@ import torch
 import triton
 
 import ragged
-from benchmarks import _catalogue as C
-from benchmarks import _first_call as F
-from benchmarks import _grids as G
-from benchmarks import _harness as H
-from benchmarks import _promises as P
-from benchmarks import _workloads as W
-from ragbench import fingerprint
+from benchmarks.support import catalogue as C
+from benchmarks.support import first_call as F
+from benchmarks.support import grids as G
+from benchmarks.support import harness as H
+from benchmarks.support import promises as P
+from benchmarks.support import workloads as W
+from ragbench import provenance as fingerprint
 from ragbench.stats import median_interval
 from ragged.kernels import attention as KA
-from ragged.kernels.launch_paths import launch_paths as ragged_launch_paths
 from ragged.testing import packed_qkv
+from scripts.launch_paths import launch_paths as ragged_launch_paths
 
 # The table's axes (docs/kernel.md's table, wider than the suite's grid); inputs as the suite's
 MODELS = tuple(W.HEADS)  # attention geometry: heads, head_dim 64
@@ -47,7 +47,7 @@ PRUNE = (0.0, 0.5, 0.8)
 
 
 def environment() -> dict:
-    """The suite's fingerprint (ragbench/fingerprint.py) and what each backend calls."""
+    """The suite's fingerprint (ragbench/provenance.py) and what each backend calls."""
     env = fingerprint.collect(commit=None, machine=fingerprint.default_machine(),
                               mode="kernel_bench")  # fmt: skip
     return env | {"backends": {b: ragged.backend_implementation(b)
@@ -56,7 +56,7 @@ def environment() -> dict:
 
 def table(args) -> list[dict]:
     """Every backend of the catalogue (``--quick``: of its quick grid) on every workload,
-    measured as the suite measures them (``_measure.kernels``: alternating rounds)."""
+    measured as the suite measures them (``measure.kernels``: alternating rounds)."""
     rows = []
     tier = C.QUICK if args.quick else C.FULL
     backends = [b for b in C.kernel_backends(tier) if b in ragged.available_backends()]
@@ -146,7 +146,7 @@ def launch_paths(args) -> tuple[list[dict], dict | None]:
     """Host and call time of each way to launch the same kernel, BS=1 / 80%, DeiT-B, beside
     the bare fa2 op, one aten op and empty Triton kernels (one with the kernel's 16
     parameters through the kept launch and through the C launcher); then the API's launch
-    promises (``_promises.measure``: per-round ratios by cell, or None where this machine
+    promises (``promises.measure``: per-round ratios by cell, or None where this machine
     keeps no launch)."""
     q, k, v, cu, max_seqlen = W.kernel_inputs(*G.FLOOR[:2], "deit_b", G.FLOOR[2])
     out = torch.empty(q.shape, dtype=q.dtype, device=q.device)
@@ -231,7 +231,7 @@ def print_promises(ratios: dict[str, list[float]], rounds: int) -> None:
 
 
 def first_call(args) -> dict:
-    """What the suite's ``kernel.NewLength`` and ``kernel.FirstCall`` measure (``_first_call``),
+    """What the suite's ``kernel.NewLength`` and ``kernel.FirstCall`` measure (``first_call``),
     and the C++ fast path's build, which a cold machine pays once."""
     measured = F.measure()
     build = F.fastpath_build_s()

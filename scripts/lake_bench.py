@@ -21,7 +21,8 @@ import time
 from pathlib import Path
 
 from ragbench import synth
-from ragbench.ingest import ingest
+from ragbench.history import detection
+from ragbench.result_files import ingest
 from ragbench.store import Store
 
 # The fleet the synthetic history stands for: machine, device time against the first.
@@ -41,6 +42,7 @@ def timed_ingest(spec, dirs: list[Path]) -> dict:
     store = Store(spec)
     t0 = time.perf_counter()
     report = ingest(store, dirs, branch="main")
+    detection.update(store, report.new_runs)
     seconds = time.perf_counter() - t0
     if report.failed:
         raise RuntimeError(f"refused: {report.failed[:3]}")

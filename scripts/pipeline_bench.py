@@ -43,11 +43,11 @@ from pathlib import Path
 
 import torch
 
-from benchmarks import _bound as B
-from benchmarks import _workloads as W
-from benchmarks._bound import share_of_bound, turns_us
-from benchmarks._harness import gpu_clocks, spin_up
-from ragbench import fingerprint
+from benchmarks.support import bound as B
+from benchmarks.support import workloads as W
+from benchmarks.support.bound import share_of_bound, turns_us
+from benchmarks.support.harness import gpu_clocks, spin_up
+from ragbench import provenance as fingerprint
 from ragged import backend_implementation
 from ragged.models import SHARP_ATTENTION, build_model, get_config
 from ragged.pipeline import PrunedViT, PruneStage, ragged_backends
@@ -55,7 +55,7 @@ from ragged.pruning import ThresholdL2
 from ragged.testing import synthetic_images
 
 SECTIONS = ("throughput", "stages", "r384", "models", "methods", "accuracy", "bound")
-# The suite's pipelines (benchmarks/_catalogue.py) and the CUDA-graph twins of two of them
+# The suite's pipelines (benchmarks/support/catalogue.py) and the CUDA-graph twins of two of them
 PIPELINES = ["dense", "padded_full", "padded_max", "fa2", "triton", "dense_graph", "fa2_graph",
              "triton_graph"]  # fmt: skip
 METHODS = ("threshold_l2", "dynamicvit", "evit", "ats", "threshold_l2_per_image")
@@ -84,7 +84,7 @@ def pipelines(model, method, names) -> dict[str, PrunedViT]:
 def throughput(pipes: dict[str, PrunedViT], images, rounds: int, timing: str = "rounds"
                ) -> dict[str, dict]:  # fmt: skip
     """img/s of each pipeline: ``timing="rounds"`` as the suite measures it
-    (``_workloads.img_per_s``: alternating rounds of ~40 ms of back-to-back forwards each),
+    (``workloads.img_per_s``: alternating rounds of ~40 ms of back-to-back forwards each),
     ``"turns"`` one forward of each pipeline after the other (``turns_us``)."""
     fns = {n: (lambda p=p: p.forward(images, check_overflow=False)) for n, p in pipes.items()}
     spin_up()
@@ -263,7 +263,7 @@ def run_accuracy() -> dict:
 
 
 def environment() -> dict:
-    """The suite's fingerprint (ragbench/fingerprint.py), what the fa2 backend calls, and the
+    """The suite's fingerprint (ragbench/provenance.py), what the fa2 backend calls, and the
     GPU's clocks now."""
     env = fingerprint.collect(commit=None, machine=fingerprint.default_machine(),
                               mode="pipeline_bench")  # fmt: skip

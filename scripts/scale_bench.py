@@ -36,11 +36,15 @@ import json, sys, time, io, contextlib
 from ragbench import cli
 from ragbench.store import Store
 try:
-    from ragbench import history
+    from ragbench.history import series as history
     from ragbench.policies import load_policies
-except ImportError:  # a tree from before detect.py was split into history, compare, policies
-    from ragbench import detect as history
-    load_policies = history.load_policies
+except ImportError:  # a tree from before history/ was a package, or before detect.py was split
+    try:
+        from ragbench import history
+        from ragbench.policies import load_policies
+    except ImportError:  # into history, compare, policies
+        from ragbench import detect as history
+        load_policies = history.load_policies
 what, store, machine, last, cell, policies = sys.argv[1:7]
 last = int(last)
 t0 = time.perf_counter()
@@ -115,7 +119,7 @@ def measure(tree: Path, what: str, store: str, machine: str, last: int, cell: st
 def add_runs(store_path: str, machines: list[str]) -> str:
     """One new run per machine (the next commit, each cell at its newest value), stored as an
     ingest stores it and its series' change points updated: -> a line."""
-    from ragbench import changepoints
+    from ragbench.history import edivisive as changepoints
     from ragbench.store import Measurement, Run, Store
 
     store = Store(store_path)

@@ -104,7 +104,8 @@ def synthetic_store(directory: Path, commits: int = 1000, second: int = 0) -> Pa
     (1,000: 59,000 measurements, ~35 s on 2 cores), and the newest ``second`` of them measured
     on a second machine too (``synthetic-ada``, device times 2.4x); -> its path."""
     from ragbench import synth
-    from ragbench.ingest import ingest
+    from ragbench.history import detection
+    from ragbench.result_files import ingest
     from ragbench.store import Store
 
     path = directory / "perf.duckdb"
@@ -118,7 +119,7 @@ def synthetic_store(directory: Path, commits: int = 1000, second: int = 0) -> Pa
             old.with_suffix(".fingerprint").unlink()
         histories.append(other)
     with Store(path) as s:
-        ingest(s, histories, branch="main")
+        detection.update(s, ingest(s, histories, branch="main").new_runs)
     return path
 
 

@@ -77,7 +77,7 @@ def main() -> int:
     failed |= pipeline_demo(device, dtype)
 
     if cuda:
-        from benchmarks import _harness as H
+        from benchmarks.support import harness as H
 
         print("\n5. dispatch floor, BS=1, 80% pruning (40 tokens), DeiT-B geometry, fp16")
         q, k, v, cu, max_seqlen = packed_qkv([40], 12, 64, device="cuda")

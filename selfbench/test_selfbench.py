@@ -11,11 +11,12 @@ import os
 
 import pytest
 
-from ragbench import compare, synth
-from ragbench.history import stored_histories
-from ragbench.ingest import ingest
+from ragbench import synth
+from ragbench.history.series import stored_histories
 from ragbench.policies import load_policies
+from ragbench.result_files import ingest
 from ragbench.store import Store
+from ragbench.verdicts import comparison as compare
 
 COMMITS = int(os.environ.get("RAGBENCH_SELFBENCH_COMMITS", 1000))  # fewer: the tests' smoke run
 

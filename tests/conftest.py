@@ -70,6 +70,18 @@ def git(*args, cwd: Path = REPO) -> str:
     return out.stdout.strip()
 
 
+def ingest(store, paths, **kwargs):
+    """Ingest as ``ragbench ingest`` does with the shipped policies: store the result files,
+    then bring the change points and main's alerts of the series they gave a point up to
+    date (``ragbench.result_files.ingest`` only stores) -> the ingest's report."""
+    from ragbench.history import detection
+    from ragbench.result_files import ingest as store_files
+
+    report = store_files(store, paths, **kwargs)
+    detection.update(store, report.new_runs)
+    return report
+
+
 def fresh_copy(dest: Path) -> Path:
     """A clone of this repository with the working tree as it is (uncommitted and untracked,
     not ignored, files too) committed on top of HEAD: what tests that make commits of their

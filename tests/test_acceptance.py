@@ -16,10 +16,11 @@ import pytest
 from conftest import REPO, commit, git
 from test_faults import assert_clean_exit, ragbench
 
-from ragbench import cli, pr, suite, synth
+from ragbench import cli, pr, synth
+from ragbench import runner as suite
 from ragbench.github import Client
 from ragbench.store import Store
-from ragbench.verdicts import JSON_SCHEMA
+from ragbench.verdicts.status import JSON_SCHEMA
 from scripts.fake_github import FakeGitHub, pull
 from scripts.workflow_runner import load_workflow
 

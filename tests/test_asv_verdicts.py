@@ -14,11 +14,12 @@ from pathlib import Path
 import duckdb
 import pytest
 
-from ragbench import cli, compare
+from ragbench import cli
 from ragbench.policies import load_policies
 from ragbench.store import Store
 from ragbench.synth import COLUMNS
-from ragbench.verdicts import Status
+from ragbench.verdicts import comparison as compare
+from ragbench.verdicts.status import Status
 
 REPO = Path(__file__).resolve().parent.parent
 BASE, HEAD = "b" * 40, "c" * 40
@@ -63,7 +64,7 @@ def stored(tmp_path: Path, base: dict, head: dict, **kw) -> Path:
     asv_result(results, HEAD, head, 1, **kw)
     path = tmp_path / "s.duckdb"
     with Store(path) as s:
-        from ragbench.ingest import ingest
+        from ragbench.result_files import ingest
 
         report = ingest(s, [results], branch="main")
         assert not report.failed, report.failed

@@ -12,7 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from ragbench import asv_results, fingerprint
+from ragbench import asv_results
+from ragbench import provenance as fingerprint
 
 REPO = Path(__file__).resolve().parent.parent
 MODULES = ["kernel", "pipeline", "numerics", "cpu"]
@@ -80,9 +81,9 @@ def test_the_launch_promises_are_a_gpu_cell_skipped_here_with_a_reason():
 
 
 def test_the_promises_pair_each_rounds_host_times(monkeypatch):
-    """``_promises.measure``'s ratios come from the same round of both arms."""
-    from benchmarks import _harness as H
-    from benchmarks import _promises as P
+    """``promises.measure``'s ratios come from the same round of both arms."""
+    from benchmarks.support import harness as H
+    from benchmarks.support import promises as P
 
     us = {"layout": 6.0, "empty_kept": 5.0, "empty_direct": 4.0, "api": 9.0, "aten": 10.0}
     clock = {"round": 0}
@@ -127,10 +128,10 @@ def test_the_gpu_floor_and_the_bound_shares_are_gpu_cells_skipped_here_with_a_re
 
 
 def test_the_floor_ratio_pairs_each_rounds_replays(monkeypatch):
-    """``_floor.measure``'s ratio is the kernel's median over the empty kernel's of the same
+    """``support.floor.measure``'s ratio is the kernel's median over the empty kernel's of the same
     round: a GPU clock that halves between rounds moves both, never the ratio."""
-    from benchmarks import _floor as F
-    from benchmarks import _harness as H
+    from benchmarks.support import floor as F
+    from benchmarks.support import harness as H
 
     state = {"replays": 0}
 
@@ -157,10 +158,10 @@ def test_the_floor_ratio_pairs_each_rounds_replays(monkeypatch):
 
 
 def test_the_bound_shares_name_their_bounds():
-    """``_bound.shares``: each share from its own three arms, with its interval."""
+    """``support.bound.shares``: each share from its own three arms, with its interval."""
     import numpy as np
 
-    from benchmarks import _bound as B
+    from benchmarks.support import bound as B
 
     fa2 = np.array([4000.0, 5000.0, 4500.0])
     samples = {"fa2": fa2, "triton": fa2 / 1.08, "no_attention": fa2 / 1.10,
@@ -237,7 +238,7 @@ def test_quick_run_writes_the_fingerprint_beside_the_results(quick_run):
         assert key in fp
     assert fp["commit"] == summary["commit"] and fp["mode"] == "quick"
     assert fp["machine"] == "ci" and fp["torch"] and fp["triton"] and fp["run_seconds"] > 0
-    from benchmarks._harness import HARNESS_VERSION
+    from benchmarks.support.harness import HARNESS_VERSION
 
     assert fp["harness_version"] == HARNESS_VERSION
 

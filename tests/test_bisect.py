@@ -9,7 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from ragbench import bisect, envs, follow_up
+from ragbench import envs, follow_up
+from ragbench import version_bisect as bisect
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -139,7 +140,7 @@ def _commit(repo, subject: str) -> str:
 @pytest.fixture
 def repo(tmp_path, monkeypatch):
     """A repository the bisection's git runs in: ``commit(subject)``, ``git(*args)``."""
-    from ragbench import suite
+    from ragbench import runner as suite
 
     path = tmp_path / "repo"
     path.mkdir()
@@ -165,7 +166,7 @@ def _cells(scale: float, seed: int, raises: bool = False) -> dict:
     """One asv run's cells: the bisected one (``scale`` x 10 us, or raised) and another."""
     import numpy as np
 
-    from ragbench.compare import Cell
+    from ragbench.verdicts.comparison import Cell
 
     rng = np.random.default_rng(seed)
     out = {}
@@ -350,7 +351,9 @@ def test_each_step_measures_the_cell_alone_and_good_once(repo, monkeypatch, tmp_
 
     from asv.benchmarks import Benchmarks
 
-    from ragbench import bisect_commits, discovery, ingest, suite
+    from ragbench import bisect_commits, discovery
+    from ragbench import result_files as ingest
+    from ragbench import runner as suite
     from ragbench.policies import load_policies
     from ragbench.store import Measurement, Run, Store
 
@@ -491,7 +494,7 @@ def test_the_paired_runner_builds_no_model_for_a_kernel_cell():
     import random
     import re
 
-    from benchmarks import _paired
+    from benchmarks.support import paired as _paired
 
     built = []
 
@@ -515,8 +518,8 @@ def test_an_inconclusive_step_is_measured_again_then_skipped(repo):
     it and the base are measured once more, and, still inconclusive, it is skipped (before,
     inconclusive read as "does not show it")."""
     from ragbench import bisect_commits
-    from ragbench.compare import Cell
     from ragbench.policies import load_policies
+    from ragbench.verdicts.comparison import Cell
 
     root = _commit(repo, "root")
     commits = [_commit(repo, f"c{i + 1}") for i in range(8)]

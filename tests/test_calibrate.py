@@ -7,7 +7,7 @@ import json
 import numpy as np
 import pytest
 
-from benchmarks import _inject
+from benchmarks.support import inject as _inject
 from scripts import calibrate
 
 

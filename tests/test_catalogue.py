@@ -1,4 +1,4 @@
-"""The suite's catalogue (benchmarks/_catalogue.py) against ragged's registry, and what a
+"""The suite's catalogue (benchmarks/support/catalogue.py) against ragged's registry, and what a
 backend's declared capabilities do."""
 
 import dataclasses
@@ -7,8 +7,8 @@ import pytest
 import torch
 
 import ragged
-from benchmarks import _catalogue as C
-from benchmarks import _grids as G
+from benchmarks.support import catalogue as C
+from benchmarks.support import grids as G
 from ragged.models import build_model
 from ragged.pipeline import PrunedViT, PruneStage, ragged_backends
 from ragged.pruning import ATS, ThresholdL2
@@ -33,7 +33,7 @@ def test_every_pipeline_backend_has_its_pipeline_and_no_other():
 
 
 def test_the_grids_and_the_workloads_come_from_the_catalogue():
-    from benchmarks import _workloads as W
+    from benchmarks.support import workloads as W
 
     model = build_model("deit_tiny_224", seed=0)
     method = ThresholdL2(keep_ratio=0.5)
@@ -55,7 +55,7 @@ def test_the_grids_and_the_workloads_come_from_the_catalogue():
 
 
 def test_no_attention_gives_a_buffer_of_the_calls_rows_where_rows_vary():
-    from benchmarks import _workloads as W
+    from benchmarks.support import workloads as W
 
     fixed, varying = W.no_attention(), W.no_attention(rows_vary=True)
     assert fixed is not varying
@@ -72,11 +72,11 @@ def test_no_attention_gives_a_buffer_of_the_calls_rows_where_rows_vary():
 
 
 def test_the_version_locked_slow_set_matches_the_catalogue():
-    """``_measure.kernels`` spells the slow backends itself: its source is part of the kernel
+    """``measure.kernels`` spells the slow backends itself: its source is part of the kernel
     benchmarks' asv version, which must not move (the stored series continue)."""
     import inspect
 
-    from benchmarks import _measure
+    from benchmarks.support import measure as _measure
 
     names = ", ".join(f'"{n}"' for n in sorted(C.slow_backends()))
     assert f"slow=frozenset({{{names}}})" in inspect.getsource(_measure.kernels)

@@ -1,4 +1,4 @@
-"""Stored change points (ragbench/changepoints.py): E-Divisive over fixed windows, updated
+"""Stored change points (ragbench/history/edivisive.py): E-Divisive over fixed windows, updated
 with what is new, equal to computing them all again; detection and the dashboard read them."""
 
 from __future__ import annotations
@@ -12,9 +12,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from ragbench import changepoints, cli, history, stats, synth
-from ragbench.ingest import ingest
+from ragbench import cli, stats, synth
+from ragbench.history import detection
+from ragbench.history import edivisive as changepoints
+from ragbench.history import series as history
 from ragbench.policies import load_policies
+from ragbench.result_files import ingest
 from ragbench.store import Store
 
 REPO = Path(__file__).resolve().parent.parent
@@ -126,15 +129,56 @@ def history_files(tmp_path: Path, commits: int) -> list[Path]:
     return files
 
 
-def ingest_files(store: Store, files: list[Path], tmp_path: Path, name: str):
-    """Ingest these result files (with their fingerprints and benchmarks.json) as one batch."""
+def batch_of(files: list[Path], tmp_path: Path, name: str) -> Path:
+    """These result files (with their fingerprints and benchmarks.json) as one asv results
+    directory."""
     batch = tmp_path / name / synth.MACHINE
     batch.mkdir(parents=True)
     for f in files:
         shutil.copy(f, batch)
         shutil.copy(f.with_suffix(".fingerprint"), batch)
     shutil.copy(files[0].parent.parent / "benchmarks.json", batch.parent)
-    return ingest(store, [batch.parent], branch="main")
+    return batch.parent
+
+
+def ingest_files(store: Store, files: list[Path], tmp_path: Path, name: str):
+    """Ingest these result files as one batch, then bring the change points up to date as
+    ``ragbench ingest`` does -> (report, detected)."""
+    report = ingest(store, [batch_of(files, tmp_path, name)], branch="main")
+    return report, detection.update(store, report.new_runs)
+
+
+def test_ingest_and_changepoints_store_the_settings_of_the_policies_they_were_given(tmp_path):
+    """``ragbench ingest --policies`` with another ``changepoint_alpha`` and ``permutations``
+    stores those settings for every series it gave a point (not the shipped file's), and the
+    next ingest with them keeps what ``ragbench changepoints --policies`` wrote."""
+    shipped = (REPO / "ragbench" / "policies.toml").read_text()
+    assert "changepoint_alpha = 0.01\n" in shipped and "permutations = 199\n" in shipped
+    custom = tmp_path / "custom.toml"
+    custom.write_text(shipped.replace("changepoint_alpha = 0.01\n", "changepoint_alpha = 0.05\n")
+                      .replace("permutations = 199\n", "permutations = 99\n"))  # fmt: skip
+    want = changepoints.Settings(alpha=0.05, permutations=99).text
+    assert want != SETTINGS.text
+    files = history_files(tmp_path, 30)
+    path = tmp_path / "s.duckdb"
+
+    def ragbench(*args):
+        out = subprocess.run([sys.executable, "-m", "ragbench", *args, "--store", str(path),
+                              "--policies", str(custom)], capture_output=True, text=True,
+                             cwd=REPO)  # fmt: skip
+        assert out.returncode == 0, out.stderr
+
+    def settings() -> set[str]:
+        return {s["settings"] for s in Store(path, read_only=True).change_point_state(
+            synth.MACHINE)}  # fmt: skip
+
+    ragbench("ingest", "--branch", "main", str(batch_of(files[:20], tmp_path, "b0")))
+    assert settings() == {want}
+    ragbench("changepoints")
+    assert settings() == {want}
+    ragbench("ingest", "--branch", "main", str(batch_of(files[20:], tmp_path, "b1")))
+    assert settings() == {want}
+    assert len(Store(path, read_only=True).change_point_state(synth.MACHINE)) > 0
 
 
 def every_series(store: Store, machine: str = synth.MACHINE) -> dict[tuple, list[int]]:
@@ -164,9 +208,9 @@ def test_ingest_stores_change_points_that_equal_all_of_them_computed_again(tmp_p
     store = Store(tmp_path / "s.duckdb")
     done = 0
     for i, size in enumerate((150, 60, 1, 29)):
-        report = ingest_files(store, files[done : done + size], tmp_path, f"b{i}")
+        report, detected = ingest_files(store, files[done : done + size], tmp_path, f"b{i}")
         done += size
-        assert len(report.stored) == size and report.series > 0
+        assert len(report.stored) == size and detected.series > 0
         assert stored_positions(store) == every_series(store)
     found = stored_positions(store)
     triton = [k for k in found if k[2] == "gpu_us" and "backend=triton" in k[3]]
@@ -180,7 +224,7 @@ def test_a_new_run_updates_only_its_series_and_reingest_changes_nothing(tmp_path
     store = Store(tmp_path / "s.duckdb")
     ingest_files(store, files[:-1], tmp_path, "old")
     other = synth.write_history(tmp_path / "other", 40, machine="synthetic-ada", seed=3)
-    ingest(store, [other], branch="main")
+    detection.update(store, ingest(store, [other], branch="main").new_runs)
 
     def tables():
         with store._connect() as con:
@@ -188,14 +232,14 @@ def test_a_new_run_updates_only_its_series_and_reingest_changes_nothing(tmp_path
                     for t in ("change_point_series", "change_points")}  # fmt: skip
 
     before = tables()
-    report = ingest_files(store, files[:-1], tmp_path, "again")  # already stored: nothing moves
-    assert len(report.duplicate) == len(files) - 1 and report.series == 0
+    report, detected = ingest_files(store, files[:-1], tmp_path, "again")  # nothing moves
+    assert len(report.duplicate) == len(files) - 1 and detected.series == 0
     assert tables() == before
-    report = ingest_files(store, files[-1:], tmp_path, "new")
+    _, detected = ingest_files(store, files[-1:], tmp_path, "new")
     after = tables()
     changed = [s for s in after["change_point_series"] if s not in before["change_point_series"]]
     # every series of the new run's machine moved on by one point; the other machine's none
-    assert len(changed) == report.series > 0
+    assert len(changed) == detected.series > 0
     assert {s[1] for s in changed} == {synth.MACHINE}
     assert all(s[6] == 130 for s in changed)  # points: all 130 commits
     ada = [s for s in after["change_point_series"] if s[1] == "synthetic-ada"]
@@ -297,8 +341,8 @@ def test_a_schema_3_store_gets_its_change_point_tables_anew(tmp_path, tables):
                     "env_name VARCHAR, benchmark VARCHAR)")  # fmt: skip
     con.execute("UPDATE meta SET value = '3' WHERE key = 'schema_version'")
     con.close()
-    report = ingest_files(Store(path), files[10:], tmp_path, "b1")
-    assert len(report.stored) == 2 and report.series > 0
+    report, detected = ingest_files(Store(path), files[10:], tmp_path, "b1")
+    assert len(report.stored) == 2 and detected.series > 0
     store = Store(path, read_only=True)
     assert stored_positions(store) == every_series(store)
 

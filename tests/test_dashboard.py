@@ -13,10 +13,10 @@ from pathlib import Path
 
 import pyarrow as pa
 import pytest
+from conftest import ingest
 
 from dashboard import PAGES, SEVERITY
 from ragbench import synth
-from ragbench.ingest import ingest
 from ragbench.store import Store
 
 REPO = Path(__file__).resolve().parent.parent
@@ -51,7 +51,7 @@ def store(quick_run, tmp_path_factory) -> Path:
 
 @pytest.fixture(autouse=True, scope="module")
 def rollups(tmp_path_factory):
-    """The dashboard's rollups (ragbench.rollup) of this module's stores, in its own tmp."""
+    """The dashboard's rollups (ragbench.store.rollup) of this module's stores, in its own tmp."""
     os.environ["RAGBENCH_DASHBOARD_CACHE"] = str(tmp_path_factory.mktemp("rollups"))
 
 
@@ -567,7 +567,7 @@ def test_the_alerts_page_opens_while_one_is_new_and_its_buttons_change_the_state
     to the store, and with nothing new the dashboard opens on the Overview again."""
     from test_alerts import POLICIES, STEP, history, sha
 
-    from ragbench import alerts as ragbench_alerts
+    from ragbench.history import alerting as ragbench_alerts
 
     path = tmp_path / "perf.duckdb"
     store = Store(path)
@@ -684,8 +684,8 @@ def test_compare_judges_one_environment_at_a_time(django):
     each environment's head values are what the gate makes of that environment's runs (two
     Pythons' samples were pooled)."""
     from dashboard.draw import shown
-    from ragbench import compare
     from ragbench.policies import POLICIES, load_policies
+    from ragbench.verdicts import comparison as compare
 
     s = Store(django, read_only=True)
     runs = s.runs(machine="ubuntu-latest", frame=True)

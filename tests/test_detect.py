@@ -7,10 +7,12 @@ import math
 import numpy as np
 import pytest
 
-from ragbench import compare, history, stats
-from ragbench.compare import Cell
-from ragbench.history import Point
+from ragbench import stats
+from ragbench.history import series as history
+from ragbench.history.series import Point
 from ragbench.policies import Policies, Policy, load_policies
+from ragbench.verdicts import comparison as compare
+from ragbench.verdicts.comparison import Cell
 
 POLICIES = load_policies()
 
@@ -123,8 +125,8 @@ def test_significant_but_small_and_large_but_noisy_are_not_regressions():
 def test_a_verdict_needs_evidence():
     """PASS only with evidence for every gated cell (``compare.RULE``). Each case here passed
     before: a run is inconclusive as soon as one cell is, not when most are."""
-    from ragbench import gate
-    from ragbench.verdicts import gate_document
+    from ragbench.gate import gating as gate
+    from ragbench.verdicts.status import gate_document
 
     rng = np.random.default_rng(11)
     pol = Policies((Policy("*", "latency", threshold=0.03),), {"alpha": 0.01}, {})

@@ -15,7 +15,7 @@ from pathlib import Path
 from conftest import REPO, fresh_copy, git
 
 from ragbench import cli, synth
-from ragbench.ingest import ingest
+from ragbench.result_files import ingest
 from ragbench.store import Store
 from scripts import demo
 

@@ -1,6 +1,7 @@
-"""Numeric drift against base (ragbench.drift, benchmarks/_outputs): planted numeric changes are
-findings that fail the gate, the same code and a change that does not touch numerics pass; the
-gate runs the comparison in both modes; ``versions`` compares two stacks' files the same way.
+"""Numeric drift against base (ragbench.gate.drift, benchmarks/support/outputs): planted numeric
+changes are findings that fail the gate, the same code and a change that does not touch numerics
+pass; the gate runs the comparison in both modes; ``versions`` compares two stacks' files the
+same way.
 
 The plants are scripts/drift_plants.py's (copies of ragged/ with one edit), on the smallest grid
 that shows each: Threshold-L2 through padded_max and the triton pipeline, and one kernel cell;
@@ -18,12 +19,15 @@ import pytest
 from conftest import HAS_CUDA, REPO
 from test_gate import HEAD, PARENT, add_run, gpu_cells
 
-from benchmarks import _grids, _outputs
-from ragbench import compare, drift, gate
+from benchmarks.support import grids as _grids
+from benchmarks.support import outputs as _outputs
+from ragbench.gate import drift
+from ragbench.gate import gating as gate
 from ragbench.policies import load_policies
 from ragbench.report import gate_markdown
 from ragbench.store import Store
-from ragbench.verdicts import Headline, Status, gate_document
+from ragbench.verdicts import comparison as compare
+from ragbench.verdicts.status import Headline, Status, gate_document
 from scripts.drift_plants import plant
 
 PIPELINES = r"^drift\.Pipeline backend=(padded_max|triton),method=threshold_l2,"
@@ -143,11 +147,11 @@ def test_versions_compares_two_stacks_against_each_stack_s_noise(tmp_path):
     assert status == {"noisy": Status.UNCHANGED, "exact": Status.DRIFT, "moved": Status.DRIFT}
     noise = {o.params["backend"]: o.noise for o in report.outputs}
     assert noise["noisy"] == pytest.approx(1e-3, rel=1e-3) and noise["exact"] == 0.0
-    out = subprocess.run([sys.executable, "-m", "ragbench.drift", a.path, b.path],
+    out = subprocess.run([sys.executable, "-m", "ragbench.gate.drift", a.path, b.path],
                          capture_output=True, text=True, cwd=REPO)  # fmt: skip
     assert out.returncode == 1, out.stderr
     assert "### Numeric drift between the stacks" in out.stdout and "backend=exact" in out.stdout
-    out = subprocess.run([sys.executable, "-m", "ragbench.drift", a.path],
+    out = subprocess.run([sys.executable, "-m", "ragbench.gate.drift", a.path],
                          capture_output=True, text=True, cwd=REPO)  # fmt: skip
     assert out.returncode == 2 and "no arms base and head" in out.stderr
 

@@ -15,7 +15,9 @@ from pathlib import Path
 import pytest
 from conftest import REPO
 
-from ragbench import asv_results, history, ingest, synth
+from ragbench import asv_results, synth
+from ragbench import result_files as ingest
+from ragbench.history import series as history
 from ragbench.policies import load_policies
 from ragbench.store import ENV_FIELDS, Store
 

@@ -21,11 +21,13 @@ import pytest
 from conftest import REPO, commit, fresh_copy, git
 from test_store import pytest_benchmark_json
 
-from ragbench import cli, record, suite, synth
+from ragbench import cli, synth
+from ragbench import pushes as record
+from ragbench import runner as suite
 from ragbench.github import MARKER
-from ragbench.ingest import ingest
+from ragbench.result_files import ingest
 from ragbench.store import Store
-from ragbench.verdicts import JSON_SCHEMA as SCHEMA
+from ragbench.verdicts.status import JSON_SCHEMA as SCHEMA
 from scripts.fake_github import FakeGitHub
 from scripts.rehearse import FAULTS
 
@@ -171,7 +173,7 @@ def test_an_internal_error_exits_2_never_1_or_0(tmp_path, monkeypatch, capsys, h
     def bug(*a, **k):
         return 1 / 0
 
-    monkeypatch.setattr("ragbench.history.stored_histories", bug)
+    monkeypatch.setattr("ragbench.history.series.stored_histories", bug)
     code = cli.main(["detect", "--store", str(store), "--machine", synth.MACHINE])
     err = capsys.readouterr().err
     assert code == 2 and "internal error: ZeroDivisionError" in err and "Traceback" not in err
@@ -282,7 +284,7 @@ def test_one_bad_file_never_stops_an_ingest(tmp_path, history):
 
 
 def ingest_rows(path: Path) -> list:
-    from ragbench.ingest import parse
+    from ragbench.result_files import parse
 
     return parse(path)[1]
 

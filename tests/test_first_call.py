@@ -1,4 +1,4 @@
-"""The first-call measurement (benchmarks/_first_call.py): its counters and what it refuses,
+"""The first-call measurement (benchmarks/support/first_call.py): its counters and what it refuses,
 on the CPU; its counts on a GPU."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from types import SimpleNamespace
 import pytest
 import triton
 
-from benchmarks import _first_call as F
+from benchmarks.support import first_call as F
 
 
 class FakeModes:
@@ -159,7 +159,7 @@ def test_fastpath_build_says_why_it_cannot_build(monkeypatch):
 
 
 def test_the_suite_skips_first_calls_without_a_gpu():
-    from benchmarks import _measure
+    from benchmarks.support import measure as _measure
 
     if _measure._gpu() is not None:
         pytest.skip("a CUDA GPU is here")

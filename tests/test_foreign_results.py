@@ -10,8 +10,9 @@ import json
 import re
 from pathlib import Path
 
+from conftest import ingest
+
 from ragbench import cli
-from ragbench.ingest import ingest
 from ragbench.store import Store
 
 PUBLIC = Path(__file__).resolve().parent / "data" / "public"

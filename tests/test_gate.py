@@ -14,9 +14,11 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
-from ragbench import compare, discovery, gate
+from ragbench import discovery
+from ragbench.gate import gating as gate
 from ragbench.policies import load_policies
 from ragbench.store import Measurement, Run, Store
+from ragbench.verdicts import comparison as compare
 
 REPO = Path(__file__).resolve().parent.parent
 _clock = itertools.count(1_800_000_000)
@@ -288,7 +290,7 @@ def test_a_gate_says_what_settles_it_and_settle_merges_into_its_verdict(
     many rounds, and its verdict replaces the cell's in the gate's: PASS with evidence, or
     still INCONCLUSIVE with a larger plan where its samples spread wider than the gate's (never
     a PASS without evidence)."""
-    from ragbench import settle as settle_mod
+    from ragbench.gate import plan as settle_mod
     from ragbench.report import gate_markdown
 
     store = Store(tmp_path / "perf.duckdb")
@@ -325,8 +327,8 @@ def test_a_gate_says_what_settles_it_and_settle_merges_into_its_verdict(
 
 
 def test_the_rounds_a_cell_needs_follow_its_spread():
-    from ragbench import settle
-    from ragbench.verdicts import Status
+    from ragbench.gate import plan as settle
+    from ragbench.verdicts.status import Status
 
     policy = load_policies().for_metric("kernel.KernelLatency", "gpu_us", "us")
     t = policy.threshold
@@ -345,7 +347,8 @@ def test_the_rounds_a_cell_needs_follow_its_spread():
 def test_settle_refuses_what_it_cannot_settle(tmp_path, capsys):
     """Gates a store recorded (``settle.record``, as a gate or the trusted verdict does) that
     leave nothing to settle, or that it cannot: one line, exit 2, nothing measured."""
-    from ragbench import cli, settle
+    from ragbench import cli
+    from ragbench.gate import plan as settle
 
     doc = {"schema": 2, "base": PARENT, "head": HEAD, "machine": "m1", "verdict": "pass",
            "failures": []}  # fmt: skip
@@ -373,8 +376,8 @@ def regression_gate(store, monkeypatch, tmp_path) -> tuple[gate.GateResult, Path
     """A measured gate that FAILs: head's triton cell 10% slower, reproduced when measured
     again, and the torch_varlen cell inconclusive (spread 0.5x-1.5x): its plan settles both.
     Recorded in ``store`` as ``ragbench gate`` records it; -> it and its JSON."""
-    from ragbench import settle
     from ragbench.commands import gate as gate_cmd
+    from ragbench.gate import plan as settle
 
     def fake_measure(store, sha, side, label, work, *, mode, machine, bench, log, environment=None):
         rng = np.random.default_rng(len(label) + (side == "head"))

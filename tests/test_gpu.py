@@ -258,9 +258,9 @@ def test_unaligned_cu_seqlens_and_odd_strides():
 
 
 def test_injected_delay_slows_the_kernel_and_keeps_its_output():
-    """The calibration's slower kernel (benchmarks/_inject.py): same numbers, more time."""
-    from benchmarks import _inject
-    from benchmarks import _workloads as W
+    """The calibration's slower kernel (benchmarks/support/inject.py): same numbers, more time."""
+    from benchmarks.support import inject as _inject
+    from benchmarks.support import workloads as W
 
     q, k, v, cu_seqlens, max_seqlen = W.kernel_inputs(64, 0.8, "deit_b", "uniform")
     fast, _ = _inject.triton_fn(q, k, v, cu_seqlens, max_seqlen, 0.0)

@@ -98,3 +98,75 @@ def test_the_kernel_modules_import_each_other_without_a_circle():
     assert cycle(graph) is None, cycle(graph)
     assert cycle({"attention": {"tuning"}, "tuning": {"config", "attention"}}) == [
         "attention", "tuning", "attention"]  # fmt: skip
+
+
+# Private names that stay imported across modules, each with its reason.
+PRIVATE_KEPT = {
+    # asv takes every public class of a benchmark module for a benchmark: the bases that cpu's
+    # subset shares with numerics and pipeline stay private, or asv would find them twice
+    ("benchmarks.cpu", "benchmarks.numerics._Drift"),
+    ("benchmarks.cpu", "benchmarks.numerics._KernelError"),
+    ("benchmarks.cpu", "benchmarks.pipeline._ImgPerS"),
+    # the C++ fast path reads this dict by its name (ragged/kernels/fastpath.cpp)
+    ("ragged.kernels.attention", "ragged.kernels.kept._ready"),
+}
+
+
+def test_the_house_has_no_import_circle_and_no_upward_import():
+    """Every import of ragged, benchmarks, ragbench and dashboard, at module level and inside
+    functions: no circle among modules, and no module imports a layer above its own (ragged
+    under benchmarks under ragbench under dashboard; the store under the rest of ragbench,
+    the commands above it; the kernels under the rest of ragged)."""
+    from scripts import import_graph
+
+    graph = import_graph.graph(REPO)
+    assert "ragbench.store.core" in graph and "ragbench.commands.ingest" in graph
+    assert import_graph.circles(graph) == []
+    assert import_graph.upward(graph) == []
+
+
+def test_no_private_name_is_imported_across_modules():
+    """No module (nor script or experiment) imports another's private name, nor a private module
+    of a package it is not in; the few kept are named with their reason above."""
+    from scripts import import_graph
+
+    found = set(import_graph.private_imports(REPO))
+    assert found - PRIVATE_KEPT == set()
+
+
+def test_the_house_checks_fail_on_a_planted_circle_an_upward_and_a_private_import(tmp_path):
+    """The checks above see a circle closed by a function's import, an arrow from the store up
+    to a module beside it, and a private name imported from another module."""
+    from scripts import import_graph
+
+    pkg = tmp_path / "ragbench"
+    (pkg / "store").mkdir(parents=True)
+    (pkg / "__init__.py").write_text("")
+    (pkg / "store" / "__init__.py").write_text("")
+    (pkg / "store" / "core.py").write_text("def f():\n    from ..ingest import parse\n")
+    (pkg / "ingest.py").write_text("from .alerts import update\n\ndef parse():\n    pass\n")
+    (pkg / "alerts.py").write_text("def update():\n    from . import ingest\n")
+    (pkg / "gate.py").write_text("from .alerts import _now\n")
+    graph = import_graph.graph(tmp_path)
+    assert import_graph.circles(graph) == [["ragbench.alerts", "ragbench.ingest"]]
+    assert import_graph.upward(graph) == [("ragbench.store.core", "ragbench.ingest")]
+    assert import_graph.private_imports(tmp_path) == [("ragbench.gate", "ragbench.alerts._now")]
+
+
+def test_every_import_of_the_house_names_a_module_of_this_checkout():
+    """An import of ragged, benchmarks, ragbench or dashboard (from the packages, scripts,
+    experiments, tests) names a module of this checkout: where a module moved, an import left
+    behind fails in a fresh clone, though an editable install of another checkout may still
+    answer it here."""
+    from scripts import import_graph
+
+    mods = set(import_graph.modules(REPO))
+    bad = []
+    for folder in (*PACKAGES, "scripts", "experiments", "tests", "selfbench"):
+        for path in sorted((REPO / folder).rglob("*.py")):
+            for base, alias in import_graph.imports(path, REPO):
+                if base.split(".")[0] not in PACKAGES or base in mods:
+                    continue
+                if not (alias and f"{base}.{alias}" in mods):
+                    bad.append(f"{path.relative_to(REPO)}: {base}")
+    assert not bad, bad

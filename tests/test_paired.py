@@ -11,9 +11,14 @@ import sys
 import pytest
 from conftest import REPO
 
-from ragbench import compare, gate, history, paired, pr, stats, verdicts
-from ragbench.compare import Cell
+from ragbench import pr, stats
+from ragbench.gate import gating as gate
+from ragbench.gate import paired
+from ragbench.history import series as history
 from ragbench.policies import Policies, Policy, load_policies
+from ragbench.verdicts import comparison as compare
+from ragbench.verdicts import status as verdicts
+from ragbench.verdicts.comparison import Cell
 
 POLICIES = Policies(
     (Policy("*.host_us", "latency", threshold=0.03, paired=True), Policy("*", "info")),
@@ -155,7 +160,7 @@ def test_paired_metrics_are_not_judged_across_processes():
 
 
 def test_two_revisions_in_one_process(tmp_path):
-    from benchmarks import _revision
+    from benchmarks.support import revision as _revision
 
     other = tmp_path / "other"
     shutil.copytree(REPO / "ragged", other / "ragged")
@@ -218,7 +223,7 @@ def test_the_anchored_host_ratio_is_tracked_on_main_only():
 
 
 def test_the_launch_promises_are_bounds_at_the_promised_ratios():
-    from benchmarks import _promises
+    from benchmarks.support import promises as _promises
 
     pol = load_policies()
     for cell, (_, _, limit) in _promises.CELLS.items():
@@ -236,7 +241,7 @@ def test_the_launch_promises_are_bounds_at_the_promised_ratios():
 def test_a_clone_without_the_anchor_skips_it(monkeypatch, tmp_path):
     import contextlib
 
-    from ragbench import suite
+    from ragbench import runner as suite
 
     monkeypatch.setattr(suite, "ANCHOR", "0" * 40)
     logged = []
@@ -296,7 +301,7 @@ def test_paired_report_tabulates_head_over_base(tmp_path, capsys):
 
 
 def test_the_gate_s_document_reads_back_and_nothing_else_does(tmp_path):
-    """One contract (ragbench.verdicts): what gate_document writes, read_gate_document reads;
+    """One contract (ragbench.verdicts.status): what gate_document writes, read_gate_document reads;
     a document of another schema, head or shape is refused."""
     pol = Policies((Policy("*", "throughput", threshold=0.10),), {"alpha": 0.01}, {})
     base = {("b", "img_per_s", ""): Cell("b", "img_per_s", "", {}, "img/s", [100.0] * 12)}
@@ -343,8 +348,8 @@ def test_a_cell_left_without_evidence_is_measured_again_alone_and_judged_at_a_st
     inconclusive and the gate blocked an A/A pull request."""
     import contextlib
 
-    from ragbench import suite
-    from ragbench.verdicts import Status
+    from ragbench import runner as suite
+    from ragbench.verdicts.status import Status
 
     noisy, quiet = {"backend": "padded_sdpa"}, {"backend": "triton"}
 

@@ -16,7 +16,7 @@ import pytest
 
 from dashboard import PAGES
 from ragbench import cli
-from ragbench.ingest import discover, ingest, parse
+from ragbench.result_files import discover, ingest, parse
 from ragbench.store import Store
 
 PUBLIC = Path(__file__).resolve().parent / "data" / "public"

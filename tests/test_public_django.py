@@ -11,9 +11,12 @@ from pathlib import Path
 
 import duckdb
 import pytest
+from conftest import ingest
 
-from ragbench import changepoints, cli
-from ragbench.ingest import ingest
+from ragbench import cli
+from ragbench.history import detection
+from ragbench.history import edivisive as changepoints
+from ragbench.result_files import ingest as store_files
 from ragbench.store import Store
 
 DJANGO = Path(__file__).resolve().parent / "data" / "public" / "asv-django"
@@ -178,10 +181,11 @@ def test_results_that_arrive_out_of_order_update_their_series_from_their_window_
         return real(values, settings, first)
 
     monkeypatch.setattr(changepoints, "found_in", recorded)
-    report = ingest(s, [late.parent], branch="main")
-    assert len(report.stored) == 3 and report.series >= 60
+    report = store_files(s, [late.parent], branch="main")
+    detected = detection.update(s, report.new_runs)
+    assert len(report.stored) == 3 and detected.series >= 60
     # the deepest late commit is the 46th of the 100: the windows from 20 on hold it
-    assert len(starts) >= report.series and min(starts) == 20, sorted(set(starts))
+    assert len(starts) >= detected.series and min(starts) == 20, sorted(set(starts))
     newest = {(r["environment"], r["benchmark"], r["metric"], r["param_key"]):
               (r["last_commit"], r["last_env_key"])
               for r in s.change_point_state(MACHINE, ENV)}  # fmt: skip

@@ -1,5 +1,5 @@
-"""ragbench.rollup: the dashboard's read model of a store file answers every query as the store
-does (without raw samples), each series' rows together, and follows the store's new runs."""
+"""ragbench.store.rollup: the dashboard's read model of a store file answers every query as the
+store does (without raw samples), each series' rows together, and follows the store's new runs."""
 
 from __future__ import annotations
 
@@ -9,11 +9,11 @@ import shutil
 import duckdb
 import pandas as pd
 import pytest
+from conftest import ingest
 
 from ragbench import synth
-from ragbench.ingest import ingest
-from ragbench.rollup import Rollup, sync
 from ragbench.store import Store
+from ragbench.store.rollup import Rollup, sync
 
 
 def same(a: pd.DataFrame, b: pd.DataFrame) -> None:

@@ -16,9 +16,10 @@ from pathlib import Path
 
 import duckdb
 import pytest
+from conftest import ingest
 
 from ragbench import synth
-from ragbench.ingest import ingest, parse
+from ragbench.result_files import parse
 from ragbench.store import Store, StoreError
 
 REPO = Path(__file__).resolve().parent.parent
@@ -369,7 +370,7 @@ def test_a_schema_5_store_gains_the_gate_verdicts_and_a_copy_brings_them(tmp_pat
     cells come with a copy, once."""
     import duckdb
 
-    from ragbench import settle
+    from ragbench.gate import plan as settle
 
     path = tmp_path / "perf.duckdb"
     with Store(path) as s:
@@ -404,7 +405,7 @@ def test_copy_file_to_lake_to_file_round_trips_every_row(quick_run, tmp_path, po
     """``ragbench store copy``: a runner's file into a lake, the lake back into a new file;
     every row of every table the same (run ids, raw samples, labels, acceptances, gates, the
     gates' own verdicts), and a second copy adds nothing."""
-    from ragbench import settle
+    from ragbench.gate import plan as settle
 
     results = copy_results(quick_run, tmp_path / "results")
     first = tmp_path / "runner.duckdb"
@@ -634,7 +635,7 @@ def test_files_are_read_before_the_store_is_opened_and_refused_ones_never_open_i
     """Reading and checking a file (a 100,000-cell one took 3 s here) never happens while the
     ingest holds the file for writing, whatever the files: a reader waits for writes only.
     Files that are all refused never open it at all."""
-    import ragbench.ingest as ingest_module
+    import ragbench.result_files as ingest_module
 
     good, refused = big_and_refused(tmp_path, 3_000)
     path = tmp_path / "s.duckdb"
@@ -793,7 +794,7 @@ def test_a_live_writers_claim_is_waited_for_and_a_dead_ones_taken_over(tmp_path,
     import duckdb
 
     import ragbench.store as S
-    from ragbench.ingest import parse
+    from ragbench.result_files import parse
     from ragbench.store import writes
     from ragbench.synth import big_result
 
@@ -848,7 +849,7 @@ def test_a_slice_the_store_refuses_refuses_the_file_and_leaves_no_row(tmp_path, 
 
 
 def test_a_lakes_catalog_gets_timeouts_unless_the_string_sets_its_own(postgres, tmp_path):
-    from ragbench.lake import Lake
+    from ragbench.store.lake import Lake
 
     lake = Lake.parse("ducklake:postgres:dbname=perf host=db user=r data_path=/d/")
     assert "connect_timeout='10'" in lake.conninfo and "statement_timeout=60s" in lake.conninfo

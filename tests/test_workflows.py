@@ -17,7 +17,7 @@ import pytest
 from ragbench import github, pr, trust
 from ragbench.github import MARKER
 from ragbench.store import Store
-from ragbench.verdicts import JSON_SCHEMA
+from ragbench.verdicts.status import JSON_SCHEMA
 from scripts import rehearse, workflow_runner
 from scripts import workflow_expressions as expressions
 from scripts.fake_github import FakeGitHub

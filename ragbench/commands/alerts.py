@@ -17,7 +17,8 @@ def add_parser(sub) -> None:
             "a cell's threshold whose after/before interval excludes 1.0, and the newest runs "
             "the lookback flags) and its newest commit's findings (a broken bound, a failed or "
             "missing cell) into alerts grouped by the commit they arrived with "
-            "(ragbench/alerts.py). Without --set: the alerts (of --machine, in --state, in any "
+            "(ragbench/history/alerting.py). Without --set: the alerts (of --machine, in --state, "
+            "in any "
             "case), each with its cells, the range of commits, the stack's changes of level "
             "since (never a fix), the command that re-measures exactly those cells and the one "
             "that bisects the range, then the stale series (their last point older than the "
@@ -41,7 +42,8 @@ def add_parser(sub) -> None:
 
 
 def run(args) -> int:
-    from .. import alerts, follow_up, project
+    from .. import follow_up, project
+    from ..history import alerting as alerts
 
     state = _state(args.state)
     if args.new_state is not None:
@@ -77,7 +79,7 @@ def run(args) -> int:
 
 def _state(state: str | None) -> str | None:
     """A state to list, in any case (``New`` is ``new``); ValueError for one that is none."""
-    from ..alerts import STATES
+    from ..history.alerting import STATES
 
     if state is None or state.lower() in STATES:
         return state and state.lower()
@@ -117,7 +119,8 @@ def text(a: dict, repository: str | None, moved: list[str] = (), project=None) -
     environment's changes of level since (``alerts.moves``), no fix; ``project``: the asv
     project whose results the machine's are (``ragbench.project``), where it is not this
     suite: the link and the commands are of it."""
-    from .. import alerts, follow_up
+    from .. import follow_up
+    from ..history import alerting as alerts
 
     since = f"{a['prev_commit_hash'][:12]}..{a['commit_hash'][:12]}" if a["prev_commit_hash"] \
         else a["commit_hash"][:12]  # fmt: skip
@@ -154,9 +157,9 @@ def text(a: dict, repository: str | None, moved: list[str] = (), project=None) -
 
 
 def settings_text(found: list[dict]) -> str:
-    """The steps where a measurement setting changed (``ragbench.timing``), by commit: not
+    """The steps where a measurement setting changed (``ragbench.store.timing``), by commit: not
     alerted as the code's, listed so that a person can still look."""
-    from .. import alerts
+    from ..history import alerting as alerts
 
     cells = sum(len(a["cells"]) for a in found)
     if not cells:

@@ -6,7 +6,7 @@ import re
 import tempfile
 from pathlib import Path
 
-from ..paired import PROCESSES as PAIRED_PROCESSES
+from ..gate.paired import PROCESSES as PAIRED_PROCESSES
 from ..policies import load_policies
 from .common import MODE_HELP, log, machine_arg, machine_of, open_store, policies_arg
 
@@ -84,7 +84,7 @@ def asv_find(args) -> int:
     import subprocess
     import sys
 
-    from .. import suite
+    from .. import runner as suite
     from ..discovery import asv_name
     from ..follow_up import asv_environment
     from ..project import read

@@ -15,7 +15,8 @@ def add_parser(sub) -> None:
         help="bring the stored change points of main's history up to date",
         description=(
             "E-Divisive change points of every series (of --machine, or of every machine), "
-            "stored in the store (ragbench/changepoints.py): windows already computed with the "
+            "stored in the store (ragbench/history/edivisive.py): windows already computed with "
+            "the "
             "same settings are kept, the rest computed. An ingest does this for the series it "
             "gave a point; run it once on a store made before, or after changing [main]'s "
             "settings in the policies. Exit 0 done, 2 unusable input."
@@ -28,7 +29,7 @@ def add_parser(sub) -> None:
 
 
 def run(args) -> int:
-    from .. import changepoints
+    from ..history import edivisive as changepoints
 
     policies = load_policies(args.policies)
     store = open_store(args, create=False)

@@ -9,7 +9,7 @@ import os
 import sys
 from pathlib import Path
 
-from .. import fingerprint
+from .. import provenance as fingerprint
 from ..store import BRANCH_VAR, ENV_VAR, Store, default_path, history_branch, store_spec
 
 MODE_HELP = "grid size: quick (pull requests, make demo; ~1.5 min on an H100 GPU) or full (main)"

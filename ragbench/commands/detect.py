@@ -3,10 +3,11 @@ change points."""
 
 from __future__ import annotations
 
-from .. import history, suite
+from .. import runner as suite
+from ..history import series as history
 from ..policies import load_policies
 from ..store import Store
-from ..verdicts import Status
+from ..verdicts.status import Status
 from .alerts import stale_text
 from .common import machine_arg, machine_of, open_store, policies_arg, store_arg
 

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import json
 
-from .. import fingerprint, suite
+from .. import provenance as fingerprint
+from .. import runner as suite
 from .common import MODE_HELP
 
 

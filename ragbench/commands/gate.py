@@ -5,9 +5,9 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from ..compare import RULE
-from ..paired import PROCESSES as PAIRED_PROCESSES
+from ..gate.paired import PROCESSES as PAIRED_PROCESSES
 from ..policies import load_policies
+from ..verdicts.comparison import RULE
 from .common import (
     MODE_HELP,
     bench_arg,
@@ -75,7 +75,7 @@ def add_parser(sub) -> None:
                    "0: none; the host-time cells then fail only beyond 100%%, else are "
                    "inconclusive)")  # fmt: skip
     g.add_argument("--no-drift", dest="drift", action="store_false",
-                   help="skip the comparison of head's outputs with base's (ragbench.drift): "
+                   help="skip the comparison of head's outputs with base's (ragbench.gate.drift): "
                    "the numerics then keep only their bounds")  # fmt: skip
     g.add_argument("--mode", choices=["quick", "full"], default=None,
                    help=f"{MODE_HELP} (default quick; --settle: the gate's)")  # fmt: skip
@@ -98,7 +98,7 @@ def add_parser(sub) -> None:
 
 
 def run(args) -> int:
-    from ..gate import run_gate, run_settle, write_json
+    from ..gate.gating import run_gate, run_settle, write_json
     from ..report import gate_markdown
 
     policies = load_policies(args.policies)
@@ -137,8 +137,8 @@ def record(args, store, result) -> None:
     what ``--settle`` continues, by the id its report then names. A store this gate may not
     write (--stored opened it to read) is said in one line, and the report names no settle
     command."""
-    from .. import settle
-    from ..gate import to_json
+    from ..gate import plan as settle
+    from ..gate.gating import to_json
     from ..store import StoreError
 
     try:

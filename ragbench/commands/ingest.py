@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from .. import suite
+from .. import runner as suite
 from ..policies import load_policies
 from .common import log, open_store, store_arg
 
@@ -33,7 +33,9 @@ def add_parser(sub) -> None:
                    help="record the runs as made on this branch (history is main's)")  # fmt: skip
     i.add_argument("--policies", type=Path, default=None,
                    help="policies file (TOML); its [machines] map runner names to machines "
-                   "(hosted CI runners, each named after its node, as one machine)")  # fmt: skip
+                   "(hosted CI runners, each named after its node, as one machine), its main "
+                   "settings the change points and alerts of the series the runs gave a "
+                   "point")  # fmt: skip
     i.add_argument("--config", type=Path, default=None,
                    help="the asv.conf.json of the project whose asv results these are, where it "
                    "is not above their results directory (there it is found): its repo and "
@@ -46,7 +48,8 @@ def add_parser(sub) -> None:
 
 
 def run(args) -> int:
-    from ..ingest import ingest
+    from ..history.detection import update
+    from ..result_files import ingest
 
     missing = [p for p in [*args.paths, *[args.config] * bool(args.config)] if not p.exists()]
     if missing:
@@ -56,5 +59,7 @@ def run(args) -> int:
     report = ingest(store, args.paths, label=args.label, branch=args.branch,
                     machines=policies.machine, log=log, config=args.config,
                     dirty=args.dirty)  # fmt: skip
-    log(f"ragbench ingest: {report.summary()} into {store.name}")
+    # the series that got a point: their change points and main's alerts, with these policies
+    detected = update(store, report.new_runs, policies)
+    log(f"ragbench ingest: {report.summary()}{detected.summary()} into {store.name}")
     return 1 if report.failed else 0

@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from .. import suite
+from .. import runner as suite
 from .common import (
     MODE_HELP,
     bench_arg,
@@ -40,6 +40,9 @@ def add_parser(sub) -> None:
                      help="asv results directory (default results/asv)")  # fmt: skip
     rec.add_argument("--max-commits", type=int, default=30,
                      help="measure at most this many commits (default 30)")  # fmt: skip
+    rec.add_argument("--policies", type=Path, default=None,
+                     help="policies file (TOML): the settings of the change points and alerts "
+                     "of the stored commits (default: the shipped one)")  # fmt: skip
     store_arg(rec, history=True)
     machine_arg(rec)
     bench_arg(rec)
@@ -47,7 +50,8 @@ def add_parser(sub) -> None:
 
 
 def run(args) -> int:
-    from ..record import record
+    from ..policies import load_policies
+    from ..pushes import record
 
     store = open_store(args)
     # GitHub's commit -> pull request association names the pull request whose acceptances
@@ -56,7 +60,8 @@ def run(args) -> int:
     out = record(
         store, before=args.before, after=args.after, machine=machine_of(args), mode=args.mode,
         results_dir=args.results, bench=args.bench, branch=store.branch,
-        max_commits=args.max_commits, client=client, log=log,
+        max_commits=args.max_commits, client=client, policies=load_policies(args.policies),
+        log=log,
     )  # fmt: skip
     carried = f"{out.carried} accepted cell(s) carried" if client else "no GitHub access"
     log(

@@ -7,7 +7,8 @@ import json
 import time
 from pathlib import Path
 
-from .. import envs, suite
+from .. import envs
+from .. import runner as suite
 from .common import MODE_HELP, bench_arg, log, machine_arg, machine_of
 
 

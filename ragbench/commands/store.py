@@ -57,7 +57,7 @@ def copy(args) -> int:
     t0 = time.perf_counter()
     added, behind = target.copy_from(source)
     if behind:
-        from .. import changepoints
+        from ..history import edivisive as changepoints
 
         n = changepoints.update(target, behind, load_policies(args.policies))
         log(f"ragbench store copy: the change points of {n} series brought up to date")

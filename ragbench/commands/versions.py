@@ -10,7 +10,7 @@ from pathlib import Path
 from .. import envs
 from ..policies import load_policies
 from ..store import Store, store_spec
-from ..verdicts import FAILING, Headline
+from ..verdicts.status import FAILING, Headline
 from .common import MODE_HELP, bench_arg, log, machine_arg, machine_of, policies_arg
 
 
@@ -62,12 +62,13 @@ def add_parser(sub) -> None:
 
 
 def run(args) -> int:
-    from .. import drift
-    from ..gate import _resolve, run_gate
-    from ..report import drift_section, gate_markdown
+    from ..gate import drift
+    from ..gate.drift import drift_section
+    from ..gate.gating import resolve_ref, run_gate
+    from ..report import gate_markdown
 
     policies = load_policies(args.policies)
-    args.commit = _resolve(args.commit)  # one commit (a range is refused) before any build
+    args.commit = resolve_ref(args.commit)  # one commit (a range is refused) before any build
     if args.bisect:
         return _bisect(args, policies)
     if not (args.from_spec and args.to_spec):
@@ -75,7 +76,7 @@ def run(args) -> int:
     if args.from_spec == "pinned":
         args.from_spec = envs.pinned()
     if args.to_spec == "newest":  # the newest torch, with the triton it pins
-        from ..bisect import newest
+        from ..version_bisect import newest
 
         args.to_spec = newest("torch")
     if envs.requirements(args.from_spec) == envs.requirements(args.to_spec):  # unreadable: 2
@@ -92,7 +93,7 @@ def run(args) -> int:
             rounds=args.rounds, mode=args.mode, bench=args.bench, paired_processes=0,
             log=log, environments=sides,
         )  # fmt: skip
-        # the outputs of the two stacks, each computed twice by its own Python (ragbench.drift)
+        # the outputs of the two stacks, each computed twice by its own Python (ragbench.gate.drift)
         stacks = drift.compare_stacks(result.head, {s: e.python for s, e in sides.items()},
                                       Path(tmp), margin=drift.margin_of(policies),
                                       mode=args.mode, bench=args.bench, log=log)  # fmt: skip
@@ -116,8 +117,8 @@ def run(args) -> int:
 
 
 def _bisect(args, policies) -> int:
-    from .. import bisect
-    from ..gate import run_gate
+    from .. import version_bisect as bisect
+    from ..gate.gating import run_gate
 
     if not args.between:
         raise ValueError("--bisect needs --between SPEC SPEC (the stack without the change first)")

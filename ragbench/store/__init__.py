@@ -1,9 +1,8 @@
-"""The results store: one DuckDB file or a DuckLake (``ragbench/lake.py``), its schema, and
-the queries everything else uses.
+"""The results store: everything that speaks SQL to it (a DuckDB file or a DuckLake, its schema,
+the writes, the queries, the dashboard's rollup); the rest of the house calls ``Store``.
 
-No SQL lives outside this package, its schema (``ragbench/schema.py``) and the lake's calls
-(``ragbench/lake.py``): ingest, the gate, detection and the dashboard call the methods of
-``Store``. Schema (``SCHEMA_VERSION``; docs/store.md describes every column):
+No SQL lives outside this package: ingest, the gate, detection and the dashboard call the methods
+of ``Store``. Schema (``SCHEMA_VERSION``; docs/store.md describes every column):
 
     runs          one row per result file: commit, commit time, branch, machine (and the
                   ``runner`` the file names, where ``[machines]`` maps it), the environment
@@ -53,6 +52,10 @@ The package, one job a module (``Store`` composes the parts, which reach each ot
                         requests' and the gates' own), change points
     copies.py           ``copy_from``, ``maintain``, ``export_parquet``
     reads.py            the queries
+    lake.py             DuckLake: the catalogue's URL, extensions, retries, snapshots
+    schema.py           the tables, views and migrations
+    rollup.py           the dashboard's read model of a store file
+    synthetic.py        the bulk writer of ``ragbench.synth``'s scale store
 """
 
 from __future__ import annotations

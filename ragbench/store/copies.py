@@ -10,11 +10,11 @@ import threading
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from ..lake import maintain as lake_maintain
-from ..lake import one_line, redact
 from .core import STORED
 from .errors import StoreError
-from .writes import CLAIM, _stale
+from .lake import maintain as lake_maintain
+from .lake import one_line, redact
+from .writes import CLAIM, stale_claim
 
 if TYPE_CHECKING:
     from . import Store
@@ -141,10 +141,10 @@ class Copies:
 
     @staticmethod
     def _drop_leftovers(con) -> None:
-        """The rows and claims of sliced writes whose writer died (``_stale``)."""
+        """The rows and claims of sliced writes whose writer died (``stale_claim``)."""
         claims = con.execute("SELECT key, value FROM meta WHERE starts_with(key, ?)",
                              [CLAIM]).fetchall()  # fmt: skip
-        live = [k.removeprefix(CLAIM) for k, v in claims if not _stale(v)]
+        live = [k.removeprefix(CLAIM) for k, v in claims if not stale_claim(v)]
         con.execute(f"DELETE FROM measurements WHERE NOT {STORED} AND NOT list_contains(?, "
                     "run_id)", [live])  # fmt: skip
         con.execute("DELETE FROM meta WHERE starts_with(key, ?) AND NOT list_contains(?, key)",

@@ -13,10 +13,10 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from ..lake import CONFLICT, DUCKDB_CONFIG, Lake, is_lake, one_line, quiet, redact
-from ..schema import DROP_CHANGE_POINTS, MIGRATIONS, OURS, TABLES, VIEWS, lake_ddl
 from .errors import StoreError, StoreLocked, StoreMissing
+from .lake import CONFLICT, DUCKDB_CONFIG, Lake, is_lake, one_line, quiet, redact
 from .records import HISTORY_BRANCH
+from .schema import DROP_CHANGE_POINTS, MIGRATIONS, OURS, TABLES, VIEWS, lake_ddl
 
 if TYPE_CHECKING:
     from . import Store
@@ -71,7 +71,7 @@ def history_branch() -> str:
     return os.environ.get(BRANCH_VAR) or HISTORY_BRANCH
 
 
-class _Rollback(Exception):
+class Rollback(Exception):
     """Raised by a write's work to end its transaction with nothing written: -> ``value``."""
 
     def __init__(self, value):
@@ -225,7 +225,7 @@ class Core:
                     con.close()
 
     def _write(self, work):
-        """``work(con)`` in one write transaction -> its value; ``_Rollback(value)`` from it
+        """``work(con)`` in one write transaction -> its value; ``Rollback(value)`` from it
         ends the transaction with nothing written. The transaction first rewrites the guard
         row, so that on a lake two overlapping writers conflict: the one whose commit fails
         runs ``work`` again (after a random pause), up to ``lock_timeout`` seconds."""
@@ -241,7 +241,7 @@ class Core:
                     value = work(con)
                     con.execute("COMMIT")
                     return value
-                except _Rollback as done:
+                except Rollback as done:
                     con.execute("ROLLBACK")
                     return done.value
                 except duckdb.Error as exc:

@@ -1,6 +1,6 @@
 """This process's connection to each lake (``LakeConnection``, a part of ``Store``): made
 once and shared by cursors, made again after an error, and the watch around each operation
-that turns a catalog which stopped answering into a StoreError (``ragbench/lake.py`` holds
+that turns a catalog which stopped answering into a StoreError (``ragbench/store/lake.py`` holds
 the lake's own calls)."""
 
 from __future__ import annotations
@@ -9,8 +9,8 @@ import contextlib
 import threading
 from collections.abc import Iterator
 
-from ..lake import ALIAS, Lake, is_unanswered, one_line, redact
 from .errors import StoreError, StoreMissing
+from .lake import ALIAS, Lake, is_unanswered, one_line, redact
 
 # DuckDB 1.4's words, attaching read-only a lake that is not there: its catalog file, or
 # DuckLake's tables in a catalog database (anything else, a role say, stays its own error)

@@ -8,10 +8,10 @@ from __future__ import annotations
 import json
 from collections.abc import Iterable
 
-from .. import timing
-from ..lake import files as lake_files
-from ..lake import snapshot as lake_snapshot
+from . import timing
 from .core import STORED
+from .lake import files as lake_files
+from .lake import snapshot as lake_snapshot
 from .records import ENV_FIELDS, FAILED, OK
 
 # DuckDB's memory for the lookback's query over a file: it caches what it scans. On the
@@ -24,7 +24,7 @@ LOOKBACK_MEMORY = "600MB"
 HISTORY_RUN = "r.branch = ? AND (r.label IS NULL OR r.label NOT LIKE 'gate:%')"
 POINT = "m.status = 'ok' AND m.median IS NOT NULL"
 # The alert cells ``alerts`` returns: steps of the code and findings (alerted), or the steps
-# where a measurement setting changed (listed apart: ``ragbench.timing``).
+# where a measurement setting changed (listed apart: ``ragbench.store.timing``).
 CODE, SETTINGS = "code", "settings"
 
 
@@ -216,7 +216,7 @@ class Reads:
                            [rows[0]["gate_id"]])  # fmt: skip
         return {**rows[0], "cells": cells}
 
-    # --- stored change points (ragbench/changepoints.py computes them) -----------------------
+    # --- stored change points (ragbench/history/edivisive.py computes them) -----------------------
 
     def series_points(self, machine: str, environment: str, *, since=None,
                       keys: Iterable[tuple] | None = None) -> list[tuple]:  # fmt: skip
@@ -225,7 +225,7 @@ class Reads:
         median of its runs' medians, values only (no failed cell). Rows ``(benchmark, metric,
         param_key, commit_hash, env_key, commit_time, started_at, value, number, repeat,
         source, *ENV_FIELDS)``: ``number`` and ``repeat`` the smallest of its runs' settings
-        (``ragbench.timing``), ``source`` their harness; ordered by series, then commit time
+        (``ragbench.store.timing``), ``source`` their harness; ordered by series, then commit time
         and start. ``since``: commits from that time on; ``keys``: these series (benchmark,
         metric, param_key) only."""
         where = [HISTORY_RUN, "r.machine = ?", "coalesce(r.environment, '') = ?", POINT]
@@ -291,7 +291,7 @@ class Reads:
     def change_points(self, machine: str, *, benchmark: str | None = None,
                       metric: str | None = None) -> list[dict]:  # fmt: skip
         """The change points stored for the machine's series (table ``change_points``: what
-        each window found; ``ragbench.changepoints.merged`` makes one list of them)."""
+        each window found; ``ragbench.history.edivisive.merged`` makes one list of them)."""
         where = ["branch = ?", "machine = ?"]
         args = [self.branch, machine]
         for col, val in (("benchmark", benchmark), ("metric", metric)):
@@ -408,13 +408,13 @@ class Reads:
 
     def alerts(self, machine: str | None = None, *, state: str | None = None,
                commit: str | None = None, cells: str | None = CODE) -> list[dict]:  # fmt: skip
-        """main's alerts (``ragbench.alerts``), newest commit first, each with its ``cells``
-        (rows of ``alert_cells``, each with ``settings_changed``: the measurement settings that
-        moved at its step, ``asv number 89287 -> 1``, else None: ``ragbench.timing``); of one
-        machine, state or commit (a prefix) where given. ``cells``: ``code`` (the steps of the
-        code and the findings: what is alerted), ``settings`` (the steps where a measurement
-        setting changed: listed apart, never alerted), or None (both); an alert without such
-        cells is left out."""
+        """main's alerts (``ragbench.history.alerting``), newest commit first, each with its
+        ``cells`` (rows of ``alert_cells``, each with ``settings_changed``: the measurement
+        settings that moved at its step, ``asv number 89287 -> 1``, else None:
+        ``ragbench.store.timing``); of one machine, state or commit (a prefix) where given.
+        ``cells``: ``code`` (the steps of the code and the findings: what is alerted),
+        ``settings`` (the steps where a measurement setting changed: listed apart, never
+        alerted), or None (both); an alert without such cells is left out."""
         where, args = ["branch = ?"], [self.branch]
         for col, val in (("machine", machine), ("state", state)):
             if val is not None:

@@ -14,11 +14,11 @@ import time
 import uuid
 from collections.abc import Iterable
 
-from ..schema import ACCEPTANCE_KEY, INSERT_COLUMNS
 from . import core
-from .core import _Rollback
+from .core import Rollback
 from .errors import StoreLocked
 from .records import Columns, Measurement, Run
+from .schema import ACCEPTANCE_KEY, INSERT_COLUMNS
 
 # The most measurements one insert statement takes, and one write transaction of a file
 # unless it is a slice of a larger run (``WRITE_SLICE`` seconds of such statements): 100,000
@@ -54,7 +54,7 @@ def _ts(seconds: float | None):
 _CLAIMS: set[str] = set()
 
 
-def _stale(claim: str) -> bool:
+def stale_claim(claim: str) -> bool:
     """Whether a claim (``host pid token time``) is no longer its writer's: not renewed for
     ``CLAIM_STALE`` seconds, or made by a process of this host that is gone."""
     try:
@@ -105,7 +105,7 @@ class Writes:
 
         def work(con):
             if self._stored(con, run.run_id):
-                raise _Rollback(None)
+                raise Rollback(None)
             with _refused():
                 self._insert_run(con, run)
                 self._insert_rows(con, cols, 0, len(cols))
@@ -147,7 +147,7 @@ class Writes:
         sees the run before it is whole. The first slice claims the run in
         ``meta`` (``CLAIM``); another writer of the same run waits for the claim to go (the
         run is then stored: a duplicate), or takes it over when its writer is dead
-        (``_stale``), deleting the rows that writer left. A slice that finds the claim gone
+        (``stale_claim``), deleting the rows that writer left. A slice that finds the claim gone
         (taken over, or a ``store copy`` stored the run) ends the run as a duplicate if it is
         stored, else starts it again. On an error the rows written so far are deleted."""
         run_id, key = run.run_id, CLAIM + run.run_id
@@ -162,13 +162,13 @@ class Writes:
             began = time.monotonic()
             if start == 0:
                 if self._stored(con, run_id):
-                    raise _Rollback(None)
+                    raise Rollback(None)
                 other = holder(con)
-                if other is not None and not _stale(other):
-                    raise _Rollback(other)  # another writer's: wait for it
+                if other is not None and not stale_claim(other):
+                    raise Rollback(other)  # another writer's: wait for it
                 con.execute("DELETE FROM measurements WHERE run_id = ?", [run_id])  # its leftovers
             elif not (holder(con) or "").startswith(mine):
-                raise _Rollback(self._stored(con, run_id) or "lost")
+                raise Rollback(self._stored(con, run_id) or "lost")
             con.execute("DELETE FROM meta WHERE key = ?", [key])
             stop = start
             with _refused():

@@ -32,7 +32,8 @@ class AttentionConfig:
     num_warps: int
     num_stages: int
     # Calibration only: every program spins this many SM cycles before it exits, a kernel
-    # slowdown of known size for ragbench's detector (benchmarks/_inject.py). 0 compiles it out.
+    # slowdown of known size for ragbench's detector (benchmarks/support/inject.py). 0 compiles
+    # it out.
     delay_cycles: int = 0
 
 

@@ -1,0 +1,511 @@
+"""main's alerts: the steps its history took and the gated cells its newest commit broke,
+grouped by the commit they arrived with, with a state a person sets and later runs keep.
+
+An alert is one machine's change of one commit. Its cells:
+
+- a **step**: a series' stored change point (``ragbench.history.edivisive``) at that commit where
+  the code changed (an environment change is no code change and makes none), or its newest
+  point where the lookback flags it (``found_by``: ``change point`` or ``newest run``). The
+  cell keeps the medians before and after the step and the bootstrap interval of their ratio,
+  all from the same points: each segment up to the neighbouring change point, at most
+  ``SEGMENT`` points (the lookback, for a newest run). It is raised only where that interval
+  excludes no change (1.0) in the bad direction and the estimate is beyond the threshold, so
+  the percentage shown lies inside the interval shown. A stale series (its last point older
+  than the machine's newest run: a dropped Python) has no newest run to judge.
+- a **finding** of the machine's newest commit against the one before
+  (``ragbench.verdicts.comparison``): a broken bound (a kernel's error ratio over 2, an
+  output's drift), a cell that failed (the benchmark raised) or went missing (``found_by``:
+  ``violation: 6418 >= bound 2``). One that an earlier alert already holds (not fixed) makes
+  none.
+
+The alert keeps the range it arrived in (the previous measured commit, exclusive, to this
+one: a merge or a batch of pushes holds several commits, which ``ragbench bisect`` searches).
+
+States: ``new``; ``acknowledged`` (someone looks at it); ``expected`` (a reason says why);
+``fixed``; ``invalid`` (noise, a broken runner). ``update`` runs after each ingest: a new step
+or finding makes an alert (or joins its commit's); an open one (new or acknowledged) becomes
+fixed when every cell is undone (``undone_by``): a step by a later change point of the code
+(never one of the environment: torch, triton, Python, asv's settings) whose segment is back at
+the old level, the whole after/before interval within the threshold, over at least
+``FIX_POINTS`` points; a finding by a newest commit without it. A fixed alert whose series is
+no longer back (the newest code step went up again) is reopened (``new``). Every state change
+is a conditional update of the state that was read, so a state a person set since is never
+overwritten.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import statistics
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from .. import stats
+from ..policies import STATISTICAL, Policies, Policy, load_policies
+from ..store import timing
+from ..verdicts.comparison import Key, bad_change, ratio_of
+from ..verdicts.status import Status, worded
+from . import edivisive as changepoints
+from . import series as history
+
+STATES = ("new", "acknowledged", "expected", "fixed", "invalid")
+OPEN = ("new", "acknowledged")
+LAST = 400  # the newest commits whose change points make alerts (the dashboard's charts')
+SEGMENT = 20  # points a side for a step's interval
+# points after a step back, at least, for it to fix an alert: E-Divisive finds a segment of
+# min_size (3) points, and three lucky points of a noisy series are no level
+FIX_POINTS = 5
+STEP_FOUND = ("change point", "newest run")  # found_by of a series' step
+# what the newest commit's comparison finds that makes an alert
+FINDINGS = (Status.VIOLATION, Status.PRE_EXISTING, Status.FAILED, Status.MISSING)
+BY = "ragbench alerts"  # changed_by of the states this module sets
+
+
+class AlertError(ValueError):
+    """An alert that does not exist, or a state change that is not one (exit 2)."""
+
+
+def cell_words(c: dict) -> tuple[str, str]:
+    """A row of ``alert_cells`` in words: its step (``3.7% slower``) or finding (``violation:
+    6418 >= bound 2``) and the interval of after/before (``1.752-1.766``; '' where none)."""
+    if c["found_by"] not in STEP_FOUND:
+        return c["found_by"], ""
+    change = worded(cell_change(c), c["unit"], c["kind"] != "throughput")
+    interval = f"{c['ratio_lo']:.3f}-{c['ratio_hi']:.3f}" if c["ratio_lo"] is not None else ""
+    return change, interval
+
+
+def cell_change(c: dict) -> float:
+    """A step (a row of ``alert_cells``) in the bad direction: +0.05 is 5% slower, or 5% less
+    throughput."""
+    return bad_change(ratio_of(c["after"], c["before"]), c["kind"] == "latency")
+
+
+def raised(c: dict, threshold: float) -> bool:
+    """Whether a step tells one story of a regression: its after/before interval excludes no
+    change (1.0) in the bad direction, and its estimate, inside that interval, is beyond
+    ``threshold``."""
+    lo, hi = c["ratio_lo"], c["ratio_hi"]
+    if lo is None or hi is None or math.isnan(lo) or math.isnan(hi) or not c["before"]:
+        return False
+    excludes = lo > 1 if c["kind"] == "latency" else hi < 1
+    inside = lo <= ratio_of(c["after"], c["before"]) <= hi
+    return excludes and inside and cell_change(c) > threshold
+
+
+# --- a series, whole ------------------------------------------------------------------------
+
+
+@dataclass
+class Series:
+    """One series of the machine (``Store.series_points``), oldest first."""
+
+    environment: str
+    key: Key
+    commits: list[str]
+    times: list
+    values: list[float]
+    env_keys: list
+    envs: list[dict]
+    timings: list[dict]  # how the harness timed each point (ragbench.store.timing)
+
+    def at(self, commit: str, env_key=...) -> int | None:
+        """The position of the point of ``commit`` (and ``env_key``, where given)."""
+        return next((i for i, c in enumerate(self.commits) if c == commit
+                     and (env_key is ... or self.env_keys[i] == env_key)), None)  # fmt: skip
+
+    def point(self, i: int) -> history.Point:
+        return history.Point(self.commits[i], self.times[i], self.values[i], self.env_keys[i],
+                             self.envs[i], self.timings[i])  # fmt: skip
+
+    def moved(self, i: int) -> bool:
+        """Whether the environment or the measurement settings changed at point ``i`` (a step
+        there is none of the code's)."""
+        return self.env_keys[i] != self.env_keys[i - 1] or history.settings_change(
+            self.point(i - 1), self.point(i)) is not None  # fmt: skip
+
+
+def read_series(store, machine: str, environment: str, key: Key) -> Series:
+    rows = store.series_points(machine, environment, keys=[key])
+    return Series(environment, key, [r[3] for r in rows], [r[5] for r in rows],
+                  [r[7] for r in rows], [r[4] for r in rows],
+                  [changepoints.point_env(r) for r in rows],
+                  [changepoints.point_timing(r) for r in rows])  # fmt: skip
+
+
+def change_positions(store, machine: str, policies: Policies, s: Series) -> list[int]:
+    """The positions of the series' change points (stored, brought up to date in memory)."""
+    if not s.commits:
+        return []
+    newest = {(s.environment, *s.key): (s.commits[-1], s.env_keys[-1])}
+    found = changepoints.current(store, machine, changepoints.Settings.of(policies), newest,
+                                 benchmark=s.key[0], metric=s.key[1])  # fmt: skip
+    rows = found.get((s.environment, *s.key), [])
+    return sorted(p for r in rows if 0 < (p := r["position"]) < len(s.values)
+                  and s.commits[p] == r["commit_hash"])  # fmt: skip
+
+
+def timed(before: dict, after: dict) -> dict:
+    """A step's settings either side, as ``alert_cells`` keeps them (``ragbench.store.timing``)."""
+    return {"prev_timing": json.dumps(before), "timing": json.dumps(after)}
+
+
+def measured(before: list[float], after: list[float], kind: str) -> dict:
+    """A step from the points either side: the medians, and the bootstrap interval of their
+    ratio (widened to the estimate where the percentile interval misses it: the percentage
+    shown always lies inside the interval shown)."""
+    b, a = statistics.median(before), statistics.median(after)
+    lo, hi = stats.ratio_interval(before, after)
+    r = ratio_of(a, b)
+    if not (math.isnan(lo) or math.isnan(hi)) and math.isfinite(r):
+        lo, hi = min(lo, r), max(hi, r)
+    return {"kind": kind, "before": b, "after": a, "ratio_lo": lo, "ratio_hi": hi}
+
+
+def _segment(cps: list[int], at: int, n: int) -> tuple[int, int]:
+    """The neighbouring change points of position ``at`` (0 and ``n`` at the ends)."""
+    return max((p for p in cps if p < at), default=0), min((p for p in cps if p > at), default=n)
+
+
+def step_at(s: Series, at: int, cps: list[int], kind: str) -> dict:
+    """The step of position ``at``: each side up to the neighbouring change point, at most
+    ``SEGMENT`` points."""
+    prev, nxt = _segment(cps, at, len(s.values))
+    return measured(s.values[max(prev, at - SEGMENT) : at], s.values[at : min(nxt, at + SEGMENT)],
+                    kind)  # fmt: skip
+
+
+# --- making alerts --------------------------------------------------------------------------
+
+
+def steps(store, machine: str, policies: Policies,
+          last: int = LAST) -> tuple[dict[str, list[dict]], dict, dict]:  # fmt: skip
+    """The raised steps of the machine's series over its newest ``last`` commits: (commit ->
+    its cells, commit -> its time, commit -> the commit before it in the series)."""
+    out: dict[str, list] = {}
+    times, prevs = {}, {}
+    lookback = int(policies.main.get("lookback", 10))
+    for rep in history.stored_histories(store, machine, policies, last=last):
+        policy = policies.for_metric(rep.key[0], rep.key[1], rep.unit)
+        if policy.kind not in STATISTICAL:
+            continue  # (a stale series' last point is no newest run: its status says so)
+        lower = policy.kind == "latency"
+        code = [rep.points[c.index] for c in rep.changes
+                if c.index not in rep.env_changes and c.index not in rep.accepted
+                and bad_change(ratio_of(c.after, c.before), lower) > policy.threshold]  # fmt: skip
+        newest = rep.status == Status.REGRESSION or (
+            rep.status == Status.SETTINGS and rep.latest_change > policy.threshold
+        )
+        if not code and not newest:
+            continue
+        s = read_series(store, machine, rep.environment or "", rep.key)
+        cps = [i for p in (rep.points[c.index] for c in rep.changes)
+               if (i := s.at(p.commit_hash, p.env_key))]  # fmt: skip
+        found = [(i, {**step_at(s, i, cps, policy.kind),
+                      **timed(s.timings[i - 1], s.timings[i])}, "change point")
+                 for p in code if (i := s.at(p.commit_hash, p.env_key))]  # fmt: skip
+        if newest and len(s.values) > 1:
+            n = len(s.values) - 1
+            start = max((i for p in (rep.points[j] for j in rep.accepted)
+                         if (i := s.at(p.commit_hash, p.env_key)) is not None and i < n),
+                        default=0)  # fmt: skip
+            base = [i for i in range(start, n) if s.env_keys[i] == s.env_keys[n]][-lookback:]
+            if base:
+                step = measured([s.values[i] for i in base], [s.values[n]], policy.kind)
+                was = timing.typical([s.timings[i] for i in base])
+                found.append((n, {**step, **timed(was, s.timings[n])}, "newest run"))
+        for i, cell, by in found:
+            if raised(cell, policy.threshold):
+                commit = s.commits[i]
+                out.setdefault(commit, []).append({
+                    "environment": s.environment, "benchmark": s.key[0], "metric": s.key[1],
+                    "param_key": s.key[2], "unit": rep.unit, **cell, "found_by": by})  # fmt: skip
+                times[commit] = s.times[i]
+                prevs.setdefault(commit, s.commits[i - 1])
+    return out, times, prevs
+
+
+@dataclass
+class Newest:
+    """The machine's newest commit judged against the one before
+    (``ragbench.verdicts.comparison``)."""
+
+    commit: str | None
+    prev: str | None
+    time: object
+    verdicts: dict  # key -> Verdict
+    since: object = None  # the time of the newest LAST commits' oldest
+
+    def finding(self, key: Key):
+        v = self.verdicts.get(key)
+        return v if v is not None and v.status in FINDINGS else None
+
+
+def newest(store, machine: str, policies: Policies) -> Newest:
+    """The comparison of the machine's newest commit with the commit before it on main: every
+    cell, with its bound, failure or absence (no timing statistics)."""
+    from ..verdicts import comparison as compare
+
+    runs = store.runs(machine=machine)
+    commits = list(dict.fromkeys(r["commit_hash"] for r in runs))
+    if not commits:
+        return Newest(None, None, None, {})
+    head = [r["run_id"] for r in runs if r["commit_hash"] == commits[0]]
+    base = [r["run_id"] for r in runs if len(commits) > 1 and r["commit_hash"] == commits[1]]
+    c = compare.compare(compare.cells(store, base), compare.cells(store, head), policies,
+                        detail=False)  # fmt: skip
+    oldest = commits[:LAST][-1]
+    since = next(r["commit_time"] for r in runs if r["commit_hash"] == oldest)
+    return Newest(commits[0], commits[1] if len(commits) > 1 else None, runs[0]["commit_time"],
+                  {v.key: v for v in c.verdicts}, since)  # fmt: skip
+
+
+def finding_words(v) -> str:
+    """A finding in the words ``found_by`` keeps: ``violation: 6418 >= bound 2``."""
+    status = Status.VIOLATION if v.status == Status.PRE_EXISTING else v.status
+    also = " (broken on the commit before too)" if v.status == Status.PRE_EXISTING else ""
+    return f"{status}: {v.note}{also}" if v.note else f"{status}{also}"
+
+
+def findings(store, machine: str, now: Newest, stored: list[dict]) -> list[dict]:
+    """The cells of the newest commit's findings that no alert holds yet (fixed ones aside)."""
+    held = {(c["benchmark"], c["metric"], c["param_key"]) for a in stored if a["state"] != "fixed"
+            for c in a["cells"] if c["found_by"] not in STEP_FOUND}  # fmt: skip
+    out = []
+    for key, v in sorted(now.verdicts.items()):
+        if v.status in FINDINGS and key not in held:
+            out.append({"environment": "", "benchmark": key[0], "metric": key[1],
+                        "param_key": key[2], "unit": v.unit, "kind": v.policy.kind,
+                        "before": v.base, "after": v.head, "ratio_lo": None, "ratio_hi": None,
+                        "found_by": finding_words(v)})  # fmt: skip
+    return out
+
+
+def _when(t) -> tuple:
+    return (t is not None, t or 0)
+
+
+def _cell_key(c: dict) -> tuple:
+    return (c["environment"], c["benchmark"], c["metric"], c["param_key"])
+
+
+def update(store, machine: str, policies: Policies, *, last: int = LAST,
+           log: Callable[[str], None] = lambda m: None) -> tuple[int, int, int]:  # fmt: skip
+    """Alerts of the machine brought up to date (module notes); -> (alerts made or grown,
+    alerts marked fixed, fixed alerts reopened)."""
+    found, times, prevs = steps(store, machine, policies, last)
+    stored_list = store.alerts(machine)
+    now = newest(store, machine, policies)
+    fixed = reopened = 0
+    held_again: dict[tuple, object] = {}  # cells of reopened alerts -> their commit's time
+    for a in stored_list:
+        if (
+            a["state"] != "fixed"
+            or a["changed_by"] != BY
+            or _when(a["commit_time"]) < _when(now.since)
+        ):
+            continue  # open ones below; a state a person set is theirs; older than LAST commits
+        if undone_by(store, machine, a, policies, now, steps_only=True) is None:
+            # a finding broken again is a new alert of its commit; a step is this one again
+            why = f"reopened: no longer back at the old level (it was from {a['fixed_by'][:12]} on)"
+            if store.set_alert_state(machine, a["commit_hash"], "new", by=BY, was="fixed",
+                                     reason=why):  # fmt: skip
+                reopened += 1
+                a["state"] = "new"
+                held_again.update({_cell_key(c): a["commit_time"] for c in a["cells"]
+                                   if c["found_by"] in STEP_FOUND})  # fmt: skip
+    for commit, group in found.items():  # the step a reopened alert is: no other alert
+        group[:] = [c for c in group if _cell_key(c) not in held_again
+                    or _when(times.get(commit)) <= _when(held_again[_cell_key(c)])]  # fmt: skip
+    stored = {a["commit_hash"]: a for a in store.alerts(machine, cells=None)}  # every cell
+    gate_cells = findings(store, machine, now, stored_list)
+    if gate_cells:
+        found.setdefault(now.commit, []).extend(gate_cells)
+        times.setdefault(now.commit, now.time)
+        prevs.setdefault(now.commit, now.prev)
+    alerts, cells = [], []
+    for commit, group in found.items():
+        known = {_cell_key(c) for c in stored.get(commit, {}).get("cells", [])}
+        fresh = [c for c in group if _cell_key(c) not in known]
+        if not fresh:
+            continue
+        if commit not in stored:
+            alerts.append({"branch": store.branch, "machine": machine, "commit_hash": commit,
+                           "prev_commit_hash": prevs.get(commit), "commit_time": times.get(commit),
+                           "state": "new", "found_at": _now()})  # fmt: skip
+        cells += [{"branch": store.branch, "machine": machine, "commit_hash": commit, **c}
+                  for c in fresh]  # fmt: skip
+    if alerts or cells:
+        store.save_alerts(alerts, cells)
+    for a in store.alerts(machine) if alerts or cells else stored_list:
+        if a["state"] in OPEN and (by := undone_by(store, machine, a, policies, now)):
+            why = f"every step undone from {by[:12]} on"
+            fixed += store.set_alert_state(machine, a["commit_hash"], "fixed", by=BY,
+                                           was=a["state"], fixed_by=by, reason=why)  # fmt: skip
+    grown = len({c["commit_hash"] for c in cells})
+    log(f"alerts: {machine}: {grown} made or grown, {fixed} fixed, {reopened} reopened")
+    return grown, fixed, reopened
+
+
+def update_runs(store, run_ids: list[str], policies: Policies | None = None,
+                log: Callable[[str], None] = lambda m: None) -> int:  # fmt: skip
+    """After an ingest: the alerts of each machine these runs gave main a point on, brought
+    up to date (``update``); -> the alerts made, grown, fixed or reopened."""
+    policies = policies or load_policies()
+    machines = sorted({row[0] for row in store.run_series(run_ids)})
+    return sum(sum(update(store, m, policies, log=log)) for m in machines)
+
+
+def _now():
+    from datetime import UTC, datetime
+
+    return datetime.fromtimestamp(time.time(), UTC).replace(tzinfo=None)
+
+
+# --- undone, or not -------------------------------------------------------------------------
+
+
+def _policy(policies: Policies, c: dict) -> Policy:
+    return policies.for_metric(c["benchmark"], c["metric"], c["unit"])
+
+
+def step_back(store, machine: str, alert: dict, c: dict, policies: Policies,
+              s: Series | None = None) -> str | None:  # fmt: skip
+    """The commit from which the step ``c`` (a cell of ``alert``) is undone, else None: the
+    newest change point of the code after the alert's commit (a change of the environment
+    neither undoes nor redoes a step) whose segment, at least ``FIX_POINTS`` points, is back
+    at the level before the step: the bad end of the interval of its level over the old one
+    within the threshold. Where the environment is the same throughout, that interval is of
+    the segment against the points before the step; else the step back's own interval,
+    chained with the alert's step (the environment's move between them left out)."""
+    key = (c["benchmark"], c["metric"], c["param_key"])
+    s = s or read_series(store, machine, c["environment"], key)
+    at = s.at(alert["commit_hash"])
+    if not at:
+        return None
+    cps = change_positions(store, machine, policies, s)
+    later = [p for p in cps if p > at]
+    code = [p for p in later if not s.moved(p)]
+    if not code:
+        return None
+    back = code[-1]
+    prev, nxt = _segment(cps, back, len(s.values))
+    prev = max(prev, at)
+    segment = s.values[back:nxt][:SEGMENT]
+    if len(segment) < FIX_POINTS:
+        return None
+    lower = c["kind"] == "latency"
+    if len(set(s.env_keys[max(0, at - 1) : nxt])) == 1:
+        old = s.values[max(_segment(cps, at, len(s.values))[0], at - SEGMENT) : at]
+        lo, hi = stats.ratio_interval(old, segment)
+        level = hi if lower else lo
+    else:
+        lo, hi = stats.ratio_interval(s.values[max(prev, back - SEGMENT) : back], segment)
+        level = ratio_of(c["after"], c["before"]) * (hi if lower else lo)
+    if math.isnan(level) or bad_change(level, lower) > _policy(policies, c).threshold:
+        return None
+    return s.commits[back]
+
+
+def finding_gone(alert: dict, c: dict, now: Newest) -> str | None:
+    """The newest commit where it no longer shows the finding ``c`` (it has the cell, measured
+    and within its bound), else None."""
+    key = (c["benchmark"], c["metric"], c["param_key"])
+    v = now.verdicts.get(key)
+    if now.commit in (None, alert["commit_hash"]) or v is None or v.head is None:
+        return None
+    return None if now.finding(key) else now.commit
+
+
+def undone_by(store, machine: str, alert: dict, policies: Policies, now: Newest | None = None,
+              steps_only: bool = False) -> str | None:  # fmt: skip
+    """The commit from which every cell of ``alert`` is undone (``step_back``,
+    ``finding_gone``; ``steps_only``: its steps alone, where it has some): of the cells' such
+    commits, the newest; None where a cell is not."""
+    if steps_only and not any(c["found_by"] in STEP_FOUND for c in alert["cells"]):
+        return alert["fixed_by"]
+    now = now or newest(store, machine, policies)
+    back = []
+    for c in alert["cells"]:
+        if steps_only and c["found_by"] not in STEP_FOUND:
+            continue
+        if c["found_by"] in STEP_FOUND:
+            s = read_series(store, machine, c["environment"],
+                            (c["benchmark"], c["metric"], c["param_key"]))  # fmt: skip
+            by = step_back(store, machine, alert, c, policies, s)
+            when = s.times[s.at(by)] if by else None
+        else:
+            by, when = finding_gone(alert, c, now), now.time
+        if by is None:
+            return None
+        back.append((when is not None, when or 0, by))
+    return max(back)[2] if back else None
+
+
+def moves(store, machine: str, alert: dict, policies: Policies) -> list[str]:
+    """The changes of level since the alert's commit that are none of the code's, in words
+    (``9.8% faster at 0123456789ab (environment: python 3.12 -> 3.13); no fix of the code``,
+    or ``... (measurement setting changed: asv number 85 -> 1) ...``): shown with the alert,
+    never counted as its fix."""
+    out = []
+    for c in alert["cells"]:
+        if c["found_by"] not in STEP_FOUND:
+            continue
+        s = read_series(store, machine, c["environment"],
+                        (c["benchmark"], c["metric"], c["param_key"]))  # fmt: skip
+        at = s.at(alert["commit_hash"])
+        if not at:
+            continue
+        cps = change_positions(store, machine, policies, s)
+        for p in (p for p in cps if p > at and s.moved(p)):
+            step = step_at(s, p, cps, c["kind"])
+            change = worded(cell_change(step), c["unit"], c["kind"] != "throughput")
+            out.append(f"{cell_name(c)}: {change} at {s.commits[p][:12]} "
+                       f"({history.change_cause(s.point(p - 1), s.point(p))}); no fix of the "
+                       "code")  # fmt: skip
+    return out
+
+
+def cell_name(c: dict) -> str:
+    """A cell as the reports name it: ```bench.metric params``` (no parameters: no space)."""
+    name = f"{c['benchmark']}.{c['metric']} {c['param_key']}".rstrip()
+    return f"`{name}`"
+
+
+def stale_series(store, machine: str, policies: Policies, last: int = LAST) -> list:
+    """The machine's stale series (``history.stale_at``): their reports, last point first."""
+    reports = history.stored_histories(store, machine, policies, last=last, change_points=False)
+    return sorted((r for r in reports if r.stale), key=lambda r: str(r.stale_since))
+
+
+# --- a person's state -----------------------------------------------------------------------
+
+
+def change_state(
+    store, machine: str, commit: str, state: str, *, by: str, reason: str | None = None
+) -> tuple[dict, str]:
+    """A person's state change of the alert at ``commit`` (a prefix); -> (the alert as it
+    was, the state now stored). The update is conditional on the state read: where an ingest
+    changed it in between, it is read again and the person's change made on what is there.
+    AlertError where there is no such alert or the change says nothing."""
+    state = state.lower()
+    if state not in STATES or state == "fixed":
+        raise AlertError(f"state {state!r}: one of {', '.join(s for s in STATES if s != 'fixed')}"
+                         " (fixed is found by a later run)")  # fmt: skip
+    if state == "expected" and not reason:
+        raise AlertError("an expected alert needs --reason (why this step is intended)")
+    found = store.alerts(machine, commit=commit)
+    if len(found) != 1:
+        there = ", ".join(a["commit_hash"][:12] for a in store.alerts(machine)[:10]) or "none"
+        raise AlertError(f"{'no' if not found else 'more than one'} alert of {machine} at "
+                         f"{commit!r} (its alerts: {there})")  # fmt: skip
+    was = found[0]
+    for _ in range(5):
+        current = store.alerts(machine, commit=was["commit_hash"])[0]
+        if store.set_alert_state(machine, was["commit_hash"], state, by=by, was=current["state"],
+                                 reason=reason):  # fmt: skip
+            break
+    stored = store.alerts(machine, commit=was["commit_hash"])[0]["state"]
+    return was, stored

@@ -1,0 +1,549 @@
+"""One comparison of two sets of cells under the policies: each cell of head judged against
+base (``compare``), from samples measured in the same job, and what a cell needs to pass
+(``RULE``: the rule of evidence). The gate (which re-measures what it flags:
+``ragbench.gate.remeasure``), the paired comparison (``ragbench.gate.paired``), ``versions``
+and ``bisect`` judge cells with it; main's history is ``ragbench.history.series``.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import statistics
+from collections import Counter
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+
+from .. import stats
+from ..policies import STATISTICAL, Policies, Policy
+from ..store import FAILED, Store, param_key
+from .status import FAILING, Headline, Status
+
+Key = tuple[str, str, str]  # (benchmark, metric, param_key)
+
+
+@dataclass
+class Cell:
+    """One benchmark cell's metric on one side of a comparison: samples pooled over runs, how
+    many of those runs failed there (the benchmark raised: no value), how many had none, and
+    asv's 99% confidence interval of the value where every run has one (over several runs:
+    the hull of theirs, wider than any, so never more sure than asv was)."""
+
+    benchmark: str
+    metric: str
+    param_key: str
+    params: dict
+    unit: str | None
+    samples: list[float]  # raw samples, or the runs' single values
+    failures: int = 0
+    absent: int = 0  # runs of this side that have no row of it (NaN or skipped there)
+    ci: tuple[float, float] | None = None  # (ci_99_a, ci_99_b)
+    # (mean, standard deviation, rounds) where every run kept only its summary (a
+    # pytest-benchmark run saved without its rounds' data), over several runs combined
+    summary: stats.Summary | None = None
+
+    @property
+    def key(self) -> Key:
+        return (self.benchmark, self.metric, self.param_key)
+
+    @property
+    def median(self) -> float | None:
+        return statistics.median(self.samples) if self.samples else None
+
+
+def pool(cells: Iterable[Cell]) -> dict[Key, Cell]:
+    """One cell per key, the samples of its runs pooled in order, their failures and runs
+    without a value counted."""
+    out: dict[Key, Cell] = {}
+    for cell in cells:
+        if cell.key in out:
+            into = out[cell.key]
+            into.samples.extend(cell.samples)
+            into.failures += cell.failures
+            into.absent += cell.absent
+            into.ci = (
+                (min(into.ci[0], cell.ci[0]), max(into.ci[1], cell.ci[1]))
+                if into.ci and cell.ci else None
+            )  # fmt: skip
+            into.summary = combine(into.summary, cell.summary)
+        else:
+            out[cell.key] = Cell(cell.benchmark, cell.metric, cell.param_key, cell.params,
+                                 cell.unit, list(cell.samples), cell.failures,
+                                 cell.absent, cell.ci, cell.summary)  # fmt: skip
+    return out
+
+
+def combine(a: stats.Summary | None, b: stats.Summary | None) -> stats.Summary | None:
+    """The summary of two summaries' timings together (exact: the pooled mean, and the sum of
+    squares within and between them); None where either is missing."""
+    if a is None or b is None:
+        return None
+    (ma, sa, na), (mb, sb, nb) = a, b
+    n = na + nb
+    mean = (na * ma + nb * mb) / n
+    squares = (na - 1) * sa**2 + (nb - 1) * sb**2 + na * (ma - mean) ** 2 + nb * (mb - mean) ** 2
+    return (mean, math.sqrt(squares / (n - 1)), n)
+
+
+@dataclass
+class Verdict:
+    """The judgement of one cell. ``change`` is the relative change in the bad direction
+    (+0.05: 5% slower or 5% less throughput); ``status`` one of regression, improvement,
+    unchanged, violation, pre-existing, hash-changed, failed (the benchmark raised on head),
+    missing (base has a value, head none), new (head has a value, base none), inconclusive
+    (the samples could not have shown a change of the threshold, or were too noisy), info.
+    ``method``: asv (runs of each side, pooled), interval (too few raw samples: asv's 99%
+    confidence intervals, ``by_interval``), welch (no raw samples, only summaries: Welch's t,
+    ``by_summary``), paired or processes (``ragbench.gate.paired``)."""
+
+    key: Key
+    params: dict
+    unit: str | None
+    policy: Policy
+    status: Status
+    base: float | None = None
+    head: float | None = None
+    ratio: float | None = None  # head / base
+    change: float | None = None
+    interval: tuple[float, float] | None = None
+    p: float | None = None
+    p_adj: float | None = None
+    detectable: float | None = None
+    note: str = ""
+    rechecked: bool = False
+    method: str = "asv"
+    aa: float | None = None  # a paired cell's A/A arm: how far base moved against itself
+
+
+@dataclass
+class Comparison:
+    verdicts: list[Verdict] = field(default_factory=list)
+    alpha: float = 0.01
+
+    def by_status(self, *status: str) -> list[Verdict]:
+        return [v for v in self.verdicts if v.status in status]
+
+    @property
+    def failed(self) -> bool:
+        return bool(self.by_status(*FAILING))
+
+    def gated(self) -> list[Verdict]:
+        """The statistically judged cells that have a value on both sides."""
+        return [
+            v for v in self.verdicts
+            if v.policy.kind in STATISTICAL and not v.policy.history_only
+            and v.base is not None and v.head is not None
+        ]  # fmt: skip
+
+    def judged(self) -> list[Verdict]:
+        """The cells the policies gate that were judged: the statistical ones with a value on
+        both sides and the deterministic bounds with a value on head."""
+        bounds = [v for v in self.verdicts if v.policy.kind == "bound" and v.head is not None]
+        return self.gated() + bounds
+
+    @property
+    def inconclusive(self) -> bool:
+        """Some cell has no evidence either way, or nothing at all was judged: no pass."""
+        return bool(self.by_status(Status.INCONCLUSIVE)) or not self.judged()
+
+    @property
+    def headline(self) -> Headline:
+        return (
+            Headline.FAIL
+            if self.failed
+            else Headline.INCONCLUSIVE
+            if self.inconclusive
+            else Headline.PASS
+        )
+
+
+def ratio_of(head: float, base: float) -> float:
+    """head / base, with 0 / 0 = 1 and x / 0 = inf."""
+    if base == 0:
+        return 1.0 if head == 0 else math.inf
+    return head / base
+
+
+def bad_change(ratio: float, lower_better: bool) -> float:
+    """The relative change in the bad direction: +0.1 is 10% slower, or 10% less throughput
+    (inf: all of it lost)."""
+    if lower_better:
+        return ratio - 1
+    return math.inf if ratio == 0 else 1 / ratio - 1
+
+
+def compare(
+    base: dict[Key, Cell], head: dict[Key, Cell], policies: Policies, detail: bool = True
+) -> Comparison:
+    """Every cell of head judged against base under ``policies``. ``detail=False`` skips the
+    bootstrap intervals and the smallest detectable slowdown of flagged cells (the verdicts
+    stay the same). A ``paired`` metric fails here only beyond ``CROSS_PROCESS`` and is
+    inconclusive otherwise (``ragbench.gate.paired`` judges it)."""
+    alpha = float(policies.gate.get("alpha", 0.01))
+    conf = float(policies.gate.get("confidence", 0.95))
+    resamples = int(policies.gate.get("resamples", 1000))
+    out = Comparison(alpha=alpha)
+    tested: list[Verdict] = []
+    for key in sorted(set(base) | set(head)):
+        b, h = base.get(key), head.get(key)
+        cell = h or b
+        policy = policies.for_metric(cell.benchmark, cell.metric, cell.unit)
+        v = Verdict(key, cell.params, cell.unit, policy, Status.INFO)
+        v.base = b.median if b else None
+        v.head = h.median if h else None
+        if h is not None and h.failures:  # the benchmark raised on head: never a pass
+            v.status = Status.FAILED
+            v.note = f"raised in {h.failures} head run(s)" + (
+                f", and in {b.failures} base run(s)" if b is not None and b.failures else ""
+            )
+        elif h is not None and h.absent and v.base is not None:  # a NaN in some head run
+            v.status = Status.MISSING
+            v.note = f"no value in {h.absent} of the head runs (NaN or skipped there)"
+        elif v.head is None and v.base is None:  # failed on base, no value on head either
+            v.status = Status.UNCHANGED
+            v.note = "no value on either side (failed on base)"
+        elif v.head is None:  # whatever the kind: a NaN is no measurement
+            v.status = Status.MISSING
+            v.note = "no value on head: NaN, skipped, or no longer measured"
+        elif policy.kind == "info":
+            pass
+        elif policy.history_only:
+            v.note = "tracked on main's history; not calibrated for pull requests"
+        elif policy.kind == "bound":
+            _bound(v, policy, h, head, base)
+        elif v.base is None:
+            v.status = Status.NEW
+            v.note = "failed on base" if b is not None else ""
+        elif policy.kind == "hash":
+            v.status = Status.HASH_CHANGED if v.base != v.head else Status.UNCHANGED
+        elif policy.kind == "latency" and v.head == 0 < v.base:
+            v.status = Status.MISSING
+            v.note = "a latency of 0 on head: nothing was measured"
+        else:
+            lower = policy.kind == "latency"
+            v.ratio = ratio_of(v.head, v.base)
+            v.change = bad_change(v.ratio, lower)
+            need = min_samples(policy, policies)
+            fewest = min(len(b.samples), len(h.samples))
+            if (fewest < need or fewest < 2) and b.ci and h.ci:  # too few for the test
+                by_interval(v, b.ci, h.ci)
+            elif (fewest < need or fewest < 2) and usable(b.summary) and usable(h.summary):
+                v.method = WELCH  # no raw samples: the summaries' own test, beside the others'
+                v.ratio = ratio_of(h.summary[0], b.summary[0])
+                v.change = bad_change(v.ratio, lower)
+                v.p = stats.welch(b.summary, h.summary)
+                v.interval = stats.summary_ratio_interval(b.summary, h.summary, confidence=conf)
+                tested.append(v)
+            elif fewest < need:
+                v.status = Status.INCONCLUSIVE
+                v.note = too_few(len(b.samples), len(h.samples), need)
+            elif fewest >= 2:
+                v.p = stats.mann_whitney(b.samples, h.samples)[1]
+                if detail:
+                    v.interval = stats.ratio_interval(
+                        b.samples, h.samples, confidence=conf, resamples=resamples
+                    )
+                tested.append(v)
+            else:  # one value a side, where the policy asks no more: the threshold decides
+                v.status = by_threshold(v.change, _threshold(policy), significant=True)
+                if not _across_processes(v) and v.status == Status.UNCHANGED:
+                    evidence(v, None)
+        out.verdicts.append(v)
+    adjusted = stats.holm([v.p for v in tested])
+    for v, p_adj in zip(tested, adjusted, strict=True):
+        v.p_adj = p_adj
+        v.status = by_threshold(v.change, _threshold(v.policy), significant=p_adj < alpha)
+        if _across_processes(v) or (v.status != Status.UNCHANGED and not detail):
+            continue
+        b, h = base[v.key], head[v.key]
+        lower = v.policy.kind == "latency"
+        if v.method == WELCH:
+            by_summary(v, b.summary, h.summary, alpha / len(tested), conf)
+            continue
+        v.detectable = stats.min_detectable(
+            b.samples, h.samples, alpha / len(tested), v.policy.threshold, lower
+        )
+        if v.status == Status.UNCHANGED:
+            if v.interval is None and v.detectable > v.policy.threshold:  # judged by it
+                v.interval = stats.ratio_interval(
+                    b.samples, h.samples, confidence=conf, resamples=resamples
+                )
+            evidence(v, v.detectable, name=f"{conf:.0%} interval")
+    return out
+
+
+# --- the rule of evidence: what a cell needs to pass ----------------------------------------
+
+RULE = (
+    "PASS only when every gated cell showed that it did not get worse by its threshold: the "
+    "confidence interval of head/base stayed under the threshold at its worse end (for a "
+    "host-time cell timed in one process: head against base and base's A/A copy, the interval "
+    "widened by how far the A/A arm moved, the two added in quadrature; a cell without evidence "
+    "after the gate's processes is measured in as many more and judged on all at a stricter "
+    "interval), or the test had the power to see the threshold and did not flag it; a cell "
+    "without that evidence is inconclusive, and so is the run (exit 1)."
+)
+
+INTERVAL = "interval"  # Verdict.method of a cell judged by asv's confidence intervals
+WELCH = "welch"  # ... and of one judged by Welch's t on its summaries (``by_summary``)
+
+
+def usable(summary: stats.Summary | None) -> bool:
+    """A summary a test can be made of: a positive mean, a spread, two timings or more."""
+    return summary is not None and summary[0] > 0 and summary[1] >= 0 and summary[2] >= 2
+
+
+def by_summary(v: Verdict, base: stats.Summary, head: stats.Summary, alpha: float,
+               conf: float) -> None:  # fmt: skip
+    """The note and evidence of a cell judged by Welch's t on the two sides' summaries (mean,
+    standard deviation, rounds: ``stats.welch``), where neither side kept raw samples (a
+    pytest-benchmark run saved without its rounds' data). Its p joined Holm's correction with
+    the run's other tests (``v.status`` is set from it); ``v.interval`` is the ``conf``
+    interval of mean(head)/mean(base) (``stats.summary_ratio_interval``). Evidence as for the
+    other tests (``RULE``): unchanged with the power to see the threshold, or with that
+    interval under it, else inconclusive."""
+    lower = v.policy.kind == "latency"
+    v.detectable = stats.summary_min_detectable(base, head, alpha, v.policy.threshold, lower)
+    v.note = join_notes(v.note, (
+        f"no raw samples: Welch's t on the summaries (mean {base[0]:.4g} -> {head[0]:.4g}, "
+        f"stddev {base[1]:.3g} -> {head[1]:.3g}, {base[2]} and {head[2]} rounds), "
+        f"p {v.p:.2g} (Holm {v.p_adj:.2g})"
+    ))  # fmt: skip
+    if v.status == Status.UNCHANGED:
+        evidence(v, v.detectable, name=f"{conf:.0%} interval of the means' ratio")
+
+
+def by_interval(v: Verdict, base_ci: tuple[float, float], head_ci: tuple[float, float]) -> None:
+    """Judge ``v`` (its ``change`` set) from asv's 99% confidence intervals of base's and
+    head's values, where a side has too few raw samples for the test: as ``asv compare`` does
+    (asv's ``_stats.is_different``), the change is significant only when the two intervals do
+    not overlap, and then counts beyond the threshold. Per cell, as asv has it: no correction
+    over the cells of the run (asv puts such a test's p between 0.00027 and 0.01).
+
+    ``interval``: the head/base ratios both intervals allow; ``detectable``: the smallest
+    change in the bad direction that would have separated intervals as wide as these (never
+    below the threshold, as ``stats.min_detectable``). So ``evidence`` applies as to tested
+    cells: unchanged with power when that is within the threshold, else only where the
+    interval stays under the threshold at its worse end, else inconclusive (``RULE``)."""
+    (b_lo, b_hi), (h_lo, h_hi) = base_ci, head_ci
+    v.method = INTERVAL
+    # a bound at or below 0 (asv's, from few samples) allows any ratio on that side
+    v.interval = (max(h_lo, 0) / b_hi if b_hi > 0 else 0.0, h_hi / b_lo if b_lo > 0 else math.inf)
+    different = h_lo > b_hi or h_hi < b_lo
+    v.note = "no raw samples: asv's 99% intervals " + (
+        "do not overlap" if different else "overlap (not significant)"
+    )
+    if v.policy.kind == "latency":  # head slowed by d: its interval starts at h_lo/h * b(1+d)
+        need = (b_hi * v.head) / (h_lo * v.base) if h_lo > 0 and v.base else math.inf
+    else:  # head's throughput cut by 1/(1+d): its interval ends at h_hi/h * b/(1+d)
+        need = (h_hi * v.base) / (v.head * b_lo) if b_lo > 0 and v.head else math.inf
+    v.detectable = max(need - 1, v.policy.threshold)
+    v.status = by_threshold(v.change, _threshold(v.policy), significant=different)
+    if not _across_processes(v) and v.status == Status.UNCHANGED:
+        evidence(v, v.detectable, name="head/base within asv's 99% intervals")
+
+
+# Below 5 values a side, Mann-Whitney at alpha 0.01 can never be significant (5 and 5: the
+# smallest two-sided p is 2 / C(10, 5) = 0.008; 4 and 4: 0.029), so such a cell could never
+# fail: it never passes either. ``min_samples`` in a policy or in [gate] overrides it.
+MIN_SAMPLES = 5
+
+
+def min_samples(policy: Policy, policies: Policies) -> int:
+    """The values a side needs before a cell of ``policy`` is judged at all."""
+    if policy.min_samples is not None:
+        return int(policy.min_samples)
+    return int(policies.gate.get("min_samples", MIN_SAMPLES))
+
+
+def too_few(n_base: int, n_head: int, need: int) -> str:
+    return (
+        f"too few samples ({n_base} base, {n_head} head; the policy needs {need} a side): "
+        "measure again"
+    )
+
+
+def evidence(v: Verdict, detectable: float | None, *, interval: tuple[float, float] | None = None,
+             name: str = "interval", widen: float = 0.0, power: bool = True) -> None:  # fmt: skip
+    """An ``unchanged`` verdict keeps its word only with evidence (``RULE``): ``detectable``
+    (the smallest change these samples could flag; None: one value a side) within the
+    threshold, or ``interval`` of head/base (``v.interval`` where not given; ``name`` says
+    which it is) under the threshold at its worse end, made ``widen`` worse (a paired cell's
+    A/A movement: ``worst``), from samples that could have flagged some change. Else
+    inconclusive. The note says which, with the figures. ``power=False``: the interval alone
+    decides (a paired cell, whose A/A arm widens it).
+
+    The interval is the cell's own, not widened for the number of cells: the run passes only
+    when every cell does, so each cell's test at its level keeps the run's at that level (an
+    intersection-union test)."""
+    t = v.policy.threshold
+    if power and detectable is not None and detectable <= t:
+        v.note = join_notes(v.note, f"unchanged: could detect {detectable * 100:.1f}%, "
+                            f"within the {t * 100:g}% threshold")  # fmt: skip
+        return
+    can_flag = detectable is not None and math.isfinite(detectable)
+    reach = (
+        "one value a side: no interval" if detectable is None
+        else f"could detect only {detectable * 100:.1f}%" if can_flag
+        else "too few samples to detect any change"
+    )  # fmt: skip
+    interval = interval if interval is not None else v.interval
+    bound = worst(v, interval, widen)
+    if bound is None:
+        v.status = Status.INCONCLUSIVE
+        v.note = join_notes(v.note, reach)
+        return
+    lo, hi = interval
+    widened = f" widened by the A/A arm's {widen * 100:.1f}%" if widen else ""
+    judged = f"{name} {lo:.3f}-{hi:.3f}{widened}, at worst {bound * 100:+.1f}%"
+    if can_flag and bound < t:
+        v.note = join_notes(v.note, f"unchanged: {judged}, under the {t * 100:g}% threshold")
+        return
+    v.status = Status.INCONCLUSIVE
+    v.note = join_notes(v.note, f"{reach}; {judged}, not under the {t * 100:g}% threshold")
+
+
+def worst(v: Verdict, interval: tuple[float, float] | None, widen: float = 0.0) -> float | None:
+    """The change in the bad direction (+0.05: 5% slower or 5% less throughput) at the worse
+    end of ``interval`` (of head/base, for ``v``'s metric), widened by ``widen``: the
+    interval's reach beyond the estimate (the rounds' noise) and ``widen`` (how far an A/A arm
+    of the same code moved: the arms' own bias) are two independent errors and add in
+    quadrature. Added in full, they left 9 of 30 calibration A/A gates passing, the interval
+    alone 18; in quadrature 18 (docs/calibration.md). None without a finite interval."""
+    if interval is None or not all(map(math.isfinite, interval)):
+        return None
+    lower = v.policy.kind == "latency"
+    end = bad_change(interval[1] if lower else interval[0], lower)
+    if not widen or v.change is None or not math.isfinite(v.change):
+        return (1 + end) * (1 + widen) - 1
+    return v.change + math.hypot(max(0.0, end - v.change), widen)
+
+
+def powered(v: Verdict) -> bool:
+    """Whether ``v`` showed, with the power to see its threshold, that it is within it: an
+    improvement, or unchanged with a ``detectable`` change within the threshold."""
+    if v.status == Status.IMPROVEMENT:
+        return True
+    detectable = v.detectable if v.detectable is not None else math.inf
+    return v.status == Status.UNCHANGED and detectable <= v.policy.threshold
+
+
+def join_notes(a: str, b: str) -> str:
+    """A verdict's note ``a`` with ``b`` added."""
+    return f"{a}; {b}" if a else b
+
+
+# What runs in separate processes can show of a metric that includes host time: no A/A gate
+# run of the asv calibration failed at a 100% threshold (docs/calibration.md). Below that the
+# paired comparison (ragbench.gate.paired) judges such a metric.
+CROSS_PROCESS = 1.0
+
+
+def _threshold(policy: Policy) -> float:
+    return max(policy.threshold, CROSS_PROCESS) if policy.paired else policy.threshold
+
+
+def _across_processes(v: Verdict) -> bool:
+    """A paired metric judged from separate processes: a regression beyond CROSS_PROCESS
+    stands (fail closed), anything else is inconclusive. -> whether ``v`` is such a metric."""
+    if not v.policy.paired:
+        return False
+    if v.status != Status.REGRESSION:
+        v.status = Status.INCONCLUSIVE
+        v.note = "includes host time: judged only with base and head in one process"
+    else:
+        v.note = f"beyond the {CROSS_PROCESS:.0%} that separate processes can show"
+    return True
+
+
+def by_threshold(change: float | None, threshold: float, significant: bool) -> str:
+    """regression / improvement / unchanged for a change in the bad direction (+0.05: 5%
+    worse) that ``significant`` says is real."""
+    if not significant or change is None:
+        return Status.UNCHANGED
+    if change > threshold:
+        return Status.REGRESSION
+    if change <= -1 or -change / (1 + change) > threshold:  # -1: all of the cost gone
+        return Status.IMPROVEMENT
+    return Status.UNCHANGED
+
+
+def _limit(policy: Policy, cell: Cell, side: dict[Key, Cell],
+           base: dict[Key, Cell] | None = None) -> float | None:  # fmt: skip
+    """The upper bound for ``cell``, widened by ``relative_to``: by the reference cell of the
+    same run (``side``); the reference cell itself by its own value on ``base`` (never by
+    itself: a broken reference would excuse itself and widen every other cell's bound)."""
+    limit = policy.max
+    rel = policy.relative_to
+    if limit is None or not rel or cell.params.get(rel["param"]) is None:
+        return limit
+    if cell.params[rel["param"]] == rel["value"]:
+        ref = (base or {}).get(cell.key)
+    else:
+        ref_params = {**cell.params, rel["param"]: rel["value"]}
+        ref = side.get((cell.benchmark, cell.metric, param_key(ref_params)))
+    if ref is not None and ref.median is not None:
+        limit = max(limit, float(rel.get("factor", 1.0)) * ref.median)
+    return limit
+
+
+def _violates(policy: Policy, cell: Cell, side: dict[Key, Cell],
+              base: dict[Key, Cell] | None = None) -> str | None:  # fmt: skip
+    value = cell.median
+    limit = _limit(policy, cell, side, base)
+    if limit is not None and value >= limit:
+        return f"{value:.4g} >= bound {limit:.4g}"
+    if policy.min is not None and value < policy.min:
+        return f"{value:.4g} < bound {policy.min:.4g}"
+    return None
+
+
+def _bound(v: Verdict, policy: Policy, h: Cell, head: dict, base: dict) -> None:
+    """A deterministic bound: fails on head, unless base (same job) breaks it too, judged by
+    its own run's references, and head is no worse than base."""
+    why = _violates(policy, h, head, base)
+    if why is None:
+        v.status = Status.UNCHANGED
+        return
+    v.note = why
+    v.status = Status.VIOLATION
+    b = base.get(v.key)
+    if b is None or b.median is None or _violates(policy, b, base) is None:
+        return
+    worse = (policy.max is not None and h.median > b.median) or (
+        policy.min is not None and h.median < b.median
+    )
+    if not worse:
+        v.status = Status.PRE_EXISTING
+
+
+def cells(store: Store, run_ids: list[str]) -> dict[Key, Cell]:
+    """Each cell's samples pooled over the runs (one value a run where asv kept none), the
+    runs where it failed, and the runs that have no row of it."""
+    rows = store.measurements(run_ids)
+    pooled = pool(
+        Cell(row["benchmark"], row["metric"], row["param_key"], json.loads(row["params"]),
+             row["unit"], _samples(row), failures=int(row["status"] == FAILED),
+             ci=(row["ci_99_a"], row["ci_99_b"]) if row["ci_99_a"] is not None else None,
+             summary=_summary(row))
+        for row in rows
+    )  # fmt: skip
+    seen = Counter((r["benchmark"], r["metric"], r["param_key"]) for r in rows)
+    runs = len(set(run_ids))
+    for key, cell in pooled.items():
+        cell.absent = runs - seen[key]
+    return pooled
+
+
+def _summary(row: dict) -> stats.Summary | None:
+    """A row's (mean, standard deviation, rounds) where it kept those and no raw samples."""
+    if row["samples"] or row["status"] == FAILED:
+        return None
+    values = (row.get("mean"), row.get("stddev"), row.get("stats_repeat"))
+    return None if None in values else (float(values[0]), float(values[1]), int(values[2]))
+
+
+def _samples(row: dict) -> list[float]:
+    if row["status"] == FAILED:
+        return []
+    return list(row["samples"]) if row["samples"] else [row["median"]]
