@@ -444,9 +444,9 @@ def _label(key) -> str:
 
 def _key(c: dict) -> tuple:
     """A paired runner's cell's key, as ``ragbench.gate.paired`` keys it."""
-    from ragbench.store import param_key
+    from ragbench.gate import paired
 
-    return c["benchmark"], c["metric"], param_key(c["params"])
+    return paired.PairedCell(c["benchmark"], c["metric"], c["params"], c["unit"]).key
 
 
 def paired_rates(sets: list[list[dict]], policies, overlapping: bool = False,

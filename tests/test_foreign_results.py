@@ -242,12 +242,9 @@ if args[0] == "run":
 '''
 
 
-def test_a_gate_with_another_projects_config_runs_its_asv_there(tmp_path, capsys, monkeypatch):
-    """``ragbench gate --config`` measures base and head of astropy with asv and astropy's
-    config (asv here replaced by one that writes astropy's real result file of the commit it
-    is asked for): asv runs in the config's directory, with the config's paths made absolute
-    and its results in the gate's own directory, one commit a call (``SHA^!``), the cells
-    selected by --bench; the results are judged (before: no --config, exit 2)."""
+def fake_asv(tmp_path: Path, monkeypatch) -> Path:
+    """``FAKE_ASV`` as the ``asv`` the commands run (first on PYTHONPATH); -> the log its calls
+    are written to, one JSON line each."""
     fake = tmp_path / "fake"
     (fake / "asv").mkdir(parents=True)
     (fake / "asv" / "__init__.py").write_text("")
@@ -255,6 +252,16 @@ def test_a_gate_with_another_projects_config_runs_its_asv_there(tmp_path, capsys
     log = tmp_path / "asv.log"
     monkeypatch.setenv("PYTHONPATH", str(fake))
     monkeypatch.setenv("FAKE_ASV_LOG", str(log))
+    return log
+
+
+def test_a_gate_with_another_projects_config_runs_its_asv_there(tmp_path, capsys, monkeypatch):
+    """``ragbench gate --config`` measures base and head of astropy with asv and astropy's
+    config (asv here replaced by one that writes astropy's real result file of the commit it
+    is asked for): asv runs in the config's directory, with the config's paths made absolute
+    and its results in the gate's own directory, one commit a call (``SHA^!``), the cells
+    selected by --bench; the results are judged (before: no --config, exit 2)."""
+    log = fake_asv(tmp_path, monkeypatch)
     monkeypatch.setenv("FAKE_ASV_RESULTS", str(ASTROPY / "results" / "cheetah"))
     bench = r"^time_units\.time_unit_parse$"
     code, out = ragbench(capsys, "gate", "--store", tmp_path / "g.duckdb", "--machine",
@@ -282,13 +289,7 @@ def test_a_bisection_with_another_projects_config_is_asvs_own(tmp_path, capsys, 
     """``ragbench bisect --config``: asv's own search (``asv find``) in astropy's directory,
     with its config, over GOOD..BAD, the benchmark by its asv name (asv here replaced as in
     the gate's test); the commit it names is the answer (before: no --config, exit 2)."""
-    fake = tmp_path / "fake"
-    (fake / "asv").mkdir(parents=True)
-    (fake / "asv" / "__init__.py").write_text("")
-    (fake / "asv" / "__main__.py").write_text(FAKE_ASV)
-    log = tmp_path / "asv.log"
-    monkeypatch.setenv("PYTHONPATH", str(fake))
-    monkeypatch.setenv("FAKE_ASV_LOG", str(log))
+    log = fake_asv(tmp_path, monkeypatch)
     code, out = ragbench(capsys, "bisect", "--config", ASTROPY / "asv.conf.json", "--cell",
                          "time_units.time_unit_parse ", "--good", BASE, "--bad", HEAD,
                          "--machine", "cheetah")  # fmt: skip

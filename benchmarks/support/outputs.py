@@ -210,12 +210,8 @@ def measure(arms: dict[str, Path], *, only: str | None = None,
     t0 = time.perf_counter()
     doc = {"schema": SCHEMA, "arms": {a: str(p) for a, p in arms.items()}, "errors": {},
            "mode": grid_mode()}  # fmt: skip
-    W = {}
-    for arm, src in arms.items():
-        try:
-            W[arm] = _revision.workloads(_revision.load(src, f"ragged_out_{arm}"))
-        except Exception as exc:
-            doc["errors"][arm] = H.failure(exc, 300)
+    W, errors = _revision.arms_workloads(arms, "ragged_out_")
+    doc["errors"].update(errors)
     import torch
     import triton
 

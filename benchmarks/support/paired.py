@@ -227,12 +227,8 @@ def measure(arms: dict[str, Path], *, rounds: int, pipeline_rounds: int, seed: i
     t0 = time.perf_counter()
     doc = {"schema": SCHEMA, "seed": seed, "arms": {a: str(p) for a, p in arms.items()},
            "errors": {}, "slowed": {}, "cells": []}  # fmt: skip
-    W = {}
-    for arm, src in arms.items():
-        try:
-            W[arm] = _revision.workloads(_revision.load(src, f"ragged_{arm}"))
-        except Exception as exc:
-            doc["errors"][arm] = H.failure(exc, 300)
+    W, errors = _revision.arms_workloads(arms, "ragged_")
+    doc["errors"].update(errors)
     import torch
 
     cpu = not torch.cuda.is_available()

@@ -81,3 +81,17 @@ def workloads(pkg: ModuleType) -> ModuleType:
     with as_ragged(pkg):
         spec.loader.exec_module(module)
     return module
+
+
+def arms_workloads(arms: dict[str, Path], prefix: str) -> tuple[dict[str, ModuleType], dict]:
+    """Each arm's source tree loaded under ``prefix + arm`` and its workloads bound to it (a
+    runner's arms): ({arm: workloads}, {arm: why it did not load, one bounded line})."""
+    from .harness import failure
+
+    loaded, errors = {}, {}
+    for arm, src in arms.items():
+        try:
+            loaded[arm] = workloads(load(src, f"{prefix}{arm}"))
+        except Exception as exc:
+            errors[arm] = failure(exc, 300)
+    return loaded, errors
