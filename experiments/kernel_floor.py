@@ -59,6 +59,13 @@ WORKLOADS = (
     ("32 / 80%", 32, 0.8, "uniform"),
     ("64 / 50% mixed", 64, 0.5, "mixed"),
     ("64 / 0%", 64, 0.0, "uniform"),
+    # the classes between, for a choice by batch as well as length
+    ("1 / 0%", 1, 0.0, "uniform"),
+    ("2 / 80%", 2, 0.8, "uniform"),
+    ("4 / 80%", 4, 0.8, "uniform"),
+    ("4 / 50%", 4, 0.5, "uniform"),
+    ("8 / 80%", 8, 0.8, "uniform"),
+    ("16 / 50%", 16, 0.5, "uniform"),
 )
 HEADS, HEAD_DIM = 12, 64
 CALLS = 20  # calls captured per graph
@@ -387,6 +394,11 @@ def main(argv=None) -> int:
             continue
         results.append(result)
         refused += bad
+        if args.out:  # every workload's rows kept as they come: a time-out loses none
+            args.out.parent.mkdir(parents=True, exist_ok=True)
+            args.out.with_suffix(".partial.json").write_text(
+                json.dumps({"environment": env, "workloads": results}, indent=1)
+            )
     print_rows(results)
     s = summary(results)
     print_summary(s)

@@ -270,6 +270,18 @@ VARIANTS = (
     Variant("loop 64x64 w4 s2 pdl late", "loop", 64, 64, 4, 2, pdl=2),
     Variant("onetile spec 3d m16 w4 pdl late", "onetile", 16, 0, 4, 1, True, True, pdl=2),
     Variant("onetile spec 3d m64 w4 pdl late", "onetile", 64, 0, 4, 1, True, True, 2, 128),
+    # BS 8 / 50% (8 x 99 tokens, 96 (sequence, head) pairs against 132 SMs): one program a
+    # pair or two, every key in one tile, so K and V are read once a pair, one load round.
+    Variant("onetile spec 3d m128 w4 pdl", "onetile", 128, 0, 4, 1, True, True, True, 128),
+    Variant("onetile spec 3d m128 w8 pdl late", "onetile", 128, 0, 8, 1, True, True, 2, 128),
+    Variant("onetile spec 3d m64 w2 pdl", "onetile", 64, 0, 2, 1, True, True, True, 128),
+    Variant("onetile spec 3d m32 w2 pdl", "onetile", 32, 0, 2, 1, True, True, True, 128),
+    Variant("onetile spec 3d m32 w4 pdl late", "onetile", 32, 0, 4, 1, True, True, 2, 128),
+    # The loop with one 128-column key tile (no second iteration) and no pipeline prologue.
+    Variant("loop 64x128 w4 s1 pdl late", "loop", 64, 128, 4, 1, pdl=2),
+    Variant("loop 128x128 w8 s1 pdl late", "loop", 128, 128, 8, 1, pdl=2),
+    Variant("loop 64x64 w4 s1 pdl late", "loop", 64, 64, 4, 1, pdl=2),
+    Variant("loop 32x64 w4 s2 pdl late", "loop", 32, 64, 4, 2, pdl=2),
 )
 
 
