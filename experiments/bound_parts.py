@@ -43,6 +43,7 @@ from benchmarks.support import promises as P
 from benchmarks.support import revision as _revision
 from benchmarks.support import workloads as W
 from ragbench.stats import median_interval
+from ragged.kernels import attention as KA
 from ragged.models import SHARP_ATTENTION, build_model, get_config
 from ragged.pipeline import PrunedViT, PruneStage
 from ragged.testing import synthetic_images
@@ -75,9 +76,10 @@ class PyDirect(ragged.LayoutAttention):
         if kept is None:
             return self._checked(qkv)
         p = qkv.data_ptr()
-        self._direct(kept)(kept.grid_x, 1, 1, _raw_stream(0), p, p + kept.k_offset,
+        gx, gy, gz, scalars = KA.kept_grid(kept, kept.max_seqlen)
+        self._direct(kept)(gx, gy, gz, _raw_stream(0), p, p + kept.k_offset,
                            p + kept.v_offset, kept.out_ptr, self.cu_seqlens.data_ptr(),
-                           *kept.scalars)  # fmt: skip
+                           *scalars)  # fmt: skip
         return kept.out
 
     def _direct(self, kept):

@@ -3,7 +3,10 @@
 For each of six workloads (12 heads, head_dim 64, fp16: BS 1 / 80% and 50%, BS 8 / 50%,
 BS 32 / 80%, BS 64 / 50% mixed lengths, BS 64 / 0%; lengths as the kernel table builds them,
 ``benchmarks.support.workloads.kernel_lengths``) it checks, then times, in one process:
-  * ``current``: the kernel ``ragged.varlen_attention`` launches (its table's configuration),
+  * ``current``: ``ragged.varlen_attention(..., validate=False)``, the default path (its
+    choice by length and batch, ``kernels.config.choice``, through the fast paths),
+  * ``before``: the table's kernel alone (``config.attention_config``: the default path
+    before the short-batch classes),
   * every candidate of ``ragged.kernels.variants.VARIANTS``,
   * FA2 through torch's ``aten._flash_attention_forward`` (where this torch has it),
   * an empty Triton kernel (one program): the launch floor of a CUDA graph's kernel node,
@@ -45,10 +48,12 @@ from pathlib import Path
 import torch
 import triton
 
+import ragged
 from benchmarks.support import harness as H
 from benchmarks.support import workloads as W
 from ragged.kernels import attention as KA
 from ragged.kernels import variants as KV
+from ragged.kernels.config import attention_config, capability_of
 from ragged.testing import attention_error_budget, packed_qkv
 
 # (label, batch, prune, lengths): the issue's table, in its order.
@@ -71,6 +76,7 @@ HEADS, HEAD_DIM = 12, 64
 CALLS = 20  # calls captured per graph
 TARGETS = {"1 / 80%": 2.0, "8 / 50%": 3.2}  # µs of GPU time the issue asks for
 LARGE = ("32 / 80%", "64 / 50% mixed", "64 / 0%")  # "no loss above BS 32"
+ARMS: list[str] = []  # --arms: the candidates timed (empty: every variant)
 LOSS_TOLERANCE = 1.02  # a variant loses where it is more than 2% slower than current
 
 
@@ -99,11 +105,21 @@ def arms_of(q, k, v, cu, max_seqlen, *, smoke: bool) -> dict:
     scale = HEAD_DIM**-0.5
     arms = {}
     out = torch.empty_like(q)
+    # the default path as callers take it (the C++ or Python fast path after one checked call)
     arms["current"] = (
-        lambda: KA.varlen_attention_triton(q, k, v, cu, max_seqlen, scale, out),
+        lambda: ragged.varlen_attention(q, k, v, cu, max_seqlen, out=out, validate=False),
         out,
     )
+    # the table's kernel alone: the default path before the short-batch classes
+    table = attention_config(HEAD_DIM, max_seqlen, q.dtype, capability_of(q.get_device()))
+    before = torch.empty_like(q)
+    arms["before"] = (
+        lambda: KA.varlen_attention_triton(q, k, v, cu, max_seqlen, scale, before, table),
+        before,
+    )
     for variant in KV.VARIANTS:
+        if ARMS and variant.name not in ARMS:
+            continue
         if not variant.applies(max_seqlen, q.dtype):
             arms[variant.name] = f"max_seqlen {max_seqlen}: too long for one tile"
             continue
@@ -222,7 +238,7 @@ def run_workload(label, batch, prune, mode, args, empty_x, t_start) -> tuple[dic
     for n, t in samples.items():
         checked[n] |= {"median_us": statistics.median(t), "min_us": min(t), "samples_us": t}
     cur = checked["current"].get("median_us")
-    ours = [n for n in samples if n not in ("fa2", "empty kernel", "empty kernel pdl")]
+    ours = [n for n in samples if n not in ("fa2", "empty kernel", "empty kernel pdl", "before")]
     best = min(ours, key=lambda n: checked[n]["median_us"]) if ours else None
     print(f"[{time.time() - t_start:6.1f} s] {label}: current {fmt(cur)} µs, best "
           f"{best} {fmt(checked.get(best, {}).get('median_us'))}, fa2 "
@@ -263,12 +279,13 @@ def summary(results: list[dict]) -> dict:
     targets without losing above BS 32."""
     rows = []
     by_label = {w["label"]: w for w in results}
-    variant_names = [v.name for v in KV.VARIANTS]
+    variant_names = [v.name for v in KV.VARIANTS if not ARMS or v.name in ARMS]
     for w in results:
         timed = {n: a["median_us"] for n, a in w["arms"].items() if a.get("median_us") is not None}
         cands = {n: t for n, t in timed.items() if n in variant_names or n == "current"}
         best = min(cands, key=cands.get) if cands else None
-        rows.append({"label": w["label"], "tokens": w["tokens"], "current": timed.get("current"),
+        rows.append({"label": w["label"], "tokens": w["tokens"], "before": timed.get("before"),
+                     "current": timed.get("current"),
                      "best": best, "best_us": cands.get(best), "fa2": timed.get("fa2"),
                      "empty": timed.get("empty kernel"),
                      "empty_pdl": timed.get("empty kernel pdl")})  # fmt: skip
@@ -284,12 +301,14 @@ def summary(results: list[dict]) -> dict:
 
 
 def print_summary(s: dict) -> None:
-    print("\n| batch / pruned | tokens | ours (before) | best variant | FA2 (aten) | "
-          "an empty kernel | an empty kernel, pdl |\n|---|---|---|---|---|---|---|")  # fmt: skip
+    print("\n| batch / pruned | tokens | default path before | after | best variant | "
+          "FA2 (aten) | an empty kernel | an empty kernel, pdl |\n"
+          "|---|---|---|---|---|---|---|---|")  # fmt: skip
     for r in s["rows"]:
         best = "-" if r["best"] is None else f"{fmt(r['best_us'])} ({r['best']})"
-        print(f"| {r['label']} | {r['tokens']:,} | {fmt(r['current'])} | {best} | "
-              f"{fmt(r['fa2'])} | {fmt(r['empty'])} | {fmt(r.get('empty_pdl'))} |")  # fmt: skip
+        print(f"| {r['label']} | {r['tokens']:,} | {fmt(r.get('before'))} | "
+              f"{fmt(r['current'])} | {best} | {fmt(r['fa2'])} | {fmt(r['empty'])} | "
+              f"{fmt(r.get('empty_pdl'))} |")  # fmt: skip
     print(
         f"\nTargets: {', '.join(f'{k} <= {v} µs' for k, v in TARGETS.items())}; "
         f"no loss (> {LOSS_TOLERANCE - 1:.0%} slower than current) at {', '.join(LARGE)}:"
@@ -322,8 +341,8 @@ def compile_only(capability: int) -> int:
 
     names = ["Q", "K", "V", "O", "cu_seqlens", "qk_scale"]
     names += [f"stride_{t}{a}" for t in "qkvo" for a in "th"]
-    names += ["num_heads", "num_m_blocks", "total_tokens", "guess_len"]
-    signature = dict(zip(names, ["*fp16"] * 4 + ["*i32", "fp32"] + ["i32"] * 12, strict=True))
+    names += ["n0", "n1"]
+    signature = dict(zip(names, ["*fp16"] * 4 + ["*i32", "fp32"] + ["i32"] * 10, strict=True))
     cuobjdump = Path(triton.__file__).parent / "backends" / "nvidia" / "bin" / "cuobjdump"
     print(f"| variant (sm_{capability}) | keys | shared bytes | registers | stack bytes |")
     print("|---|---|---|---|---|")
@@ -365,11 +384,13 @@ def main(argv=None) -> int:
     )
     p.add_argument("--rounds", type=int, default=5, help="rounds of replays (arms shuffled)")
     p.add_argument("--replays", type=int, default=20, help="replays of each arm a round")
-    p.add_argument("--only", nargs="*", help="workload labels to run (default: all six)")
+    p.add_argument("--only", nargs="*", help="workload labels to run (default: all)")
+    p.add_argument("--arms", nargs="*", help="candidates to time (default: every variant)")
     p.add_argument("--compile-only", type=int, metavar="SM",
                    help="compile the one-tile kernels for sm_SM (no GPU needed), print their "
                    "shared memory, registers and spills")  # fmt: skip
     args = p.parse_args(argv)
+    ARMS[:] = args.arms or []
     if args.compile_only:
         return compile_only(args.compile_only)
     smoke = args.cpu_smoke

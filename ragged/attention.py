@@ -220,7 +220,7 @@ def varlen_attention(
             out = torch.empty_like(q)
         result = b.run(q, k, v, cu_seqlens, max_seqlen, scale, out)
         if b.run is _TRITON_RUN:
-            _triton_attention.remember(q, max_seqlen)
+            _triton_attention.remember(q, max_seqlen, cu_seqlens)
         return result
     result = b.run(q, k, v, cu_seqlens, max_seqlen, scale)
     if out is None:

@@ -146,3 +146,23 @@ def test_every_kernel_variant_matches_oracle(dtype, device):
             out = torch.full_like(q, float("nan"))
             variants.run(variant, q, k, v, cu, max_seqlen, 64**-0.5, out)
             assert_attention_close(out, q, k, v, cu)
+
+
+@pytest.mark.parametrize("kind", ["onetile", "loop"])
+def test_the_short_batch_kernels_of_the_default_path_match_oracle(kind, device):
+    """The short-batch classes' kernels as the default path launches them (config.choice on
+    sm_90: the one-tile kernel with its speculative start on the 3-D grid, PDL at once; the
+    loop with PDL after the store), checked path: uniform batches (the guess right), a wrong
+    guess, an empty sequence. The interpreter has no grid dependency control: PDL compiles out
+    there (the same arithmetic)."""
+    from ragged.kernels import attention as KA
+    from ragged.kernels.config import AttentionConfig
+
+    for lengths in ([40], [99, 99], [40, 7, 33], [0, 3, 64]):
+        q, k, v, cu, max_seqlen = packed_qkv(lengths, 2, 64, device=device, seed=7)
+        block_n = max(16, 1 << (max_seqlen - 1).bit_length())
+        config = (AttentionConfig(16, block_n, 4, 1, kind="onetile", pdl=1) if kind == "onetile"
+                  else AttentionConfig(64, 64, 4, 2, pdl=2))  # fmt: skip
+        out = torch.full_like(q, float("nan"))
+        KA.varlen_attention_triton(q, k, v, cu, max_seqlen, 64**-0.5, out, config)
+        assert_attention_close(out, q, k, v, cu)

@@ -28,19 +28,23 @@ def test_param_types_drop_constexprs_and_refuse_types_without_a_c_type():
 
 
 @pytest.mark.skipif(shutil.which("gcc") is None, reason="needs gcc")
+@pytest.mark.parametrize("pdl", [False, True])
 @pytest.mark.parametrize(
     "types", [C.param_types(ATTENTION), ("*fp32", "i64", "u32", "u64", "fp64"), ()]
 )
-def test_the_generated_source_compiles_cleanly(tmp_path, types):
+def test_the_generated_source_compiles_cleanly(tmp_path, types, pdl):
     from triton.backends.nvidia import driver as nvidia
 
     src = tmp_path / "launch.c"
-    src.write_text(C.launch_source(types))
+    src.write_text(C.launch_source(types, pdl))
     cmd = ["gcc", "-fsyntax-only", "-Wall", "-Werror", f"-I{sysconfig.get_paths()['include']}",
            *(f"-I{d}" for d in nvidia.include_dirs), str(src)]  # fmt: skip
     done = subprocess.run(cmd, capture_output=True, text=True)
     assert done.returncode == 0, done.stderr
-    assert f"PyInit_{C.module_name(types)}" in src.read_text()
+    assert f"PyInit_{C.module_name(types, pdl)}" in src.read_text()
+    # a programmatic dependent launch: cuLaunchKernelEx with its attribute, else cuLaunchKernel
+    assert ("PROGRAMMATIC_STREAM_SERIALIZATION" in src.read_text()) == pdl
+    assert ("cuLaunchKernelEx(" in src.read_text()) == pdl
     # one parameter read per type, plus the two scratch pointers Triton appends
     assert src.read_text().count("&p") == len(types)
 
@@ -48,6 +52,7 @@ def test_the_generated_source_compiles_cleanly(tmp_path, types):
 def test_module_names_differ_by_signature():
     assert C.module_name(("i32",)) != C.module_name(("i64",))
     assert C.module_name(("i32", "i32")) != C.module_name(("i32",))
+    assert C.module_name(("i32",), True) != C.module_name(("i32",))
 
 
 def _compiled(**metadata):
@@ -69,27 +74,37 @@ def _compiled(**metadata):
 )
 def test_a_kernel_that_needs_launch_attributes_keeps_tritons_launcher(monkeypatch, change):
     built = []
-    monkeypatch.setattr(C, "_module", lambda types: built.append(types))
+    monkeypatch.setattr(C, "_module", lambda types, pdl=False: built.append(types))
     assert C.direct(_compiled(**change)) is None
     assert built == [], "nothing is built for a kernel the C launcher cannot launch"
 
 
-@pytest.mark.parametrize("flag", ["launch_cooperative_grid", "launch_pdl"])
-def test_cooperative_or_pdl_launches_keep_tritons_launcher(flag):
+def test_a_cooperative_launch_keeps_tritons_launcher():
     compiled = _compiled()
-    setattr(compiled.run, flag, True)
+    compiled.run.launch_cooperative_grid = True
     assert C.direct(compiled) is None
+
+
+def test_a_pdl_kernel_gets_the_module_built_for_programmatic_dependent_launch(monkeypatch):
+    built = []
+    module = SimpleNamespace(launch=lambda *args: args)
+    monkeypatch.setattr(C, "_module", lambda types, pdl=False: built.append(pdl) or module)
+    compiled = _compiled()
+    compiled.run.launch_pdl = True
+    launch = C.direct(compiled)
+    assert built == [True] and launch.pdl
+    assert not C.direct(_compiled()).pdl and built == [True, False]
 
 
 def test_a_plain_kernel_gets_the_module_launch_bound_to_its_function(monkeypatch):
     module = SimpleNamespace(launch=lambda *args: args)
-    monkeypatch.setattr(C, "_module", lambda types: module)
+    monkeypatch.setattr(C, "_module", lambda types, pdl=False: module)
     launch = C.direct(_compiled(shared=2048, num_warps=8))
     assert launch(3, 1, 1, 77, 10, 20) == (1, 256, 2048, 3, 1, 1, 77, 10, 20)
 
 
 def test_where_the_module_cannot_be_built_tritons_launcher_stays(monkeypatch):
-    monkeypatch.setattr(C, "_module", lambda types: None)
+    monkeypatch.setattr(C, "_module", lambda types, pdl=False: None)
     assert C.direct(_compiled()) is None
 
 

@@ -19,7 +19,7 @@ import ragged
 from ragged import attention as A
 from ragged.kernels import attention as KA
 from ragged.kernels import launch as L
-from ragged.kernels.config import length_span
+from ragged.kernels.config import MAX_LENGTH, AttentionConfig, choice, length_span
 from ragged.testing import packed_qkv
 
 LENGTHS = [40, 3, 0, 99]
@@ -64,24 +64,25 @@ def recorder(impl, no_ready, monkeypatch):
     monkeypatch.setattr(L, "_raw_stream", lambda device: 1234)
     monkeypatch.setattr(L, "_SINGLE_DEVICE", True)
 
-    def ready(q, max_seqlen):
-        """Register a recording launch for q's key and the span of ``max_seqlen``."""
+    def ready(q, max_seqlen, config=None, pairs=(0, MAX_LENGTH)):
+        """Register a recording launch for q's key, the span of ``max_seqlen`` and ``pairs``
+        (batch x heads), of the table's kernel or ``config``'s."""
         key = (q.get_device(), q.dtype, q.shape[2])
-        plan = KA._make_plan(*key, max_seqlen, None)
+        plan = KA._make_plan(*key, max_seqlen, 0, config)
         scale = (1.0 / (q.shape[2] ** 0.5)) * KA.LOG2E
-        span = (*length_span(max_seqlen), lambda *args: calls.append(args),
-                plan.config.block_m, scale, None)  # fmt: skip
+        span = (*plan.span, lambda *args: calls.append(args), plan.config.block_m, scale, None,
+                *pairs, plan.grid3)  # fmt: skip
         KA._ready[key] = (*KA._ready.get(key, ()), span)
 
     return calls, ready
 
 
-def _expected(q, k, v, out, cu, max_seqlen, scale):
-    """What the checked path launches: (grid_x, 1, 1, stream, *pointers, *scalars)."""
-    _, grid, scalars, fast = KA.launch_args(q, k, v, out, cu, max_seqlen, scale)
+def _expected(q, k, v, out, cu, max_seqlen, scale, config=None):
+    """What the checked path launches: (grid_x, grid_y, grid_z, stream, *pointers, *scalars)."""
+    _, grid, scalars, fast = KA.launch_args(q, k, v, out, cu, max_seqlen, scale, config)
     assert fast
     ptrs = tuple(t.data_ptr() for t in (q, k, v, out, cu))
-    return (grid[0], 1, 1, 1234, *ptrs, *scalars)
+    return (*grid, 1234, *ptrs, *scalars)
 
 
 @pytest.mark.parametrize("dtype", [torch.float16, torch.float32])
@@ -371,9 +372,9 @@ def test_a_new_max_seqlen_of_a_launched_span_launches_at_once(recorder):
 
 def test_every_max_seqlen_of_a_span_shares_one_plan():
     """One Plan, so one Launcher entry and one compiled kernel, for a span's max_seqlens."""
-    plan = KA._make_plan(-1, torch.float16, 64, 40, None)
-    assert KA._make_plan(-1, torch.float16, 64, 197, None) is plan
-    assert KA._make_plan(-1, torch.float16, 64, 16, None) is not plan  # the short class
+    plan = KA._make_plan(-1, torch.float16, 64, 40, 12, None)
+    assert KA._make_plan(-1, torch.float16, 64, 197, 768, None) is plan
+    assert KA._make_plan(-1, torch.float16, 64, 16, 12, None) is not plan  # the short class
     lo, hi = length_span(40)
     assert lo <= 40 <= hi and length_span(lo) == length_span(hi) == (lo, hi)
     assert length_span(lo - 1) != (lo, hi)
@@ -485,3 +486,66 @@ def test_cpp_reads_the_image_and_checks_a_launch_kept_without_one(recorder, impl
             call(qkv)
         with pytest.raises(TypeError, match="image takes a KeptLaunch"):
             KA.fastpath.module().image((1, 2))
+
+
+# --- the one-tile kernel's classes: a 3-D grid, a choice by batch as well as length ------------
+
+ONETILE = AttentionConfig(16, 128, 4, 1, kind="onetile", pdl=1)
+
+
+def test_a_one_tile_class_launches_its_3d_grid_and_only_its_batches(recorder):
+    """A span of the one-tile kernel (config.short_batch on sm_90) launches its grid (query
+    tiles, heads, sequences) with (total_tokens, total_tokens // batch) for its last two ints,
+    as the checked path would, and only for the batch x heads of its class."""
+    calls, ready = recorder
+    q, k, v, cu, max_seqlen = packed_qkv(LENGTHS, 12, 64)
+    ready(q, max_seqlen, ONETILE, pairs=(48, 48))  # 4 sequences x 12 heads
+    out = KA.fast_call(q, k, v, cu, max_seqlen, None, None)
+    assert out is not None
+    want = _expected(q, k, v, out, cu, max_seqlen, 0.125, ONETILE)
+    assert want[:3] == (7, 12, 4) and want[-2:] == (q.shape[0], q.shape[0] // 4)
+    assert calls == [want]
+    out = KA.fast_call(q, k, v, cu, 70, None, None)  # another length of the span
+    assert out is not None and calls[-1] == _expected(q, k, v, out, cu, 70, 0.125, ONETILE)
+    assert KA.fast_call(q, k, v, cu[:-1], max_seqlen, None, None) is None  # 36 pairs: not its
+
+
+def test_layout_attention_keeps_a_3d_grid_launch(recorder, monkeypatch):
+    calls, ready = recorder
+    qkv, cu, max_seqlen = _qkv()
+    q, k, v = qkv.unbind(1)
+    ready(q, max_seqlen, ONETILE, pairs=(48, 48))
+    call = ragged.LayoutAttention(cu, max_seqlen)
+    out = call(qkv)
+    assert call._launch.grid3
+    checked = _count_checked(monkeypatch)
+    for new_max in (max_seqlen, 70, max_seqlen):
+        call.rebind(cu, new_max)
+        assert call(qkv) is out
+        assert calls[-1] == _expected(q, k, v, out, cu, new_max, 0.125, ONETILE)
+    assert checked == []
+
+
+@pytest.mark.parametrize("capability", [(8, 9), (9, 0), (10, 0)])
+def test_the_short_batch_classes_hold_over_their_spans(capability):
+    """Every (max_seqlen, pairs) inside the spans ``choice`` returns gets the same kernel
+    (a span is one compiled kernel the fast paths launch without planning), the one-tile
+    kernel and PDL only from sm_90 (no grid dependency control before), the table at large
+    grids and on the CPU."""
+    for dtype in (torch.float16, torch.bfloat16, torch.float32):
+        for head_dim in (32, 64, 128):
+            for max_seqlen in (1, 16, 17, 40, 64, 65, 99, 128, 197, 256, 257, 577):
+                for pairs in (1, 12, 24, 33, 36, 48, 96, 132, 144, 384, 396, 768, 3072):
+                    cfg, (lo, hi), (plo, phi) = choice(head_dim, max_seqlen, pairs, dtype,
+                                                       capability)  # fmt: skip
+                    assert lo <= max_seqlen <= hi and plo <= pairs <= phi
+                    for m in {lo, hi if hi < MAX_LENGTH else lo, max_seqlen}:
+                        for n in {plo or 1, min(phi, 10**6), pairs}:
+                            assert choice(head_dim, m, n, dtype, capability)[0] == cfg
+                    if capability < (9, 0) or dtype is torch.float32 or head_dim != 64:
+                        assert cfg is None
+    assert choice(64, 40, 12, torch.float16, (9, 0))[0] == AttentionConfig(
+        16, 64, 4, 1, kind="onetile", pdl=1)  # BS 1 / 80%  # fmt: skip
+    assert choice(64, 99, 96, torch.float16, (9, 0))[0] == AttentionConfig(64, 64, 4, 2, pdl=2)
+    assert choice(64, 197, 768, torch.float16, (9, 0))[0] is None  # BS 64: the table
+    assert choice(64, 40, 12, torch.float16, (0, 0))[0] is None  # the interpreter

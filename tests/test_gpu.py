@@ -80,7 +80,7 @@ def test_the_fast_path_launches_correctly_after_one_checked_call(fast, monkeypat
     lengths = [40, 3, 0, 99]
     q, k, v, cu, max_seqlen = packed_qkv(lengths, 12, head_dim, dtype=dtype, device="cuda")
     ragged.varlen_attention(q, k, v, cu, max_seqlen, validate=False)  # checked: plans, compiles
-    assert KA.ready_entry(0, dtype, head_dim, max_seqlen) is not None
+    assert KA.ready_entry(0, dtype, head_dim, max_seqlen, 4 * 12) is not None
     _cpp(fast)
     plain = []
     monkeypatch.setattr(KA._launcher, "launch", lambda *a, **kw: plain.append(a))
@@ -267,3 +267,49 @@ def test_injected_delay_slows_the_kernel_and_keeps_its_output():
     slow, info = _inject.triton_fn(q, k, v, cu_seqlens, max_seqlen, 0.10)
     assert torch.equal(fast(), slow())
     assert info["delay_cycles"] > 0 and 0.05 < info["sized_slowdown"] < 0.15
+
+
+# (lengths, heads) -> the short-batch class config.choice gives them on sm_90: one tile (PDL at
+# once; a wrong speculative start; PDL after the store at 128 keys), the loop with PDL after
+# the store (BS 8 / 50%).
+SHORT_BATCHES = [([40], 12, "onetile"), ([40, 7, 33], 2, "onetile"), ([99], 12, "onetile"),
+                 ([99] * 8, 12, "loop")]  # fmt: skip
+
+
+@pytest.mark.parametrize("lengths, heads, kind", SHORT_BATCHES)
+def test_short_batches_take_their_class_and_stay_correct(fast, monkeypatch, lengths, heads,
+                                                         kind):  # fmt: skip
+    """sm_90 and later: the default path launches the short-batch class's kernel as a
+    programmatic dependent launch through the fast paths (C++: cuLaunchKernelEx), the kept
+    launch and a CUDA graph, every output within the budget; before sm_90 the table's."""
+    q, k, v, cu, max_seqlen = packed_qkv(lengths, heads, 64, device="cuda", seed=3)
+    out = torch.full_like(q, float("nan"))
+    ragged.varlen_attention(q, k, v, cu, max_seqlen, out=out, validate=False)  # checked
+    assert_attention_close(out, q, k, v, cu)
+    plan = KA._plans[(0, q.dtype, 64, max_seqlen, len(lengths) * heads, None)]
+    hopper = torch.cuda.get_device_capability() >= (9, 0)
+    assert (plan.config.kind, plan.pdl > 0) == ((kind, True) if hopper else ("loop", False))
+    entry = KA.ready_entry(0, q.dtype, 64, max_seqlen, len(lengths) * heads)
+    assert entry is not None and entry[8] == plan.grid3
+    if _cpp(fast):
+        assert entry[5][3] == int(plan.pdl > 0)  # the spec: cuLaunchKernelEx with PDL
+    plain = []
+    monkeypatch.setattr(plan.launcher, "launch", lambda *a, **kw: plain.append(a))
+    call = ragged.LayoutAttention(cu, max_seqlen)
+    qkv = torch.stack((q, k, v), 1)
+    for seed in (1, 2):
+        q2, k2, v2, _, _ = packed_qkv(lengths, heads, 64, device="cuda", seed=seed)
+        q.copy_(q2), k.copy_(k2), v.copy_(v2), qkv.copy_(torch.stack((q2, k2, v2), 1))
+        out.fill_(float("nan"))
+        ragged.varlen_attention(q, k, v, cu, max_seqlen, out=out, validate=False)
+        assert_attention_close(out, q, k, v, cu)
+        assert_attention_close(call(qkv), q, k, v, cu)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        for _ in range(3):  # back to back: each waits for the one before
+            ragged.varlen_attention(q, k, v, cu, max_seqlen, out=out, validate=False)
+    out.fill_(float("nan"))
+    graph.replay()
+    torch.cuda.synchronize()
+    assert_attention_close(out, q, k, v, cu)
+    assert plain == [], "a call of a launched class went through the Launcher"

@@ -24,8 +24,11 @@ import triton.language as tl
 from . import fastpath
 from . import launch as _launch
 from .config import (
+    MAX_LENGTH,
     AttentionConfig,
     attention_config,  # noqa: F401  (imported from here by callers)
+    capability_of,
+    choice,
     config_for,
     length_span,
 )
@@ -148,7 +151,160 @@ def _varlen_fwd_kernel(
             )
 
 
+# The one-tile kernel: on the default path for the short-batch classes (config.short_batch),
+# with candidates of it in variants.py (whose docstring says what each switch does).
+@triton.jit
+def _load_qkv(q_head, k_head, v_head, row0, offs_m, offs_n, offs_d, m_ok, n_ok, d_ok,
+              stride_qt, stride_kt, stride_vt):  # fmt: skip
+    """q [BLOCK_M, BLOCK_D], k^T [BLOCK_D, BLOCK_N] and v [BLOCK_N, BLOCK_D] of the rows from
+    ``row0`` on (one head's pointers), masked rows and columns 0; issued together."""
+    q = tl.load(q_head + (row0 + offs_m[:, None]) * stride_qt + offs_d[None, :],
+                mask=m_ok[:, None] & d_ok[None, :], other=0.0)  # fmt: skip
+    k = tl.load(k_head + (row0 + offs_n[None, :]) * stride_kt + offs_d[:, None],
+                mask=n_ok[None, :] & d_ok[:, None], other=0.0)  # fmt: skip
+    v = tl.load(v_head + (row0 + offs_n[:, None]) * stride_vt + offs_d[None, :],
+                mask=n_ok[:, None] & d_ok[None, :], other=0.0)  # fmt: skip
+    return q, k, v
+
+
+@triton.jit(do_not_specialize=["cu_seqlens", "n0", "n1"],
+            do_not_specialize_on_alignment=["cu_seqlens"])  # fmt: skip
+def onetile_kernel(
+    Q, K, V, O, cu_seqlens, qk_scale,
+    stride_qt, stride_qh, stride_kt, stride_kh, stride_vt, stride_vh, stride_ot, stride_oh,
+    n0, n1,
+    HEAD_DIM: tl.constexpr,
+    BLOCK_D: tl.constexpr,
+    BLOCK_M: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    IEEE_DOT: tl.constexpr,
+    SPECULATE: tl.constexpr,
+    GRID3: tl.constexpr,
+    PDL: tl.constexpr,
+):  # fmt: skip
+    """One program per (query tile, sequence, head); every key of the sequence in one tile
+    (the launcher guarantees max_seqlen <= BLOCK_N). The attention kernel's parameters, its
+    last two ints (``n0``, ``n1``) being (num_heads, num_m_blocks) on the 1-D grid and
+    (total_tokens, guess_len) on the 3-D grid (which needs neither of the first two).
+
+    ``SPECULATE`` (3-D grid only): q, k and v are loaded from the rows the sequence would
+    start at were all
+    lengths ``guess_len`` (total_tokens // batch: exact for uniform batches) in the same load
+    round as cu_seqlens, and loaded again from the true start only where the guess was wrong:
+    uniform batches lose the dependent round, any batch stays exact.
+
+    ``GRID3``: a 3-D grid (query tile, head, sequence) instead of the flattened one: the
+    sequence index, which the first load's address needs, without two integer divisions.
+
+    ``PDL``: launched as a programmatic dependent launch: wait for the previous kernel just
+    before the first load, and let the next kernel launch at once (1) or after the store (2)."""
+    if PDL == 1:
+        gdc_launch_dependents()
+    if GRID3:  # grid (query tiles, heads, sequences): no division before the first load
+        m_block = tl.program_id(0)
+        head = tl.program_id(1)
+        seq = tl.program_id(2)
+    else:
+        pid = tl.program_id(0)
+        m_block = pid % n1
+        seq_head = pid // n1
+        head = seq_head % n0
+        seq = seq_head // n0
+    # Independent of the sequence bounds: computed while their load is in flight.
+    offs_m = m_block * BLOCK_M + tl.arange(0, BLOCK_M)
+    offs_n = tl.arange(0, BLOCK_N)
+    offs_d = tl.arange(0, BLOCK_D)
+    d_ok = offs_d < HEAD_DIM
+    head64 = head.to(tl.int64)
+    q_head = Q + head64 * stride_qh
+    k_head = K + head64 * stride_kh
+    v_head = V + head64 * stride_vh
+    if PDL:  # everything above is address arithmetic; every load comes after this
+        gdc_wait()
+
+    if SPECULATE:  # issued before the sequence bounds are known
+        g0 = seq.to(tl.int64) * n1  # guess_len
+        gm_ok = g0 + offs_m < n0  # total_tokens
+        gn_ok = g0 + offs_n < n0
+        q, k, v = _load_qkv(
+            q_head,
+            k_head,
+            v_head,
+            g0,
+            offs_m,
+            offs_n,
+            offs_d,
+            gm_ok,
+            gn_ok,
+            d_ok,
+            stride_qt,
+            stride_kt,
+            stride_vt,
+        )
+    seq_start = tl.load(cu_seqlens + seq)
+    seq_end = tl.load(cu_seqlens + seq + 1)
+    seq_len = seq_end - seq_start
+    if m_block * BLOCK_M < seq_len:
+        row0 = seq_start.to(tl.int64)
+        m_ok = offs_m < seq_len
+        n_ok = offs_n < seq_len
+        if SPECULATE:
+            if row0 != g0:  # a wrong guess: the loads of the plain kernel
+                q, k, v = _load_qkv(
+                    q_head,
+                    k_head,
+                    v_head,
+                    row0,
+                    offs_m,
+                    offs_n,
+                    offs_d,
+                    m_ok,
+                    n_ok,
+                    d_ok,
+                    stride_qt,
+                    stride_kt,
+                    stride_vt,
+                )
+            # Rows past the sequence hold the next sequence's values: zero them so that a
+            # non-finite value there cannot reach this sequence through p * v (p is 0 there).
+            v = tl.where(n_ok[:, None], v, 0.0)
+        else:
+            q, k, v = _load_qkv(
+                q_head,
+                k_head,
+                v_head,
+                row0,
+                offs_m,
+                offs_n,
+                offs_d,
+                m_ok,
+                n_ok,
+                d_ok,
+                stride_qt,
+                stride_kt,
+                stride_vt,
+            )
+        if IEEE_DOT:
+            s = tl.dot(q, k, input_precision="ieee")
+        else:
+            s = tl.dot(q, k)
+        s = tl.where(n_ok[None, :], s * qk_scale, float("-inf"))
+        m = tl.max(s, 1)
+        p = tl.math.exp2(s - m[:, None])
+        l_i = tl.sum(p, 1)
+        if IEEE_DOT:
+            acc = tl.dot(p.to(v.dtype), v, input_precision="ieee")
+        else:
+            acc = tl.dot(p.to(v.dtype), v)
+        acc = acc / l_i[:, None]
+        o_ptrs = O + (row0 + offs_m[:, None]) * stride_ot + head64 * stride_oh + offs_d[None, :]
+        tl.store(o_ptrs, acc.to(O.dtype.element_ty), mask=m_ok[:, None] & d_ok[None, :])
+    if PDL == 2:
+        gdc_launch_dependents()
+
+
 _launcher = Launcher(_varlen_fwd_kernel)
+_onetile_launcher = Launcher(onetile_kernel)
 varlen_fwd_kernel = _varlen_fwd_kernel  # the kernel itself, for variants.py's launches
 
 
@@ -159,30 +315,46 @@ class Plan:
     config: AttentionConfig
     constexprs: dict
     device_index: int  # -1 on the CPU (the interpreter)
+    launcher: Launcher  # the loop kernel's or the one-tile kernel's (config.kind)
+    grid3: bool  # the one-tile kernel's 3-D grid (query tiles, heads, sequences)
+    pdl: int  # a programmatic dependent launch (config.pdl; 0 on the CPU)
+    span: tuple  # (lo, hi): the max_seqlens this plan serves
+    pairs: tuple  # (lo, hi): the batch x heads it serves
 
 
-# (device, dtype, head_dim, max_seqlen, config override) -> Plan: one dict lookup per call.
+# (device, dtype, head_dim, max_seqlen, pairs, config override) -> Plan: one lookup a call.
 _plans: dict[tuple, Plan] = {}
-# (device, dtype, head_dim, config) -> Plan: one Plan, so one Launcher entry and one compiled
-# kernel, for every max_seqlen of a config; a new max_seqlen then compiles nothing.
+# (device, dtype, head_dim, config, spans) -> Plan: one Plan, so one Launcher entry and one
+# compiled kernel, for every max_seqlen and pair count of a class; a new one compiles nothing.
 _plan_of: dict[tuple, Plan] = {}
 
 
-def _make_plan(device_index, dtype, head_dim, max_seqlen, config) -> Plan:
-    cfg = config or config_for(head_dim, max_seqlen, dtype, device_index)  # table, or sweep
-    plan = _plan_of.get((device_index, dtype, head_dim, cfg))
+def _make_plan(device_index, dtype, head_dim, max_seqlen, pairs, config) -> Plan:
+    chosen, span, pair_span = choice(head_dim, max_seqlen, pairs, dtype,
+                                     capability_of(device_index))  # fmt: skip
+    cfg = config or chosen or config_for(head_dim, max_seqlen, dtype, device_index)
+    if config is not None:  # an override: the table's spans, for any batch
+        span, pair_span = length_span(max_seqlen), (0, MAX_LENGTH)
+    key = (device_index, dtype, head_dim, cfg, span, pair_span)
+    plan = _plan_of.get(key)
     if plan is not None:
         return plan
+    onetile = cfg.kind == "onetile"
+    pdl = cfg.pdl if device_index >= 0 else 0  # the interpreter has no grid dependency control
     constexprs = {
         "HEAD_DIM": head_dim,
         "BLOCK_D": max(16, triton.next_power_of_2(head_dim)),
         "BLOCK_M": cfg.block_m,
         "BLOCK_N": cfg.block_n,
         "IEEE_DOT": dtype == torch.float32,
-        "DELAY_CYCLES": cfg.delay_cycles,
-        "PDL": False,
     }
-    plan = _plan_of[(device_index, dtype, head_dim, cfg)] = Plan(cfg, constexprs, device_index)
+    if onetile:
+        constexprs |= {"SPECULATE": True, "GRID3": True, "PDL": pdl}
+    else:
+        constexprs |= {"DELAY_CYCLES": cfg.delay_cycles, "PDL": pdl}
+    plan = _plan_of[key] = Plan(cfg, constexprs, device_index,
+                                _onetile_launcher if onetile else _launcher, onetile, pdl,
+                                span, pair_span)  # fmt: skip
     return plan
 
 
@@ -196,21 +368,31 @@ def grid_of(max_seqlen: int, block_m: int, batch: int, heads: int) -> tuple[int,
     return num_m_blocks, num_m_blocks * batch * heads
 
 
+def grid_and_ints(grid3: bool, max_seqlen: int, block_m: int, batch: int, heads: int,
+                  total: int) -> tuple[tuple[int, int, int], tuple[int, int]]:  # fmt: skip
+    """(grid, the kernel's last two ints): the loop's 1-D grid and (heads, num_m_blocks), or
+    the one-tile kernel's (query tiles, heads, sequences) and (total_tokens, guess_len)."""
+    num_m_blocks, programs = grid_of(max_seqlen, block_m, batch, heads)
+    if grid3:
+        grid = (num_m_blocks, heads, batch) if programs else (0, 1, 1)
+        return grid, (total, total // batch if batch else 0)
+    return (programs, 1, 1), (heads, num_m_blocks)
+
+
 def launch_args(q, k, v, out, cu_seqlens, max_seqlen, softmax_scale, config=None):
     """(plan, grid, scalar args, fast) for one call; ``config`` overrides the table."""
     sqt, sqh, _ = q.stride()
     skt, skh, _ = k.stride()
     svt, svh, _ = v.stride()
     sot, soh, _ = out.stride()
-    _, heads, head_dim = q.shape
-    plan_key = (q.get_device(), q.dtype, head_dim, max_seqlen, config)
+    total, heads, head_dim = q.shape
+    batch = cu_seqlens.shape[0] - 1
+    plan_key = (q.get_device(), q.dtype, head_dim, max_seqlen, batch * heads, config)
     plan = _plans.get(plan_key)
     if plan is None:
         plan = _plans[plan_key] = _make_plan(*plan_key)
-    num_m_blocks, programs = grid_of(max_seqlen, plan.config.block_m, cu_seqlens.shape[0] - 1,
-                                     heads)  # fmt: skip
-    grid = (programs, 1, 1)
-    scalars = (softmax_scale * LOG2E, sqt, sqh, skt, skh, svt, svh, sot, soh, heads, num_m_blocks)
+    grid, ints = grid_and_ints(plan.grid3, max_seqlen, plan.config.block_m, batch, heads, total)
+    scalars = (softmax_scale * LOG2E, sqt, sqh, skt, skh, svt, svh, sot, soh, *ints)
     return plan, grid, scalars, specializable(sqt, sqh, skt, skh, svt, svh, sot, soh)
 
 
@@ -235,9 +417,9 @@ def varlen_attention_triton(
     if grid[0] == 0:  # no sequences, or max_seqlen 0
         return out
     cfg = plan.config
-    _launcher.launch(
+    plan.launcher.launch(
         plan, grid, (q, k, v, out, cu_seqlens), scalars, plan.constexprs,
-        cfg.num_warps, cfg.num_stages, plan.device_index, fast,
+        cfg.num_warps, cfg.num_stages, plan.device_index, fast, pdl=bool(plan.pdl),
     )  # fmt: skip
     return out
 
@@ -253,76 +435,85 @@ def forget_plans() -> None:
     _plans.clear()
     _plan_of.clear()
     _launcher._cache.clear()
+    _onetile_launcher._cache.clear()
     _ready.clear()
     epoch += 1
 
 
-def ready_entry(device_index, dtype, head_dim, max_seqlen) -> tuple | None:
-    """The ``_ready`` span that serves this max_seqlen: (lo, hi, direct, block_m, default
-    scale, spec), or None."""
+def ready_entry(device_index, dtype, head_dim, max_seqlen, pairs) -> tuple | None:
+    """The ``_ready`` span that serves this max_seqlen and batch x heads: (lo, hi, direct,
+    block_m, default scale, spec, pairs_lo, pairs_hi, grid3), or None."""
     for span in _ready.get((device_index, dtype, head_dim), ()):
-        if span[0] <= max_seqlen <= span[1]:
+        if span[0] <= max_seqlen <= span[1] and span[6] <= pairs <= span[7]:
             return span
     return None
 
 
 def prepare(q, k, v, out, cu_seqlens, max_seqlen, softmax_scale):
-    """-> (direct launch, grid_x, scalars, block_m, span) that launch this call again (and
-    any max_seqlen of ``span`` with the grid of ``block_m``-row tiles), or None, for a call
-    that just passed ``varlen_attention``'s checks (the Launcher holds its kernel; the grid
-    is not empty; Triton's stride specialization and 16-byte alignment of q and out hold)."""
-    entry = ready_entry(q.get_device(), q.dtype, q.shape[2], max_seqlen)
+    """-> (direct launch, grid_x, scalars, block_m, span, grid3) that launch this call again
+    (and any max_seqlen of ``span`` with the grid of ``block_m``-row tiles), or None, for a
+    call that just passed ``varlen_attention``'s checks (the Launcher holds its kernel; the
+    grid is not empty; Triton's stride specialization and 16-byte alignment of q and out
+    hold). ``grid_x`` is the grid's x: the 3-D grid's y and z are heads and sequences."""
+    total, heads, head_dim = q.shape
+    batch = cu_seqlens.shape[0] - 1
+    entry = ready_entry(q.get_device(), q.dtype, head_dim, max_seqlen, batch * heads)
     if entry is None:
         return None
-    _, grid, scalars, fast = launch_args(q, k, v, out, cu_seqlens, max_seqlen, softmax_scale)
-    if not fast or not grid[0] or (q.data_ptr() | out.data_ptr()) & 15:
+    grid, ints = grid_and_ints(entry[8], max_seqlen, entry[3], batch, heads, total)
+    strides = (*q.stride()[:2], *k.stride()[:2], *v.stride()[:2], *out.stride()[:2])
+    if not specializable(*strides) or not grid[0] or (q.data_ptr() | out.data_ptr()) & 15:
         return None
-    return entry[2], grid[0], scalars, entry[3], entry[:2]
+    scalars = (softmax_scale * LOG2E, *strides, *ints)
+    return entry[2], grid[0], scalars, entry[3], entry[:2], entry[8]
 
 
-def remember(q: torch.Tensor, max_seqlen: int) -> None:
+def remember(q: torch.Tensor, max_seqlen: int, cu_seqlens: torch.Tensor) -> None:
     """After a checked ``varlen_attention`` call launched: let ``fast_call`` take later calls
-    of q's device, dtype and head_dim and any ``max_seqlen`` of this one's span
-    (``config.length_span``), once the Launcher holds the compiled kernel for direct launch,
+    of q's device, dtype and head_dim, any ``max_seqlen`` and batch x heads of this one's
+    class (``config.choice``), once the Launcher holds the compiled kernel for direct launch,
     and make the C++ fast paths ``fast_call`` and ``layout_call`` (built at the first such
     call on this machine: ``fastpath.module()``)."""
     global fast_call, layout_call
     key = (q.get_device(), q.dtype, q.shape[2])
-    plan = _plans.get((*key, max_seqlen, None))
-    direct = None if plan is None or key[0] < 0 else _launcher.direct(plan)
+    pairs = (cu_seqlens.shape[0] - 1) * q.shape[1]
+    plan = _plans.get((*key, max_seqlen, pairs, None))
+    direct = None if plan is None or key[0] < 0 else plan.launcher.direct(plan)
     if direct is None:
         return
     module = fastpath.module()  # built once per machine, then cached (functools.cache)
     if module is not None:
         fast_call, layout_call = module.attention, module.layout
-    if ready_entry(*key, max_seqlen) is None:
-        span = (*length_span(max_seqlen), direct, plan.config.block_m,
-                (1.0 / math.sqrt(key[2])) * LOG2E, launch_spec(direct))  # fmt: skip
+    if ready_entry(*key, max_seqlen, pairs) is None:
+        span = (*plan.span, direct, plan.config.block_m, (1.0 / math.sqrt(key[2])) * LOG2E,
+                launch_spec(direct), *plan.pairs, plan.grid3)  # fmt: skip
         _ready[key] = (*_ready.get(key, ()), span)
 
 
-# The attention kernel's runtime parameter types after its four data pointers, as
+# The attention kernels' runtime parameter types after their four data pointers, as
 # ``c_launch.param_types`` reads them: what fastpath.cpp passes to cuLaunchKernel.
 _PARAMS_TAIL = ("*i32", "fp32") + ("i32",) * 10
 
 
-def launch_spec(direct) -> tuple[int, int, int] | None:
-    """(CUfunction, threads per block, shared bytes) of a ``c_launch`` launch of this kernel,
-    for fastpath.cpp to launch itself; None for Triton's launcher (it then calls ``direct``)."""
+def launch_spec(direct) -> tuple[int, int, int, int] | None:
+    """(CUfunction, threads per block, shared bytes, pdl) of a ``c_launch`` launch of this
+    kernel, for fastpath.cpp to launch itself (pdl 1: with the programmatic-serialisation
+    attribute, through cuLaunchKernelEx); None for Triton's launcher (it then calls
+    ``direct``)."""
     types = getattr(direct, "types", None)
     if types is None or len(types) != 16 or types[4:] != _PARAMS_TAIL:
         return None
     if not all(t.startswith("*") for t in types[:4]):
         return None
-    return direct.args
+    return (*direct.args, int(getattr(direct, "pdl", False)))
 
 
 def launch_ready(q, k, v, cu_seqlens, max_seqlen, softmax_scale, out):
     """The whole ``varlen_attention(..., validate=False)`` call in one function, for a call
-    whose (device, dtype, head_dim) and a max_seqlen of the same span was launched directly
-    before -> ``out`` (or a new output), or None when anything differs from the common case
-    (the caller then takes the checked path, which says what is wrong or launches through the
-    Launcher).
+    whose (device, dtype, head_dim) and a max_seqlen and batch x heads of the same class was
+    launched directly before -> ``out`` (or a new output), or None when anything differs
+    from the common case (the caller then takes the checked path, which says what is wrong
+    or launches through the Launcher).
 
     The same checks as ``ragged.attention._check_types`` and ``Launcher.launch`` hold when it
     launches; the ones a ``_ready`` entry implies (dtype, head_dim range, a CUDA device,
@@ -340,13 +531,16 @@ def launch_ready(q, k, v, cu_seqlens, max_seqlen, softmax_scale, out):
         return None
     dtype, dev = q.dtype, q.get_device()
     total, heads, head_dim = shape
-    entry = ready_entry(dev, dtype, head_dim, max_seqlen)
     cu_shape = cu_seqlens.shape
+    if len(cu_shape) != 1 or cu_shape[0] < 1:
+        return None
+    batch = cu_shape[0] - 1
+    entry = ready_entry(dev, dtype, head_dim, max_seqlen, batch * heads)
     if (
         entry is None
         or k.dtype is not dtype or v.dtype is not dtype
         or k.get_device() != dev or v.get_device() != dev or cu_seqlens.get_device() != dev
-        or cu_seqlens.dtype is not torch.int32 or len(cu_shape) != 1 or cu_shape[0] < 1
+        or cu_seqlens.dtype is not torch.int32
         or (cu_shape[0] > 1 and cu_seqlens.stride(0) != 1)
         or q.is_neg() or k.is_neg() or v.is_neg()
         or max_seqlen > total
@@ -373,14 +567,14 @@ def launch_ready(q, k, v, cu_seqlens, max_seqlen, softmax_scale, out):
         or (pq | pk | pv | po) & 15  # 16-byte aligned (cu_seqlens is not specialized on it)
     ):  # fmt: skip
         return None
-    _, _, direct, block_m, default_scale, _ = entry
-    num_m_blocks, grid = grid_of(max_seqlen, block_m, cu_shape[0] - 1, heads)
-    if grid > MAX_GRID:  # more programs than a grid holds: the checked path says so
+    direct, block_m, default_scale, grid3 = entry[2], entry[3], entry[4], entry[8]
+    (gx, gy, gz), (n0, n1) = grid_and_ints(grid3, max_seqlen, block_m, batch, heads, total)
+    if gx * gy * gz > MAX_GRID or gy > 65535 or gz > 65535:  # the checked path says so
         return None
-    if grid:
+    if gx:
         qk_scale = default_scale if softmax_scale is None else softmax_scale * LOG2E
-        direct(grid, 1, 1, _launch._raw_stream(dev), pq, pk, pv, po, cu_seqlens.data_ptr(),
-               qk_scale, sqt, sqh, skt, skh, svt, svh, sot, soh, heads, num_m_blocks)  # fmt: skip
+        direct(gx, gy, gz, _launch._raw_stream(dev), pq, pk, pv, po, cu_seqlens.data_ptr(),
+               qk_scale, sqt, sqh, skt, skh, svt, svh, sot, soh, n0, n1)  # fmt: skip
     return out
 
 
@@ -388,6 +582,23 @@ def launch_ready(q, k, v, cu_seqlens, max_seqlen, softmax_scale, out):
 # fast path's ``attention`` once ``remember`` built it, else ``launch_ready``; both take the
 # same arguments and return None for a call they leave to the checked path.
 fast_call = launch_ready
+
+
+def kept_grid(launch: KeptLaunch, max_seqlen: int) -> tuple | None:
+    """(grid_x, grid_y, grid_z, scalars) of ``launch`` at ``max_seqlen`` (of its span): its own
+    for its max_seqlen, else the same kernel over the grid of ``block_m``-row tiles; None
+    beyond a 1-D grid's programs."""
+    scalars = launch.scalars
+    batch, heads = launch.cu_len - 1, launch.key[0][2]
+    if launch.grid3:
+        gx = launch.grid_x if max_seqlen == launch.max_seqlen else -(-max_seqlen // launch.block_m)
+        return gx, heads, batch, scalars
+    if max_seqlen == launch.max_seqlen:
+        return launch.grid_x, 1, 1, scalars
+    num_m_blocks, grid_x = grid_of(max_seqlen, launch.block_m, batch, heads)
+    if grid_x > MAX_GRID:
+        return None
+    return grid_x, 1, 1, (*scalars[:10], num_m_blocks)
 
 
 def with_image(launch: KeptLaunch) -> KeptLaunch:
@@ -430,15 +641,12 @@ def kept_launch(call, qkv: torch.Tensor) -> torch.Tensor | None:
     p = qkv.data_ptr()
     if p & 15:
         return None
-    grid_x, scalars = launch.grid_x, launch.scalars
-    if max_seqlen != launch.max_seqlen:  # the same kernel over another grid
-        num_m_blocks, grid_x = grid_of(max_seqlen, launch.block_m, launch.cu_len - 1,
-                                       scalars[9])  # fmt: skip
-        if grid_x > MAX_GRID:
-            return None
-        scalars = (*scalars[:10], num_m_blocks)
-    if grid_x:
-        launch.direct(grid_x, 1, 1, _launch._raw_stream(dev), p, p + launch.k_offset,
+    grid = kept_grid(launch, max_seqlen)
+    if grid is None:
+        return None
+    gx, gy, gz, scalars = grid
+    if gx:
+        launch.direct(gx, gy, gz, _launch._raw_stream(dev), p, p + launch.k_offset,
                       p + launch.v_offset, launch.out_ptr, cu.data_ptr(), *scalars)  # fmt: skip
     return launch.out
 

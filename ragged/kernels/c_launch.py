@@ -3,10 +3,11 @@ in, one ``cuLaunchKernel`` out.
 
 Triton's own launcher entry point parses a format string over every argument and the kernel's
 metadata tuple, and launches through ``cuLaunchKernelEx`` with launch attributes; for a kernel
-that needs none of that (one CTA per cluster, no cooperative grid, no programmatic dependent
-launch, no scratch memory) this one takes the parameters as a vectorcall (``METH_FASTCALL``)
-and calls ``cuLaunchKernel``. Measured on the H100 (torch 2.11, triton 3.6), host µs per
-launch of the attention kernel in a hot loop: Triton's C entry point 6.7, this 5.2 (5.2 with
+that needs none of that (one CTA per cluster, no cooperative grid, no scratch memory; a
+programmatic dependent launch goes to ``cuLaunchKernelEx`` with its one attribute) this one
+takes the parameters as a vectorcall (``METH_FASTCALL``) and calls ``cuLaunchKernel``.
+Measured on the H100 (torch 2.11, triton 3.6), host µs per launch of the attention kernel in
+a hot loop: Triton's C entry point 6.7, this 5.2 (5.2 with
 the GIL held during the launch: it is released, as Triton does).
 
 The module is built once per parameter signature with Triton's own C build
@@ -48,15 +49,18 @@ def param_types(signature: dict[str, str]) -> tuple[str, ...] | None:
     return types
 
 
-def module_name(types: Sequence[str]) -> str:
-    return "ragged_launch_" + hashlib.sha256(",".join(types).encode()).hexdigest()[:16]
+def module_name(types: Sequence[str], pdl: bool = False) -> str:
+    what = ",".join(types) + (",pdl" if pdl else "")
+    return "ragged_launch_" + hashlib.sha256(what.encode()).hexdigest()[:16]
 
 
-def launch_source(types: Sequence[str]) -> str:
+def launch_source(types: Sequence[str], pdl: bool = False) -> str:
     """C source of a Python module ``module_name(types)`` with one function
     ``launch(function, block_x, shared, grid_x, grid_y, grid_z, stream, *params)``: params in
     ``types`` order, pointers as ints; two null scratch pointers follow them, as Triton passes
-    its global and profile scratch (a kernel that declares fewer reads fewer)."""
+    its global and profile scratch (a kernel that declares fewer reads fewer). ``pdl``: launched
+    through ``cuLaunchKernelEx`` with the programmatic-stream-serialisation attribute (a
+    programmatic dependent launch, as Triton's ``launch_pdl=True``)."""
     lines = []
     for i, t in enumerate(types):
         arg = f"args[{_HEAD + i}]"
@@ -70,8 +74,18 @@ def launch_source(types: Sequence[str]) -> str:
             lines.append(f"    if (({out_of_range}) && !PyErr_Occurred()) return range_error({i});")
         lines.append(f"    p{i} = ({ctype})v; }}")
     params = ", ".join([f"&p{i}" for i in range(len(types))] + ["&scratch", "&scratch"])
-    name = module_name(types)
+    name = module_name(types, pdl)
     body = "\n".join(lines)
+    entry = "cuLaunchKernelEx" if pdl else "cuLaunchKernel"
+    if pdl:
+        call = """CUlaunchAttribute attr;
+  attr.id = CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION;
+  attr.value.programmaticStreamSerializationAllowed = 1;
+  CUlaunchConfig config = {grid_x, grid_y, grid_z, block_x, 1, 1, shared, stream, &attr, 1};
+  err = cuLaunchKernelEx(&config, function, params, NULL);"""
+    else:
+        call = """err = cuLaunchKernel(function, grid_x, grid_y, grid_z, block_x, 1, 1, shared,
+                       stream, params, NULL);"""
     return f"""
 #include "cuda.h"
 #include <stdint.h>
@@ -108,13 +122,12 @@ static PyObject *launch(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
   void *params[] = {{{params}}};
   CUresult err;
   Py_BEGIN_ALLOW_THREADS
-  err = cuLaunchKernel(function, grid_x, grid_y, grid_z, block_x, 1, 1, shared, stream,
-                       params, NULL);
+  {call}
   Py_END_ALLOW_THREADS
   if (err != CUDA_SUCCESS) {{
     const char *what = NULL;
     cuGetErrorString(err, &what);
-    PyErr_Format(PyExc_RuntimeError, "cuLaunchKernel failed: %s (%d)",
+    PyErr_Format(PyExc_RuntimeError, "{entry} failed: %s (%d)",
                  what ? what : "unknown error", (int)err);
     return NULL;
   }}
@@ -130,14 +143,14 @@ PyMODINIT_FUNC PyInit_{name}(void) {{ return PyModule_Create(&module); }}
 
 
 @functools.cache
-def _module(types: tuple[str, ...]) -> Any:
-    """The built module for ``types``, or None where it cannot be built here."""
+def _module(types: tuple[str, ...], pdl: bool = False) -> Any:
+    """The built module for ``types`` (and ``pdl``), or None where it cannot be built here."""
     try:
         from triton.backends.nvidia import driver as nvidia
         from triton.runtime.build import compile_module_from_src
 
         return compile_module_from_src(
-            src=launch_source(types), name=module_name(types),
+            src=launch_source(types, pdl), name=module_name(types, pdl),
             library_dirs=nvidia.library_dirs(), include_dirs=nvidia.include_dirs,
             libraries=nvidia.libraries,
         )  # fmt: skip
@@ -155,15 +168,17 @@ def direct(compiled: Any) -> Callable[..., None] | None:
     if (
         getattr(md, "num_ctas", 1) != 1
         or getattr(md, "global_scratch_size", 0) or getattr(md, "profile_scratch_size", 0)
-        or getattr(run, "launch_cooperative_grid", False) or getattr(run, "launch_pdl", False)
+        or getattr(run, "launch_cooperative_grid", False)
         or md.shared > 228 * 1024  # Triton adds a launch attribute for oversized shared memory
     ):  # fmt: skip
         return None
     signature = getattr(getattr(compiled, "src", None), "signature", None)
     types = param_types(signature) if isinstance(signature, dict) else None
-    module = _module(types) if types is not None else None
+    pdl = bool(getattr(run, "launch_pdl", False))
+    module = _module(types, pdl) if types is not None else None
     if module is None:
         return None
     launch = functools.partial(module.launch, compiled.function, 32 * md.num_warps, md.shared)
     launch.types = types  # its parameter types, for fastpath (kernels.attention.launch_spec)
+    launch.pdl = pdl  # launched as a programmatic dependent launch (cuLaunchKernelEx)
     return launch

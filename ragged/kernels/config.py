@@ -35,6 +35,12 @@ class AttentionConfig:
     # slowdown of known size for ragbench's detector (benchmarks/support/inject.py). 0 compiles
     # it out.
     delay_cycles: int = 0
+    # "loop": the key-tile loop (attention._varlen_fwd_kernel, a 1-D grid); "onetile": every
+    # key in one tile of block_n columns, speculative start, 3-D grid (attention.onetile_kernel)
+    kind: str = "loop"
+    # A programmatic dependent launch (sm_90 and later): 0 none, 1 the next kernel may launch
+    # at once, 2 once every program stored its tile (attention.py's PDL constexpr)
+    pdl: int = 0
 
 
 @functools.lru_cache(maxsize=1024)
@@ -66,6 +72,60 @@ def attention_config(
     else:
         block_m, block_n = 64, 32
     return AttentionConfig(block_m, block_n, num_warps=4, num_stages=2)
+
+
+# Short batches (sm_90 and later, fp16/bf16, head_dim 33-64, 17-256 keys): a choice by the
+# number of programs as well as by length, from one sweep of ``python -m experiments.kernel_floor``
+# (H100, 12 workloads; docs/kernel.md "Short batches"). Times of the old default, µs per call:
+#   one tile of 16 rows, PDL at once, while its grid is one wave (<= WAVE programs) and the
+#   sequences fit one 128-column tile: BS 1 / 80% 1.99 vs 2.94, BS 2 / 80% 2.17 vs 2.97;
+#   PDL after the store (at 256 keys the 1 / 0% class), "late": 1 / 50% 2.68 vs 3.74.
+#   else the 64 x 64 loop with PDL after the store while its grid is at most LATE_WAVES waves:
+#   4 / 80% 2.48 vs 2.86, 8 / 50% 4.21 vs 4.68, 32 / 80% 4.05 vs 4.42, 16 / 50% 5.13 vs
+#   5.59, 1 / 0% 4.91 vs 5.34;
+#   else the table (64 / 50% mixed: late 28.01 vs 26.24, at once 25.66 (noise); 64 / 0%: 63.71
+#   and 56.71 vs 56.60).
+WAVE = 132  # the H100's SMs: one program each
+LATE_WAVES = 3
+SHORT_BATCH_KEYS = 256  # the longest max_seqlen measured
+ONETILE_KEYS = 128  # one tile of keys: 256 columns spill (ptxas, docs/kernel.md)
+
+
+def pow2_span(max_seqlen: int) -> tuple[int, int]:
+    """(lo, hi): the power-of-two length bucket above SHORT that holds ``max_seqlen``."""
+    hi = triton.next_power_of_2(max_seqlen)
+    return max(SHORT + 1, hi // 2 + 1), hi
+
+
+def short_batch(head_dim: int, max_seqlen: int, pairs: int, dtype: torch.dtype,
+                capability: tuple[int, int]) -> tuple | None:  # fmt: skip
+    """(config, (lo, hi), (pairs_lo, pairs_hi)) of the short-batch classes above for a batch
+    of ``pairs`` (sequence, head) pairs whose longest sequence is ``max_seqlen``: every
+    max_seqlen in [lo, hi] and pair count in [pairs_lo, pairs_hi] gets ``config`` (None: the
+    table's); None where they do not apply (before sm_90: no programmatic dependent launch;
+    other dtypes, head dims and lengths: not measured)."""
+    block_d = max(16, triton.next_power_of_2(head_dim))
+    if (
+        capability < (9, 0) or dtype not in (torch.float16, torch.bfloat16) or block_d != 64
+        or max_seqlen <= SHORT
+    ):  # fmt: skip
+        return None
+    if max_seqlen > SHORT_BATCH_KEYS:  # the table's, above the classes' lengths only
+        return None, (SHORT_BATCH_KEYS + 1, MAX_LENGTH), (0, MAX_LENGTH)
+    if pairs < 1:  # an empty grid: nothing launches
+        return None, (max_seqlen, max_seqlen), (pairs, pairs)
+    lo, hi = pow2_span(max_seqlen)
+    first = 1
+    if hi <= ONETILE_KEYS:
+        most = WAVE // (hi // 16)
+        if pairs <= most:
+            cfg = AttentionConfig(16, hi, 4, 1, kind="onetile", pdl=1 if hi <= 64 else 2)
+            return cfg, (lo, hi), (1, most)
+        first = most + 1
+    most = LATE_WAVES * WAVE // -(-hi // 64)
+    if pairs <= most:
+        return AttentionConfig(64, 64, 4, 2, pdl=2), (lo, hi), (first, most)
+    return None, (lo, hi), (most + 1, MAX_LENGTH)  # the table's, over these pairs only
 
 
 def shape_class(head_dim: int, max_seqlen: int, dtype: torch.dtype) -> str:
@@ -104,14 +164,32 @@ def _sweep_of(device_name: str) -> dict | None:
     return _loaded[device_name]
 
 
-def config_for(head_dim: int, max_seqlen: int, dtype: torch.dtype, device_index: int
-               ) -> AttentionConfig:  # fmt: skip
-    """The configuration a launch uses: the table on the CPU and on ``SWEPT`` devices, the
-    cached sweep elsewhere, the table until that device was swept."""
+def choice(head_dim: int, max_seqlen: int, pairs: int, dtype: torch.dtype,
+           capability: tuple[int, int]) -> tuple:  # fmt: skip
+    """(config or None for the table's, (lo, hi), (pairs_lo, pairs_hi)): what a launch of
+    ``pairs`` (sequence, head) pairs, the longest sequence ``max_seqlen``, runs on a GPU of
+    ``capability``, and the lengths and pair counts that run the same."""
+    short = short_batch(head_dim, max_seqlen, pairs, dtype, capability)
+    return short or (None, length_span(max_seqlen), (0, MAX_LENGTH))
+
+
+def capability_of(device_index: int) -> tuple[int, int]:
+    """``torch.cuda.get_device_capability``, (0, 0) on the CPU (the interpreter)."""
+    return (0, 0) if device_index < 0 else torch.cuda.get_device_capability(device_index)
+
+
+def config_for(head_dim: int, max_seqlen: int, dtype: torch.dtype, device_index: int,
+               pairs: int = 0) -> AttentionConfig:  # fmt: skip
+    """The configuration a launch of ``pairs`` (sequence, head) pairs uses (0: the table's
+    classes alone): the short-batch classes where they apply, else the table on the CPU and
+    on ``SWEPT`` devices, the cached sweep elsewhere, the table until that device was swept."""
     if device_index < 0:
         return attention_config(head_dim, max_seqlen, dtype, (0, 0))
     name = torch.cuda.get_device_name(device_index)
     capability = torch.cuda.get_device_capability(device_index)
+    short = choice(head_dim, max_seqlen, pairs, dtype, capability)[0] if pairs else None
+    if short is not None:
+        return short
     table = attention_config(head_dim, max_seqlen, dtype, capability)
     sweep = None if name in SWEPT else _sweep_of(name)
     best = (sweep or {}).get(shape_class(head_dim, max_seqlen, dtype))

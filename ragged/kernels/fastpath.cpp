@@ -63,7 +63,27 @@ PyObject *s_ready, *s_single, *s_current, *s_stream, *s_knobs, *s_enter, *s_call
 using LaunchFn = int (*)(void *, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned,
                          unsigned, void *, void **, void **);
 using ErrorFn = int (*)(int, const char **);
+// cuLaunchKernelEx's arguments, laid out as cuda.h's CUlaunchConfig and CUlaunchAttribute
+// (this file is built without the CUDA headers): one attribute, programmatic stream
+// serialisation (id 6), for a programmatic dependent launch.
+struct LaunchAttribute {
+  int id;
+  char pad[4];
+  union {
+    char pad[64];
+    int allowed;
+  } value;
+};
+struct LaunchConfig {
+  unsigned grid_x, grid_y, grid_z, block_x, block_y, block_z, shared;
+  void *stream;
+  LaunchAttribute *attrs;
+  unsigned num_attrs;
+};
+constexpr int kProgrammaticStreamSerialization = 6;
+using LaunchExFn = int (*)(const LaunchConfig *, void *, void **, void **);
 LaunchFn cu_launch = nullptr;
+LaunchExFn cu_launch_ex = nullptr;
 ErrorFn cu_error = nullptr;
 
 // torch's CUDA kernel of at::empty (at::native::empty_cuda: the caching allocator, and the
@@ -120,39 +140,42 @@ int launchable(const Context &c, int64_t device) {
   return PyList_CheckExact(calls.p) && PyList_GET_SIZE(calls.p) == 0;
 }
 
-// A launch spec, (CUfunction, threads per block, shared bytes): kernels.attention.launch_spec.
+// A launch spec, (CUfunction, threads per block, shared bytes[, pdl]):
+// kernels.attention.launch_spec. pdl 1: a programmatic dependent launch (cuLaunchKernelEx).
 struct Spec {
   uint64_t function;
-  uint32_t block_x, shared;
+  uint32_t block_x, shared, pdl, unused;
 };
 
 // spec: a launch spec tuple -> *out, true; None -> false (launch through ``direct``); anything
 // else: TypeError, -1.
 int read_spec(PyObject *spec, Spec *out) {
   if (spec == Py_None) return 0;
-  if (!PyTuple_Check(spec) || PyTuple_GET_SIZE(spec) != 3) {
-    PyErr_SetString(PyExc_TypeError, "a launch spec is (function, block_x, shared)");
+  if (!PyTuple_Check(spec) || PyTuple_GET_SIZE(spec) < 3 || PyTuple_GET_SIZE(spec) > 4) {
+    PyErr_SetString(PyExc_TypeError, "a launch spec is (function, block_x, shared[, pdl])");
     return -1;
   }
   out->function = PyLong_AsUnsignedLongLong(PyTuple_GET_ITEM(spec, 0));
   out->block_x = (uint32_t)PyLong_AsUnsignedLong(PyTuple_GET_ITEM(spec, 1));
   out->shared = (uint32_t)PyLong_AsUnsignedLong(PyTuple_GET_ITEM(spec, 2));
+  out->pdl = PyTuple_GET_SIZE(spec) == 4 ? (uint32_t)PyLong_AsUnsignedLong(PyTuple_GET_ITEM(spec, 3)) : 0;
+  out->unused = 0;
   return PyErr_Occurred() ? -1 : 1;
 }
 
 // Launch through cuLaunchKernel with ``spec``, or (spec null) through the Python ``direct``.
 // ptrs: kPointers data pointers; ints: kInts i32 values (< 2**31, checked by the callers).
-bool launch(const Context &c, const Spec *spec, PyObject *direct, int64_t device, int64_t grid_x,
-            const uint64_t *ptrs, double qk_scale, const int64_t *ints) {
+bool launch(const Context &c, const Spec *spec, PyObject *direct, int64_t device,
+            const int64_t *grid, const uint64_t *ptrs, double qk_scale, const int64_t *ints) {
   Owned stream_fn{attr(c.launch_module, s_stream)}, index{PyLong_FromLongLong(device)};
   Owned stream_obj{stream_fn.p && index.p ? PyObject_CallOneArg(stream_fn.p, index.p) : nullptr};
   if (!stream_obj.p) return false;
   const uint64_t stream = PyLong_AsUnsignedLongLong(stream_obj.p);
   if (PyErr_Occurred()) return false;
-  if (!spec) {  // (grid_x, 1, 1, stream, *pointers, qk_scale, *ints)
+  if (!spec) {  // (grid_x, grid_y, grid_z, stream, *pointers, qk_scale, *ints)
     constexpr int n = 4 + kPointers + 1 + kInts;
-    Owned args[n] = {{PyLong_FromLongLong(grid_x)}, {PyLong_FromLong(1)}, {PyLong_FromLong(1)},
-                     {Py_NewRef(stream_obj.p)}};
+    Owned args[n] = {{PyLong_FromLongLong(grid[0])}, {PyLong_FromLongLong(grid[1])},
+                     {PyLong_FromLongLong(grid[2])}, {Py_NewRef(stream_obj.p)}};
     for (int i = 0; i < kPointers; ++i) args[4 + i].p = PyLong_FromUnsignedLongLong(ptrs[i]);
     args[4 + kPointers].p = PyFloat_FromDouble(qk_scale);
     for (int i = 0; i < kInts; ++i) args[5 + kPointers + i].p = PyLong_FromLongLong(ints[i]);
@@ -162,8 +185,9 @@ bool launch(const Context &c, const Spec *spec, PyObject *direct, int64_t device
     Owned res{PyObject_Vectorcall(direct, raw, n, nullptr)};
     return res.p != nullptr;
   }
-  if (!cu_launch) {
-    PyErr_SetString(PyExc_RuntimeError, "ragged fastpath: libcuda's cuLaunchKernel not found");
+  if (!(spec->pdl ? (void *)cu_launch_ex : (void *)cu_launch)) {
+    PyErr_SetString(PyExc_RuntimeError,
+                    "ragged fastpath: libcuda's cuLaunchKernel or cuLaunchKernelEx not found");
     return false;
   }
   uint64_t p[kPointers];
@@ -181,8 +205,18 @@ bool launch(const Context &c, const Spec *spec, PyObject *direct, int64_t device
   params[n++] = &scratch;
   int err;
   Py_BEGIN_ALLOW_THREADS
-  err = cu_launch((void *)spec->function, (unsigned)grid_x, 1, 1, spec->block_x, 1, 1,
-                  spec->shared, (void *)stream, params, nullptr);
+  if (spec->pdl) {
+    LaunchAttribute attr{};
+    attr.id = kProgrammaticStreamSerialization;
+    attr.value.allowed = 1;
+    const LaunchConfig config{(unsigned)grid[0], (unsigned)grid[1], (unsigned)grid[2],
+                              spec->block_x, 1, 1, spec->shared, (void *)stream, &attr, 1};
+    err = cu_launch_ex(&config, (void *)spec->function, params, nullptr);
+  } else {
+    err = cu_launch((void *)spec->function, (unsigned)grid[0], (unsigned)grid[1],
+                    (unsigned)grid[2], spec->block_x, 1, 1, spec->shared, (void *)stream, params,
+                    nullptr);
+  }
   Py_END_ALLOW_THREADS
   if (err != 0) {
     const char *what = nullptr;
@@ -204,33 +238,51 @@ bool specializable(const int64_t *v, int n) {
 #define NONE_UNLESS(cond) \
   if (!(cond)) Py_RETURN_NONE
 
-// The kernel's grid for max_seqlen: *num_m_blocks query tiles of block_m rows a sequence and
-// head, *grid = that x batch x heads programs; false where it overflows a 1-D grid (the
-// checked path then decides).
-bool grid_of(int64_t max_seqlen, int64_t block_m, int64_t batch, int64_t heads,
-             int64_t *num_m_blocks, int64_t *grid) {
-  *num_m_blocks = max_seqlen / block_m + (max_seqlen % block_m != 0);
-  return !__builtin_mul_overflow(*num_m_blocks, batch, grid) &&
-         !__builtin_mul_overflow(*grid, heads, grid) && *grid <= INT32_MAX && heads <= INT32_MAX;
+// The kernel's grid for max_seqlen (kernels/attention.py's grid_and_ints): num_m_blocks
+// query tiles of block_m rows a sequence and head; the loop kernel: grid = (that x batch x
+// heads, 1, 1) programs and its last two ints (heads, num_m_blocks); the one-tile kernel
+// (grid3): grid = (num_m_blocks, heads, batch) and (total, total / batch). false where it
+// overflows CUDA's grid (the checked path then decides).
+bool grid_of(bool grid3, int64_t max_seqlen, int64_t block_m, int64_t batch, int64_t heads,
+             int64_t total, int64_t *grid, int64_t *last_two) {
+  const int64_t num_m_blocks = max_seqlen / block_m + (max_seqlen % block_m != 0);
+  int64_t programs;
+  if (__builtin_mul_overflow(num_m_blocks, batch, &programs) ||
+      __builtin_mul_overflow(programs, heads, &programs) || programs > INT32_MAX ||
+      heads > INT32_MAX)
+    return false;
+  if (grid3) {
+    if (heads > 65535 || batch > 65535) return false;
+    grid[0] = programs ? num_m_blocks : 0, grid[1] = heads, grid[2] = batch;
+    last_two[0] = total, last_two[1] = batch ? total / batch : 0;
+  } else {
+    grid[0] = programs, grid[1] = 1, grid[2] = 1;
+    last_two[0] = heads, last_two[1] = num_m_blocks;
+  }
+  return true;
 }
 
-// The span of a _ready value (a tuple of (lo, hi, direct, block_m, scale, spec)) that holds
-// max_seqlen: its index + 1, 0 for none, -1 with an error set.
-int find_span(PyObject *spans, long long max_seqlen) {
+// The span of a _ready value (a tuple of (lo, hi, direct, block_m, scale, spec, pairs_lo,
+// pairs_hi, grid3)) that holds max_seqlen and pairs: its index + 1, 0 for none, -1 with an
+// error set.
+int find_span(PyObject *spans, long long max_seqlen, long long pairs) {
   if (!PyTuple_Check(spans)) {
     PyErr_SetString(PyExc_TypeError, "a _ready value is a tuple of spans");
     return -1;
   }
   for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(spans); ++i) {
     PyObject *span = PyTuple_GET_ITEM(spans, i);
-    if (!PyTuple_Check(span) || PyTuple_GET_SIZE(span) != 6) {
-      PyErr_SetString(PyExc_TypeError, "a span is (lo, hi, direct, block_m, scale, spec)");
+    if (!PyTuple_Check(span) || PyTuple_GET_SIZE(span) != 9) {
+      PyErr_SetString(PyExc_TypeError,
+                      "a span is (lo, hi, direct, block_m, scale, spec, pairs_lo, pairs_hi, grid3)");
       return -1;
     }
     const long long lo = PyLong_AsLongLong(PyTuple_GET_ITEM(span, 0));
     const long long hi = PyLong_AsLongLong(PyTuple_GET_ITEM(span, 1));
+    const long long plo = PyLong_AsLongLong(PyTuple_GET_ITEM(span, 6));
+    const long long phi = PyLong_AsLongLong(PyTuple_GET_ITEM(span, 7));
     if (PyErr_Occurred()) return -1;
-    if (lo <= max_seqlen && max_seqlen <= hi) return (int)i + 1;
+    if (lo <= max_seqlen && max_seqlen <= hi && plo <= pairs && pairs <= phi) return (int)i + 1;
   }
   return 0;
 }
@@ -278,7 +330,8 @@ PyObject *attention(PyObject *, PyObject *const *all_args, Py_ssize_t nargs) {
       if (PyErr_Occurred()) return nullptr;
       Py_RETURN_NONE;
     }
-    const int found = find_span(spans.p, max_seqlen);
+    const int64_t batch = cu.size(0) - 1;
+    const int found = find_span(spans.p, max_seqlen, (long long)(batch * heads));
     if (found < 0) return nullptr;
     NONE_UNLESS(found);
     PyObject *entry = PyTuple_GET_ITEM(spans.p, found - 1);
@@ -288,6 +341,8 @@ PyObject *attention(PyObject *, PyObject *const *all_args, Py_ssize_t nargs) {
     if (has_spec < 0) return nullptr;
     const long long block_m = PyLong_AsLongLong(PyTuple_GET_ITEM(entry, 3));
     const double default_scale = PyFloat_AsDouble(PyTuple_GET_ITEM(entry, 4));
+    const int grid3 = PyObject_IsTrue(PyTuple_GET_ITEM(entry, 8));
+    if (grid3 < 0) return nullptr;
     const int ok = PyErr_Occurred() ? -1 : launchable(c, dev);
     if (ok < 0) return nullptr;
     NONE_UNLESS(ok && block_m > 0);
@@ -319,13 +374,13 @@ PyObject *attention(PyObject *, PyObject *const *all_args, Py_ssize_t nargs) {
         (uint64_t)out->data_ptr(), (uint64_t)cu.data_ptr()};
     NONE_UNLESS(sq[2] == 1 && sk[2] == 1 && sv[2] == 1 && so[2] == 1 &&
                 specializable(strides, 8) && !((ptrs[0] | ptrs[1] | ptrs[2] | ptrs[3]) & 15));
-    int64_t num_m_blocks, grid;
-    NONE_UNLESS(grid_of(max_seqlen, block_m, cu.size(0) - 1, heads, &num_m_blocks, &grid));
-    if (grid) {
+    int64_t grid[3], last_two[2];
+    NONE_UNLESS(grid_of(grid3, max_seqlen, block_m, batch, heads, q.size(0), grid, last_two));
+    if (grid[0]) {
       const double qk_scale =
           scale_o == Py_None ? default_scale : PyFloat_AS_DOUBLE(scale_o) * 1.4426950408889634;
       const int64_t ints[kInts] = {strides[0], strides[1], strides[2], strides[3], strides[4],
-                                   strides[5], strides[6], strides[7], heads, num_m_blocks};
+                                   strides[5], strides[6], strides[7], last_two[0], last_two[1]};
       if (!launch(c, has_spec ? &spec : nullptr, direct, dev, grid, ptrs, qk_scale, ints))
         return nullptr;
     }
@@ -341,13 +396,14 @@ PyObject *attention(PyObject *, PyObject *const *all_args, Py_ssize_t nargs) {
 
 // The fields of kernels.kept.KeptLaunch, by index.
 enum { L_DIRECT, L_SPEC, L_KEY, L_GRID, L_KOFF, L_VOFF, L_OUT, L_OUT_PTR, L_CU_LEN, L_SCALARS,
-       L_MAX_SEQLEN, L_EPOCH, L_BLOCK_M, L_SPAN, L_IMAGE };
+       L_MAX_SEQLEN, L_EPOCH, L_BLOCK_M, L_SPAN, L_GRID3, L_IMAGE };
 
 // A KeptLaunch's numbers, as ``image`` writes them into its ``image`` (bytes): what ``layout``
 // reads on every call, one object where the tuple's fields are ~35 (ints, tuples, a dtype).
 struct Image {
   Spec spec;
   int32_t has_spec, dtype;  // dtype: the qkv's c10::ScalarType
+  int32_t grid3, unused;    // the one-tile kernel's 3-D grid (kernels.kept.KeptLaunch)
   int64_t sizes[4], strides[4], device;  // the key: the qkv the launch was kept for
   int64_t grid_x, k_offset, v_offset, cu_len, max_seqlen;
   int64_t block_m, span[2];  // another max_seqlen of the span: the grid of block_m-row tiles
@@ -408,6 +464,9 @@ PyObject *image(PyObject *, PyObject *kept) {
   im.cu_len = PyLong_AsLongLong(f[L_CU_LEN]);
   im.max_seqlen = PyLong_AsLongLong(f[L_MAX_SEQLEN]);
   im.block_m = PyLong_AsLongLong(f[L_BLOCK_M]);
+  const int grid3 = PyObject_IsTrue(f[L_GRID3]);
+  if (grid3 < 0) return nullptr;
+  im.grid3 = grid3;
   if (PyErr_Occurred() || !read_ints(f[L_SPAN], 2, im.span, "span")) return nullptr;
   if (im.block_m <= 0) {
     PyErr_SetString(PyExc_ValueError, "a kept launch's block_m is positive");
@@ -472,12 +531,13 @@ PyObject *layout(PyObject *, PyObject *const *args, Py_ssize_t nargs) {
     NONE_UNLESS((p & 15) == 0);
     const uint64_t ptrs[kPointers] = {p, p + k.k_offset, p + k.v_offset, k.out_ptr,
                                       (uint64_t)cu.data_ptr()};
-    int64_t grid = k.grid_x;
-    if (max_seqlen != k.max_seqlen)  // the same kernel over another grid
-      NONE_UNLESS(grid_of(max_seqlen, k.block_m, k.cu_len - 1, k.ints[kInts - 2],
-                          &k.ints[kInts - 1], &grid));
-    if (grid && !launch(c, k.has_spec ? &k.spec : nullptr, f[L_DIRECT], dev, grid, ptrs,
-                        k.qk_scale, k.ints))
+    // the kept grid, or the same kernel over another max_seqlen's (heads: qkv's third size)
+    int64_t grid[3] = {k.grid_x, k.grid3 ? k.sizes[2] : 1, k.grid3 ? k.cu_len - 1 : 1};
+    if (max_seqlen != k.max_seqlen)
+      NONE_UNLESS(grid_of(k.grid3, max_seqlen, k.block_m, k.cu_len - 1, k.sizes[2], k.sizes[0],
+                          grid, &k.ints[kInts - 2]));
+    if (grid[0] && !launch(c, k.has_spec ? &k.spec : nullptr, f[L_DIRECT], dev, grid, ptrs,
+                           k.qk_scale, k.ints))
       return nullptr;
     return Py_NewRef(f[L_OUT]);
   } catch (python_error &e) {
@@ -515,6 +575,7 @@ PyMODINIT_FUNC PyInit_ragged_fastpath(void) {
   // libcuda, when this process has one (never on a machine without a GPU driver).
   if (void *cuda = dlopen("libcuda.so.1", RTLD_NOW | RTLD_GLOBAL)) {
     cu_launch = (LaunchFn)dlsym(cuda, "cuLaunchKernel");
+    cu_launch_ex = (LaunchExFn)dlsym(cuda, "cuLaunchKernelEx");
     cu_error = (ErrorFn)dlsym(cuda, "cuGetErrorString");
   }
   return PyModule_Create(&module_def);

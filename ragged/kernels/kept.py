@@ -12,9 +12,10 @@ from typing import Any, NamedTuple
 import torch
 
 # (device index, dtype, head_dim) -> spans, each (lo, hi, direct launch, block_m, default
-# scale x log2 e, launch spec): every max_seqlen from lo to hi plans the same compiled kernel
-# (``config.length_span``), so a max_seqlen never called before launches at once, with no
-# plan and no compile. What ``attention.launch_ready`` needs to skip the plan, the Launcher and
+# scale x log2 e, launch spec, pairs_lo, pairs_hi, grid3): every max_seqlen from lo to hi and
+# batch x heads from pairs_lo to pairs_hi plans the same compiled kernel (``config.choice``),
+# so a max_seqlen never called before launches at once, with no plan and no compile. What
+# ``attention.launch_ready`` needs to skip the plan, the Launcher and
 # their checks, for calls of the table's config that passed ``ragged.attention``'s checks once
 # (``attention.remember``). fastpath.cpp reads it too.
 _ready: dict[tuple, tuple] = {}
@@ -37,7 +38,10 @@ class KeptLaunch(NamedTuple):
     max_seqlen: int
     epoch: int  # ``attention.epoch`` when kept
     block_m: int  # the grid of another max_seqlen of ``span``: num_m_blocks = ceil(it / block_m)
-    span: tuple  # (lo, hi): every max_seqlen the kept kernel serves (``config.length_span``)
+    span: tuple  # (lo, hi): every max_seqlen the kept kernel serves (``config.choice``)
+    # the one-tile kernel's 3-D grid: (grid_x, heads, batch), its last two ints (total_tokens,
+    # guess_len) the same for every max_seqlen; else a 1-D grid of grid_x programs
+    grid3: bool = False
     # The numbers above as the C struct fastpath.cpp's ``layout`` reads
     # (``attention.with_image``), or None: then that takes the checked call. Made from the
     # fields: a ``_replace`` must be followed by ``with_image`` again.

@@ -112,6 +112,8 @@ class Launcher:
       constexprs   dict name -> value of the trailing constexpr parameters, in signature order
       device_index CUDA device of the tensors, or -1 on the CPU (the Triton interpreter)
       fast         False when an int breaks the contract: plain ``kernel[grid](...)``
+      pdl          a programmatic dependent launch (sm_90 and later; never on the CPU): the
+                   key must determine it too
 
     The direct path passes data pointers as ints: for a tensor, Triton's launcher calls its
     ``data_ptr`` method and then ``cuPointerGetAttribute``, once per tensor and call.
@@ -133,6 +135,7 @@ class Launcher:
         num_stages: int,
         device_index: int,
         fast: bool = True,
+        pdl: bool = False,
     ) -> None:
         if fast:
             direct = self._cache.get(key)
@@ -154,10 +157,12 @@ class Launcher:
                 *tensors, *scalars, **constexprs, num_warps=num_warps, num_stages=num_stages
             )
             return
+        extra = {"launch_pdl": True} if pdl else {}  # a programmatic dependent launch
         with torch.cuda.device(device_index):
             compiled = self.fn[grid](
-                *tensors, *scalars, **constexprs, num_warps=num_warps, num_stages=num_stages
-            )
+                *tensors, *scalars, **constexprs, num_warps=num_warps, num_stages=num_stages,
+                **extra,
+            )  # fmt: skip
         if (
             fast
             and isinstance(compiled, triton.compiler.CompiledKernel)

@@ -41,7 +41,6 @@ from dataclasses import dataclass
 
 import torch
 import triton
-import triton.language as tl
 
 from . import attention as KA
 from .config import AttentionConfig
@@ -54,152 +53,7 @@ ONETILE_MAX_FP32 = 64
 ONETILE_MAX_ONE_WARP = 128
 
 
-@triton.jit
-def _load_qkv(q_head, k_head, v_head, row0, offs_m, offs_n, offs_d, m_ok, n_ok, d_ok,
-              stride_qt, stride_kt, stride_vt):  # fmt: skip
-    """q [BLOCK_M, BLOCK_D], k^T [BLOCK_D, BLOCK_N] and v [BLOCK_N, BLOCK_D] of the rows from
-    ``row0`` on (one head's pointers), masked rows and columns 0; issued together."""
-    q = tl.load(q_head + (row0 + offs_m[:, None]) * stride_qt + offs_d[None, :],
-                mask=m_ok[:, None] & d_ok[None, :], other=0.0)  # fmt: skip
-    k = tl.load(k_head + (row0 + offs_n[None, :]) * stride_kt + offs_d[:, None],
-                mask=n_ok[None, :] & d_ok[:, None], other=0.0)  # fmt: skip
-    v = tl.load(v_head + (row0 + offs_n[:, None]) * stride_vt + offs_d[None, :],
-                mask=n_ok[:, None] & d_ok[None, :], other=0.0)  # fmt: skip
-    return q, k, v
-
-
-@triton.jit(
-    do_not_specialize=["cu_seqlens", "num_heads", "num_m_blocks", "total_tokens", "guess_len"]
-)
-def _onetile_kernel(
-    Q, K, V, O, cu_seqlens, qk_scale,
-    stride_qt, stride_qh, stride_kt, stride_kh, stride_vt, stride_vh, stride_ot, stride_oh,
-    num_heads, num_m_blocks, total_tokens, guess_len,
-    HEAD_DIM: tl.constexpr,
-    BLOCK_D: tl.constexpr,
-    BLOCK_M: tl.constexpr,
-    BLOCK_N: tl.constexpr,
-    IEEE_DOT: tl.constexpr,
-    SPECULATE: tl.constexpr,
-    GRID3: tl.constexpr,
-    PDL: tl.constexpr,
-):  # fmt: skip
-    """One program per (query tile, sequence, head); every key of the sequence in one tile
-    (the launcher guarantees max_seqlen <= BLOCK_N).
-
-    ``SPECULATE``: q, k and v are loaded from the rows the sequence would start at were all
-    lengths ``guess_len`` (total_tokens // batch: exact for uniform batches) in the same load
-    round as cu_seqlens, and loaded again from the true start only where the guess was wrong:
-    uniform batches lose the dependent round, any batch stays exact.
-
-    ``GRID3``: a 3-D grid (query tile, head, sequence) instead of the flattened one: the
-    sequence index, which the first load's address needs, without two integer divisions.
-
-    ``PDL``: launched as a programmatic dependent launch: wait for the previous kernel just
-    before the first load, and let the next kernel launch at once (1) or after the store (2)."""
-    if PDL == 1:
-        KA.gdc_launch_dependents()
-    if GRID3:  # grid (query tiles, heads, sequences): no division before the first load
-        m_block = tl.program_id(0)
-        head = tl.program_id(1)
-        seq = tl.program_id(2)
-    else:
-        pid = tl.program_id(0)
-        m_block = pid % num_m_blocks
-        seq_head = pid // num_m_blocks
-        head = seq_head % num_heads
-        seq = seq_head // num_heads
-    # Independent of the sequence bounds: computed while their load is in flight.
-    offs_m = m_block * BLOCK_M + tl.arange(0, BLOCK_M)
-    offs_n = tl.arange(0, BLOCK_N)
-    offs_d = tl.arange(0, BLOCK_D)
-    d_ok = offs_d < HEAD_DIM
-    head64 = head.to(tl.int64)
-    q_head = Q + head64 * stride_qh
-    k_head = K + head64 * stride_kh
-    v_head = V + head64 * stride_vh
-    if PDL:  # everything above is address arithmetic; every load comes after this
-        KA.gdc_wait()
-
-    if SPECULATE:  # issued before the sequence bounds are known
-        g0 = seq.to(tl.int64) * guess_len
-        gm_ok = g0 + offs_m < total_tokens
-        gn_ok = g0 + offs_n < total_tokens
-        q, k, v = _load_qkv(
-            q_head,
-            k_head,
-            v_head,
-            g0,
-            offs_m,
-            offs_n,
-            offs_d,
-            gm_ok,
-            gn_ok,
-            d_ok,
-            stride_qt,
-            stride_kt,
-            stride_vt,
-        )
-    seq_start = tl.load(cu_seqlens + seq)
-    seq_end = tl.load(cu_seqlens + seq + 1)
-    seq_len = seq_end - seq_start
-    if m_block * BLOCK_M < seq_len:
-        row0 = seq_start.to(tl.int64)
-        m_ok = offs_m < seq_len
-        n_ok = offs_n < seq_len
-        if SPECULATE:
-            if row0 != g0:  # a wrong guess: the loads of the plain kernel
-                q, k, v = _load_qkv(
-                    q_head,
-                    k_head,
-                    v_head,
-                    row0,
-                    offs_m,
-                    offs_n,
-                    offs_d,
-                    m_ok,
-                    n_ok,
-                    d_ok,
-                    stride_qt,
-                    stride_kt,
-                    stride_vt,
-                )
-            # Rows past the sequence hold the next sequence's values: zero them so that a
-            # non-finite value there cannot reach this sequence through p * v (p is 0 there).
-            v = tl.where(n_ok[:, None], v, 0.0)
-        else:
-            q, k, v = _load_qkv(
-                q_head,
-                k_head,
-                v_head,
-                row0,
-                offs_m,
-                offs_n,
-                offs_d,
-                m_ok,
-                n_ok,
-                d_ok,
-                stride_qt,
-                stride_kt,
-                stride_vt,
-            )
-        if IEEE_DOT:
-            s = tl.dot(q, k, input_precision="ieee")
-        else:
-            s = tl.dot(q, k)
-        s = tl.where(n_ok[None, :], s * qk_scale, float("-inf"))
-        m = tl.max(s, 1)
-        p = tl.math.exp2(s - m[:, None])
-        l_i = tl.sum(p, 1)
-        if IEEE_DOT:
-            acc = tl.dot(p.to(v.dtype), v, input_precision="ieee")
-        else:
-            acc = tl.dot(p.to(v.dtype), v)
-        acc = acc / l_i[:, None]
-        o_ptrs = O + (row0 + offs_m[:, None]) * stride_ot + head64 * stride_oh + offs_d[None, :]
-        tl.store(o_ptrs, acc.to(O.dtype.element_ty), mask=m_ok[:, None] & d_ok[None, :])
-    if PDL == 2:
-        KA.gdc_launch_dependents()
+_onetile_kernel = KA.onetile_kernel  # the one-tile kernel (on the default path for its classes)
 
 
 @dataclass(frozen=True)
@@ -247,7 +101,6 @@ VARIANTS = (
     Variant("onetile m16 w1", "onetile", 16, num_warps=1, num_stages=1),
     Variant("onetile m32 w4", "onetile", 32, num_warps=4, num_stages=1),
     Variant("onetile m64 w8", "onetile", 64, num_warps=8, num_stages=1),
-    Variant("onetile spec m16 w4", "onetile", 16, num_warps=4, num_stages=1, speculate=True),
     Variant("onetile spec 3d m16 w4", "onetile", 16, 0, 4, 1, speculate=True, grid3=True),
     Variant("onetile spec 3d m16 w1", "onetile", 16, 0, 1, 1, speculate=True, grid3=True),
     Variant("onetile spec 3d m32 w4", "onetile", 32, 0, 4, 1, speculate=True, grid3=True),
@@ -330,10 +183,13 @@ def run(
     grid = (num_m_blocks, heads, batch) if variant.grid3 else (programs,)
     pdl = variant.pdl if q.is_cuda else 0  # the interpreter has no grid dependency control
     launch = {"launch_pdl": True} if pdl else {}
+    if variant.speculate and not variant.grid3:
+        raise ValueError(f"{variant.name}: a speculative start needs the 3-D grid")
+    ints = (total, total // batch) if variant.grid3 else (heads, num_m_blocks)
     _onetile_kernel[grid](
         q, k, v, out, cu_seqlens, softmax_scale * KA.LOG2E,
         q.stride(0), q.stride(1), k.stride(0), k.stride(1), v.stride(0), v.stride(1),
-        out.stride(0), out.stride(1), heads, num_m_blocks, total, total // batch,
+        out.stride(0), out.stride(1), *ints,
         HEAD_DIM=head_dim, BLOCK_D=max(16, triton.next_power_of_2(head_dim)),
         BLOCK_M=variant.block_m, BLOCK_N=onetile_block_n(max_seqlen),
         IEEE_DOT=q.dtype == torch.float32, SPECULATE=variant.speculate, GRID3=variant.grid3,
