@@ -63,7 +63,8 @@ class OneProgram(ragged.LayoutAttention):
     def _checked(self, qkv):
         out = super()._checked(qkv)
         if self._launch is not None:
-            kept = self._launch._replace(grid_x=1, **self._swap(qkv, self._launch))
+            # one program: a 1-D grid of one, also where the kept kernel's grid was 3-D
+            kept = self._launch._replace(grid_x=1, grid3=False, **self._swap(qkv, self._launch))
             self._launch = KA.with_image(kept)
         return out
 
