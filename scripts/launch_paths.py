@@ -27,9 +27,10 @@ def launch_paths(q, k, v, cu_seqlens, max_seqlen: int, out) -> dict[str, Callabl
     tensors = (q, k, v, out, cu_seqlens)
     ptrs = tuple(t.data_ptr() for t in tensors)
     cfg = plan.config
-    kernel = KA._varlen_fwd_kernel
+    kernel = plan.launcher.fn  # the loop kernel, or the one-tile kernel of a short-batch class
+    pdl = {"launch_pdl": True} if plan.pdl else {}  # a programmatic dependent launch
     compiled = kernel[grid](*tensors, *scalars, **plan.constexprs, num_warps=cfg.num_warps,
-                            num_stages=cfg.num_stages)  # fmt: skip
+                            num_stages=cfg.num_stages, **pdl)  # fmt: skip
     tail = tuple(plan.constexprs.values())
     run, function, meta = compiled.run, compiled.function, compiled.packed_metadata
     stream = torch.cuda.current_stream().cuda_stream
@@ -37,28 +38,27 @@ def launch_paths(q, k, v, cu_seqlens, max_seqlen: int, out) -> dict[str, Callabl
 
     def plain():
         kernel[grid](*tensors, *scalars, **plan.constexprs, num_warps=cfg.num_warps,
-                     num_stages=cfg.num_stages)  # fmt: skip
+                     num_stages=cfg.num_stages, **pdl)  # fmt: skip
 
     def compiled_getitem():
         compiled[grid](*tensors, *scalars, *tail)
 
     def compiled_run():
-        run(grid[0], 1, 1, stream, function, meta, None, None, None, *tensors, *scalars, *tail)
+        run(*grid, stream, function, meta, None, None, None, *tensors, *scalars, *tail)
 
     def compiled_run_ptrs():
-        run(grid[0], 1, 1, stream, function, meta, None, None, None, *ptrs, *scalars, *tail)
+        run(*grid, stream, function, meta, None, None, None, *ptrs, *scalars, *tail)
 
     def triton_c_entry():  # Triton 3.6's C entry point, skipping CudaLauncher.__call__
-        run.launch(grid[0], 1, 1, stream, function, run.launch_cooperative_grid, run.launch_pdl,
+        run.launch(*grid, stream, function, run.launch_cooperative_grid, run.launch_pdl,
                    None, None, meta, None, None, None, *ptrs, *scalars, *tail)  # fmt: skip
 
     def ragged_c_launch():
-        c_direct(grid[0], 1, 1, stream, *ptrs, *scalars)
+        c_direct(*grid, stream, *ptrs, *scalars)
 
     def launcher():
-        KA._launcher.launch(
-            plan, grid, tensors, scalars, plan.constexprs, cfg.num_warps, cfg.num_stages, 0
-        )
+        plan.launcher.launch(plan, grid, tensors, scalars, plan.constexprs, cfg.num_warps,
+                             cfg.num_stages, 0, pdl=bool(plan.pdl))  # fmt: skip
 
     def api_novalidate():
         A.varlen_attention(q, k, v, cu_seqlens, max_seqlen, validate=False)

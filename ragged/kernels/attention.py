@@ -1,7 +1,9 @@
 """Bidirectional ragged attention over packed tokens: kernel -> launch config -> launcher.
 
 One program per (query tile, sequence, head), flattened into a 1-D grid with the query tile
-fastest so that programs sharing a sequence's K/V run together and hit L2. Each program walks
+fastest so that programs sharing a sequence's K/V run together and hit L2. Short batches on
+sm_90 and later launch per class (``config.choice``: by length bucket and batch x heads) the
+one-tile kernel below (3-D grid) or this one, as programmatic dependent launches. Each program walks
 the sequence's key tiles with the FlashAttention-2 online softmax in base 2 (``exp2``, the
 scale pre-multiplied by log2(e)), accumulates in fp32 and writes the input dtype.
 

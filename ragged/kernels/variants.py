@@ -1,5 +1,7 @@
 """Candidate launch shapes of the ragged attention kernel for short sequences, measured by
-``python -m experiments.kernel_floor``; not on ``ragged.varlen_attention``'s path.
+``python -m experiments.kernel_floor``. Two are on ``ragged.varlen_attention``'s path for the
+short-batch classes where the sweep showed them faster (``config.short_batch``): ``onetile spec
+3d m16 w4 pdl`` (and ``pdl late``) and ``loop 64x64 w4 s2 pdl late``; the others are not.
 
 At BS 1 / 80% pruning (40 tokens, 12 heads) the default kernel costs ~1.9 µs more than an empty
 kernel (H100): a chain of dependent latencies, not arithmetic. What each variant changes:
