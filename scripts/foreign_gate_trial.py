@@ -87,7 +87,7 @@ def run(
 
 
 def ragbench(args: list[str], ran) -> subprocess.CompletedProcess:
-    """``ragbench ARGS`` of this checkout (``python -m ragbench``)."""
+    """``ragbench ARGS`` of this checkout (its package run by this Python)."""
     return run([sys.executable, "-m", "ragbench", *args], ran, shown=["ragbench", *args])
 
 
