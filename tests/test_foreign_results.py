@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import re
+import shlex
 from pathlib import Path
 
 from conftest import ingest
@@ -283,6 +284,42 @@ def test_a_gate_with_another_projects_config_runs_its_asv_there(tmp_path, capsys
         assert conf["benchmark_dir"] == str(ASTROPY.resolve() / "benchmark")
         assert conf["repo"] == "https://github.com/astropy/astropy.git"
         assert not conf["results_dir"].startswith(root)
+
+
+def test_an_inconclusive_gate_of_another_project_is_settled_by_its_asv(tmp_path, capsys,
+                                                                      monkeypatch):  # fmt: skip
+    """A gate of astropy's commits leaves its cells without evidence (its results hold no raw
+    samples): the settle command its report names measures them again by astropy's asv with
+    its config (asv replaced as in the gate's test) and gives a verdict; without --config,
+    --settle refuses in one line naming it (before: the report named ``--settle ID`` alone,
+    which exited 2 with git's "Needed a single revision")."""
+    store = astropy_store(tmp_path, capsys)
+    log = fake_asv(tmp_path, monkeypatch)
+    monkeypatch.setenv("FAKE_ASV_RESULTS", str(ASTROPY / "results" / "cheetah"))
+    conf = str((ASTROPY / "asv.conf.json").resolve())
+    code, out = ragbench(capsys, "gate", "--store", store, "--machine", "cheetah", "--config",
+                         conf, "--base", BASE, "--head", HEAD, "--rounds", "1", "--bench",
+                         r"^time_units\.time_unit_parse$")  # fmt: skip
+    assert code == 1 and "ragbench gate: INCONCLUSIVE" in out, out
+    named = re.search(r"### To settle\n\n`(ragbench gate --settle [^`]+)`", out)
+    assert named, out
+    words = shlex.split(named.group(1))
+    assert words[words.index("--config") + 1] == conf, words
+    at = words.index("--config")
+    code, out = ragbench(capsys, *words[1:at], *words[at + 2 :])
+    assert code == 2 and len(out.strip().splitlines()) == 1, out
+    assert f"pass --config {conf}" in out, out
+    before = len(log.read_text().splitlines())
+    code, out = ragbench(capsys, *words[1:])
+    verdict = re.search(r"ragbench gate: (PASS|FAIL|INCONCLUSIVE)", out)
+    assert verdict and code == (0 if verdict.group(1) == "PASS" else 1), out
+    runs = [c for c in map(json.loads, log.read_text().splitlines()[before:])
+            if c["argv"][0] == "run"]  # fmt: skip
+    assert runs, out
+    shas = {r["commit_hash"][:8]: r["commit_hash"] for r in Store(store).runs(machine="cheetah")}
+    assert {r["argv"][-1] for r in runs} == {f"{shas[BASE]}^!", f"{shas[HEAD]}^!"}, runs
+    assert all(r["cwd"] == str(ASTROPY.resolve()) for r in runs), runs
+    assert all(r["conf"]["repo"] == "https://github.com/astropy/astropy.git" for r in runs)
 
 
 def test_a_bisection_with_another_projects_config_is_asvs_own(tmp_path, capsys, monkeypatch):

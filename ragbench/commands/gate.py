@@ -93,7 +93,9 @@ def add_parser(sub) -> None:
                    "their spread), and merge them into its recorded verdict (the other cells "
                    "passed there). GATE: the id its report names, or its --json as written "
                    "(a JSON whose digest the store did not record is refused); --base, --head, "
-                   "--rounds and --mode come from the store")  # fmt: skip
+                   "--rounds and --mode come from the store; a gate of another project's "
+                   "commits takes its --config (and --environment) again, as its report "
+                   "names them")  # fmt: skip
     g.set_defaults(func=run)
 
 
@@ -108,7 +110,8 @@ def run(args) -> int:
     store = open_store(args, read_only=not args.measure)  # --stored only reads
     if args.settle is not None:
         result = run_settle(store, args.settle, policies=policies, machine=machine_of(args),
-                            mode=args.mode, log=log)  # fmt: skip
+                            mode=args.mode, log=log, config=args.config,
+                            environment=args.environment)  # fmt: skip
     else:
         result = run_gate(
             store, args.base, args.head, policies=policies, machine=machine_of(args),

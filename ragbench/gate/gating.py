@@ -67,6 +67,9 @@ class GateResult:
     store: str | None = None  # that store, as ``--store`` names it
     # cells whose measurement settings moved between base and head (``settings_moved``)
     settings: dict[Key, str] = field(default_factory=dict)
+    # another asv project's gate (``--config``): its config, and ``--environment`` as given
+    config: str | None = None
+    environment: str | None = None
 
     @property
     def exit_code(self) -> int:
@@ -90,11 +93,15 @@ def to_json(res: GateResult) -> dict:
 
 def settle_command(res: GateResult) -> str | None:
     """The command that settles ``res`` (``run_settle``), where it left something to settle
-    and its store recorded it: the recorded gate's id and that store."""
+    and its store recorded it: the recorded gate's id and that store; of another project's
+    commits, its ``--config`` (and ``--environment``) too."""
     if not res.plan or not res.gate_id or not res.store:
         return None
+    config = "".join(f" {opt} {shlex.quote(value)}" for opt, value in
+                     (("--config", res.config), ("--environment", res.environment))
+                     if res.config and value)  # fmt: skip
     return (f"ragbench gate --settle {res.gate_id} --store {shlex.quote(res.store)} "
-            f"--machine {shlex.quote(res.machine)}")  # fmt: skip
+            f"--machine {shlex.quote(res.machine)}{config}")  # fmt: skip
 
 
 def _plan(res: GateResult, rounds: int, processes: int, flagged: bool = True) -> None:
@@ -538,6 +545,8 @@ def run_gate(
     if rounds < 1:
         raise GateError(f"--rounds must be at least 1, got {rounds}")
     result = GateResult(base, head, machine, Comparison(), o.measure, rounds, mode=o.mode)
+    if other is not None:
+        result.config, result.environment = str(other.config), o.environment
     if o.measure:
         _measured(store, result, o, policies, log, other, (base_ref, head_ref))
     else:
@@ -659,13 +668,16 @@ def _one_environment(store: Store, ids: dict[str, list[str]], environment: str |
 
 def run_settle(store: Store, ref: str, *, policies: Policies, machine: str,
                mode: str | None = None, work_dir: Path | None = None,
-               log: Callable[[str], None] = print) -> GateResult:  # fmt: skip
+               log: Callable[[str], None] = print, config: Path | None = None,
+               environment: str | None = None) -> GateResult:  # fmt: skip
     """The cells the gate ``ref`` names (``settle.recorded``: the id ``store`` recorded it
     under, or its very JSON) left without evidence or flagged, measured as its recorded plan
     says (``settle.planned``: the asv cells in alternating rounds, the host-time cells in
     paired processes) and judged on these samples alone; merged into that gate's recorded
     verdict: its other cells passed there, its other failures stand. ``mode``: the gate's
-    (refused where another is asked for)."""
+    (refused where another is asked for). ``config``, ``environment``: a gate of another asv
+    project's commits (``GateOptions.config``), measured again by its asv."""
+    other = foreign(config, environment) if config is not None else None
     try:
         gate = settle.recorded(store, str(ref))
         plan = settle.planned(gate)
@@ -680,11 +692,20 @@ def run_settle(store: Store, ref: str, *, policies: Policies, machine: str,
     mode = gate["mode"]
     t0 = time.perf_counter()
     base, head = gate["base"], gate["head"]
-    for sha in (base, head):
-        resolve_ref(sha)  # both in this clone, before any work
+    for sha in (base, head) if other is None else ():
+        try:
+            resolve_ref(sha)  # both in this clone, before any work
+        except GateError:
+            kept = project.load(store, machine)
+            conf = shlex.quote(kept.config) if kept is not None else "ASV_CONF"
+            raise GateError(f"--settle {ref}: {sha[:12]} is not a commit of this checkout: a "
+                            "gate of another asv project's commits is settled by its asv, "
+                            f"pass --config {conf} (and the gate's --environment)") from None  # fmt: skip
     _two_commits(base, head, base, head)  # a gate of a commit against itself never passes
     result = GateResult(base, head, machine, Comparison(), True, plan.rounds, mode=mode,
                         settled_from=gate["gate_id"])  # fmt: skip
+    if other is not None:
+        result.config, result.environment = str(other.config), environment
     verdicts = []
     label = f"gate:{head[:8]}-{base[:8]}-{int(time.time())}:settle"
     with tempfile.TemporaryDirectory(prefix="ragbench-settle-", dir=work_dir) as tmp:
@@ -692,7 +713,7 @@ def run_settle(store: Store, ref: str, *, policies: Policies, machine: str,
             ids = alternate(store, {"base": base, "head": head}, plan.rounds,
                             lambda side, r: f"{label}-{side}:{r}", Path(tmp), what="settle",
                             mode=mode, machine=machine, bench=bench_regex(plan.cells),
-                            log=log)  # fmt: skip
+                            log=log, other=other)  # fmt: skip
             wanted = set(plan.cells)
             pooled = [{k: c for k, c in compare.cells(store, ids[side]).items() if k in wanted}
                       for side in ("base", "head")]  # fmt: skip
