@@ -8,7 +8,7 @@ import pandas as pd
 import streamlit as st
 
 from dashboard import draws
-from dashboard.draw import shown
+from dashboard.draw import download, shown
 from dashboard.read import asv_project, policies, store
 from ragbench import follow_up
 from ragbench.history import alerting as alerts
@@ -49,15 +49,38 @@ def settings_steps(ctx) -> None:
                      "commit(s), not alerted as the code's"):  # fmt: skip
         st.caption("The harness timed these cells otherwise on either side of the step: the "
                    "step is the measurement's until the same settings show it.")  # fmt: skip
-        st.dataframe(pd.DataFrame(rows), hide_index=True)
+        # a static table (an interactive grid is the browser's heaviest element to load), of
+        # the newest SETTINGS_ROWS; every one in the download
+        table = pd.DataFrame(rows)
+        st.table(table.head(SETTINGS_ROWS), hide_index=True)
+        if len(table) > SETTINGS_ROWS:
+            st.caption(f"The newest {SETTINGS_ROWS} of {len(table)}: the download has them all.")
+        download(table, "measurement setting changed", "settings-steps")
+
+
+SETTINGS_ROWS = 50  # rows of the steps where a measurement setting changed, at most
 
 
 @st.cache_resource(max_entries=64, show_spinner=False)
-def moves(path: str, mtime: float, branch: str, machine: str, commit: str) -> list[str]:
-    """The environment's changes of level since an alert (``ragbench.history.alerting.moves``)."""
-    s = store(path, mtime, branch)
-    found = s.alerts(machine, commit=commit)
-    return alerts.moves(s, machine, found[0], policies()) if found else []
+def moves(path: str, mtime: float, branch: str, machine: str, commits: tuple,
+          _found: list[dict]) -> dict:  # fmt: skip
+    """The environment's changes of level since each of the machine's alerts ``_found`` (at
+    ``commits``: the cache's key) (``ragbench.history.alerting.moves_of``: their series read
+    together, where one alert at a time took 6.5 s an alert on django-asv's history): commit
+    -> its lines."""
+    return alerts.moves_of(store(path, mtime, branch), machine, _found, policies())
+
+
+def moves_shown(ctx, shown: list[dict]) -> dict[tuple, list[str]]:
+    """``moves`` of the open alerts drawn, one batch a machine: (machine, commit) -> lines."""
+    out = {}
+    for m in dict.fromkeys(a["machine"] for a in shown):
+        mine = [a for a in shown if a["machine"] == m and a["state"] in alerts.OPEN]
+        if mine:
+            commits = tuple(a["commit_hash"] for a in mine)
+            found = moves(ctx["path"], ctx["mtime"], ctx["branch"], m, commits, mine)
+            out.update({(m, c): lines for c, lines in found.items()})
+    return out
 
 
 def any_new(path: str, mtime: float, branch: str) -> bool:
@@ -82,8 +105,10 @@ def alerts_page(ctx):
     st.caption(", ".join(f"{n} {s}" for s, n in counts.items()) + " in all; newest commit first")
     repository = follow_up.repository_url(ctx["policies"])
     chosen = [a for a in found if a["state"] in states]
-    for a in shown_alerts(chosen):
-        alert_box(ctx, a, repository)
+    shown = shown_alerts(chosen)
+    moved = moves_shown(ctx, shown)
+    for a in shown:
+        alert_box(ctx, a, repository, moved.get((a["machine"], a["commit_hash"]), []))
     settings_steps(ctx)
     stale_series(ctx)
 
@@ -150,7 +175,7 @@ def named_series(series: pd.Series) -> str:
     return f"{len(series)}: " + ", ".join(series.head(STALE_NAMED)) + more
 
 
-def alert_box(ctx, a: dict, repository: str | None) -> None:
+def alert_box(ctx, a: dict, repository: str | None, moved: list[str]) -> None:
     commit = a["commit_hash"][:12]
     with st.container(border=True):
         why = f": {a['reason']}" if a["reason"] else ""
@@ -173,17 +198,17 @@ def alert_box(ctx, a: dict, repository: str | None) -> None:
         # a static table: an interactive grid each alert was most of the page's drawing (five on
         # django-asv's Alerts page: 6.1 s a reload, median, its script 0.24 s)
         st.table(df, hide_index=True)
-        if a["state"] in alerts.OPEN:
-            for moved in moves(ctx["path"], ctx["mtime"], ctx["branch"], a["machine"],
-                               a["commit_hash"]):  # fmt: skip
-                st.caption(f"Since then: {moved}")
+        for line in moved:
+            st.caption(f"Since then: {line}")
+        # the commands as plain text, their copy button kept: highlighting them as bash was the
+        # page's largest script in the browser (0.66 s of 5.5 s a load, 2-core machine, load 20)
         repro = follow_up.repro_command(a, of)
         if repro:
-            st.code(repro, language="bash", wrap_lines=True)
+            st.code(repro, language=None, wrap_lines=True)
         bisect = follow_up.bisect_command(a, of)
         if bisect:
             st.caption("Several commits between? Find the first that shows it:")
-            st.code(bisect, language="bash", wrap_lines=True)
+            st.code(bisect, language=None, wrap_lines=True)
         buttons(ctx, a)
 
 

@@ -42,6 +42,7 @@ from dashboard.draw import (
     environment,
     environment_of,
     environments_of,
+    failed_commits,
     filtered,
     legend,
     narrow,
@@ -317,9 +318,7 @@ def series(ctx):
     if env is not None:
         failed = failed[failed["environment"] == env]
     if not failed.empty:
-        commits = zip(failed["commit_hash"], failed["environment"], strict=True)
-        st.error("Failed (the benchmark raised) on " + ", ".join(sorted(
-            {c[:12] + (f" ({e})" if several else "") for c, e in commits})))  # fmt: skip
+        failed_commits(failed, several)
     chart(
         df,
         "median",

@@ -205,6 +205,28 @@ def download(df, title: str, key: str) -> None:
                        file_name=f"{key}.csv", mime="text/csv", key=f"dl-{key}")  # fmt: skip
 
 
+# Failed commits a Series page names, newest first (every one in its download): django-asv's
+# default series on ubuntu-latest raised on 1,400-odd commits, all named in one error box
+FAILED_NAMED = 10
+
+
+def failed_commits(failed: pd.DataFrame, several: bool) -> None:
+    """The commits where the series' benchmark raised (rows of ``series`` with status failed):
+    how many, the newest ``FAILED_NAMED`` by name (with their environment where there are
+    ``several``), and every one in a CSV."""
+    newest = failed.sort_values("commit_time", ascending=False, kind="stable")
+    named = list(dict.fromkeys(c[:12] + (f" ({e})" if several else "")
+                               for c, e in zip(newest["commit_hash"], newest["environment"],
+                                               strict=True)))  # fmt: skip
+    more = len(named) - FAILED_NAMED
+    also = f" and {more} more (the download below lists them)" if more > 0 else ""
+    st.error(f"Failed (the benchmark raised) on {failed['commit_hash'].nunique()} commit(s), "
+             f"newest first: {', '.join(named[:FAILED_NAMED])}{also}")  # fmt: skip
+    if more > 0:
+        columns = ["commit_hash", "commit_time", "environment", "run_id"]
+        download(newest[[c for c in columns if c in newest]], "failed commits", "series-failed")
+
+
 def filtered(df: pd.DataFrame, f: dict) -> pd.DataFrame:
     """Rows within the sidebar's date range and environments."""
     if df.empty:

@@ -57,6 +57,9 @@ def measured_stacks(path: str, mtime: float, branch: str, machine: str) -> dict[
     return measured
 
 
+KEPT = ", kept by ragbench versions at "  # in the label of what ``ragbench versions`` kept
+
+
 def several_stacks(runs: pd.DataFrame, by: pd.Series) -> dict[str, pd.DataFrame]:
     """The runs grouped ``by`` (a commit, or a kept gate), each with its ``stack``, of the
     groups measured under two stacks or more: {group's label: its runs}, newest first. Stacks
@@ -73,16 +76,34 @@ def several_stacks(runs: pd.DataFrame, by: pd.Series) -> dict[str, pd.DataFrame]
         label = f"{first['commit_hash'][:12]} ({first['commit_time']})"
         if group != first["commit_hash"]:  # a kept gate: gate:HEAD-BASE-SECONDS
             when = pd.Timestamp(int(group.rsplit("-", 1)[1]), unit="s")
-            label += f", kept by ragbench versions at {when:%Y-%m-%d %H:%M}"
+            label += f"{KEPT}{when:%Y-%m-%d %H:%M}"
         out[label] = here
     return out
+
+
+# Commits the Versions picker offers, newest first (what ``ragbench versions`` kept, always):
+# django-asv's ubuntu-latest ran nearly every commit under several Pythons, 2,000-odd options
+# sent a load
+VERSION_CHOICES = 500
+
+
+def offered(labels: list[str], wanted: str = "") -> list[str]:
+    """The picker's labels (``several_stacks``'): the newest ``VERSION_CHOICES`` commits, the
+    one the URL's ``commit`` names, and every kept gate; a caption says how many are left out."""
+    commits = [c for c in labels if KEPT not in c]
+    shown = commits[:VERSION_CHOICES] + [c for c in commits[VERSION_CHOICES:]
+                                         if wanted and c.startswith(wanted)][:1]  # fmt: skip
+    if len(commits) > len(shown):
+        st.caption(f"The newest {VERSION_CHOICES} of the {len(commits)} commits measured under "
+                   "several stacks (the URL's `?commit=` picks any of them).")  # fmt: skip
+    return shown + [c for c in labels if KEPT in c]
 
 
 def upgrade_reports(ctx, measured: dict[str, pd.DataFrame]) -> None:
     """For one commit: every cell under each stack measured on it, and the gate's
     verdict of each stack against a reference stack (what ``ragbench versions`` reports)."""
-    labels = list(measured)
     wanted = st.query_params.get("commit", "")
+    labels = offered(list(measured), wanted)
     index = next((i for i, c in enumerate(labels) if wanted and c.startswith(wanted)), 0)
     col1, col2 = st.columns(2)
     commit = col1.selectbox("commit (measured under several stacks)", labels, index=index,

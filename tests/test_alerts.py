@@ -218,6 +218,29 @@ def test_a_stack_upgrade_does_not_fix_a_code_alert(tmp_path):
     assert moved.endswith("; no fix of the code")
 
 
+def test_the_moves_of_several_alerts_read_their_series_once(tmp_path):
+    """Two steps of the code (+20% at 30, again at 50), then torch 2.11 takes the cell back
+    down at 70: each alert says so, and the series of both is read once (one query an
+    environment; one alert at a time read it again each time: 6.5 s an alert on django-asv's
+    history)."""
+    store = Store(tmp_path / "perf.duckdb")
+    stack = lambda i: "2.10.0" if i < 70 else "2.11.0"  # noqa: E731
+    series(store, [10.0] * 30 + [12.0] * 20 + [14.4] * 20, torch=stack)
+    alerts.update(store, "m1", POLICIES)
+    series(store, [10.0] * 25, start=70, torch=stack)
+    alerts.update(store, "m1", POLICIES)
+    found = store.alerts("m1")
+    assert [a["commit_hash"] for a in found] == [sha(50), sha(30)]
+    reads, read = [], store.series_points
+    store.series_points = lambda *a, **k: reads.append(a) or read(*a, **k)
+    moved = alerts.moves_of(store, "m1", found, POLICIES)
+    assert len(reads) == 1
+    for a in found:
+        (line,) = moved[a["commit_hash"]]
+        assert f"faster at {sha(70)[:12]} (environment: torch 2.10.0 -> 2.11.0)" in line, line
+        assert moved[a["commit_hash"]] == alerts.moves(store, "m1", a, POLICIES)
+
+
 def test_a_concurrent_ingest_never_overwrites_a_persons_state(tmp_path):
     """The race, made deterministic: the ingest read the alert as new, a person set expected,
     then the ingest found every step undone. Its update is conditional on the state it read:

@@ -230,6 +230,35 @@ def test_failed_cells_accepted_changes_and_other_branches(tmp_path):
     assert len(at.selectbox(key="base").options) == 12  # main's commits only, once each
 
 
+def test_the_series_page_names_the_newest_failed_commits_and_counts_the_rest(tmp_path):
+    """A series whose benchmark raised on 14 of its 16 commits: the Series page names the
+    newest ten, newest first, counts the other four, and its download lists all 14 (before,
+    every failed commit in one error box: 1,400-odd on django-asv's ubuntu-latest)."""
+    from dashboard.draw import FAILED_NAMED
+
+    history = synth.write_history(tmp_path / "h", 16)
+    files = sorted((history / synth.MACHINE).glob("*.json"), key=lambda p: json.loads(
+        p.read_text())["date"])  # fmt: skip
+    hashes = []
+    for f in files[2:]:
+        data = json.loads(f.read_text())
+        data["results"]["kernel.KernelLatency.track_gpu_us"][0][0] = None  # the benchmark raised
+        f.write_text(json.dumps(data))
+        hashes.append(data["commit_hash"][:12])
+    path = tmp_path / "perf.duckdb"
+    ingest(Store(path), [history], branch="main")
+    cell = "backend=triton,batch=1,geometry=deit_b,lengths=uniform,prune=0.8"
+    at = app(path, page="Series", machine=synth.MACHINE, benchmark="kernel.KernelLatency",
+             metric="gpu_us", cell=cell)  # fmt: skip
+    assert not at.exception, at.exception
+    (error,) = [e.value for e in at.error if e.value.startswith("Failed (the benchmark raised)")]
+    newest = list(reversed(hashes))[:FAILED_NAMED]
+    assert error.startswith(f"Failed (the benchmark raised) on 14 commit(s), newest first: "
+                            f"{', '.join(newest)} and 4 more"), error  # fmt: skip
+    assert not any(h in error for h in hashes[:4])
+    assert at.get("download_button")
+
+
 @pytest.fixture(scope="module")
 def store_1000(tmp_path_factory) -> Path:
     """The screenshots' store: 1,000 synthetic commits through the real ingest path."""
@@ -339,6 +368,19 @@ def test_the_versions_page_shows_what_versions_kept_and_tells_environments_apart
     text = texts(at)
     assert f"({data['env_name']})" in text and "(existing-py_numpy2)" in text, text
     assert "safe to upgrade" in text
+
+
+def test_the_versions_picker_offers_the_newest_commits_the_wanted_one_and_every_kept_gate():
+    """Of 600 commits measured under several stacks, the Versions picker offers the newest 500,
+    the one the URL names, and what ``ragbench versions`` kept (before: every commit, 2,000-odd
+    options a load on django-asv's ubuntu-latest)."""
+    from dashboard.environments import KEPT, VERSION_CHOICES, offered
+
+    commits = [f"{i:012x} (2026-01-01)" for i in range(600)]
+    kept = f"{'f' * 12} (2026-01-01){KEPT}2026-02-01 10:00"
+    labels = offered([*commits, kept], wanted=f"{599:012x}")
+    assert labels == [*commits[:VERSION_CHOICES], commits[599], kept]
+    assert offered(commits[:3]) == commits[:3]
 
 
 def test_a_lake_shows_every_machine_and_compares_two(postgres, tmp_path):
@@ -592,6 +634,32 @@ def test_the_alerts_page_opens_while_one_is_new_and_its_buttons_change_the_state
     assert app(path).sidebar.radio[0].value == "Overview"  # nothing new: the usual landing
 
 
+def test_the_alerts_page_reads_the_series_of_the_alerts_shown_once(tmp_path, monkeypatch):
+    """Two alerts of one series (+20% at 30, again at 50), then torch 2.11 takes it back down
+    at 70: the Alerts page says so under each, and reads the series once for both (one query
+    an environment; one alert at a time, 6.5 s an alert on django-asv's history)."""
+    from test_alerts import POLICIES, series, sha
+
+    from ragbench.history import alerting as ragbench_alerts
+    from ragbench.store import reads
+
+    path = tmp_path / "perf.duckdb"
+    store = Store(path)
+    stack = lambda i: "2.10.0" if i < 70 else "2.11.0"  # noqa: E731
+    series(store, [10.0] * 30 + [12.0] * 20 + [14.4] * 20, torch=stack)
+    ragbench_alerts.update(store, "m1", POLICIES)
+    series(store, [10.0] * 25, start=70, torch=stack)
+    ragbench_alerts.update(store, "m1", POLICIES)
+    calls, read = [], reads.Reads.series_points
+    monkeypatch.setattr(reads.Reads, "series_points",
+                        lambda *a, **k: calls.append(a) or read(*a, **k))  # fmt: skip
+    at = app(path, page="Alerts")
+    assert not at.exception, at.exception
+    since = [c.value for c in at.caption if c.value.startswith("Since then:")]
+    assert len(since) == 2 and all(f"faster at {sha(70)[:12]}" in c for c in since), since
+    assert len([c for c in calls if c[1:3] == ("m1", "")]) == 1, calls
+
+
 def test_another_projects_alert_links_and_measures_that_project(tmp_path):
     """django-asv's published results (tests/data/public/asv-django): the Alerts page links
     django's own compare page and prints the re-measure and bisect commands of its asv config,
@@ -609,7 +677,7 @@ def test_another_projects_alert_links_and_measures_that_project(tmp_path):
     assert codes and all(f"--config {conf}" in c for c in codes), codes
     # asv's number 89287 -> 1 at c9eb16a8: those steps listed apart, not alerted as the code's
     (settings,) = [e for e in at.expander if "Measurement setting changed" in e.label]
-    table = settings.dataframe[0].value
+    table = settings.table[0].value
     assert len(table) and table["setting"].str.contains("asv number").all(), table
     assert (table["commit"] == "c9eb16a87e60").all(), table
 

@@ -35,9 +35,7 @@ overwritten.
 
 from __future__ import annotations
 
-import json
 import math
-import statistics
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -47,13 +45,23 @@ from ..policies import STATISTICAL, Policies, Policy, load_policies
 from ..store import timing
 from ..verdicts.comparison import Key, bad_change, ratio_of
 from ..verdicts.status import Status, worded
-from . import edivisive as changepoints
 from . import series as history
+from .steps import (
+    SEGMENT,
+    Series,
+    change_positions,
+    measured,
+    neighbours,
+    positions_of,
+    read_many,
+    read_series,
+    step_at,
+    timed,
+)
 
 STATES = ("new", "acknowledged", "expected", "fixed", "invalid")
 OPEN = ("new", "acknowledged")
 LAST = 400  # the newest commits whose change points make alerts (the dashboard's charts')
-SEGMENT = 20  # points a side for a step's interval
 # points after a step back, at least, for it to fix an alert: E-Divisive finds a segment of
 # min_size (3) points, and three lucky points of a noisy series are no level
 FIX_POINTS = 5
@@ -93,88 +101,6 @@ def raised(c: dict, threshold: float) -> bool:
     excludes = lo > 1 if c["kind"] == "latency" else hi < 1
     inside = lo <= ratio_of(c["after"], c["before"]) <= hi
     return excludes and inside and cell_change(c) > threshold
-
-
-# --- a series, whole ------------------------------------------------------------------------
-
-
-@dataclass
-class Series:
-    """One series of the machine (``Store.series_points``), oldest first."""
-
-    environment: str
-    key: Key
-    commits: list[str]
-    times: list
-    values: list[float]
-    env_keys: list
-    envs: list[dict]
-    timings: list[dict]  # how the harness timed each point (ragbench.store.timing)
-
-    def at(self, commit: str, env_key=...) -> int | None:
-        """The position of the point of ``commit`` (and ``env_key``, where given)."""
-        return next((i for i, c in enumerate(self.commits) if c == commit
-                     and (env_key is ... or self.env_keys[i] == env_key)), None)  # fmt: skip
-
-    def point(self, i: int) -> history.Point:
-        return history.Point(self.commits[i], self.times[i], self.values[i], self.env_keys[i],
-                             self.envs[i], self.timings[i])  # fmt: skip
-
-    def moved(self, i: int) -> bool:
-        """Whether the environment or the measurement settings changed at point ``i`` (a step
-        there is none of the code's)."""
-        return self.env_keys[i] != self.env_keys[i - 1] or history.settings_change(
-            self.point(i - 1), self.point(i)) is not None  # fmt: skip
-
-
-def read_series(store, machine: str, environment: str, key: Key) -> Series:
-    rows = store.series_points(machine, environment, keys=[key])
-    return Series(environment, key, [r[3] for r in rows], [r[5] for r in rows],
-                  [r[7] for r in rows], [r[4] for r in rows],
-                  [changepoints.point_env(r) for r in rows],
-                  [changepoints.point_timing(r) for r in rows])  # fmt: skip
-
-
-def change_positions(store, machine: str, policies: Policies, s: Series) -> list[int]:
-    """The positions of the series' change points (stored, brought up to date in memory)."""
-    if not s.commits:
-        return []
-    newest = {(s.environment, *s.key): (s.commits[-1], s.env_keys[-1])}
-    found = changepoints.current(store, machine, changepoints.Settings.of(policies), newest,
-                                 benchmark=s.key[0], metric=s.key[1])  # fmt: skip
-    rows = found.get((s.environment, *s.key), [])
-    return sorted(p for r in rows if 0 < (p := r["position"]) < len(s.values)
-                  and s.commits[p] == r["commit_hash"])  # fmt: skip
-
-
-def timed(before: dict, after: dict) -> dict:
-    """A step's settings either side, as ``alert_cells`` keeps them (``ragbench.store.timing``)."""
-    return {"prev_timing": json.dumps(before), "timing": json.dumps(after)}
-
-
-def measured(before: list[float], after: list[float], kind: str) -> dict:
-    """A step from the points either side: the medians, and the bootstrap interval of their
-    ratio (widened to the estimate where the percentile interval misses it: the percentage
-    shown always lies inside the interval shown)."""
-    b, a = statistics.median(before), statistics.median(after)
-    lo, hi = stats.ratio_interval(before, after)
-    r = ratio_of(a, b)
-    if not (math.isnan(lo) or math.isnan(hi)) and math.isfinite(r):
-        lo, hi = min(lo, r), max(hi, r)
-    return {"kind": kind, "before": b, "after": a, "ratio_lo": lo, "ratio_hi": hi}
-
-
-def _segment(cps: list[int], at: int, n: int) -> tuple[int, int]:
-    """The neighbouring change points of position ``at`` (0 and ``n`` at the ends)."""
-    return max((p for p in cps if p < at), default=0), min((p for p in cps if p > at), default=n)
-
-
-def step_at(s: Series, at: int, cps: list[int], kind: str) -> dict:
-    """The step of position ``at``: each side up to the neighbouring change point, at most
-    ``SEGMENT`` points."""
-    prev, nxt = _segment(cps, at, len(s.values))
-    return measured(s.values[max(prev, at - SEGMENT) : at], s.values[at : min(nxt, at + SEGMENT)],
-                    kind)  # fmt: skip
 
 
 # --- making alerts --------------------------------------------------------------------------
@@ -391,14 +317,14 @@ def step_back(store, machine: str, alert: dict, c: dict, policies: Policies,
     if not code:
         return None
     back = code[-1]
-    prev, nxt = _segment(cps, back, len(s.values))
+    prev, nxt = neighbours(cps, back, len(s.values))
     prev = max(prev, at)
     segment = s.values[back:nxt][:SEGMENT]
     if len(segment) < FIX_POINTS:
         return None
     lower = c["kind"] == "latency"
     if len(set(s.env_keys[max(0, at - 1) : nxt])) == 1:
-        old = s.values[max(_segment(cps, at, len(s.values))[0], at - SEGMENT) : at]
+        old = s.values[max(neighbours(cps, at, len(s.values))[0], at - SEGMENT) : at]
         lo, hi = stats.ratio_interval(old, segment)
         level = hi if lower else lo
     else:
@@ -449,23 +375,33 @@ def moves(store, machine: str, alert: dict, policies: Policies) -> list[str]:
     (``9.8% faster at 0123456789ab (environment: python 3.12 -> 3.13); no fix of the code``,
     or ``... (measurement setting changed: asv number 85 -> 1) ...``): shown with the alert,
     never counted as its fix."""
-    out = []
-    for c in alert["cells"]:
-        if c["found_by"] not in STEP_FOUND:
-            continue
-        s = read_series(store, machine, c["environment"],
-                        (c["benchmark"], c["metric"], c["param_key"]))  # fmt: skip
-        at = s.at(alert["commit_hash"])
-        if not at:
-            continue
-        cps = change_positions(store, machine, policies, s)
-        for p in (p for p in cps if p > at and s.moved(p)):
-            step = step_at(s, p, cps, c["kind"])
+    return moves_of(store, machine, [alert], policies)[alert["commit_hash"]]
+
+
+def moves_of(store, machine: str, found: list[dict], policies: Policies) -> dict[str, list[str]]:
+    """``moves`` of each of the machine's alerts ``found``: commit -> its lines. Their series
+    are read together (``steps.read_many``, ``steps.positions_of``): one query an environment
+    and the machine's change points once."""
+    cells = [(a, c) for a in found for c in a["cells"] if c["found_by"] in STEP_FOUND]
+    many = read_many(store, machine, {(c["environment"], *cell_key(c)) for _, c in cells})
+    cps = positions_of(store, machine, policies, many)
+    out: dict[str, list[str]] = {a["commit_hash"]: [] for a in found}
+    for a, c in cells:
+        key = (c["environment"], *cell_key(c))
+        s, at = many[key], many[key].at(a["commit_hash"])
+        for p in (p for p in cps[key] if at and p > at and s.moved(p)):
+            step = step_at(s, p, cps[key], c["kind"])
             change = worded(cell_change(step), c["unit"], c["kind"] != "throughput")
-            out.append(f"{cell_name(c)}: {change} at {s.commits[p][:12]} "
-                       f"({history.change_cause(s.point(p - 1), s.point(p))}); no fix of the "
-                       "code")  # fmt: skip
+            out[a["commit_hash"]].append(
+                f"{cell_name(c)}: {change} at {s.commits[p][:12]} "
+                f"({history.change_cause(s.point(p - 1), s.point(p))}); no fix of the code"
+            )
     return out
+
+
+def cell_key(c: dict) -> Key:
+    """A cell's series key (benchmark, metric, param_key)."""
+    return (c["benchmark"], c["metric"], c["param_key"])
 
 
 def cell_name(c: dict) -> str:
