@@ -15,7 +15,7 @@ ingest by this process of:
 machine's load is known rather than whatever else runs. Each row gives the reads' median and
 worst time, the part of it spent waiting for the file's lock, how many waited over 1 s, and how
 many failed (StoreLocked: a reader gives up after 60 s). A reader waits for the lock while a
-writer holds the file: at most one write slice (``ragbench.store.core.WRITE_SLICE`` of
+writer holds the file: at most one write slice (``ragbench.store.backends.WRITE_SLICE`` of
 transactions once the reader's ``waiting_marker`` is there), the connection's close, and the
 writer then stays out until the reader is in (``HAND_OVER``).
 """

@@ -301,13 +301,14 @@ def write_store(path: Path, runs: int = 10_000, cells: int = MAX_SCALE_CELLS,
     memory: the primary key's index grows with each)."""
     from .store import Run as _Run
     from .store import Store, env_key, param_key, synthetic
+    from .suite_views import SUITE_VIEWS
 
     path = Path(path)
     if path.exists():
         raise ValueError(f"{path} exists: the scale store is written into a new file only")
     if not 1 <= machines <= len(SCALE_MACHINES):
         raise ValueError(f"1 to {len(SCALE_MACHINES)} machines, not {machines}")
-    Store(path)  # the schema, as every store gets it
+    Store(path, views=SUITE_VIEWS)  # the schema, as every store of this suite gets it
     cell_rows = []
     for j, c in enumerate(scale_cells(cells)):
         p = c["params"]

@@ -28,6 +28,7 @@ from ragbench.policies import load_policies
 from ragbench.report import gate_markdown
 from ragbench.result_files import ingest
 from ragbench.store import Store, StoreError, history_branch
+from ragbench.suite_views import SUITE_VIEWS
 
 RESULTS = suite.RESULTS  # asv.conf.json's: asv compare / publish / show read it
 ASV_LOG = RESULTS.parent / "asv.log"  # asv's own output (the terminal gets one line a quarter)
@@ -64,7 +65,7 @@ def demo(args) -> int:
     branch = suite.git("rev-parse", "--abbrev-ref", "HEAD")
     branch = history_branch() if branch == "HEAD" else branch  # detached: call it main's
     _log(f"== 2/3 ingest into {args.store} (branch {branch})")
-    store = Store(args.store, on_wait=_log, branch=branch)
+    store = Store(args.store, on_wait=_log, branch=branch, views=SUITE_VIEWS)
     report = ingest(store, [Path(s["result"]) for s in summaries], branch=branch, log=_log)
     _log(report.summary() + detection.update(store, report.new_runs).summary())
     _log("== 3/3 the gate: HEAD against its parent, from the stored runs")

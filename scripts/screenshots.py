@@ -107,6 +107,7 @@ def synthetic_store(directory: Path, commits: int = 1000, second: int = 0) -> Pa
     from ragbench.history import detection
     from ragbench.result_files import ingest
     from ragbench.store import Store
+    from ragbench.suite_views import SUITE_VIEWS
 
     path = directory / "perf.duckdb"
     histories = [synth.write_history(directory / "history", commits)]
@@ -118,7 +119,7 @@ def synthetic_store(directory: Path, commits: int = 1000, second: int = 0) -> Pa
             old.unlink()
             old.with_suffix(".fingerprint").unlink()
         histories.append(other)
-    with Store(path) as s:
+    with Store(path, views=SUITE_VIEWS) as s:
         detection.update(s, ingest(s, histories, branch="main").new_runs)
     return path
 

@@ -16,6 +16,7 @@ from ragbench.history.series import stored_histories
 from ragbench.policies import load_policies
 from ragbench.result_files import ingest
 from ragbench.store import Store
+from ragbench.suite_views import SUITE_VIEWS
 from ragbench.verdicts import comparison as compare
 
 COMMITS = int(os.environ.get("RAGBENCH_SELFBENCH_COMMITS", 1000))  # fewer: the tests' smoke run
@@ -29,7 +30,7 @@ def history(tmp_path_factory):
 @pytest.fixture(scope="session")
 def store(history, tmp_path_factory):
     path = tmp_path_factory.mktemp("store") / "perf.duckdb"
-    with Store(path) as s:
+    with Store(path, views=SUITE_VIEWS) as s:
         ingest(s, [history], branch="main")
     s = Store(path, read_only=True)
     yield s

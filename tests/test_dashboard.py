@@ -18,6 +18,7 @@ from conftest import ingest
 from dashboard import PAGES, SEVERITY
 from ragbench import synth
 from ragbench.store import Store
+from ragbench.suite_views import SUITE_VIEWS
 
 REPO = Path(__file__).resolve().parent.parent
 APP = str(REPO / "dashboard" / "app.py")
@@ -43,7 +44,7 @@ def store(quick_run, tmp_path_factory) -> Path:
     copy.write_text(json.dumps(data))
     shutil.copy(src.with_suffix(".fingerprint"), copy.with_suffix(".fingerprint"))
     path = tmp / "perf.duckdb"
-    with Store(path) as s:
+    with Store(path, views=SUITE_VIEWS) as s:
         report = ingest(s, [history, other, real], branch="main")
         assert len(report.stored) == 82 and not report.failed
     return path

@@ -50,6 +50,16 @@ def test_no_package_imports_the_scripts_or_the_experiments():
     assert not bad, bad
 
 
+def test_the_store_imports_nothing_of_the_suite():
+    """The store, the lowest room of ragbench, knows no benchmark of this suite: no module of
+    ragbench/store imports ``benchmarks`` (at any level); the benchmarks its views are made of
+    come in as data (``ragbench.store.ViewNames``, this suite's from ``ragbench.suite_views``)."""
+    bad = [f"{path.relative_to(REPO)}: {name}"
+           for path in sorted((REPO / "ragbench" / "store").rglob("*.py"))
+           for name in imports(path) if name.split(".")[0] == "benchmarks"]  # fmt: skip
+    assert not bad, bad
+
+
 def test_the_check_sees_an_import_inside_a_function(tmp_path, monkeypatch):
     """The reader above finds a function's import, absolute or relative (else the layers test
     could not fail)."""

@@ -14,6 +14,7 @@ from conftest import ingest
 from ragbench import synth
 from ragbench.store import Store
 from ragbench.store.rollup import Rollup, sync
+from ragbench.suite_views import SUITE_VIEWS
 
 
 def same(a: pd.DataFrame, b: pd.DataFrame) -> None:
@@ -28,7 +29,7 @@ def history(tmp_path):
 
 def test_the_rollup_answers_as_the_store(history, tmp_path):
     path = tmp_path / "perf.duckdb"
-    ingest(Store(path), [history], branch="main")
+    ingest(Store(path, views=SUITE_VIEWS), [history], branch="main")
     store, rollup = Store(path, read_only=True), Rollup.of(path, tmp_path / "r.duckdb")
     cell = "backend=triton,batch=64,geometry=deit_b,lengths=uniform,prune=0.8"
     for name, kwargs in [("runs", {}), ("series", {}), ("dispatch_floors", {}), ("drift", {}),
@@ -40,6 +41,7 @@ def test_the_rollup_answers_as_the_store(history, tmp_path):
             getattr(store, name)(frame=True, **kwargs), getattr(rollup, name)(frame=True, **kwargs)
         )
     assert len(rollup.series(frame=True, cell=cell, metric="gpu_us")) == 8
+    assert len(rollup.drift()) and len(rollup.dispatch_floors())  # the views compared hold rows
     assert len(rollup.cells(frame=True)) == 59  # every cell once
     assert rollup.branches() == store.branches()
 

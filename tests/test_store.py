@@ -21,6 +21,7 @@ from conftest import ingest
 from ragbench import synth
 from ragbench.result_files import parse
 from ragbench.store import Store, StoreError
+from ragbench.suite_views import SUITE_VIEWS
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -39,7 +40,7 @@ def result_file(results: Path) -> Path:
 def test_ingest_real_suite_results(quick_run, tmp_path, store_spec):
     results = copy_results(quick_run, tmp_path / "results")
     data = json.loads(result_file(results).read_text())
-    with Store(store_spec) as store:
+    with Store(store_spec, views=SUITE_VIEWS) as store:
         report = ingest(store, [results], branch="main")
         assert len(report.stored) == 1 and not report.failed and report.rows > 0
         (run,) = store.runs()
@@ -556,7 +557,7 @@ def test_a_store_file_another_process_is_creating_is_waited_for(tmp_path, monkey
     unusable (exit 2 elsewhere), never taken for a new store."""
     import threading
 
-    from ragbench.store import core
+    from ragbench.store import backends
 
     made = tmp_path / "made.duckdb"
     Store(made).close()  # a whole store, to appear where an empty file was
@@ -566,14 +567,14 @@ def test_a_store_file_another_process_is_creating_is_waited_for(tmp_path, monkey
     t0 = time.perf_counter()
     with Store(path) as s:  # waits for the header, then opens the store the other one made
         assert s.runs() == []
-    assert 0.3 <= time.perf_counter() - t0 < core.CREATING_WAIT
-    monkeypatch.setattr(core, "CREATING_WAIT", 0.2)
+    assert 0.3 <= time.perf_counter() - t0 < backends.CREATING_WAIT
+    monkeypatch.setattr(backends, "CREATING_WAIT", 0.2)
     stuck = tmp_path / "stuck.duckdb"
     stuck.write_bytes(b"")
     with pytest.raises(StoreError, match="not a usable DuckDB store"):
         Store(stuck)
     garbage = tmp_path / "garbage.duckdb"
-    garbage.write_bytes(b"\x00" * core.HEADER_BYTES)
+    garbage.write_bytes(b"\x00" * backends.HEADER_BYTES)
     t0 = time.perf_counter()
     with pytest.raises(StoreError, match="not a usable DuckDB store"):
         Store(garbage)
@@ -665,12 +666,12 @@ def test_a_large_run_is_written_in_slices_each_its_own_connection(tmp_path, monk
     closes the file, so a reader waits for one slice at most. The run shows whole, and a second
     ingest of it stores nothing."""
     import ragbench.store as S
-    from ragbench.store import core, writes
+    from ragbench.store import backends, writes
     from ragbench.synth import big_result
 
     monkeypatch.setattr(writes, "SLICE_ROWS", 1_000)
-    monkeypatch.setattr(core, "WRITE_SLICE", 0.0)
-    monkeypatch.setattr(core, "WRITE_HOLD", 0.0)
+    monkeypatch.setattr(backends, "WRITE_SLICE", 0.0)
+    monkeypatch.setattr(backends, "WRITE_HOLD", 0.0)
     big_result(tmp_path / "big", 4_500)
     path = tmp_path / "s.duckdb"
     store = Store(path)
@@ -695,9 +696,9 @@ def test_a_large_run_is_written_in_slices_each_its_own_connection(tmp_path, monk
 SLICED = """
 import os, signal, sys
 import ragbench.store as S
-from ragbench.store import core, writes
-writes.SLICE_ROWS, core.WRITE_SLICE, core.WRITE_HOLD = 500, 0.0, 0.0  # 500 rows a transaction,
-# and a connection each
+from ragbench.store import backends, writes
+# 500 rows a transaction, and a connection each
+writes.SLICE_ROWS, backends.WRITE_SLICE, backends.WRITE_HOLD = 500, 0.0, 0.0
 die_at = int(os.environ.get("DIE_AT_SLICE", "0"))
 insert, calls = S.Store._insert_rows, []
 def inserting(con, cols, start, stop):
@@ -993,12 +994,12 @@ def test_a_writer_keeps_the_file_until_a_process_waits_for_it(tmp_path, monkeypa
     process waits for it, which that process says by touching ``waiting_marker``; with nobody
     waiting, after ``WRITE_HOLD``."""
     import ragbench.store as S
-    from ragbench.store import core
+    from ragbench.store import backends
 
     path = tmp_path / "s.duckdb"
     writer = Store(path)
-    monkeypatch.setattr(core, "WRITE_SLICE", 0.0)
-    monkeypatch.setattr(core, "WRITE_HOLD", 3600.0)
+    monkeypatch.setattr(backends, "WRITE_SLICE", 0.0)
+    monkeypatch.setattr(backends, "WRITE_HOLD", 3600.0)
     with writer.writing():
         writer._held()
         writer.yield_slice()
@@ -1008,21 +1009,21 @@ def test_a_writer_keeps_the_file_until_a_process_waits_for_it(tmp_path, monkeypa
     proc = subprocess.Popen([sys.executable, "-c", holder], stdout=subprocess.PIPE, text=True)
     try:
         assert proc.stdout.readline().strip() == "held"
-        assert not writer.waiting_marker.exists()
+        assert not writer.backend.waiting_marker.exists()
         with pytest.raises(S.StoreLocked):  # the holder never lets go; the reader said it waits
             Store(path, read_only=True, lock_timeout=1.0)._open(write=False)
-        assert writer.waiting_marker.exists()
+        assert writer.backend.waiting_marker.exists()
     finally:
         proc.kill()
         proc.wait()
     with writer.writing():
         writer._held()
         writer.yield_slice()
-        assert writer._writer is None and not writer.waiting_marker.exists()  # let go
-    writer.waiting_marker.touch()  # a process waited through the writer's last transaction
+        assert writer._writer is None and not writer.backend.waiting_marker.exists()  # let go
+    writer.backend.waiting_marker.touch()  # a process waited through the writer's last transaction
     with writer.writing():
         writer._held()
-    assert not writer.waiting_marker.exists()  # its end lets go, and leaves nothing behind
+    assert not writer.backend.waiting_marker.exists()  # its end lets go, and leaves nothing behind
 
 
 def test_a_writer_that_lets_go_stays_out_until_the_waiting_reader_is_in(tmp_path, monkeypatch):
@@ -1030,14 +1031,15 @@ def test_a_writer_that_lets_go_stays_out_until_the_waiting_reader_is_in(tmp_path
     only once that reader is in (it removes ``waiting_marker``), however late the reader's next
     try comes: reopening after a fixed pause won the file back from a reader not scheduled in
     time (reads of 1-2 s at a load of 8)."""
-    from ragbench.store import core
+    from ragbench.store import backends
 
     path = tmp_path / "s.duckdb"
     writer = Store(path)
-    monkeypatch.setattr(core, "WRITE_SLICE", 0.0)
-    monkeypatch.setattr(core, "HAND_OVER", 120.0)  # a busy machine: the reader comes in time
+    monkeypatch.setattr(backends, "WRITE_SLICE", 0.0)
+    monkeypatch.setattr(backends, "HAND_OVER", 120.0)  # a busy machine: the reader comes in time
     # A reader that tries every 0.5 s, far slower than the writer's pause: holds the file once in.
-    reader = ("import sys, time; from ragbench.store import Store, core; core.LOCK_POLL = 0.5; "
+    reader = ("import sys, time; from ragbench.store import Store, backends; "
+              "backends.LOCK_POLL = 0.5; "
               f"s = Store({str(path)!r}, read_only=True); c = s._open(write=False); "
               "print('in', flush=True); sys.stdin.read()")  # fmt: skip
     with writer.writing():
@@ -1045,7 +1047,7 @@ def test_a_writer_that_lets_go_stays_out_until_the_waiting_reader_is_in(tmp_path
         proc = subprocess.Popen([sys.executable, "-c", reader], stdin=subprocess.PIPE,
                                 stdout=subprocess.PIPE, text=True)  # fmt: skip
         try:
-            while not writer.waiting_marker.exists():  # the reader found the file locked
+            while not writer.backend.waiting_marker.exists():  # the reader found the file locked
                 assert proc.poll() is None
                 time.sleep(0.01)
             writer.yield_slice()
@@ -1053,7 +1055,7 @@ def test_a_writer_that_lets_go_stays_out_until_the_waiting_reader_is_in(tmp_path
             with pytest.raises(duckdb.IOException, match="lock"):  # the reader has it now
                 duckdb.connect(str(path))
             assert proc.stdout.readline().strip() == "in"
-            assert not writer.waiting_marker.exists()
+            assert not writer.backend.waiting_marker.exists()
         finally:
             proc.communicate("")
 

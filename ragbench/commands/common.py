@@ -11,6 +11,7 @@ from pathlib import Path
 
 from .. import provenance as fingerprint
 from ..store import BRANCH_VAR, ENV_VAR, Store, default_path, history_branch, store_spec
+from ..suite_views import SUITE_VIEWS
 
 MODE_HELP = "grid size: quick (pull requests, make demo; ~1.5 min on an H100 GPU) or full (main)"
 
@@ -21,9 +22,10 @@ def log(msg: str) -> None:
 
 def open_store(args, read_only: bool = False, create: bool = True) -> Store:
     """The store ``--store`` names; a command that only reads opens it ``read_only`` and one
-    that needs an existing store ``create=False``: a mistyped path is exit 2, never a new file."""
+    that needs an existing store ``create=False``: a mistyped path is exit 2, never a new file.
+    Its views are of this suite's benchmarks (``SUITE_VIEWS``)."""
     return Store(args.store, read_only=read_only, on_wait=log, create=create,
-                 branch=getattr(args, "history_branch", None))  # fmt: skip
+                 branch=getattr(args, "history_branch", None), views=SUITE_VIEWS)  # fmt: skip
 
 
 def machine_of(args) -> str:

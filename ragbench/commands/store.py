@@ -8,6 +8,7 @@ import time
 
 from ..policies import load_policies
 from ..store import Store, store_spec
+from ..suite_views import SUITE_VIEWS
 from .common import log, open_store, policies_arg, store_arg
 
 
@@ -53,7 +54,7 @@ def add_parser(sub) -> None:
 
 def copy(args) -> int:
     source = Store(args.source, read_only=True, on_wait=log)
-    target = Store(args.target, on_wait=log)
+    target = Store(args.target, on_wait=log, views=SUITE_VIEWS)
     t0 = time.perf_counter()
     added, behind = target.copy_from(source)
     if behind:
@@ -82,7 +83,7 @@ def maintain(args) -> int:
 def info(args) -> int:
     store = open_store(args, read_only=True)
     files, size = store.size()
-    summary = {"store": store.name, "backend": "ducklake" if store.lake else "duckdb",
+    summary = {"store": store.name, "backend": store.backend.label,
                **store.counts(), "machines": store.machines(), "files": files,
                "bytes": size}  # fmt: skip
     print(json.dumps(summary, indent=2))

@@ -10,6 +10,7 @@ from pathlib import Path
 from .. import envs
 from ..policies import load_policies
 from ..store import Store, store_spec
+from ..suite_views import SUITE_VIEWS
 from ..verdicts.status import FAILING, Headline
 from .common import MODE_HELP, bench_arg, log, machine_arg, machine_of, policies_arg
 
@@ -87,7 +88,8 @@ def run(args) -> int:
     sides = {"base": envs.ensure(args.from_spec, log=log),
              "head": envs.ensure(args.to_spec, log=log)}  # fmt: skip
     with (tempfile.TemporaryDirectory(prefix="ragbench-versions-") as tmp,
-          Store(args.store or Path(tmp) / "versions.duckdb") as store):  # fmt: skip
+          Store(args.store or Path(tmp) / "versions.duckdb",
+                views=SUITE_VIEWS) as store):  # fmt: skip
         result = run_gate(
             store, args.commit, args.commit, policies=policies, machine=machine_of(args),
             rounds=args.rounds, mode=args.mode, bench=args.bench, paired_processes=0,
@@ -132,7 +134,8 @@ def _bisect(args, policies) -> int:
         base = envs.ensure(first, log=log)  # built at the first step, then read from its stamp
         env = envs.ensure(spec, log=log)
         with (tempfile.TemporaryDirectory(prefix="ragbench-bisect-") as tmp,
-              Store(args.store or Path(tmp) / "bisect.duckdb") as store):  # fmt: skip
+              Store(args.store or Path(tmp) / "bisect.duckdb",
+                    views=SUITE_VIEWS) as store):  # fmt: skip
             result = run_gate(
                 store, args.commit, args.commit, policies=policies, machine=machine_of(args),
                 rounds=args.rounds, mode=args.mode, bench=[f"^{re.escape(key[0])}\\."],

@@ -21,11 +21,18 @@ of ``Store``. Schema (``SCHEMA_VERSION``; docs/store.md describes every column):
                   its blocking cells (``gate_verdict_cells``): what ``gate --settle`` reads
     views         ``series`` (measurements joined with their run), ``speedups`` (a candidate
                   backend against each other one in the same run and cell), ``dispatch_floors``,
-                  ``drift``
+                  ``drift``: these two of the benchmarks a suite names, given as data
+                  (``ViewNames``; the store imports no benchmark) and kept in ``meta``
 
 History is main's: the history queries (``series``, ``runs``, the views' readers) return runs
 of one branch, ``main`` unless ``$RAGBENCH_BRANCH`` or ``branch=`` says otherwise, and never a
 gate job's runs. ``any_branch=True`` lifts the branch filter (the gate's stored comparison).
+
+A file or a lake: ``Store`` holds one backend (``backends.py``: ``FileBackend``,
+``LakeBackend``) and calls it for the few things that differ (opening a connection, whether the
+store is there, the tables' DDL, whether writes go in slices and when a writer lets readers in,
+whether a failed commit lost a race, the cache key and size, attaching for a copy, maintenance,
+the name and kind shown); no other code asks which one it has.
 
 File connections are short: a reader opens the file read-only for one query, a writer
 read-write for one transaction of at most ``SLICE_ROWS`` measurements (ingest keeps its
@@ -37,42 +44,36 @@ its ``runs`` row, written last, does (``_add_in_slices``); until then no query s
 
 A lake has no lock: readers read a snapshot, and writers of many processes and machines commit
 optimistically. DuckLake has no primary keys, so every write transaction also rewrites one row
-of ``meta`` (``_guard``): two writers that overlap conflict there, and the loser retries its
-transaction from the start, where it sees what the winner stored (a run is never stored twice).
+of ``meta`` (the guard, ``_write``): two writers that overlap conflict there, and the loser
+retries its transaction from the start, where it sees what the winner stored (a run is never
+stored twice).
 
 The package, one job a module (``Store`` composes the parts, which reach each other through
 ``self``):
 
     records.py          what a run is: ``Run``, ``Measurement``, ``Columns``, the keys
     errors.py           ``StoreError``, ``StoreLocked``, ``StoreMissing``
-    core.py             opening a store: a file's connections, the write lock and its
-                        waiting marker, one transaction, the schema's creation and checks
-    lake_connection.py  this process's connection to each lake, and the watch around it
+    backends.py         where a store is, and what a file and a lake do differently: a
+                        file's lock and its waiting marker, this process's connection to each
+                        lake and the watch around it
+    core.py             opening a store: its backend, the write connection shared by many
+                        transactions, one transaction, the schema's creation and checks
     writes.py           ``add_run`` (in slices), acceptances, gate verdicts (the pull
                         requests' and the gates' own), change points
     copies.py           ``copy_from``, ``maintain``, ``export_parquet``
     reads.py            the queries
     lake.py             DuckLake: the catalogue's URL, extensions, retries, snapshots
-    schema.py           the tables, views and migrations
+    schema.py           the tables, views (``ViewNames``) and migrations
     rollup.py           the dashboard's read model of a store file
     synthetic.py        the bulk writer of ``ragbench.synth``'s scale store
 """
 
 from __future__ import annotations
 
+from .backends import DEFAULT_PATH, ENV_VAR, Backend, default_path, store_spec
 from .copies import Copies
-from .core import (
-    BRANCH_VAR,
-    DEFAULT_PATH,
-    ENV_VAR,
-    SCHEMA_VERSION,
-    Core,
-    default_path,
-    history_branch,
-    store_spec,
-)
+from .core import BRANCH_VAR, SCHEMA_VERSION, Core, history_branch
 from .errors import StoreError, StoreLocked, StoreMissing
-from .lake_connection import LakeConnection
 from .reads import Reads
 from .records import (
     ENV_FIELDS,
@@ -87,6 +88,7 @@ from .records import (
     environment_key,
     param_key,
 )
+from .schema import ViewNames
 from .writes import Writes
 
 __all__ = [
@@ -99,6 +101,7 @@ __all__ = [
     "OK",
     "SCHEMA_VERSION",
     "VARIANT_PARAMS",
+    "Backend",
     "Columns",
     "Measurement",
     "Run",
@@ -106,6 +109,7 @@ __all__ = [
     "StoreError",
     "StoreLocked",
     "StoreMissing",
+    "ViewNames",
     "default_path",
     "env_key",
     "environment_key",
@@ -115,7 +119,7 @@ __all__ = [
 ]
 
 
-class Store(Reads, Writes, Copies, Core, LakeConnection):
+class Store(Reads, Writes, Copies, Core):
     """A results store: a DuckDB file, or a DuckLake given as ``ducklake:...`` (lake.py).
     ``Store(spec)`` creates it (and its schema) if needed, or brings an older schema up to
     date; a file store holds no connection between calls.
@@ -125,5 +129,11 @@ class Store(Reads, Writes, Copies, Core, LakeConnection):
     file behind), and a missing one (a file, or a lake a read-only attach cannot find) raises
     StoreMissing here, a line saying what makes one. ``branch`` names the history's branch
     (default ``history_branch()``). ``name`` is what messages call it (a lake's password
-    hidden).
+    hidden), ``backend`` what it is (``backends.Backend``: ``kind``, ``label``).
+
+    ``views`` names the benchmarks the views ``dispatch_floors`` and ``drift`` are of
+    (``ViewNames``; this suite's are ``ragbench.suite_views.SUITE_VIEWS``, which the commands
+    give). A writer makes the views of them when it makes or migrates the store, or where the
+    store's were made of other names; without ``views`` it leaves them as they are (a
+    migration makes them of the names kept in ``meta``; a new store's hold no rows).
     """

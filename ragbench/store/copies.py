@@ -12,17 +12,11 @@ from typing import TYPE_CHECKING
 
 from .core import STORED
 from .errors import StoreError
-from .lake import maintain as lake_maintain
 from .lake import one_line, redact
 from .writes import CLAIM, stale_claim
 
 if TYPE_CHECKING:
     from . import Store
-
-
-def _sql_text(text) -> str:
-    """``text`` as the inside of a SQL string literal."""
-    return str(text).replace("'", "''")
 
 
 class Copies:
@@ -107,10 +101,7 @@ class Copies:
         with self.writing():
             con = self._held()
             try:
-                if source.lake is not None:
-                    source.lake.attach(con, alias, read_only=True)
-                else:
-                    con.execute(f"ATTACH '{_sql_text(source.path)}' AS {alias} (READ_ONLY)")
+                source.backend.attach(con, alias)
                 return self._write(work), behind
             except duckdb.Error as exc:
                 raise StoreError(f"copying {source.name} into {self.name}: "
@@ -128,13 +119,10 @@ class Copies:
             raise ValueError("keep between a day and a century of snapshots (a reader may be "
                              f"on one), not {keep_days}")  # fmt: skip
         before = self.size()
-        if self.lake is None:
+        if self.backend.slices:  # only a write in slices leaves rows behind
             self._write(self._drop_leftovers)
         with self._connect(write=True) as con:
-            if self.lake is not None:
-                lake_maintain(con, keep_days)
-            else:
-                con.execute("CHECKPOINT")
+            self.backend.tidy(con, keep_days)
         after = self.size()
         return {"files_before": before[0], "bytes_before": before[1],
                 "files_after": after[0], "bytes_after": after[1]}  # fmt: skip

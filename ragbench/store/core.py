@@ -1,7 +1,7 @@
-"""Opening a store (``Core``, what every part of ``Store`` stands on): a file's short
-connections and the write lock with its waiting marker, one write transaction with its guard
-row and its retries, and the schema's creation, migration and checks; where the store is
-(``store_spec``, ``default_path``) and whose history it holds (``history_branch``)."""
+"""Opening a store (``Core``, what every part of ``Store`` stands on): its backend (a file or a
+lake: ``backends.py``, the one place they differ), the write connection shared by a series of
+transactions, one write transaction with its guard row and its retries, and the schema's
+creation, migration and checks; whose history it holds (``history_branch``)."""
 
 from __future__ import annotations
 
@@ -13,57 +13,29 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from .errors import StoreError, StoreLocked, StoreMissing
-from .lake import CONFLICT, DUCKDB_CONFIG, Lake, is_lake, one_line, quiet, redact
+from .backends import backend, default_path, store_spec
+from .errors import StoreError, StoreMissing
+from .lake import one_line, redact
 from .records import HISTORY_BRANCH
-from .schema import DROP_CHANGE_POINTS, MIGRATIONS, OURS, TABLES, VIEWS, lake_ddl
+from .schema import (
+    DROP_CHANGE_POINTS,
+    MIGRATIONS,
+    OURS,
+    TABLES,
+    VIEWS_KEY,
+    ViewNames,
+    views_sql,
+)
 
 if TYPE_CHECKING:
     from . import Store
 
-DEFAULT_PATH = Path("results/perf.duckdb")
-ENV_VAR = "RAGBENCH_STORE"
 BRANCH_VAR = "RAGBENCH_BRANCH"
 SCHEMA_VERSION = 8  # a new table, column or view needs a new version: that is what migrates
-# How long a writer may keep the file between transactions before it lets a waiting reader in:
-# opening the file costs ~15 ms, so one connection per file would make a 1,000-file ingest 3x
-# slower. A process waiting for the lock says so (``waiting_marker``); with nobody waiting the
-# writer keeps the file for ``WRITE_HOLD``: each close checkpoints the file (0.3 s a close into a
-# 1,000-commit store at a load of 8), and releasing it every WRITE_SLICE spent 51 s of a 175 s
-# ingest of 1,000 result files closing it. WRITE_HOLD bounds the wait of a reader that cannot
-# leave the marker (a read-only directory).
-WRITE_SLICE = 0.25
-WRITE_HOLD = 2.0
-# How long a writer that let the file go stays out until the process waiting for it is in: that
-# process removes the marker once it has the file. Closing and reopening 40 ms later let the
-# writer win the file back from a reader that was not scheduled in time: at a load of 8, 4-6 of
-# 55 reads of a 100,000-cell ingest waited 1.1-2.1 s, a slice and a checkpoint per miss. A
-# marker left by a process that gave up is removed after this.
-HAND_OVER = 1.0
-LOCK_POLL = 0.02  # seconds between tries for a locked file
-# DuckDB creates a new file empty and then writes its header (3 blocks of 4 KiB); another
-# process opening it in between gets "not a valid DuckDB database file" (found by four
-# concurrent ingests into a new store on CI), and one that opens it to create it too truncates
-# it under the first (four ingests then all failed: "not a valid DuckDB database file", CI,
-# 2026-11-25). So a new store is made aside and linked into place (``_make_file``); a file
-# shorter than a header (made by other means) is taken as one being created, for up to
-# CREATING_WAIT seconds; then, and for any longer file, it is unusable.
-HEADER_BYTES = 3 * 4096
-CREATING_WAIT = 10.0
 GUARD_KEY = "writer"  # the row of ``meta`` that every write transaction rewrites
 # The rows no query sees until their run is stored: a run being written in slices, or one whose
 # writer died mid-way (``Store._add_in_slices``).
 STORED = "run_id IN (SELECT run_id FROM runs)"
-
-
-def store_spec(text: str | Path) -> str | Path:
-    """A store as given on a command line: a lake string as it is, anything else a path."""
-    return text if is_lake(text) else Path(text)
-
-
-def default_path() -> str | Path:
-    """``$RAGBENCH_STORE`` (a file or a lake) or ``results/perf.duckdb``."""
-    return store_spec(os.environ.get(ENV_VAR) or DEFAULT_PATH)
 
 
 def history_branch() -> str:
@@ -82,120 +54,42 @@ class Core:
     """The store's opening, connections and transactions (``Store``'s docstring says how it is
     called). The other parts use ``_connect`` (one query or transaction), ``_write`` (one write
     transaction), ``writing``/``_held``/``_release`` (a write connection shared by many), and
-    ``lake``, ``path``, ``name``, ``branch``; the lake's cursor and watch are
-    ``LakeConnection``'s."""
+    ``backend`` (what differs between a file and a lake), ``name``, ``branch``."""
 
     def __init__(self, path: Path | str | None = None, *, read_only: bool = False,
                  lock_timeout: float | None = None, on_wait=None,
-                 branch: str | None = None, create: bool = True):  # fmt: skip
+                 branch: str | None = None, create: bool = True,
+                 views: ViewNames | None = None):  # fmt: skip
         spec = store_spec(path) if path is not None else default_path()
-        self.lake = Lake.parse(spec) if is_lake(spec) else None
-        self.path = None if self.lake else Path(spec)
-        self.name = self.lake.name if self.lake else str(self.path)
         self.read_only = read_only
         self.lock_timeout = (60.0 if read_only else 600.0) if lock_timeout is None else lock_timeout
-        self.on_wait = on_wait
+        self.backend = backend(spec, read_only=read_only, lock_timeout=self.lock_timeout,
+                               on_wait=on_wait)  # fmt: skip
+        self.name = self.backend.name
         self.branch = branch or history_branch()
+        self.view_names = views
         self._writing = False  # inside ``writing()``
         self._writer = None  # the connection of an open write slice (``writing``)
         self._checked = False  # the schema, checked on the first connection
         self.create = create and not read_only
-        if read_only or not create:  # StoreMissing where there is none
-            if self.lake is not None:
-                with self._watched():
-                    self._lake_cursor(read_only=True).close()
-            elif not self.path.exists():
-                raise StoreMissing(self._missing())
+        if (read_only or not create) and not self.backend.exists():  # StoreMissing
+            raise StoreMissing(self.backend.missing())
         if not read_only:
-            if self.path is not None:
-                self.path.parent.mkdir(parents=True, exist_ok=True)
+            self.backend.prepare()
             self._create()
             self._checked = True
 
     @property
     def kind(self) -> str:
-        return "DuckLake" if self.lake else "DuckDB file"
-
-    # --- connections ----------------------------------------------------------------------
-
-    def _open(self, write: bool):
-        if self.lake is not None:
-            return self._lake_cursor()
-        import duckdb
-
-        if self.path.exists() and not self.path.is_file():  # a FIFO would hang DuckDB
-            raise StoreError(f"{self.path} is not a regular file")
-        if write and not self.path.exists():
-            self._make_file()
-        start = time.monotonic()
-        deadline = start + self.lock_timeout
-        waited = False
-        while True:
-            try:
-                con = quiet(
-                    duckdb.connect(str(self.path), read_only=not write, config=DUCKDB_CONFIG)
-                )
-                if waited:  # in: the writer that let the file go for us may go on
-                    with contextlib.suppress(OSError):
-                        self.waiting_marker.unlink(missing_ok=True)
-                return con
-            except duckdb.Error as exc:
-                if self._being_created(exc) and time.monotonic() < start + CREATING_WAIT:
-                    time.sleep(LOCK_POLL)
-                    continue
-                if "lock" not in str(exc).lower():
-                    raise StoreError(f"{self.path} is not a usable DuckDB store: {exc}") from None
-                if time.monotonic() > deadline:
-                    raise StoreLocked(
-                        f"{self.path} stayed locked by another process for "
-                        f"{self.lock_timeout:.0f} s"
-                    ) from None
-                if not waited and self.on_wait is not None:
-                    self.on_wait(f"waiting for the lock on {self.path} (another writer?)")
-                waited = True
-                with contextlib.suppress(OSError):  # a read-only directory: WRITE_HOLD
-                    self.waiting_marker.touch()
-                time.sleep(LOCK_POLL)
+        return self.backend.kind
 
     @property
-    def waiting_marker(self) -> Path:
-        """The file a process waiting for a file store's lock touches, so that the writer
-        lets it in after ``WRITE_SLICE`` instead of ``WRITE_HOLD``, and removes once it is in,
-        so that the writer stays out until then (``HAND_OVER``)."""
-        return self.path.with_name(f".{self.path.name}.waiting")
+    def path(self) -> Path | None:
+        """The store's file; None for a lake (``name`` says where either is)."""
+        return self.backend.path
 
-    def _make_file(self) -> None:
-        """A new, empty DuckDB file at ``path``, whole from the first moment: made under a name
-        of this process's and linked into place (``link`` fails where another process's came
-        first: that one is used). DuckDB never opens ``path`` to create it (see HEADER_BYTES)."""
-        import duckdb
-
-        aside = self.path.with_name(f".{self.path.name}.{os.getpid()}.new")
-        try:
-            duckdb.connect(str(aside)).close()
-            os.link(aside, self.path)
-        except FileExistsError:
-            pass
-        except (duckdb.Error, OSError) as exc:
-            raise StoreError(f"cannot make a store at {self.path}: {exc}") from None
-        finally:
-            aside.unlink(missing_ok=True)
-
-    def _being_created(self, exc: Exception) -> bool:
-        """Whether DuckDB refused the file as one shorter than its header (see HEADER_BYTES)."""
-        if "not a valid duckdb database file" not in str(exc).lower():
-            return False
-        try:
-            return self.path.stat().st_size < HEADER_BYTES
-        except OSError:  # gone again: let the next try say
-            return True
-
-    def _missing(self) -> str:
-        """What a missing store's error says: where, and the commands that make one."""
-        where = f"'{self.name}'" if self.lake else str(self.path)
-        return (f"no results store at {where}: check --store (or ${ENV_VAR}), or make one "
-                f"with `ragbench ingest --store {where} <asv results dir>` (or `make demo`)"
-                )  # fmt: skip
+    def _open(self, write: bool):
+        return self.backend.open(write)
 
     @contextlib.contextmanager
     def _connect(self, write: bool = False) -> Iterator:
@@ -205,7 +99,7 @@ class Core:
 
         if write and self.read_only:
             raise StoreError(f"{self.name} was opened read-only")
-        with self._watched():
+        with self.backend.watched():
             if write and self._writing:
                 self._held()
             own = self._writer is None
@@ -277,33 +171,18 @@ class Core:
         if self._writer is not None:
             self._writer.close()
             self._writer = None
-            if self.lake is None:  # let in: a process still waiting touches it again
-                with contextlib.suppress(OSError):
-                    self.waiting_marker.unlink(missing_ok=True)
+            self.backend.released()
 
     def yield_slice(self) -> None:
-        """Between two transactions of ``writing()``: close a file's connection once the slice
-        is used up and another process waits for it (``waiting_marker``), or once it was held
-        for ``WRITE_HOLD``, so that readers get the file before the next transaction opens it
-        again (a lake has no lock)."""
-        if self._writer is None or self.lake is not None:
+        """Between two transactions of ``writing()``: close the connection where the backend
+        lets it go now (a file's, once the slice is used up and another process waits for it,
+        or once it was held for ``WRITE_HOLD``: ``backends.FileBackend.let_go``), so that
+        readers get the store before the next transaction opens it again (a lake has no lock)."""
+        if self._writer is None or not self.backend.let_go(time.monotonic() - self._slice_started):
             return
-        held = time.monotonic() - self._slice_started
-        if held > WRITE_HOLD or (held > WRITE_SLICE and self.waiting_marker.exists()):
-            self._writer.close()
-            self._writer = None
-            self._hand_over()
-
-    def _hand_over(self) -> None:
-        """After closing the file between transactions: wait until the process waiting for it
-        is in (it removes ``waiting_marker``), at most ``HAND_OVER`` seconds (then the marker
-        is a process's that gave up, and goes)."""
-        deadline = time.monotonic() + HAND_OVER
-        time.sleep(LOCK_POLL * 2)  # nobody waiting: long enough for a reader's next try
-        while self.waiting_marker.exists() and time.monotonic() < deadline:
-            time.sleep(LOCK_POLL)
-        with contextlib.suppress(OSError):
-            self.waiting_marker.unlink(missing_ok=True)
+        self._writer.close()
+        self._writer = None
+        self.backend.hand_over()
 
     def _schema(self, con) -> int | None:
         """The store's schema version, None when it has no ``meta`` table; StoreError when it
@@ -349,8 +228,10 @@ class Core:
 
     def _create(self) -> None:
         """The schema, created in an empty store or migrated from an older one; a store
-        already at this version is not written, and a store of anything else is refused. On a
-        lake, writers that create it at once conflict, and the losers find it made."""
+        already at this version is not written (but for its views, made again where ``views``
+        names other benchmarks than they were made with: ``_views``), and a store of anything
+        else is refused. On a lake, writers that create it at once conflict, and the losers find
+        it made."""
         import duckdb
 
         deadline = time.monotonic() + self.lock_timeout
@@ -360,20 +241,25 @@ class Core:
                     raise StoreError(f"{self.name} is a {self.kind} of other things, not a "
                                      "ragbench store")  # fmt: skip
                 version = self._schema(con)
-                if version == SCHEMA_VERSION:
-                    return
                 if version is None and not self.create:  # an empty file or lake: not a store
-                    raise StoreMissing(self._missing())
+                    raise StoreMissing(self.backend.missing())
+                recorded = self._views(con) if version is not None else None
+                if version == SCHEMA_VERSION and self.view_names in (None, recorded):
+                    return
+                names = self.view_names or recorded or ViewNames()
                 con.execute("BEGIN TRANSACTION")
                 try:
-                    if version is not None and version < 4:
-                        con.execute(DROP_CHANGE_POINTS)
-                    con.execute(lake_ddl(TABLES) if self.lake else TABLES)
-                    con.execute(MIGRATIONS)
-                    con.execute(VIEWS)
-                    con.execute("DELETE FROM meta WHERE key IN ('schema_version', ?)", [GUARD_KEY])
-                    con.execute("INSERT INTO meta VALUES ('schema_version', ?), (?, '')",
-                                [str(SCHEMA_VERSION), GUARD_KEY])  # fmt: skip
+                    if version != SCHEMA_VERSION:
+                        if version is not None and version < 4:
+                            con.execute(DROP_CHANGE_POINTS)
+                        con.execute(self.backend.ddl(TABLES))
+                        con.execute(MIGRATIONS)
+                    con.execute(views_sql(names))
+                    con.execute("DELETE FROM meta WHERE key IN ('schema_version', ?, ?)",
+                                [GUARD_KEY, VIEWS_KEY])  # fmt: skip
+                    con.execute("INSERT INTO meta VALUES ('schema_version', ?), (?, ''), (?, ?)",
+                                [str(SCHEMA_VERSION), GUARD_KEY, VIEWS_KEY,
+                                 names.to_json()])  # fmt: skip
                     con.execute("COMMIT")
                     return
                 except duckdb.Error as exc:
@@ -383,13 +269,18 @@ class Core:
                     if not self._lost_race(exc, deadline, ("already exists", "duplicate")):
                         raise
 
+    @staticmethod
+    def _views(con) -> ViewNames | None:
+        """The benchmark names the store's views were made with (``meta``), None where they
+        were made before the names were kept."""
+        rows = con.execute("SELECT value FROM meta WHERE key = ?", [VIEWS_KEY]).fetchall()
+        return ViewNames.from_json(rows[0][0]) if rows else None
+
     def _lost_race(self, exc, deadline: float, also: tuple[str, ...] = ()) -> bool:
-        """After a lake transaction failed: whether another writer's commit beat it (a
-        conflict, or one of ``also`` in the message) with time left to try again, after a
-        random pause. Anything else (a data path that cannot be written, say) is no race."""
-        text = str(exc).lower()
-        if (self.lake is None or time.monotonic() > deadline
-                or not any(w in text for w in (CONFLICT, *also))):  # fmt: skip
+        """After a transaction failed: whether another writer's commit beat it (on a lake: a
+        conflict, or one of ``also`` in the message: ``Backend.conflict``) with time left to
+        try again, after a random pause."""
+        if time.monotonic() > deadline or not self.backend.conflict(exc, also):
             return False
         time.sleep(random.uniform(0.005, 0.05))
         return True

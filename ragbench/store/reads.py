@@ -10,8 +10,6 @@ from collections.abc import Iterable
 
 from . import timing
 from .core import STORED
-from .lake import files as lake_files
-from .lake import snapshot as lake_snapshot
 from .records import ENV_FIELDS, FAILED, OK
 
 # DuckDB's memory for the lookback's query over a file: it caches what it scans. On the
@@ -34,11 +32,11 @@ class Reads:
     def _rows(self, sql: str, args: list | None = None, frame: bool = False,
               memory: str | None = None):  # fmt: skip
         """Rows of one query (dicts, or a DataFrame); ``memory``: DuckDB's memory limit for it
-        on a file (a lake's connection is the process's: left as it is)."""
+        on a connection of its own (``Backend.limit_memory``: a file's; a lake's connection is
+        the process's, left as it is)."""
         with self._connect() as con:
-            if memory and self.lake is None and self._writer is None:
-                con.execute(f"SET memory_limit = '{memory}'")
-                con.execute("SET preserve_insertion_order = false")  # the query orders its rows
+            if memory and self._writer is None:
+                self.backend.limit_memory(con, memory)
             cur = con.execute(sql, args or [])
             if frame:
                 return cur.df()
@@ -74,18 +72,12 @@ class Reads:
     def mtime(self) -> float:
         """A cache key for readers (the dashboard) that changes with every write: when the
         file last changed, or the lake's newest snapshot."""
-        if self.lake is None:
-            return self.path.stat().st_mtime
-        with self._connect() as con:
-            return float(lake_snapshot(con))
+        return self.backend.mtime(self._connect)
 
     def size(self) -> tuple[int, int]:
         """(files, bytes) the store's data takes: the DuckDB file, or the Parquet data and
         delete files that the lake's newest snapshot reads."""
-        if self.lake is None:
-            return 1, self.path.stat().st_size
-        with self._connect() as con:
-            return lake_files(con)
+        return self.backend.size(self._connect)
 
     def meta(self, key: str) -> str | None:
         """The store's ``meta`` value of ``key`` (e.g. ``project``, asv's project name that

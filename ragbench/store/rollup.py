@@ -119,7 +119,6 @@ CELLS = """CREATE TABLE cells (branch VARCHAR, machine VARCHAR, benchmark VARCHA
 def _create(con) -> None:
     con.execute(schema.lake_ddl(schema.TABLES))  # no keys: sync keeps runs unique
     con.execute(schema.MIGRATIONS)
-    con.execute(schema.VIEWS)
     con.execute(CELLS)
     con.execute("INSERT INTO meta VALUES ('schema_version', ?), ('sorted_rows', '0')",
                 [str(SCHEMA_VERSION)])  # fmt: skip
@@ -143,7 +142,6 @@ def sync(store: Path, path: Path) -> dict:
         if _version(con) in SAME_ROWS:  # the store's new tables are none a rollup holds
             con.execute(schema.lake_ddl(schema.TABLES))
             con.execute(schema.MIGRATE_GATE_IDS)
-            con.execute(schema.VIEWS)
             con.execute("UPDATE meta SET value = ? WHERE key = 'schema_version'",
                         [str(SCHEMA_VERSION)])  # fmt: skip
         if _version(con) != str(SCHEMA_VERSION):  # new, or of another ragbench: built anew
@@ -156,9 +154,25 @@ def sync(store: Path, path: Path) -> dict:
             _create(con)
         con.execute(f"ATTACH '{store}' AS src (READ_ONLY)")
         try:
+            _views(con)
             return _append(con)
         finally:
             con.execute("DETACH src")
+
+
+def _views(con) -> None:
+    """The store's views, as the store made them (of the benchmarks its writer named:
+    ``schema.ViewNames``), made again from the first where the rollup's differ."""
+    mine = "database_name = current_database() AND NOT internal"
+    theirs = dict(con.execute("SELECT view_name, sql FROM duckdb_views() WHERE "
+                              "database_name = 'src' AND NOT internal").fetchall())  # fmt: skip
+    ours = dict(con.execute(f"SELECT view_name, sql FROM duckdb_views() WHERE {mine}").fetchall())
+    changed = False  # a view made again, and every view after it (a view binds those it reads)
+    for name in schema.VIEW_ORDER:
+        changed = changed or ours.get(name) != theirs.get(name)
+        if changed and name in theirs:
+            con.execute(f"DROP VIEW IF EXISTS {name}")
+            con.execute(theirs[name])
 
 
 def _append(con) -> dict:

@@ -1,11 +1,12 @@
-"""The store's schema: its tables, their migration, its views, and the DDL a DuckLake takes
-(``ragbench/store/core.py`` runs them; docs/store.md describes every column)."""
+"""The store's schema: its tables, their migration, its views (of the benchmarks a suite names:
+``ViewNames``), and the DDL a DuckLake takes (``ragbench/store/core.py`` runs them;
+docs/store.md describes every column)."""
 
 from __future__ import annotations
 
+import json
 import re
-
-from benchmarks.support.catalogue import DISPATCH_FLOOR, DRIFT_SUFFIX
+from dataclasses import asdict, dataclass
 
 # Units where a larger value is better; every other timed unit is a latency.
 HIGHER_IS_BETTER = ("img/s", "rows/s", "ops/s")
@@ -281,6 +282,7 @@ ALTER TABLE measurements ADD COLUMN IF NOT EXISTS ci_99_b DOUBLE;
 )
 
 
+# The views; ``{floor}`` and ``{drift}`` the conditions on their benchmarks (``views_sql``).
 VIEWS = f"""
 CREATE OR REPLACE VIEW series AS
 SELECT m.*, r.commit_hash, r.commit_time, r.branch, r.machine, r.env_key, r.gpu,
@@ -310,7 +312,7 @@ SELECT run_id, commit_hash, commit_time, branch, machine, env_key, gpu, torch, t
        max(median) FILTER (WHERE metric = 'floor_us')
          - max(median) FILTER (WHERE metric = 'dispatch_us') AS gpu_us,
        max(median) FILTER (WHERE metric = 'dispatch_us') AS dispatch_us
-FROM series WHERE benchmark = '{DISPATCH_FLOOR}'
+FROM series WHERE {{floor}}
 GROUP BY ALL;
 
 CREATE OR REPLACE VIEW drift AS
@@ -322,9 +324,47 @@ SELECT run_id, commit_hash, commit_time, branch, machine, env_key, gpu, torch, t
        max(median) FILTER (WHERE metric = 'mean_abs_diff') AS mean_abs_diff,
        max(median) FILTER (WHERE metric = 'top1_agreement') AS top1_agreement,
        max(median) FILTER (WHERE metric = 'output_hash') AS output_hash
-FROM series WHERE benchmark LIKE '%{DRIFT_SUFFIX}'
+FROM series WHERE {{drift}}
 GROUP BY ALL;
 """
+
+
+@dataclass(frozen=True)
+class ViewNames:
+    """The benchmarks that the views ``dispatch_floors`` and ``drift`` are made of, as data: a
+    suite's own names, given to ``Store(views=...)`` by the layer that knows the suite (this
+    suite's: ``ragbench.suite_views.SUITE_VIEWS``); the store knows no benchmark.
+    ``dispatch_floor``: the benchmark whose ``floor_us`` and ``dispatch_us`` a dispatch floor is;
+    ``drift_suffix``: the end of the name of each benchmark whose outputs' drift ``drift``
+    shows. None: that view has no rows."""
+
+    dispatch_floor: str | None = None
+    drift_suffix: str | None = None
+
+    def to_json(self) -> str:
+        """As ``meta`` keeps them (``VIEWS_KEY``)."""
+        return json.dumps(asdict(self), sort_keys=True)
+
+    @classmethod
+    def from_json(cls, text: str) -> ViewNames:
+        return cls(**json.loads(text))
+
+
+VIEWS_KEY = "views"  # the ``meta`` key of the names the store's views were made with
+# The views, each after those it reads (a view is bound when it is made).
+VIEW_ORDER = ("series", "speedups", "dispatch_floors", "drift")
+
+
+def _literal(text: str) -> str:
+    return "'" + text.replace("'", "''") + "'"
+
+
+def views_sql(names: ViewNames) -> str:
+    """The views, of the benchmarks ``names`` gives."""
+    floor, suffix = names.dispatch_floor, names.drift_suffix
+    floor = "FALSE" if floor is None else f"benchmark = {_literal(floor)}"
+    drift = "FALSE" if suffix is None else f"ends_with(benchmark, {_literal(suffix)})"
+    return VIEWS.format(floor=floor, drift=drift)
 
 
 def lake_ddl(sql: str) -> str:

@@ -14,7 +14,7 @@ import time
 import uuid
 from collections.abc import Iterable
 
-from . import core
+from . import backends
 from .core import Rollback
 from .errors import StoreLocked
 from .records import Columns, Measurement, Run
@@ -95,12 +95,12 @@ class Writes:
     def add_run(self, run: Run, measurements: Iterable[Measurement] | Columns) -> int | None:
         """Store a run and its measurements; -> rows added, or None when the run was already
         stored (nothing changes). What the store refuses of its data is a ValueError, and
-        nothing of it is stored then. One transaction, or on a file, for more than
-        ``SLICE_ROWS`` rows, one per slice of them (``_add_in_slices``)."""
+        nothing of it is stored then. One transaction, or where the backend slices writes (a
+        file), for more than ``SLICE_ROWS`` rows, one per slice of them (``_add_in_slices``)."""
         cols = (
             measurements if isinstance(measurements, Columns) else Columns(run.run_id, measurements)
         )
-        if self.lake is None and len(cols) > SLICE_ROWS:
+        if self.backend.slices and len(cols) > SLICE_ROWS:
             return self._add_in_slices(run, cols)
 
         def work(con):
@@ -173,8 +173,8 @@ class Writes:
             stop = start
             with _refused():
                 while stop < len(cols) and (
-                    stop == start or time.monotonic() - began < core.WRITE_SLICE
-                ):  # a slice's time is the lock's setting (core.WRITE_SLICE): one for both
+                    stop == start or time.monotonic() - began < backends.WRITE_SLICE
+                ):  # a slice's time is the lock's setting (backends.WRITE_SLICE): one for both
                     self._insert_rows(con, cols, stop, min(stop + SLICE_ROWS, len(cols)))
                     stop = min(stop + SLICE_ROWS, len(cols))
                 if stop == len(cols):
