@@ -23,8 +23,8 @@ from benchmarks.support import grids as _grids
 from benchmarks.support import outputs as _outputs
 from ragbench.gate import drift
 from ragbench.gate import gating as gate
+from ragbench.gate.report import gate_markdown
 from ragbench.policies import load_policies
-from ragbench.report import gate_markdown
 from ragbench.store import Store
 from ragbench.verdicts import comparison as compare
 from ragbench.verdicts.status import Headline, Status, gate_document

@@ -291,7 +291,7 @@ def test_a_gate_says_what_settles_it_and_settle_merges_into_its_verdict(
     still INCONCLUSIVE with a larger plan where its samples spread wider than the gate's (never
     a PASS without evidence)."""
     from ragbench.gate import plan as settle_mod
-    from ragbench.report import gate_markdown
+    from ragbench.gate.report import gate_markdown
 
     store = Store(tmp_path / "perf.duckdb")
     res, calls = noisy_gate(store, monkeypatch, settle)

@@ -99,7 +99,7 @@ def add_parser(sub) -> None:
 
 def run(args) -> int:
     from ..gate.gating import run_gate, run_settle, write_json
-    from ..report import gate_markdown
+    from ..gate.report import gate_markdown
 
     policies = load_policies(args.policies)
     if args.settle is None and args.base is None:

@@ -65,7 +65,7 @@ def run(args) -> int:
     from ..gate import drift
     from ..gate.drift import drift_section
     from ..gate.gating import resolve_ref, run_gate
-    from ..report import gate_markdown
+    from ..gate.report import gate_markdown
 
     policies = load_policies(args.policies)
     args.commit = resolve_ref(args.commit)  # one commit (a range is refused) before any build
