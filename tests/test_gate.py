@@ -290,14 +290,14 @@ def test_a_gate_says_what_settles_it_and_settle_merges_into_its_verdict(
     many rounds, and its verdict replaces the cell's in the gate's: PASS with evidence, or
     still INCONCLUSIVE with a larger plan where its samples spread wider than the gate's (never
     a PASS without evidence)."""
-    from ragbench.gate import plan as settle_mod
+    from ragbench.gate import rerun
     from ragbench.gate.report import gate_markdown
 
     store = Store(tmp_path / "perf.duckdb")
     res, calls = noisy_gate(store, monkeypatch, settle)
     assert res.comparison.headline == "inconclusive"
     assert res.plan.cells == [TRITON] and not res.plan.paired and res.plan.rounds > 2
-    res.gate_id = settle_mod.record(store, gate.to_json(res), source="gate")
+    res.gate_id = rerun.record(store, gate.to_json(res), source="gate")
     res.store = store.name
     res.json_path = gate.write_json(res, tmp_path / "gate.json")
     text = gate_markdown(res)
@@ -306,15 +306,15 @@ def test_a_gate_says_what_settles_it_and_settle_merges_into_its_verdict(
     first = len(calls)
     # the recorded gate, by its id or by the very JSON it wrote
     ref = res.gate_id if settle == "tight" else str(res.json_path)
-    settled = gate.run_settle(store, ref, policies=load_policies(),
+    settled = gate.rerun_gate(store, ref, policies=load_policies(),
                               machine="m1", log=lambda m: None)  # fmt: skip
     again = calls[first:]
     assert [c[0] for c in again] == ["base", "head"] * res.plan.rounds
     assert all(c[2] == discovery.bench_regex([TRITON]) for c in again)
     (v,) = settled.comparison.verdicts  # the settled cell alone: the others passed
-    assert v.key == TRITON and settled.settled_from == res.gate_id
+    assert v.key == TRITON and settled.rerun_of == res.gate_id
     # a regression the settle run shows again is settled: nothing more to measure
-    assert settle_mod.plan(compare.Comparison([compare.Verdict(
+    assert rerun.plan(compare.Comparison([compare.Verdict(
         TRITON, {}, "us", v.policy, "regression", detectable=0.02)]), 4, 3,
         flagged=False) is None  # fmt: skip
     if settle == "tight":  # +1.5% under the 2% threshold, with the power to see it
@@ -327,7 +327,7 @@ def test_a_gate_says_what_settles_it_and_settle_merges_into_its_verdict(
 
 
 def test_the_rounds_a_cell_needs_follow_its_spread():
-    from ragbench.gate import plan as settle
+    from ragbench.gate import rerun
     from ragbench.verdicts.status import Status
 
     policy = load_policies().for_metric("kernel.KernelLatency", "gpu_us", "us")
@@ -336,19 +336,19 @@ def test_the_rounds_a_cell_needs_follow_its_spread():
     def v(status, detectable=None, aa=None):
         return compare.Verdict(TRITON, {}, "us", policy, status, detectable=detectable, aa=aa)
 
-    assert settle.needed(v(Status.INCONCLUSIVE, 2 * t), 2) == 10  # (2)^2 x 1.25 x 2
-    assert settle.needed(v(Status.INCONCLUSIVE, 1.1 * t), 2) == 4  # at least one more
-    assert settle.needed(v(Status.INCONCLUSIVE, 100 * t), 2) == 2 * settle.CAP
-    assert settle.needed(v(Status.INCONCLUSIVE, float("inf")), 3) == 8  # 2 x 1.25 x 3
-    assert settle.needed(v(Status.INCONCLUSIVE, 0.5 * t, aa=t), 3) == 15  # A/A: (t/(t/2))^2
-    assert settle.needed(v(Status.REGRESSION, 0.5 * t), 2) == 2  # reproduce at its power
+    assert rerun.needed(v(Status.INCONCLUSIVE, 2 * t), 2) == 10  # (2)^2 x 1.25 x 2
+    assert rerun.needed(v(Status.INCONCLUSIVE, 1.1 * t), 2) == 4  # at least one more
+    assert rerun.needed(v(Status.INCONCLUSIVE, 100 * t), 2) == 2 * rerun.CAP
+    assert rerun.needed(v(Status.INCONCLUSIVE, float("inf")), 3) == 8  # 2 x 1.25 x 3
+    assert rerun.needed(v(Status.INCONCLUSIVE, 0.5 * t, aa=t), 3) == 15  # A/A: (t/(t/2))^2
+    assert rerun.needed(v(Status.REGRESSION, 0.5 * t), 2) == 2  # reproduce at its power
 
 
 def test_settle_refuses_what_it_cannot_settle(tmp_path, capsys):
-    """Gates a store recorded (``settle.record``, as a gate or the trusted verdict does) that
+    """Gates a store recorded (``rerun.record``, as a gate or the trusted verdict does) that
     leave nothing to settle, or that it cannot: one line, exit 2, nothing measured."""
     from ragbench import cli
-    from ragbench.gate import plan as settle
+    from ragbench.gate import rerun
 
     doc = {"schema": 2, "base": PARENT, "head": HEAD, "machine": "m1", "verdict": "pass",
            "failures": []}  # fmt: skip
@@ -358,7 +358,7 @@ def test_settle_refuses_what_it_cannot_settle(tmp_path, capsys):
                              "param_key": TRITON[2], "status": "inconclusive"}]}  # fmt: skip
     itself = json.loads(json.dumps(planned).replace(PARENT, HEAD))  # A/A would pass
     with Store(tmp_path / "perf.duckdb") as store:
-        ids = [settle.record(store, d, source="gate") for d in (doc, itself, planned)]
+        ids = [rerun.record(store, d, source="gate") for d in (doc, itself, planned)]
     for args, why in ((["--settle", ids[0]], "nothing without evidence"),
                       (["--settle", ids[1]], "are the same commit"),
                       (["--settle", str(tmp_path / "none.json")], "none.json"),
@@ -377,7 +377,7 @@ def regression_gate(store, monkeypatch, tmp_path) -> tuple[gate.GateResult, Path
     again, and the torch_varlen cell inconclusive (spread 0.5x-1.5x): its plan settles both.
     Recorded in ``store`` as ``ragbench gate`` records it; -> it and its JSON."""
     from ragbench.commands import gate as gate_cmd
-    from ragbench.gate import plan as settle
+    from ragbench.gate import rerun
 
     def fake_measure(store, sha, side, label, work, *, mode, machine, bench, log, environment=None):
         rng = np.random.default_rng(len(label) + (side == "head"))
@@ -391,7 +391,7 @@ def regression_gate(store, monkeypatch, tmp_path) -> tuple[gate.GateResult, Path
     assert res.comparison.headline == "fail" and TRITON in res.plan.cells
     args = SimpleNamespace(store=store.name, history_branch=None)
     gate_cmd.record(args, store, res)
-    assert res.gate_id and settle.recorded(store, res.gate_id)["verdict"] == "fail"
+    assert res.gate_id and rerun.recorded(store, res.gate_id)["verdict"] == "fail"
     return res, gate.write_json(res, tmp_path / "gate.json")
 
 

@@ -32,8 +32,7 @@ from ..store import Store, timing
 from ..verdicts import comparison as compare
 from ..verdicts.comparison import Comparison, Key, Verdict
 from ..verdicts.status import GATE_FIELDS, Headline, Status, gate_document, verdict_words
-from . import drift, paired
-from . import plan as settle
+from . import drift, paired, rerun
 from .remeasure import recheck_keys, remeasured
 
 
@@ -58,12 +57,12 @@ class GateResult:
     paired_again: int = 0  # cells the paired comparison's second look measured again
     paired_seconds: float = 0.0
     drift: drift.DriftReport | None = None  # head's outputs against base's, where compared
-    plan: settle.Plan | None = None  # what settles the cells left without evidence or flagged
+    plan: rerun.Plan | None = None  # what settles the cells left without evidence or flagged
     mode: str = "quick"
     json_path: Path | None = None  # where the gate's JSON (and so its plan) was written
-    settled_from: str | None = None  # a settle run: the id of the recorded gate it completes
+    rerun_of: str | None = None  # a settle run: the id of the recorded gate it completes
     basis: tuple[int, int] = (1, 0)  # the rounds and paired processes the plan was made for
-    gate_id: str | None = None  # the id its store recorded it under (``settle.record``)
+    gate_id: str | None = None  # the id its store recorded it under (``rerun.record``)
     store: str | None = None  # that store, as ``--store`` names it
     # cells whose measurement settings moved between base and head (``settings_moved``)
     settings: dict[Key, str] = field(default_factory=dict)
@@ -77,8 +76,8 @@ class GateResult:
 def to_json(res: GateResult) -> dict:
     """The gate's verdict for ``ragbench verdict`` (``--json``): ``verdicts.gate_document``
     with how it measured (the mode, and the rounds and processes its plan was made for), and
-    what settles it (``settle.Plan``). Its store records it (``settle.record``): what
-    ``run_settle`` reads."""
+    what settles it (``rerun.Plan``). Its store records it (``rerun.record``): what
+    ``rerun_gate`` reads."""
     rounds, processes = (min(n, hi) for n, (_, hi) in zip(res.basis, GATE_FIELDS.values(),
                                                            strict=True))  # fmt: skip
     doc = gate_document(res.base, res.head, res.machine, res.comparison, mode=res.mode,
@@ -88,8 +87,8 @@ def to_json(res: GateResult) -> dict:
     return doc
 
 
-def settle_command(res: GateResult) -> str | None:
-    """The command that settles ``res`` (``run_settle``), where it left something to settle
+def rerun_command(res: GateResult) -> str | None:
+    """The command that settles ``res`` (``rerun_gate``), where it left something to settle
     and its store recorded it: the recorded gate's id and that store."""
     if not res.plan or not res.gate_id or not res.store:
         return None
@@ -98,9 +97,9 @@ def settle_command(res: GateResult) -> str | None:
 
 
 def _plan(res: GateResult, rounds: int, processes: int, flagged: bool = True) -> None:
-    """``res``'s plan (``settle.plan``) for a gate of ``rounds`` rounds and ``processes``
+    """``res``'s plan (``rerun.plan``) for a gate of ``rounds`` rounds and ``processes``
     paired processes, which its JSON keeps (``basis``): what caps the plan where it is read."""
-    res.plan = settle.plan(res.comparison, rounds, processes, flagged)
+    res.plan = rerun.plan(res.comparison, rounds, processes, flagged)
     res.basis = (rounds, processes)
 
 
@@ -657,18 +656,18 @@ def _one_environment(store: Store, ids: dict[str, list[str]], environment: str |
     return {"base": [r["run_id"] for r in base_runs], "head": [r["run_id"] for r in head_runs]}
 
 
-def run_settle(store: Store, ref: str, *, policies: Policies, machine: str,
+def rerun_gate(store: Store, ref: str, *, policies: Policies, machine: str,
                mode: str | None = None, work_dir: Path | None = None,
                log: Callable[[str], None] = print) -> GateResult:  # fmt: skip
-    """The cells the gate ``ref`` names (``settle.recorded``: the id ``store`` recorded it
+    """The cells the gate ``ref`` names (``rerun.recorded``: the id ``store`` recorded it
     under, or its very JSON) left without evidence or flagged, measured as its recorded plan
-    says (``settle.planned``: the asv cells in alternating rounds, the host-time cells in
+    says (``rerun.planned``: the asv cells in alternating rounds, the host-time cells in
     paired processes) and judged on these samples alone; merged into that gate's recorded
     verdict: its other cells passed there, its other failures stand. ``mode``: the gate's
     (refused where another is asked for)."""
     try:
-        gate = settle.recorded(store, str(ref))
-        plan = settle.planned(gate)
+        gate = rerun.recorded(store, str(ref))
+        plan = rerun.planned(gate)
     except ValueError as exc:
         raise GateError(f"--settle {ref}: {exc}") from None
     if gate["machine"] != machine:
@@ -684,7 +683,7 @@ def run_settle(store: Store, ref: str, *, policies: Policies, machine: str,
         resolve_ref(sha)  # both in this clone, before any work
     _two_commits(base, head, base, head)  # a gate of a commit against itself never passes
     result = GateResult(base, head, machine, Comparison(), True, plan.rounds, mode=mode,
-                        settled_from=gate["gate_id"])  # fmt: skip
+                        rerun_of=gate["gate_id"])  # fmt: skip
     verdicts = []
     label = f"gate:{head[:8]}-{base[:8]}-{int(time.time())}:settle"
     with tempfile.TemporaryDirectory(prefix="ragbench-settle-", dir=work_dir) as tmp:

@@ -11,7 +11,7 @@ from ..verdicts.comparison import INTERVAL, RULE, WELCH, Comparison, Verdict, po
 from ..verdicts.status import Status, verdict_words
 from . import paired
 from .drift import drift_section
-from .gating import GateResult, differences, own_runs, settle_command
+from .gating import GateResult, differences, own_runs, rerun_command
 
 
 def _name(v: Verdict) -> str:
@@ -76,9 +76,9 @@ def gate_markdown(res: GateResult, title: str | None = None) -> str:
     if _env(res.base_runs) != _env(res.head_runs):
         lines.append(f"Base ran in another environment: {_env(res.base_runs)}.")
     lines += differences(res.base_runs, res.head_runs)
-    if res.settled_from:
+    if res.rerun_of:
         lines.append(
-            f"Settling the gate `{res.settled_from}` (as its store recorded it): its cells "
+            f"Settling the gate `{res.rerun_of}` (as its store recorded it): its cells "
             "without evidence or flagged, "
             f"measured again here ({res.rounds} alternating round(s) each) and judged on these "
             "samples alone; its other cells passed there and are not repeated; its other "
@@ -202,7 +202,7 @@ def gate_markdown(res: GateResult, title: str | None = None) -> str:
                   *_stat_table(shown), "", "</details>"]  # fmt: skip
     lines += _bounds_table(held)
     lines += _info_table(c.by_status(Status.INFO))
-    command = settle_command(res)
+    command = rerun_command(res)
     if command:
         lines += ["", "### To settle", "", f"`{command}`", "",
                   f"Measures only what is left without evidence or flagged: "

@@ -9,7 +9,7 @@ spread how many rounds each such cell needs: the half-width of an interval falls
 times the processes (each with a 25% margin, at most ``CAP`` times the first gate's). The gate's
 JSON keeps the plan; the gate's store keeps the JSON's verdict, blocking cells and plan under
 its digest (``record``); the report ends with the command (``ragbench gate --settle ID``), and
-``gate.run_settle`` measures exactly those cells and merges their verdicts into the first
+``gate.rerun_gate`` measures exactly those cells and merges their verdicts into the first
 gate's, whose other cells passed there. What it settles is read from the store (``recorded``,
 ``planned``), never from a file: a JSON is only a way to name the recorded gate whose digest
 it has, and a plan is held to ``CAP`` times the recorded gate's rounds where it is read.
