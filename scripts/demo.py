@@ -22,7 +22,8 @@ from pathlib import Path
 
 from ragbench import provenance as fingerprint
 from ragbench import runner as suite
-from ragbench.gate.gating import GateError, run_gate
+from ragbench.gate.errors import GateError
+from ragbench.gate.gating import run_gate
 from ragbench.gate.report import gate_markdown
 from ragbench.history import detection
 from ragbench.policies import load_policies

@@ -16,9 +16,11 @@ import pytest
 
 from ragbench import discovery
 from ragbench.gate import gating as gate
+from ragbench.gate.gate_json import to_json, write_json
 from ragbench.policies import load_policies
 from ragbench.store import Measurement, Run, Store
 from ragbench.verdicts import comparison as compare
+from ragbench.verdicts import evidence
 
 REPO = Path(__file__).resolve().parent.parent
 _clock = itertools.count(1_800_000_000)
@@ -200,10 +202,10 @@ def test_flagged_cells_are_measured_again(tmp_path, monkeypatch, recheck):
                                        "noisy": "inconclusive"}[recheck]  # fmt: skip
     assert len(res.base_runs) == len(res.head_runs) == 2
     if recheck == "within":  # the figures shown are the re-measurement's, which decided
-        assert "flagged at +10" in v.note and abs(v.change) < 0.02 and compare.powered(v)
+        assert "flagged at +10" in v.note and abs(v.change) < 0.02 and evidence.powered(v)
     if recheck == "noisy":
         assert "without the power to clear it" in v.note and v.change > 0.09
-        doc = gate.to_json(res)
+        doc = to_json(res)
         assert [f["status"] for f in doc["failures"]] == ["inconclusive"]
 
 
@@ -297,9 +299,9 @@ def test_a_gate_says_what_settles_it_and_settle_merges_into_its_verdict(
     res, calls = noisy_gate(store, monkeypatch, settle)
     assert res.comparison.headline == "inconclusive"
     assert res.plan.cells == [TRITON] and not res.plan.paired and res.plan.rounds > 2
-    res.gate_id = rerun.record(store, gate.to_json(res), source="gate")
+    res.gate_id = rerun.record(store, to_json(res), source="gate")
     res.store = store.name
-    res.json_path = gate.write_json(res, tmp_path / "gate.json")
+    res.json_path = write_json(res, tmp_path / "gate.json")
     text = gate_markdown(res)
     command = f"ragbench gate --settle {res.gate_id} --store {store.name} --machine m1"
     assert text.rstrip().splitlines()[-3] == f"`{command}`", text[-600:]
@@ -319,7 +321,7 @@ def test_a_gate_says_what_settles_it_and_settle_merges_into_its_verdict(
         flagged=False) is None  # fmt: skip
     if settle == "tight":  # +1.5% under the 2% threshold, with the power to see it
         assert settled.comparison.headline == "pass" and settled.exit_code == 0
-        assert compare.powered(v) and settled.plan is None
+        assert evidence.powered(v) and settled.plan is None
     else:
         assert settled.comparison.headline == "inconclusive" and settled.exit_code == 1
         assert settled.plan.rounds > res.plan.rounds
@@ -392,7 +394,7 @@ def regression_gate(store, monkeypatch, tmp_path) -> tuple[gate.GateResult, Path
     args = SimpleNamespace(store=store.name, history_branch=None)
     gate_cmd.record(args, store, res)
     assert res.gate_id and rerun.recorded(store, res.gate_id)["verdict"] == "fail"
-    return res, gate.write_json(res, tmp_path / "gate.json")
+    return res, write_json(res, tmp_path / "gate.json")
 
 
 TORCH = ("kernel.KernelLatency", "gpu_us", "torch_varlen")

@@ -7,7 +7,7 @@ from pathlib import Path
 
 from ..gate.paired import PROCESSES as PAIRED_PROCESSES
 from ..policies import load_policies
-from ..verdicts.comparison import RULE
+from ..verdicts.evidence import RULE
 from .common import (
     MODE_HELP,
     bench_arg,
@@ -98,7 +98,8 @@ def add_parser(sub) -> None:
 
 
 def run(args) -> int:
-    from ..gate.gating import rerun_gate, run_gate, write_json
+    from ..gate.gate_json import write_json
+    from ..gate.gating import rerun_gate, run_gate
     from ..gate.report import gate_markdown
 
     policies = load_policies(args.policies)
@@ -138,7 +139,7 @@ def record(args, store, result) -> None:
     write (--stored opened it to read) is said in one line, and the report names no settle
     command."""
     from ..gate import rerun
-    from ..gate.gating import to_json
+    from ..gate.gate_json import to_json
     from ..store import StoreError
 
     try:

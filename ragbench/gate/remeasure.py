@@ -8,7 +8,8 @@ pooled.
 from __future__ import annotations
 
 from ..policies import Policies
-from ..verdicts.comparison import Cell, Comparison, Key, Verdict, compare, join_notes, pool, powered
+from ..verdicts.comparison import Cell, Comparison, Key, Verdict, compare, pool
+from ..verdicts.evidence import join_notes, powered
 from ..verdicts.status import FAILING, Status
 
 SIDES = ("base", "head")

@@ -7,11 +7,13 @@ import statistics
 from collections import defaultdict
 
 from ..markdown import number, percent
-from ..verdicts.comparison import INTERVAL, RULE, WELCH, Comparison, Verdict, powered
+from ..verdicts.comparison import Comparison
+from ..verdicts.evidence import INTERVAL, RULE, WELCH, Verdict, powered
 from ..verdicts.status import Status, verdict_words
 from . import paired
 from .drift import drift_section
-from .gating import GateResult, differences, own_runs, rerun_command
+from .gating import GateResult, rerun_command
+from .runs import differences, own_runs
 
 
 def _name(v: Verdict) -> str:

@@ -138,7 +138,7 @@ def limits(rounds: int, processes: int) -> tuple[int, int]:
 
 def record(store, doc: dict, *, source: str, machine: str | None = None, pr: int | None = None,
            settles: str | None = None, most: tuple[int, int] | None = None) -> str:  # fmt: skip
-    """Record ``doc`` (a gate's document, ``gate.to_json``, checked by
+    """Record ``doc`` (a gate's document, ``gate_json.to_json``, checked by
     ``verdicts.read_gate_document``) in ``store``: its verdict, blocking cells and plan, under
     the id its ``digest`` gives; -> that id. ``source``: ``gate`` (the gate that wrote it),
     ``settle`` (a settle run, of the gate ``settles``) or ``verdict`` (the trusted job, which
