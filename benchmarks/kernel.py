@@ -10,6 +10,8 @@ promises as per-round ratios (``promises``). GPU only. Axes: ``grids``.
 from __future__ import annotations
 
 from .support import first_call as _first_call
+
+# letter aliases kept: asv hashes a benchmark's source into its version (a rename restarts it)
 from .support import grids as G
 from .support import harness as H
 from .support import measure as _measure

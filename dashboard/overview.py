@@ -13,7 +13,7 @@ import streamlit as st
 from dashboard import draws
 from dashboard.draw import environment, environment_of, environments_of, legend, worse_by
 from dashboard.read import LOOKBACK_COMMITS, comparison, histories, query
-from ragbench.report import sensitivity_line
+from ragbench.gate.report import sensitivity_line
 from ragbench.store import FAILED
 from ragbench.verdicts.comparison import Comparison
 from ragbench.verdicts.status import Headline, Status

@@ -67,7 +67,7 @@ def _fail(command: str, message: str) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from .gate.gating import GateError
+    from .gate.errors import GateError
     from .gate.paired import PairedError
     from .github import GitHubError
     from .version_bisect import BisectError

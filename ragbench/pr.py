@@ -4,7 +4,7 @@ output, in jobs that never run the pull request's code (``bench-pr.yml``'s verdi
 
 ``verdict`` reads the gate's JSON (an artifact the pull request's code wrote: checked field by
 field, and for the head commit GitHub names, not the one it claims), records it in the store
-(also as a gate verdict under its digest, ``settle.record``: what ``ragbench gate --settle``
+(also as a gate verdict under its digest, ``rerun.record``: what ``ragbench gate --settle``
 continues, and only that), and judges it against the acceptances given on that head commit:
 the ``ragbench/gate`` commit status, one PR comment, and the exit code. ``accept`` records a
 maintainer's acceptance (the ``perf-regression-accepted`` label, added by a user GitHub says
@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from . import jsonfile
-from .gate import plan as settle
+from .gate import rerun
 from .github import MARKER, Client
 from .policies import load_policies
 from .store import Store
@@ -51,7 +51,7 @@ def trusted_counts(policies: Path | None = None) -> tuple[int, int]:
     """The most rounds and paired processes a pull request's gate runs here (``[gate] rounds``
     of the base branch's policies, ``paired.PROCESSES``: bench-pr sets neither): what the
     rounds and processes its JSON claims are held to where they are recorded, and so what
-    caps the plan that settles it (``settle.limits``)."""
+    caps the plan that settles it (``rerun.limits``)."""
     from .gate.paired import PROCESSES
 
     rounds = load_policies(policies).gate.get("rounds", 2)
@@ -219,7 +219,7 @@ def verdict(store: Store, client: Client | None, *, gate_json: Path, report: Pat
     text = ""
     if report is not None and report.is_file():
         text = jsonfile.read_text(report, limit=1 * 2**20)
-    gate_id = settle.record(store, doc, source="verdict", machine=machine, pr=pr,
+    gate_id = rerun.record(store, doc, source="verdict", machine=machine, pr=pr,
                             most=trusted_counts(policies))  # fmt: skip
     store.record_gate(pr, head, doc["base"], machine or doc.get("machine"), doc["failures"],
                       text, gate_id)  # fmt: skip

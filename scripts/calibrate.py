@@ -24,7 +24,7 @@ paired comparison (``ragbench.gate.paired``): processes of the paired runner wit
 pairs, heads with planted slowdowns), then the gate's own judgement of each group of processes.
 ``paired-alone`` measures the gate's fallback for a head that loads only alone.
 
-``rule-table`` sums up what the rule of evidence (``ragbench.verdicts.comparison.RULE``) makes of
+``rule-table`` sums up what the rule of evidence (``ragbench.verdicts.evidence.RULE``) makes of
 both kinds of collection and of synthetic cells: the share of A/A gate runs that pass, fail or end
 inconclusive, and what becomes of the planted slowdowns. It uses only the gate's public code
 (``compare``, ``recheck``, ``paired``), so the same command run against an older ``ragbench``
@@ -189,7 +189,7 @@ def is_target(key) -> bool:
 def rates(runs: list[dict], policies) -> dict:
     """False alarms per gate run (A/A) and detection of each injected slowdown, in total and
     per triton cell (with the slowdown the gate's rounds measured there). Under the rule of
-    evidence (``compare.RULE``) a run also ends inconclusive where a cell other than the
+    evidence (``evidence.RULE``) a run also ends inconclusive where a cell other than the
     injected one is, and an injected cell is caught (regression), inconclusive, or passed."""
     from ragbench.verdicts.status import Status
 

@@ -22,10 +22,11 @@ from pathlib import Path
 
 from ragbench import provenance as fingerprint
 from ragbench import runner as suite
-from ragbench.gate.gating import GateError, run_gate
+from ragbench.gate.errors import GateError
+from ragbench.gate.gating import run_gate
+from ragbench.gate.report import gate_markdown
 from ragbench.history import detection
 from ragbench.policies import load_policies
-from ragbench.report import gate_markdown
 from ragbench.result_files import ingest
 from ragbench.store import Store, StoreError, history_branch
 from ragbench.suite_views import SUITE_VIEWS

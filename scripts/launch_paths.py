@@ -10,10 +10,9 @@ from collections.abc import Callable
 import torch
 import triton
 
-from ragged import attention as A
-from ragged.kernels import attention as KA
-from ragged.kernels import c_launch
-from ragged.kernels import launch as L
+from ragged import attention
+from ragged.kernels import attention as kernel_attention
+from ragged.kernels import c_launch, launch
 from ragged.layout_attention import LayoutAttention
 
 
@@ -23,7 +22,9 @@ def launch_paths(q, k, v, cu_seqlens, max_seqlen: int, out) -> dict[str, Callabl
     names starting with two spaces are pieces of a call, not whole launches. Warms up and
     captures one CUDA graph (its replay is a path)."""
     scale = q.shape[-1] ** -0.5
-    plan, grid, scalars, _ = KA.launch_args(q, k, v, out, cu_seqlens, max_seqlen, scale)
+    plan, grid, scalars, _ = kernel_attention.launch_args(
+        q, k, v, out, cu_seqlens, max_seqlen, scale
+    )
     tensors = (q, k, v, out, cu_seqlens)
     ptrs = tuple(t.data_ptr() for t in tensors)
     cfg = plan.config
@@ -61,22 +62,24 @@ def launch_paths(q, k, v, cu_seqlens, max_seqlen: int, out) -> dict[str, Callabl
                              cfg.num_stages, 0, pdl=bool(plan.pdl))  # fmt: skip
 
     def api_novalidate():
-        A.varlen_attention(q, k, v, cu_seqlens, max_seqlen, validate=False)
+        attention.varlen_attention(q, k, v, cu_seqlens, max_seqlen, validate=False)
 
     def api_out():
-        A.varlen_attention(q, k, v, cu_seqlens, max_seqlen, validate=False, out=out)
+        attention.varlen_attention(q, k, v, cu_seqlens, max_seqlen, validate=False, out=out)
 
     def api_checked():  # what varlen_attention(validate=False) ran before launch_ready
-        A._check_types(q, k, v, cu_seqlens, max_seqlen, None)
-        A._check_available(A.BACKENDS["triton"], q, q.shape[2])
-        KA.varlen_attention_triton(q, k, v, cu_seqlens, max_seqlen, scale, torch.empty_like(q))
+        attention._check_types(q, k, v, cu_seqlens, max_seqlen, None)
+        attention._check_available(attention.BACKENDS["triton"], q, q.shape[2])
+        kernel_attention.varlen_attention_triton(
+            q, k, v, cu_seqlens, max_seqlen, scale, torch.empty_like(q)
+        )
 
     qkv = torch.stack((q, k, v), dim=1)  # [T, 3, H, d], as the qkv projection lays it out
     layout_call = LayoutAttention(cu_seqlens, max_seqlen)
     layout_call(qkv)  # checked once: the launch is kept
 
     def api_validate():
-        A.varlen_attention(q, k, v, cu_seqlens, max_seqlen)
+        attention.varlen_attention(q, k, v, cu_seqlens, max_seqlen)
 
     graph = torch.cuda.CUDAGraph()
     api_novalidate()
@@ -103,22 +106,28 @@ def launch_paths(q, k, v, cu_seqlens, max_seqlen: int, out) -> dict[str, Callabl
         "ragged.varlen_attention(validate=False)": api_novalidate,
         "ragged.varlen_attention(validate=False, out=)": api_out,
         "  its checked path (the call before launch_ready)": api_checked,
-        "  its Python fast path (launch_ready; the C++ one is the call's)": lambda: KA.launch_ready(
-            q, k, v, cu_seqlens, max_seqlen, None, None
+        "  its Python fast path (launch_ready; the C++ one is the call's)": lambda: (
+            kernel_attention.launch_ready(q, k, v, cu_seqlens, max_seqlen, None, None)
         ),
         "ragged.LayoutAttention call, packed qkv (launch kept)": lambda: layout_call(qkv),
-        "  its Python kept launch (kept_launch)": lambda: KA.kept_launch(layout_call, qkv),
+        "  its Python kept launch (kept_launch)": lambda: kernel_attention.kept_launch(
+            layout_call, qkv
+        ),
         "ragged.varlen_attention(validate=True)": api_validate,
         "CUDA graph replay of one call": graph.replay,
-        "  piece: _check_types": lambda: A._check_types(q, k, v, cu_seqlens, max_seqlen, None),
+        "  piece: _check_types": lambda: attention._check_types(
+            q, k, v, cu_seqlens, max_seqlen, None
+        ),
         "  piece: torch.empty_like(q)": lambda: torch.empty_like(q),
         "  piece: torch.empty(shape, dtype, device)": lambda: torch.empty(
             q.shape, dtype=q.dtype, device=q.device
         ),
-        "  piece: launch_args": lambda: KA.launch_args(q, k, v, out, cu_seqlens, max_seqlen, scale),
+        "  piece: launch_args": lambda: kernel_attention.launch_args(
+            q, k, v, out, cu_seqlens, max_seqlen, scale
+        ),
         "  piece: 5x data_ptr()": lambda: [t.data_ptr() for t in tensors],
         "  piece: _hooks_active + current_device": lambda: (
-            L._hooks_active(),
+            launch._hooks_active(),
             torch.cuda.current_device(),
         ),
     }

@@ -43,8 +43,7 @@ from pathlib import Path
 
 import torch
 
-from benchmarks.support import bound as B
-from benchmarks.support import workloads as W
+from benchmarks.support import bound, workloads
 from benchmarks.support.bound import share_of_bound, turns_us
 from benchmarks.support.harness import gpu_clocks, spin_up
 from ragbench import provenance as fingerprint
@@ -61,7 +60,7 @@ PIPELINES = ["dense", "padded_full", "padded_max", "fa2", "triton", "dense_graph
 METHODS = ("threshold_l2", "dynamicvit", "evit", "ats", "threshold_l2_per_image")
 # The bound section's models and their batch sizes (--bound-models, --bound-batches)
 BOUND_BATCHES = {"deit_base_224": [1, 4, 8], "deit_base_384": [1, 4]}
-PRUNE_AT = W.PRUNE_AT
+PRUNE_AT = workloads.PRUNE_AT
 DTYPE = torch.float16
 
 
@@ -73,12 +72,12 @@ def make_method(name: str, model):
     """The suite's pruning step ``name`` (half the patches), or Threshold-L2 with a threshold."""
     if name == "threshold_l2_per_image":
         return ThresholdL2(threshold=1.0)  # norm >= the image's mean norm: ~half, ragged
-    return W.make_method(name, model)
+    return workloads.make_method(name, model)
 
 
 def pipelines(model, method, names) -> dict[str, PrunedViT]:
     """The catalogue's pipelines, and ``launch_only`` (the bound's: see _workloads)."""
-    return B.pipelines(model, method, names)
+    return bound.pipelines(model, method, names)
 
 
 def throughput(pipes: dict[str, PrunedViT], images, rounds: int, timing: str = "rounds"
@@ -93,7 +92,7 @@ def throughput(pipes: dict[str, PrunedViT], images, rounds: int, timing: str = "
         samples = turns_us(fns, rounds)
     else:
         samples = {n: [batch / v * 1e6 for v in ips]
-                   for n, ips in W.img_per_s(fns, batch, rounds).items()}  # fmt: skip
+                   for n, ips in workloads.img_per_s(fns, batch, rounds).items()}  # fmt: skip
     return {n: {"ms": statistics.median(s) / 1e3, "img_per_s": batch / statistics.median(s) * 1e6,
                 "samples_us": s} for n, s in samples.items()}  # fmt: skip
 
@@ -107,12 +106,13 @@ def paired_speedup(fast: dict, slow: dict) -> tuple[float, float, float]:
     return q[1], q[0], q[2]
 
 
-def share_cell(res: dict, bound: str) -> str:
-    """``share_of_bound`` of ``bound`` in a row's results; "-" where it was not measured,
-    "unresolved" where the bound's gain over fa2 is not above 0 (its share means nothing)."""
-    if bound not in res:
+def share_cell(res: dict, name: str) -> str:
+    """``share_of_bound`` of the bound ``name`` in a row's results; "-" where it was not
+    measured, "unresolved" where the bound's gain over fa2 is not above 0 (its share means
+    nothing)."""
+    if name not in res:
         return "-"
-    share = share_of_bound(*(res[n]["samples_us"] for n in ("fa2", "triton", bound)))
+    share = share_of_bound(*(res[n]["samples_us"] for n in ("fa2", "triton", name)))
     if math.isnan(share[0]):
         return "unresolved (bound not above fa2)"
     return "{:.2f} [{:.2f}, {:.2f}]".format(*share)

@@ -77,7 +77,7 @@ def main() -> int:
     failed |= pipeline_demo(device, dtype)
 
     if cuda:
-        from benchmarks.support import harness as H
+        from benchmarks.support import harness
 
         print("\n5. dispatch floor, BS=1, 80% pruning (40 tokens), DeiT-B geometry, fp16")
         q, k, v, cu, max_seqlen = packed_qkv([40], 12, 64, device="cuda")
@@ -88,8 +88,8 @@ def main() -> int:
             for b in ("triton", "fa2")
             if b in ragged.available_backends()
         }
-        H.spin_up()
-        for name, m in H.measure_interleaved(fns, rounds=3).items():
+        harness.spin_up()
+        for name, m in harness.measure_interleaved(fns, rounds=3).items():
             gpu = m["gpu_us"]["median"] if m["gpu_us"] else float("nan")
             print(
                 f"  {name:8s} call {m['call_us']['median']:6.1f} us  gpu {gpu:6.1f} us  "

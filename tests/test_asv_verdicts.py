@@ -19,6 +19,7 @@ from ragbench.policies import load_policies
 from ragbench.store import Store
 from ragbench.synth import COLUMNS
 from ragbench.verdicts import comparison as compare
+from ragbench.verdicts import evidence
 from ragbench.verdicts.status import Status
 
 REPO = Path(__file__).resolve().parent.parent
@@ -222,7 +223,7 @@ def side(name: str, value: float, ci, samples=None) -> dict:
     ],
 )
 def test_by_interval_keeps_the_rule_of_evidence(base_ci, head, head_ci, status):
-    """``compare.RULE`` for a cell judged by intervals: unchanged only with the power to see the
+    """``evidence.RULE`` for a cell judged by intervals: unchanged only with the power to see the
     threshold (intervals narrow enough to have separated a 10% change) or where the ratios
     both intervals allow stay under it; a cell with neither samples nor an interval has no
     evidence."""
@@ -230,7 +231,7 @@ def test_by_interval_keeps_the_rule_of_evidence(base_ci, head, head_ci, status):
                         load_policies())  # fmt: skip
     (v,) = c.verdicts
     assert v.status == status, v
-    assert v.method == compare.INTERVAL
+    assert v.method == evidence.INTERVAL
     assert v.interval[0] <= v.ratio <= v.interval[1]
     (v,) = compare.compare(side(NAME, 1.0, None), side(NAME, head, head_ci),
                            load_policies()).verdicts  # fmt: skip

@@ -82,8 +82,7 @@ def test_the_launch_promises_are_a_gpu_cell_skipped_here_with_a_reason():
 
 def test_the_promises_pair_each_rounds_host_times(monkeypatch):
     """``promises.measure``'s ratios come from the same round of both arms."""
-    from benchmarks.support import harness as H
-    from benchmarks.support import promises as P
+    from benchmarks.support import harness, promises
 
     us = {"layout": 6.0, "empty_kept": 5.0, "empty_direct": 4.0, "api": 9.0, "aten": 10.0}
     clock = {"round": 0}
@@ -91,12 +90,12 @@ def test_the_promises_pair_each_rounds_host_times(monkeypatch):
     def host_us(fn, calls, rounds):  # every arm's time doubles each round: paired, it cancels
         value = fn() * 2 ** (clock["round"] // len(us))
         clock["round"] += 1
-        return H.Timing(value, [value])
+        return harness.Timing(value, [value])
 
-    monkeypatch.setattr(P, "arms", lambda *a: {n: (lambda v=v: v) for n, v in us.items()})
-    monkeypatch.setattr(H, "warmup", lambda fn: None)
-    monkeypatch.setattr(H, "host_us", host_us)
-    ratios = P.measure(None, None, None, None, 0, rounds=6)
+    monkeypatch.setattr(promises, "arms", lambda *a: {n: (lambda v=v: v) for n, v in us.items()})
+    monkeypatch.setattr(harness, "warmup", lambda fn: None)
+    monkeypatch.setattr(harness, "host_us", host_us)
+    ratios = promises.measure(None, None, None, None, 0, rounds=6)
     assert ratios == {"layout_over_launch": [1.5] * 6, "api_over_aten": [0.9] * 6,
                       "kept_over_launch": [1.25] * 6}  # fmt: skip
 
@@ -130,8 +129,7 @@ def test_the_gpu_floor_and_the_bound_shares_are_gpu_cells_skipped_here_with_a_re
 def test_the_floor_ratio_pairs_each_rounds_replays(monkeypatch):
     """``support.floor.measure``'s ratio is the kernel's median over the empty kernel's of the same
     round: a GPU clock that halves between rounds moves both, never the ratio."""
-    from benchmarks.support import floor as F
-    from benchmarks.support import harness as H
+    from benchmarks.support import floor, harness
 
     state = {"replays": 0}
 
@@ -148,11 +146,11 @@ def test_the_floor_ratio_pairs_each_rounds_replays(monkeypatch):
         return [graph.us * slow] * replays
 
     now = iter(range(1000))
-    monkeypatch.setattr(H, "capture", lambda fn, calls: Graph(fn()))
-    monkeypatch.setattr(H, "replay_us", replay_us)
-    monkeypatch.setattr(F.torch.cuda, "synchronize", lambda: None)
-    monkeypatch.setattr(F.time, "perf_counter", lambda: next(now))  # warm-up: one replay
-    got = F.measure(lambda: 3.0, lambda: 1.5, rounds=3)
+    monkeypatch.setattr(harness, "capture", lambda fn, calls: Graph(fn()))
+    monkeypatch.setattr(harness, "replay_us", replay_us)
+    monkeypatch.setattr(floor.torch.cuda, "synchronize", lambda: None)
+    monkeypatch.setattr(floor.time, "perf_counter", lambda: next(now))  # warm-up: one replay
+    got = floor.measure(lambda: 3.0, lambda: 1.5, rounds=3)
     assert got["over_empty"] == [2.0, 2.0, 2.0]
     assert sorted(got["gpu_us"]) == [3.0, 6.0, 6.0] and sorted(got["empty_us"]) == [1.5, 3.0, 3.0]
 
@@ -161,19 +159,19 @@ def test_the_bound_shares_name_their_bounds():
     """``support.bound.shares``: each share from its own three arms, with its interval."""
     import numpy as np
 
-    from benchmarks.support import bound as B
+    from benchmarks.support import bound
 
     fa2 = np.array([4000.0, 5000.0, 4500.0])
     samples = {"fa2": fa2, "triton": fa2 / 1.08, "no_attention": fa2 / 1.10,
                "launch_only": fa2 / 1.09, "fa2_graph": fa2 / 2, "triton_graph": fa2 / 2 / 1.03,
                "no_attention_graph": fa2 / 2 / 1.06}  # fmt: skip
-    got = B.shares(samples)
+    got = bound.shares(samples)
     assert got["share_of_bound"] == pytest.approx(0.8)
     assert got["share_of_launch_bound"] == pytest.approx(8 / 9)
     assert got["graph_share_of_bound"] == pytest.approx(0.5)
     assert got["graph_share_of_bound_low"] == pytest.approx(0.5)
     del samples["launch_only"]
-    assert "share_of_launch_bound" not in B.shares(samples)
+    assert "share_of_launch_bound" not in bound.shares(samples)
 
 
 def test_bad_mode_is_refused():

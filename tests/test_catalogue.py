@@ -7,8 +7,7 @@ import pytest
 import torch
 
 import ragged
-from benchmarks.support import catalogue as C
-from benchmarks.support import grids as G
+from benchmarks.support import catalogue, grids
 from ragged.models import build_model
 from ragged.pipeline import PrunedViT, PruneStage, ragged_backends
 from ragged.pruning import ATS, ThresholdL2
@@ -16,12 +15,14 @@ from ragged.testing import assert_attention_close, packed_qkv
 
 
 def test_every_registry_backend_is_in_the_catalogue():
-    assert [b.name for b in C.BACKENDS] == list(dict.fromkeys(b.name for b in C.BACKENDS))
-    assert {b.name for b in C.BACKENDS} == set(ragged.BACKENDS)
+    assert [b.name for b in catalogue.BACKENDS] == list(
+        dict.fromkeys(b.name for b in catalogue.BACKENDS)
+    )
+    assert {b.name for b in catalogue.BACKENDS} == set(ragged.BACKENDS)
 
 
 def test_every_pipeline_backend_has_its_pipeline_and_no_other():
-    ragged_pipes = [p for p in C.PIPELINES if p.mode == "ragged"]
+    ragged_pipes = [p for p in catalogue.PIPELINES if p.mode == "ragged"]
     assert {p.backend for p in ragged_pipes} == set(ragged_backends())
     for p in ragged_pipes:
         assert ragged.BACKENDS[p.backend].pipeline, p.name
@@ -29,35 +30,39 @@ def test_every_pipeline_backend_has_its_pipeline_and_no_other():
             assert ragged.BACKENDS[p.backend].capture, p.name
         elif not p.no_attention:
             assert p.name == p.backend  # results name a ragged pipeline by its backend
-    assert {p.mode for p in C.PIPELINES} <= {"ragged", "padded_full", "padded_max", "dense"}
+    assert {p.mode for p in catalogue.PIPELINES} <= {"ragged", "padded_full", "padded_max", "dense"}
 
 
 def test_the_grids_and_the_workloads_come_from_the_catalogue():
-    from benchmarks.support import workloads as W
+    from benchmarks.support import workloads
 
     model = build_model("deit_tiny_224", seed=0)
     method = ThresholdL2(keep_ratio=0.5)
-    for p in C.PIPELINES:
-        pipe = W.pipeline(model, method, p.name)
+    for p in catalogue.PIPELINES:
+        pipe = workloads.pipeline(model, method, p.name)
         assert (pipe.mode, pipe.backend, pipe.cuda_graph) == (p.mode, p.backend, p.cuda_graph)
-        assert (pipe.layout_attention is W.no_attention()) is p.no_attention
+        assert (pipe.layout_attention is workloads.no_attention()) is p.no_attention
     ats = ATS(0.5)  # data-dependent kept lengths: the bound's buffer follows the rows
-    assert W.rows_vary(model, ats) and not W.rows_vary(model, method)
-    assert W.pipeline(model, ats, "no_attention").layout_attention is W.no_attention(True)
-    assert set(G.KERNEL_BACKENDS) <= {b.name for b in C.BACKENDS if b.kernel}
-    for names in (G.PIPELINES, G.STAGE_PIPELINES, G.DRIFT_BACKENDS, G.CPU_PIPELINES,
-                  G.CPU_DRIFT_BACKENDS):  # fmt: skip
-        assert set(names) <= set(C.PIPELINE_BY_NAME)
+    assert workloads.rows_vary(model, ats) and not workloads.rows_vary(model, method)
+    assert workloads.pipeline(
+        model, ats, "no_attention"
+    ).layout_attention is workloads.no_attention(True)
+    assert set(grids.KERNEL_BACKENDS) <= {b.name for b in catalogue.BACKENDS if b.kernel}
+    for names in (grids.PIPELINES, grids.STAGE_PIPELINES, grids.DRIFT_BACKENDS, grids.CPU_PIPELINES,
+                  grids.CPU_DRIFT_BACKENDS):  # fmt: skip
+        assert set(names) <= set(catalogue.PIPELINE_BY_NAME)
     for axis in ("throughput", "stages", "drift"):
-        assert set(C.pipelines(axis, C.QUICK)) <= set(C.pipelines(axis, C.FULL))
-    assert set(C.DEFAULT_BASELINES) <= set(C.PIPELINE_BY_NAME)
-    assert C.candidates() == ["triton", "triton_graph"]
+        assert set(catalogue.pipelines(axis, catalogue.QUICK)) <= set(
+            catalogue.pipelines(axis, catalogue.FULL)
+        )
+    assert set(catalogue.DEFAULT_BASELINES) <= set(catalogue.PIPELINE_BY_NAME)
+    assert catalogue.candidates() == ["triton", "triton_graph"]
 
 
 def test_no_attention_gives_a_buffer_of_the_calls_rows_where_rows_vary():
-    from benchmarks.support import workloads as W
+    from benchmarks.support import workloads
 
-    fixed, varying = W.no_attention(), W.no_attention(rows_vary=True)
+    fixed, varying = workloads.no_attention(), workloads.no_attention(rows_vary=True)
     assert fixed is not varying
     for cls in (fixed, varying):
         layout = cls(None, 0)
@@ -78,7 +83,7 @@ def test_the_version_locked_slow_set_matches_the_catalogue():
 
     from benchmarks.support import measure as _measure
 
-    names = ", ".join(f'"{n}"' for n in sorted(C.slow_backends()))
+    names = ", ".join(f'"{n}"' for n in sorted(catalogue.slow_backends()))
     assert f"slow=frozenset({{{names}}})" in inspect.getsource(_measure.kernels)
 
 

@@ -12,6 +12,7 @@ from ragbench.history import series as history
 from ragbench.history.series import Point
 from ragbench.policies import Policies, Policy, load_policies
 from ragbench.verdicts import comparison as compare
+from ragbench.verdicts import evidence
 from ragbench.verdicts.comparison import Cell
 
 POLICIES = load_policies()
@@ -123,7 +124,7 @@ def test_significant_but_small_and_large_but_noisy_are_not_regressions():
 
 
 def test_a_verdict_needs_evidence():
-    """PASS only with evidence for every gated cell (``compare.RULE``). Each case here passed
+    """PASS only with evidence for every gated cell (``evidence.RULE``). Each case here passed
     before: a run is inconclusive as soon as one cell is, not when most are."""
     from ragbench.gate import gating as gate
     from ragbench.verdicts.status import gate_document
@@ -168,7 +169,7 @@ def test_a_verdict_needs_evidence():
         said = f"interval {lo:.3f}-{hi:.3f}, at worst {(hi - 1) * 100:+.1f}%"
         assert said in v.note and "within half" not in v.note
         assert v.note.startswith("unchanged: ") == (status == "unchanged")
-        assert not compare.powered(v)
+        assert not evidence.powered(v)
     # Nothing judged at all (every cell info): before, PASS.
     info = Policies((Policy("*", "info"),), {"alpha": 0.01}, {})
     c = compare.compare(base, side(*quiet), info)

@@ -23,8 +23,9 @@ from benchmarks.support import grids as _grids
 from benchmarks.support import outputs as _outputs
 from ragbench.gate import drift
 from ragbench.gate import gating as gate
+from ragbench.gate.gate_json import to_json
+from ragbench.gate.report import gate_markdown
 from ragbench.policies import load_policies
-from ragbench.report import gate_markdown
 from ragbench.store import Store
 from ragbench.verdicts import comparison as compare
 from ragbench.verdicts.status import Headline, Status, gate_document
@@ -206,7 +207,7 @@ def test_the_gate_fails_on_a_drift_finding_in_both_modes_and_reports_it(
                             log=lambda m: None)  # fmt: skip
     assert calls == [(PARENT, HEAD, "quick")]
     assert res.exit_code == 1 and res.comparison.headline == Headline.FAIL
-    doc = gate.to_json(res)
+    doc = to_json(res)
     assert [(f["metric"], f["param_key"], f["status"]) for f in doc["failures"]] == [
         ("logits", TRITON, "drift")
     ]

@@ -10,7 +10,7 @@ from types import SimpleNamespace
 import pytest
 import triton
 
-from benchmarks.support import first_call as F
+from benchmarks.support import first_call
 
 
 class FakeModes:
@@ -31,11 +31,13 @@ def test_count_syncs_counts_torch_sync_warnings_and_restores_the_mode():
     modes = FakeModes(mode=2)
     with (
         pytest.warns(UserWarning, match="unrelated") as others,
-        F.count_syncs(modes.get, modes.put) as syncs,
+        first_call.count_syncs(modes.get, modes.put) as syncs,
     ):
         assert modes.mode == "warn"
         for _ in range(3):  # one call site, every occurrence counted
-            warnings.warn(f"{F.SYNC_WARNING} (Triggered internally)", UserWarning, stacklevel=1)
+            warnings.warn(
+                f"{first_call.SYNC_WARNING} (Triggered internally)", UserWarning, stacklevel=1
+            )
         warnings.warn("unrelated", UserWarning, stacklevel=1)
     assert syncs.count == 3 and modes.mode == 2 and modes.set == ["warn", 2]
     assert [str(w.message) for w in others] == ["unrelated"]  # passed on, the syncs not
@@ -43,7 +45,7 @@ def test_count_syncs_counts_torch_sync_warnings_and_restores_the_mode():
 
 def test_count_syncs_restores_the_mode_when_the_call_raises():
     modes = FakeModes()
-    with pytest.raises(RuntimeError), F.count_syncs(modes.get, modes.put):
+    with pytest.raises(RuntimeError), first_call.count_syncs(modes.get, modes.put):
         raise RuntimeError("boom")
     assert modes.mode == 0
 
@@ -52,7 +54,7 @@ def test_count_compiles_chains_and_restores_the_hook():
     seen = []
     before = lambda **kw: seen.append(kw["key"])  # noqa: E731
     runtime = SimpleNamespace(jit_post_compile_hook=before)
-    with F.count_compiles(runtime) as compiles:
+    with first_call.count_compiles(runtime) as compiles:
         for key in ("a", "b"):  # as JITFunction._do_compile calls it
             runtime.jit_post_compile_hook(
                 key=key, repr="", fn=None, compile={}, is_manual_warmup=False,
@@ -61,22 +63,22 @@ def test_count_compiles_chains_and_restores_the_hook():
     assert compiles.count == 2 and seen == ["a", "b"]
     assert runtime.jit_post_compile_hook is before
     runtime = SimpleNamespace(jit_post_compile_hook=None)
-    with pytest.raises(KeyError), F.count_compiles(runtime) as compiles:
+    with pytest.raises(KeyError), first_call.count_compiles(runtime) as compiles:
         runtime.jit_post_compile_hook(key="c")
         raise KeyError("boom")
     assert compiles.count == 1 and runtime.jit_post_compile_hook is None
 
 
 def test_this_triton_has_the_knobs_the_measurement_uses():
-    assert F.compile_hook_reason(triton.knobs.runtime) is None
-    assert "jit_post_compile_hook" in F.compile_hook_reason(SimpleNamespace())
-    assert "jit_post_compile_hook" in F.compile_hook_reason(None)
+    assert first_call.compile_hook_reason(triton.knobs.runtime) is None
+    assert "jit_post_compile_hook" in first_call.compile_hook_reason(SimpleNamespace())
+    assert "jit_post_compile_hook" in first_call.compile_hook_reason(None)
 
 
 def test_empty_disk_cache_points_triton_at_an_empty_dir_and_restores_it():
     cache = triton.knobs.cache
     before_dir, before_env = cache.dir, os.environ.get("TRITON_CACHE_DIR")
-    with F.empty_disk_cache(cache) as tmp:
+    with first_call.empty_disk_cache(cache) as tmp:
         assert cache.dir == str(tmp) == os.environ["TRITON_CACHE_DIR"]
         assert tmp.is_dir() and not any(tmp.iterdir())
         (tmp / "kernel").write_text("x")
@@ -93,7 +95,7 @@ def fake_kernels():
 
 def test_drop_memory_caches_drops_all_three():
     kernels, calls = fake_kernels()
-    assert F.drop_memory_caches(kernels) is None
+    assert first_call.drop_memory_caches(kernels) is None
     assert (
         calls == [1] and kernels._launcher._cache == {} and kernels._launcher.fn.device_caches == {}
     )
@@ -102,7 +104,7 @@ def test_drop_memory_caches_drops_all_three():
 def test_drop_memory_caches_drops_nothing_without_an_attribute():
     kernels, calls = fake_kernels()
     del kernels._launcher.fn.device_caches
-    reason = F.drop_memory_caches(kernels)
+    reason = first_call.drop_memory_caches(kernels)
     assert reason == "cannot drop the in-memory caches: no its JITFunction's device_caches"
     assert calls == [] and kernels._launcher._cache == {"plan": "direct"}
 
@@ -112,7 +114,7 @@ def test_drop_memory_caches_finds_what_this_ragged_keeps():
     interpreter the kernel is no JITFunction: only its device_caches may be missing)."""
     from ragged.kernels import attention
 
-    reason = F.drop_memory_caches(attention)
+    reason = first_call.drop_memory_caches(attention)
     if isinstance(attention._launcher.fn, triton.runtime.JITFunction):
         assert reason is None
     else:
@@ -128,10 +130,10 @@ def test_sample_counts_the_first_call_only():
         if len(calls) == 1:  # the first call compiles one kernel and syncs twice
             runtime.jit_post_compile_hook(key="k")
             for _ in range(2):
-                warnings.warn(F.SYNC_WARNING, UserWarning, stacklevel=1)
+                warnings.warn(first_call.SYNC_WARNING, UserWarning, stacklevel=1)
 
-    s = F.sample(fn, lambda: syncs.append(1), runtime, kept_calls=5,
-                 syncs_counter=lambda: F.count_syncs(modes.get, modes.put))  # fmt: skip
+    s = first_call.sample(fn, lambda: syncs.append(1), runtime, kept_calls=5,
+                 syncs_counter=lambda: first_call.count_syncs(modes.get, modes.put))  # fmt: skip
     assert len(calls) == 6 and len(syncs) == 7  # before, after the first, after each kept
     assert s["compiles"] == 1 and s["host_syncs"] == 2
     assert s["first_call_us"] > 0 and s["kept_call_us"] > 0
@@ -140,12 +142,12 @@ def test_sample_counts_the_first_call_only():
 
 def test_measure_refuses_unknown_cases():
     with pytest.raises(ValueError, match=r"unknown first-call cases \['new_batch'\]"):
-        F.measure(["new_max_seqlen", "new_batch"])
+        first_call.measure(["new_max_seqlen", "new_batch"])
 
 
 def test_measure_skips_every_case_without_the_knobs(monkeypatch):
     monkeypatch.delattr(triton, "knobs")
-    out = F.measure(["new_max_seqlen", "new_dtype"])
+    out = first_call.measure(["new_max_seqlen", "new_dtype"])
     assert list(out) == ["new_max_seqlen", "new_dtype"]
     assert all("jit_post_compile_hook" in m["skip"] for m in out.values())
 
@@ -153,7 +155,7 @@ def test_measure_skips_every_case_without_the_knobs(monkeypatch):
 def test_fastpath_build_says_why_it_cannot_build(monkeypatch):
     monkeypatch.setenv("CXX", "no-such-compiler-ragbench")
     assert (
-        F.fastpath_build_s()
+        first_call.fastpath_build_s()
         == "cannot build: no C++ compiler 'no-such-compiler-ragbench' (set CXX)"
     )
 
@@ -180,7 +182,7 @@ def test_kernel_bench_first_call_needs_a_gpu(capsys):
 def test_a_new_max_seqlen_compiles_nothing_and_never_syncs():
     """The issue's promise for a new length within a compiled configuration (its cost, <= 2x
     a kept call, is the benchmark's: kernel.FirstCall)."""
-    new = F.measure(["new_max_seqlen"], max_seqlens=(171, 183))["new_max_seqlen"]
+    new = first_call.measure(["new_max_seqlen"], max_seqlens=(171, 183))["new_max_seqlen"]
     assert new["compiles"] == [0, 0] and new["host_syncs"] == [0, 0]
 
 

@@ -16,9 +16,11 @@ import pytest
 
 from ragbench import discovery
 from ragbench.gate import gating as gate
+from ragbench.gate.gate_json import to_json, write_json
 from ragbench.policies import load_policies
 from ragbench.store import Measurement, Run, Store
 from ragbench.verdicts import comparison as compare
+from ragbench.verdicts import evidence
 
 REPO = Path(__file__).resolve().parent.parent
 _clock = itertools.count(1_800_000_000)
@@ -200,10 +202,10 @@ def test_flagged_cells_are_measured_again(tmp_path, monkeypatch, recheck):
                                        "noisy": "inconclusive"}[recheck]  # fmt: skip
     assert len(res.base_runs) == len(res.head_runs) == 2
     if recheck == "within":  # the figures shown are the re-measurement's, which decided
-        assert "flagged at +10" in v.note and abs(v.change) < 0.02 and compare.powered(v)
+        assert "flagged at +10" in v.note and abs(v.change) < 0.02 and evidence.powered(v)
     if recheck == "noisy":
         assert "without the power to clear it" in v.note and v.change > 0.09
-        doc = gate.to_json(res)
+        doc = to_json(res)
         assert [f["status"] for f in doc["failures"]] == ["inconclusive"]
 
 
@@ -290,36 +292,36 @@ def test_a_gate_says_what_settles_it_and_settle_merges_into_its_verdict(
     many rounds, and its verdict replaces the cell's in the gate's: PASS with evidence, or
     still INCONCLUSIVE with a larger plan where its samples spread wider than the gate's (never
     a PASS without evidence)."""
-    from ragbench.gate import plan as settle_mod
-    from ragbench.report import gate_markdown
+    from ragbench.gate import rerun
+    from ragbench.gate.report import gate_markdown
 
     store = Store(tmp_path / "perf.duckdb")
     res, calls = noisy_gate(store, monkeypatch, settle)
     assert res.comparison.headline == "inconclusive"
     assert res.plan.cells == [TRITON] and not res.plan.paired and res.plan.rounds > 2
-    res.gate_id = settle_mod.record(store, gate.to_json(res), source="gate")
+    res.gate_id = rerun.record(store, to_json(res), source="gate")
     res.store = store.name
-    res.json_path = gate.write_json(res, tmp_path / "gate.json")
+    res.json_path = write_json(res, tmp_path / "gate.json")
     text = gate_markdown(res)
     command = f"ragbench gate --settle {res.gate_id} --store {store.name} --machine m1"
     assert text.rstrip().splitlines()[-3] == f"`{command}`", text[-600:]
     first = len(calls)
     # the recorded gate, by its id or by the very JSON it wrote
     ref = res.gate_id if settle == "tight" else str(res.json_path)
-    settled = gate.run_settle(store, ref, policies=load_policies(),
+    settled = gate.rerun_gate(store, ref, policies=load_policies(),
                               machine="m1", log=lambda m: None)  # fmt: skip
     again = calls[first:]
     assert [c[0] for c in again] == ["base", "head"] * res.plan.rounds
     assert all(c[2] == discovery.bench_regex([TRITON]) for c in again)
     (v,) = settled.comparison.verdicts  # the settled cell alone: the others passed
-    assert v.key == TRITON and settled.settled_from == res.gate_id
+    assert v.key == TRITON and settled.rerun_of == res.gate_id
     # a regression the settle run shows again is settled: nothing more to measure
-    assert settle_mod.plan(compare.Comparison([compare.Verdict(
+    assert rerun.plan(compare.Comparison([compare.Verdict(
         TRITON, {}, "us", v.policy, "regression", detectable=0.02)]), 4, 3,
         flagged=False) is None  # fmt: skip
     if settle == "tight":  # +1.5% under the 2% threshold, with the power to see it
         assert settled.comparison.headline == "pass" and settled.exit_code == 0
-        assert compare.powered(v) and settled.plan is None
+        assert evidence.powered(v) and settled.plan is None
     else:
         assert settled.comparison.headline == "inconclusive" and settled.exit_code == 1
         assert settled.plan.rounds > res.plan.rounds
@@ -327,7 +329,7 @@ def test_a_gate_says_what_settles_it_and_settle_merges_into_its_verdict(
 
 
 def test_the_rounds_a_cell_needs_follow_its_spread():
-    from ragbench.gate import plan as settle
+    from ragbench.gate import rerun
     from ragbench.verdicts.status import Status
 
     policy = load_policies().for_metric("kernel.KernelLatency", "gpu_us", "us")
@@ -336,19 +338,19 @@ def test_the_rounds_a_cell_needs_follow_its_spread():
     def v(status, detectable=None, aa=None):
         return compare.Verdict(TRITON, {}, "us", policy, status, detectable=detectable, aa=aa)
 
-    assert settle.needed(v(Status.INCONCLUSIVE, 2 * t), 2) == 10  # (2)^2 x 1.25 x 2
-    assert settle.needed(v(Status.INCONCLUSIVE, 1.1 * t), 2) == 4  # at least one more
-    assert settle.needed(v(Status.INCONCLUSIVE, 100 * t), 2) == 2 * settle.CAP
-    assert settle.needed(v(Status.INCONCLUSIVE, float("inf")), 3) == 8  # 2 x 1.25 x 3
-    assert settle.needed(v(Status.INCONCLUSIVE, 0.5 * t, aa=t), 3) == 15  # A/A: (t/(t/2))^2
-    assert settle.needed(v(Status.REGRESSION, 0.5 * t), 2) == 2  # reproduce at its power
+    assert rerun.needed(v(Status.INCONCLUSIVE, 2 * t), 2) == 10  # (2)^2 x 1.25 x 2
+    assert rerun.needed(v(Status.INCONCLUSIVE, 1.1 * t), 2) == 4  # at least one more
+    assert rerun.needed(v(Status.INCONCLUSIVE, 100 * t), 2) == 2 * rerun.CAP
+    assert rerun.needed(v(Status.INCONCLUSIVE, float("inf")), 3) == 8  # 2 x 1.25 x 3
+    assert rerun.needed(v(Status.INCONCLUSIVE, 0.5 * t, aa=t), 3) == 15  # A/A: (t/(t/2))^2
+    assert rerun.needed(v(Status.REGRESSION, 0.5 * t), 2) == 2  # reproduce at its power
 
 
 def test_settle_refuses_what_it_cannot_settle(tmp_path, capsys):
-    """Gates a store recorded (``settle.record``, as a gate or the trusted verdict does) that
+    """Gates a store recorded (``rerun.record``, as a gate or the trusted verdict does) that
     leave nothing to settle, or that it cannot: one line, exit 2, nothing measured."""
     from ragbench import cli
-    from ragbench.gate import plan as settle
+    from ragbench.gate import rerun
 
     doc = {"schema": 2, "base": PARENT, "head": HEAD, "machine": "m1", "verdict": "pass",
            "failures": []}  # fmt: skip
@@ -358,7 +360,7 @@ def test_settle_refuses_what_it_cannot_settle(tmp_path, capsys):
                              "param_key": TRITON[2], "status": "inconclusive"}]}  # fmt: skip
     itself = json.loads(json.dumps(planned).replace(PARENT, HEAD))  # A/A would pass
     with Store(tmp_path / "perf.duckdb") as store:
-        ids = [settle.record(store, d, source="gate") for d in (doc, itself, planned)]
+        ids = [rerun.record(store, d, source="gate") for d in (doc, itself, planned)]
     for args, why in ((["--settle", ids[0]], "nothing without evidence"),
                       (["--settle", ids[1]], "are the same commit"),
                       (["--settle", str(tmp_path / "none.json")], "none.json"),
@@ -377,7 +379,7 @@ def regression_gate(store, monkeypatch, tmp_path) -> tuple[gate.GateResult, Path
     again, and the torch_varlen cell inconclusive (spread 0.5x-1.5x): its plan settles both.
     Recorded in ``store`` as ``ragbench gate`` records it; -> it and its JSON."""
     from ragbench.commands import gate as gate_cmd
-    from ragbench.gate import plan as settle
+    from ragbench.gate import rerun
 
     def fake_measure(store, sha, side, label, work, *, mode, machine, bench, log, environment=None):
         rng = np.random.default_rng(len(label) + (side == "head"))
@@ -391,8 +393,8 @@ def regression_gate(store, monkeypatch, tmp_path) -> tuple[gate.GateResult, Path
     assert res.comparison.headline == "fail" and TRITON in res.plan.cells
     args = SimpleNamespace(store=store.name, history_branch=None)
     gate_cmd.record(args, store, res)
-    assert res.gate_id and settle.recorded(store, res.gate_id)["verdict"] == "fail"
-    return res, gate.write_json(res, tmp_path / "gate.json")
+    assert res.gate_id and rerun.recorded(store, res.gate_id)["verdict"] == "fail"
+    return res, write_json(res, tmp_path / "gate.json")
 
 
 TORCH = ("kernel.KernelLatency", "gpu_us", "torch_varlen")

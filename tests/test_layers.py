@@ -180,3 +180,49 @@ def test_every_import_of_the_house_names_a_module_of_this_checkout():
                 if not (alias and f"{base}.{alias}" in mods):
                     bad.append(f"{path.relative_to(REPO)}: {base}")
     assert not bad, bad
+
+
+# Modules kept under a one- or two-letter alias, each with its reason: asv hashes a benchmark's
+# source, and its setup_cache's, into its version, so renaming a module they use would restart
+# every series's history (the benchmark modules and support/measure.py, the setup_cache
+# functions); the kernel script and the tests of the kernels and of the store, left to the work
+# that changes them.
+ALIAS_KEPT = {
+    "benchmarks/kernel.py", "benchmarks/pipeline.py", "benchmarks/numerics.py",
+    "benchmarks/cpu.py", "benchmarks/support/measure.py", "scripts/kernel_bench.py",
+    "tests/test_store.py", "tests/test_c_launch.py", "tests/test_fast_path.py",
+    "tests/test_gpu.py", "tests/test_kernel_bench.py",
+}  # fmt: skip
+ALIAS_CHECKED = ("ragbench", "scripts", "benchmarks", "tests")
+
+
+def letter_aliases(path: Path) -> list[str]:
+    """Each ``import x as K`` / ``from y import x as KA`` of ``path`` whose alias is one or two
+    capital letters, as ``line: module as alias``."""
+    found = []
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Import | ast.ImportFrom):
+            for alias in node.names:
+                if alias.asname and alias.asname.isupper() and len(alias.asname) <= 2:
+                    found.append(f"{node.lineno}: {alias.name} as {alias.asname}")
+    return found
+
+
+def test_no_module_goes_by_a_letter():
+    """A module is imported under its own name (or a short real word), never as ``K`` or ``KA``
+    that the reader must look up, outside the files kept above."""
+    bad = []
+    for folder in ALIAS_CHECKED:
+        for path in sorted((REPO / folder).rglob("*.py")):
+            rel = path.relative_to(REPO).as_posix()
+            if rel not in ALIAS_KEPT:
+                bad += [f"{rel}:{hit}" for hit in letter_aliases(path)]
+    assert not bad, bad
+
+
+def test_the_alias_check_sees_a_letter(tmp_path):
+    """The reader above finds a letter alias at module level and inside a function, and leaves
+    a word alone."""
+    f = tmp_path / "m.py"
+    f.write_text("from . import grids as G\nimport x.y as word\n\ndef f():\n    import h as KA\n")
+    assert letter_aliases(f) == ["1: grids as G", "5: h as KA"]

@@ -14,6 +14,7 @@ from conftest import REPO
 from ragbench import pr, stats
 from ragbench.gate import gating as gate
 from ragbench.gate import paired
+from ragbench.gate.gate_json import to_json
 from ragbench.history import series as history
 from ragbench.policies import Policies, Policy, load_policies
 from ragbench.verdicts import comparison as compare
@@ -146,7 +147,7 @@ def test_too_few_samples_are_inconclusive_and_most_inconclusive_is_no_pass():
     assert c.headline == "inconclusive" and not c.failed
     res = gate.GateResult("a" * 40, "b" * 40, "m", c, measured=False, rounds=1)
     assert res.exit_code == 1
-    doc = gate.to_json(res)
+    doc = to_json(res)
     assert doc["verdict"] == "inconclusive" and doc["failures"][0]["status"] == "inconclusive"
     j = pr.judge(doc["failures"], [])
     assert j.state == "failure" and j.description.startswith("inconclusive")

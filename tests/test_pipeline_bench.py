@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from scripts import pipeline_bench as P
+from scripts import pipeline_bench
 
 
 def test_turns_time_each_call_alone_in_a_rotating_order():
@@ -23,7 +23,7 @@ def test_turns_time_each_call_alone_in_a_rotating_order():
         log.append("sync")
 
     fns = {n: make(n) for n in cost}
-    out = P.turns_us(fns, 4, target_us=10e3, sync=sync, clock=lambda: now[0])
+    out = pipeline_bench.turns_us(fns, 4, target_us=10e3, sync=sync, clock=lambda: now[0])
     assert {n: [round(x, 6) for x in s] for n, s in out.items()} == {
         n: [c * 1e6] * 4 for n, c in cost.items()
     }
@@ -49,14 +49,14 @@ def rounds(rng, n, gain, share, drift=0.1, noise=0.03):
 def test_the_share_of_the_bound_is_found_with_an_interval_that_holds_it():
     rng = np.random.default_rng(0)
     for true in (0.6, 0.8, 0.95):
-        share, lo, hi = P.share_of_bound(*rounds(rng, 301, 0.14, true))
+        share, lo, hi = pipeline_bench.share_of_bound(*rounds(rng, 301, 0.14, true))
         assert abs(share - true) < 0.05
         assert lo < true < hi and hi - lo < 0.2
 
 
 def test_a_share_from_exact_rounds_is_exact():
     fa2 = np.array([4000.0, 5000.0, 4500.0])
-    share, lo, hi = P.share_of_bound(fa2, fa2 / 1.08, fa2 / 1.10)
+    share, lo, hi = pipeline_bench.share_of_bound(fa2, fa2 / 1.08, fa2 / 1.10)
     assert share == pytest.approx(0.8) and lo == pytest.approx(0.8) and hi == pytest.approx(0.8)
 
 
@@ -66,8 +66,8 @@ def test_a_share_of_a_bound_no_faster_than_fa2_is_refused():
     rng = np.random.default_rng(1)
     fa2, triton, _ = rounds(rng, 101, 0.14, 0.8)
     bound = fa2 * np.exp(rng.normal(0, 0.01, 101))  # no faster than fa2
-    assert all(np.isnan(P.share_of_bound(fa2, triton, bound)))
-    assert P.share_cell({n: {"samples_us": x} for n, x in
+    assert all(np.isnan(pipeline_bench.share_of_bound(fa2, triton, bound)))
+    assert pipeline_bench.share_cell({n: {"samples_us": x} for n, x in
                          (("fa2", fa2), ("triton", triton), ("b", bound))}, "b").startswith(
         "unresolved")  # fmt: skip
 
@@ -94,7 +94,7 @@ def test_the_bound_table_has_a_row_per_model_method_and_batch():
     rng = np.random.default_rng(1)
     rows = [bound_row(m, method, b, rng) for m in ("deit_base_224", "deit_base_384")
             for method in ("threshold_l2", "ats") for b in (1, 4)]  # fmt: skip
-    lines = P.summary({"bound": rows}).splitlines()
+    lines = pipeline_bench.summary({"bound": rows}).splitlines()
     header = next(line for line in lines if line.startswith("| model |"))
     cols = [c.strip() for c in header.strip("|").split("|")]
     assert cols[:3] == ["model", "method", "BS"]
@@ -114,13 +114,13 @@ def test_the_bound_section_narrows_to_the_models_methods_and_batches_asked(monke
         calls.append((model, method, tuple(batches), rounds))
         return [bound_row(model, method, b, np.random.default_rng(b)) for b in batches]
 
-    monkeypatch.setattr(P.torch.cuda, "is_available", lambda: True)
-    monkeypatch.setattr(P, "environment", dict)
-    monkeypatch.setattr(P, "run_throughput", fake_run)
-    assert P.main(["--sections", "bound", "--bound-batches", "1", "4"]) == 0
+    monkeypatch.setattr(pipeline_bench.torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(pipeline_bench, "environment", dict)
+    monkeypatch.setattr(pipeline_bench, "run_throughput", fake_run)
+    assert pipeline_bench.main(["--sections", "bound", "--bound-batches", "1", "4"]) == 0
     assert calls == [(m, method, (1, 4), 101) for m in ("deit_base_224", "deit_base_384")
                      for method in ("threshold_l2", "ats")]  # fmt: skip
     calls.clear()
-    P.main(["--sections", "bound", "--bound-models", "deit_base_384", "--bound-methods",
-            "ats", "--rounds", "201"])  # fmt: skip
+    pipeline_bench.main(["--sections", "bound", "--bound-models", "deit_base_384",
+                         "--bound-methods", "ats", "--rounds", "201"])  # fmt: skip
     assert calls == [("deit_base_384", "ats", (1, 4), 201)]

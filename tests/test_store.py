@@ -371,7 +371,7 @@ def test_a_schema_5_store_gains_the_gate_verdicts_and_a_copy_brings_them(tmp_pat
     cells come with a copy, once."""
     import duckdb
 
-    from ragbench.gate import plan as settle
+    from ragbench.gate import rerun
 
     path = tmp_path / "perf.duckdb"
     with Store(path) as s:
@@ -392,21 +392,21 @@ def test_a_schema_5_store_gains_the_gate_verdicts_and_a_copy_brings_them(tmp_pat
                                             "change": 0.1, "words": "10.0% slower", "note": ""}],
            "settle": {"cells": [["k.K", "gpu_us", "backend=triton"]], "rounds": 2, "paired": [],
                       "processes": 1}, "mode": "quick", "rounds": 2, "processes": 0}  # fmt: skip
-    gate_id = settle.record(store, doc, source="gate")
-    assert settle.record(store, doc, source="gate") == gate_id  # the same document, kept once
+    gate_id = rerun.record(store, doc, source="gate")
+    assert rerun.record(store, doc, source="gate") == gate_id  # the same document, kept once
     target = Store(tmp_path / "copy.duckdb")
     added, _ = target.copy_from(Store(path, read_only=True))
     assert added["gate_verdicts"] == added["gate_verdict_cells"] == 1
     assert not any(target.copy_from(Store(path, read_only=True))[0].values())
     assert table_rows(target) == table_rows(Store(path, read_only=True))
-    assert settle.planned(target.gate_verdict(gate_id=gate_id)).rounds == 2
+    assert rerun.planned(target.gate_verdict(gate_id=gate_id)).rounds == 2
 
 
 def test_copy_file_to_lake_to_file_round_trips_every_row(quick_run, tmp_path, postgres):
     """``ragbench store copy``: a runner's file into a lake, the lake back into a new file;
     every row of every table the same (run ids, raw samples, labels, acceptances, gates, the
     gates' own verdicts), and a second copy adds nothing."""
-    from ragbench.gate import plan as settle
+    from ragbench.gate import rerun
 
     results = copy_results(quick_run, tmp_path / "results")
     first = tmp_path / "runner.duckdb"
@@ -416,7 +416,7 @@ def test_copy_file_to_lake_to_file_round_trips_every_row(quick_run, tmp_path, po
                label="gate:x:head:0")  # fmt: skip
         s.accept("c" * 40, "kernel.KernelLatency", "gpu_us", "backend=triton", "known", "me", pr=7)
         s.record_gate(7, "c" * 40, "b" * 40, "ci", [{"cell": "x"}], "report")
-        settle.record(s, {"schema": 2, "base": "b" * 40, "head": "c" * 40, "machine": "ci",
+        rerun.record(s, {"schema": 2, "base": "b" * 40, "head": "c" * 40, "machine": "ci",
                           "verdict": "fail", "failures": [{
                               "benchmark": "k.K", "metric": "gpu_us", "param_key": "",
                               "status": "regression", "change": 0.1}]}, source="gate")  # fmt: skip

@@ -25,7 +25,7 @@ import torch
 
 from ragged.pipeline import PrunedViT, PruneStage
 
-from . import workloads as W
+from . import workloads
 
 # The bound's pipelines: _catalogue's, and launch_only (built here)
 PIPELINES = ("fa2", "triton", "no_attention", "launch_only", "fa2_graph", "triton_graph",
@@ -40,14 +40,15 @@ SHARES = {
 
 def launch_only_pipeline(model, method) -> PrunedViT:
     """The ragged pipeline with one empty kernel launched in place of each attention call."""
-    return PrunedViT(model, PruneStage(W.PRUNE_AT, method), mode="ragged",
-                     layout_attention=W.launch_only(W.rows_vary(model, method)))  # fmt: skip
+    launch = workloads.launch_only(workloads.rows_vary(model, method))
+    return PrunedViT(model, PruneStage(workloads.PRUNE_AT, method), mode="ragged",
+                     layout_attention=launch)  # fmt: skip
 
 
 def pipelines(model, method, names=PIPELINES) -> dict[str, PrunedViT]:
     """The catalogue's pipelines ``names``, and ``launch_only``."""
     return {n: launch_only_pipeline(model, method) if n == "launch_only"
-            else W.pipeline(model, method, n) for n in names}  # fmt: skip
+            else workloads.pipeline(model, method, n) for n in names}  # fmt: skip
 
 
 def forwards(model, method, images, names=PIPELINES) -> dict:

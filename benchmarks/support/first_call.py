@@ -191,7 +191,7 @@ def measure(cases=CASES, *, max_seqlens=MAX_SEQLENS, head_dims=HEAD_DIMS,
     from ragged.kernels import attention as kernels
     from ragged.testing import packed_qkv
 
-    from . import workloads as W
+    from . import workloads
 
     knobs = getattr(triton, "knobs", None)
     runtime = getattr(knobs, "runtime", None)
@@ -210,7 +210,7 @@ def measure(cases=CASES, *, max_seqlens=MAX_SEQLENS, head_dims=HEAD_DIMS,
         return lambda: ragged.varlen_attention(q, k, v, cu, max_seqlen, validate=False)
 
     def inputs(head_dim, dtype, length=WARM_MAX_SEQLEN):
-        return packed_qkv([length], W.HEADS["deit_b"], head_dim, dtype=dtype, device="cuda")
+        return packed_qkv([length], workloads.HEADS["deit_b"], head_dim, dtype=dtype, device="cuda")
 
     def warm(fn):  # untimed: compiled, the fast paths made
         for _ in range(3):
@@ -221,7 +221,7 @@ def measure(cases=CASES, *, max_seqlens=MAX_SEQLENS, head_dims=HEAD_DIMS,
         return sample(fn, torch.cuda.synchronize, runtime, kept_calls)
 
     out: dict[str, dict] = {}
-    q, k, v, _, _ = inputs(W.HEAD_DIM, torch.float16, W.TOKENS)
+    q, k, v, _, _ = inputs(workloads.HEAD_DIM, torch.float16, workloads.TOKENS)
 
     def length(n):  # one sequence of n tokens: views of the same q, k and v
         return call(q[:n], k[:n], v[:n], _cu_seqlens(torch, n), n)

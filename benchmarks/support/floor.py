@@ -24,7 +24,7 @@ from collections.abc import Callable
 import torch
 import triton
 
-from . import harness as H
+from . import harness
 
 CALLS = 20  # calls captured a graph (experiments.kernel_floor's)
 ROUNDS = 30
@@ -50,7 +50,10 @@ def measure(
 ) -> dict[str, list[float]]:
     """-> {"gpu_us", "empty_us", "over_empty"}: one value a round, ``kernel``'s and the empty
     kernel's graphs replayed in the same round, the ratio of that round's two medians."""
-    graphs = {"kernel": H.capture(kernel, CALLS), "empty": H.capture(empty or empty_call(), CALLS)}
+    graphs = {
+        "kernel": harness.capture(kernel, CALLS),
+        "empty": harness.capture(empty or empty_call(), CALLS),
+    }
     for graph in graphs.values():  # clocks up, caches warm
         t0 = time.perf_counter()
         while time.perf_counter() - t0 < 0.02:
@@ -61,7 +64,7 @@ def measure(
     out: dict[str, list[float]] = {"gpu_us": [], "empty_us": [], "over_empty": []}
     for _ in range(rounds):
         rng.shuffle(order)
-        med = {n: statistics.median(H.replay_us(graphs[n], CALLS, REPLAYS)) for n in order}
+        med = {n: statistics.median(harness.replay_us(graphs[n], CALLS, REPLAYS)) for n in order}
         out["gpu_us"].append(med["kernel"])
         out["empty_us"].append(med["empty"])
         out["over_empty"].append(med["kernel"] / med["empty"])

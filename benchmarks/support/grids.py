@@ -8,13 +8,13 @@ pruning methods at one model and batch size.
 
 from __future__ import annotations
 
-from . import catalogue as C
+from . import catalogue
 from .catalogue import FULL, QUICK
 from .suite import grid
 
 # --- kernel.py: attention on packed ragged batches, DeiT geometry, fp16 -----------------------
 # attention backend (_catalogue.BACKENDS; a backend not available here is skipped)
-KERNEL_BACKENDS = grid(C.kernel_backends(QUICK), C.kernel_backends(FULL))
+KERNEL_BACKENDS = grid(catalogue.kernel_backends(QUICK), catalogue.kernel_backends(FULL))
 KERNEL_BATCHES = grid([1, 64], [1, 8, 64])  # images in the packed batch
 PRUNE = grid([0.8], [0.0, 0.8])  # share of DeiT's 197 tokens pruned from each image
 GEOMETRIES = grid(["deit_b"], ["deit_s", "deit_b"])  # deit_b: 12 heads, deit_s: 6; head_dim 64
@@ -34,7 +34,7 @@ FIRST_CALL_CASES = grid(
 
 # --- pipeline.py and numerics.py: the pruned DeiT pipeline, fp16 --------------------------------
 # layout and attention backend (_catalogue.PIPELINES); dense = the unpruned timm model
-PIPELINES = grid(C.pipelines("throughput", QUICK), C.pipelines("throughput", FULL))
+PIPELINES = grid(catalogue.pipelines("throughput", QUICK), catalogue.pipelines("throughput", FULL))
 # timm DeiT, named with its input resolution
 MODELS = grid(
     ["deit_base_224"], ["deit_tiny_224", "deit_small_224", "deit_base_224", "deit_base_384"]
@@ -43,11 +43,11 @@ BATCHES = grid([1, 64], [1, 8, 64])  # images per forward (Threshold-L2 at 50%)
 METHODS = grid(["threshold_l2", "ats"], ["threshold_l2", "dynamicvit", "evit", "ats"])  # pruning
 METHOD_MODEL, METHOD_BATCH = "deit_base_224", 32  # where the pruning methods are compared
 MEMORY_BATCH = 64  # peak memory at the largest batch
-STAGE_PIPELINES = grid(C.pipelines("stages", QUICK), C.pipelines("stages", FULL))
+STAGE_PIPELINES = grid(catalogue.pipelines("stages", QUICK), catalogue.pipelines("stages", FULL))
 STAGES = ["front", "prune_pack", "late", "head"]  # blocks 0-3; prune + pack; blocks 4-11; head
 STAGE_MODEL, STAGE_BATCH = "deit_base_224", 8
 # pipeline whose logits are compared with padded_max's (padded_max itself: its output hash)
-DRIFT_BACKENDS = grid(C.pipelines("drift", QUICK), C.pipelines("drift", FULL))
+DRIFT_BACKENDS = grid(catalogue.pipelines("drift", QUICK), catalogue.pipelines("drift", FULL))
 DRIFT_MODELS = grid(["deit_base_224"], ["deit_base_224", "deit_base_384"])
 DRIFT_METHODS = grid(["threshold_l2", "ats"], ["threshold_l2", "ats"])
 DRIFT_BATCH = {224: 32, 384: 8}  # images per resolution
@@ -60,8 +60,8 @@ BOUND_ROUNDS = 101  # turns rounds a row (scripts/pipeline_bench.py --sections b
 
 # --- cpu.py: the CPU subset, DeiT-Ti fp32, Triton's interpreter --------------------------------
 CPU_MODEL, CPU_BATCH = "deit_tiny_224", 2
-CPU_PIPELINES = C.cpu_pipelines()  # triton: the interpreter
+CPU_PIPELINES = catalogue.cpu_pipelines()  # triton: the interpreter
 CPU_METHODS = grid(["threshold_l2"], ["threshold_l2", "ats"])
-CPU_DRIFT_BACKENDS = C.cpu_pipelines("cpu_drift")
-CPU_KERNEL_BACKENDS = C.cpu_kernel_backends()
+CPU_DRIFT_BACKENDS = catalogue.cpu_pipelines("cpu_drift")
+CPU_KERNEL_BACKENDS = catalogue.cpu_kernel_backends()
 CPU_DTYPES = ["float32", "float16"]

@@ -33,11 +33,11 @@ def fraction() -> float | None:
 
 
 def _gpu_us(fn, replays: int) -> float:
-    from . import harness as H
+    from . import harness
 
-    graph = H.capture(fn, 50)
+    graph = harness.capture(fn, 50)
     graph.replay()
-    return statistics.median(H.replay_us(graph, 50, replays))
+    return statistics.median(harness.replay_us(graph, 50, replays))
 
 
 def _quantise(cycles: float) -> int:

@@ -13,6 +13,7 @@ from __future__ import annotations
 import itertools
 import os
 
+# letter aliases kept: asv hashes a setup_cache's source into its benchmarks' versions
 from . import grids as G
 from .suite import mode, skipped
 

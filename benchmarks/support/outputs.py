@@ -41,8 +41,7 @@ import sys
 import time
 from pathlib import Path
 
-from . import grids as G
-from . import harness as H
+from . import grids, harness
 from . import revision as _revision
 from .suite import mode as grid_mode
 
@@ -116,7 +115,7 @@ class _Cells:
             try:
                 got[arm] = compute[arm]()
             except Exception as exc:
-                cell["errors"][arm] = H.failure(exc, 300)
+                cell["errors"][arm] = harness.failure(exc, 300)
                 continue
             cell["arrays"][arm] = sorted(got[arm])
             for name, array in got[arm].items():
@@ -130,11 +129,11 @@ def _pipelines(W: dict, cells: _Cells, cpu: bool, only) -> None:
     first = next(iter(W.values()))
     if cpu:
         dev = {"device": "cpu", "dtype": torch.float32}
-        grid = [(G.CPU_MODEL, G.CPU_BATCH, G.CPU_METHODS, G.CPU_DRIFT_BACKENDS)]
+        grid = [(grids.CPU_MODEL, grids.CPU_BATCH, grids.CPU_METHODS, grids.CPU_DRIFT_BACKENDS)]
     else:
         dev = {}
-        grid = [(m, G.DRIFT_BATCH[first.get_config(m).img_size], G.DRIFT_METHODS,
-                 G.DRIFT_BACKENDS) for m in G.DRIFT_MODELS]  # fmt: skip
+        grid = [(m, grids.DRIFT_BATCH[first.get_config(m).img_size], grids.DRIFT_METHODS,
+                 grids.DRIFT_BACKENDS) for m in grids.DRIFT_MODELS]  # fmt: skip
     for model_name, batch, methods, backends in grid:
         keys = [
             (method, backend)
@@ -150,7 +149,7 @@ def _pipelines(W: dict, cells: _Cells, cpu: bool, only) -> None:
             try:
                 models[arm] = w.build(model_name, **dev)
             except Exception as exc:
-                errors[arm] = H.failure(exc, 300)
+                errors[arm] = harness.failure(exc, 300)
         for method_name, backend in keys:
             params = {"backend": backend, "model": model_name, "method": method_name}
             compute = {
@@ -178,11 +177,11 @@ def _kernels(W: dict, cells: _Cells, cpu: bool, only) -> None:
 
     first = next(iter(W.values()))
     if cpu:
-        grid = itertools.product(G.CPU_DTYPES, ["mixed"])
-        backends, device = G.CPU_KERNEL_BACKENDS, "cpu"
+        grid = itertools.product(grids.CPU_DTYPES, ["mixed"])
+        backends, device = grids.CPU_KERNEL_BACKENDS, "cpu"
     else:
-        grid = itertools.product(G.ERROR_DTYPES, G.LENGTHS)
-        backends, device = G.KERNEL_BACKENDS, "cuda"
+        grid = itertools.product(grids.ERROR_DTYPES, grids.LENGTHS)
+        backends, device = grids.KERNEL_BACKENDS, "cuda"
     for dtype, lengths in grid:
         keys = [
             b
@@ -220,7 +219,7 @@ def measure(arms: dict[str, Path], *, only: str | None = None,
     if W:
         if not cpu:
             for w in W.values():
-                H.tune(w.ragged)  # the launch configurations the benchmarks run
+                harness.tune(w.ragged)  # the launch configurations the benchmarks run
         only_re = re.compile(only) if only else None
         _pipelines(W, cells, cpu, only_re)
         _kernels(W, cells, cpu, only_re)

@@ -45,12 +45,11 @@ import sys
 import time
 from pathlib import Path
 
-from . import grids as G
-from . import harness as H
+from . import grids, harness
 from . import revision as _revision
 
 SCHEMA = 1
-GRAPH_CALLS = 20  # calls per graph replay (gpu_us of the round: H.kernel_sampler)
+GRAPH_CALLS = 20  # calls per graph replay (gpu_us of the round: harness.kernel_sampler)
 TARGET_US = 15e3  # wall time of one img_per_s value: a few forwards back to back
 CPU_TARGET_US = 0.1e6  # on the CPU (DeiT-Ti, ~30 ms a forward): a single forward is noise
 
@@ -69,11 +68,11 @@ def _split(measured: dict, metric: str) -> tuple[dict, dict]:
 
 def _slow_kernel(fn, fraction: float, info: dict):
     """``fn`` behind a spin of ``fraction`` of its host time per call."""
-    seconds = fraction * H.host_us(fn, calls=100, rounds=5).median * 1e-6
+    seconds = fraction * harness.host_us(fn, calls=100, rounds=5).median * 1e-6
     info["spin_us"] = round(seconds * 1e6, 3)
 
     def slow():
-        H.spin(seconds)
+        harness.spin(seconds)
         return fn()
 
     return slow
@@ -84,7 +83,7 @@ def _slow_pipeline(fn, fraction: float, info: dict, wall_us):
     ``fraction`` of its wall time (``torch.cuda._sleep`` spins a number of GPU cycles)."""
     import torch
 
-    host = H.host_us(fn, calls=3, rounds=3).median
+    host = harness.host_us(fn, calls=3, rounds=3).median
     wall = wall_us(fn, 5)
     start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
     start.record()
@@ -96,7 +95,7 @@ def _slow_pipeline(fn, fraction: float, info: dict, wall_us):
     info.update(spin_us=round(seconds * 1e6, 3), sleep_cycles=cycles)
 
     def slow():
-        H.spin(seconds)
+        harness.spin(seconds)
         torch.cuda._sleep(cycles)
         return fn()
 
@@ -112,11 +111,13 @@ def _wanted(only, benchmark: str, params: dict) -> bool:
 def _kernels(W: dict, slow: dict, rounds: int, rng: random.Random, out: list, slowed: dict,
              only=None):  # fmt: skip
     """The kernel grid: every workload and backend, the arms interleaved."""
-    for workload in itertools.product(G.KERNEL_BATCHES, G.PRUNE, G.GEOMETRIES, G.LENGTHS):
+    for workload in itertools.product(
+        grids.KERNEL_BATCHES, grids.PRUNE, grids.GEOMETRIES, grids.LENGTHS
+    ):
         batch, prune, geometry, lengths = workload
         if lengths == "mixed" and batch == 1:
             continue
-        for backend in G.KERNEL_BACKENDS:
+        for backend in grids.KERNEL_BACKENDS:
             params = dict(zip(("backend", "batch", "prune", "geometry", "lengths"),
                               (backend, *workload), strict=True))  # fmt: skip
             if not _wanted(only, "kernel.KernelLatency", params):
@@ -127,21 +128,23 @@ def _kernels(W: dict, slow: dict, rounds: int, rng: random.Random, out: list, sl
                     if backend not in w.ragged.available_backends():
                         continue
                     fn = w.attention(backend, *w.kernel_inputs(*workload))
-                    H.warmup(fn)
-                    graph = H.capture(fn, GRAPH_CALLS) if not H.synchronises(fn) else None
+                    harness.warmup(fn)
+                    graph = (
+                        harness.capture(fn, GRAPH_CALLS) if not harness.synchronises(fn) else None
+                    )
                     if arm in slow and backend == "triton":
                         info = slowed.setdefault(f"{arm}:{backend}:{workload}", {})
                         fn = _slow_kernel(fn, slow[arm], info)
-                    samplers[arm] = H.kernel_sampler(fn, graph, graph_calls=GRAPH_CALLS)
+                    samplers[arm] = harness.kernel_sampler(fn, graph, graph_calls=GRAPH_CALLS)
                 except Exception as exc:
-                    errors[arm] = H.failure(exc)
+                    errors[arm] = harness.failure(exc)
             if not samplers and not errors:
                 continue  # the backend runs in no arm here
-            measured = H.interleaved_rounds(samplers, rounds, rng)
+            measured = harness.interleaved_rounds(samplers, rounds, rng)
             for metric in ("host_us", "call_us"):
                 values, errs = _split(measured, metric)
                 _cell(out, "kernel.KernelLatency", metric, params, "us", values, errors | errs)
-            if (batch, prune, lengths) == G.FLOOR:
+            if (batch, prune, lengths) == grids.FLOOR:
                 floor = {"backend": backend, "geometry": geometry}
                 values, errs = _split(measured, "call_us")
                 _cell(out, "kernel.DispatchFloor", "floor_us", floor, "us", values, errors | errs)
@@ -161,11 +164,11 @@ def _pipelines(W: dict, slow: dict, rounds: int, rng, out: list, slowed: dict, c
         import torch
 
         dev = {"device": "cpu", "dtype": torch.float32}
-        grid = [(G.CPU_MODEL, G.CPU_BATCH)]
-        names = [p for p in G.CPU_PIPELINES if p != "triton"]  # the interpreter: seconds a call
+        grid = [(grids.CPU_MODEL, grids.CPU_BATCH)]
+        names = [p for p in grids.CPU_PIPELINES if p != "triton"]  # the interpreter: seconds a call
     else:
-        grid = list(itertools.product(G.MODELS, G.BATCHES))
-        names = G.PIPELINES
+        grid = list(itertools.product(grids.MODELS, grids.BATCHES))
+        names = grids.PIPELINES
 
     def key_of(model_name, batch, name):
         if cpu:
@@ -181,7 +184,7 @@ def _pipelines(W: dict, slow: dict, rounds: int, rng, out: list, slowed: dict, c
             try:
                 models[arm] = w.build(model_name, **dev)
             except Exception as exc:
-                errors[arm] = H.failure(exc)
+                errors[arm] = harness.failure(exc)
         for batch in batches:
             for name in names:
                 key = key_of(model_name, batch, name)
@@ -203,8 +206,8 @@ def _pipelines(W: dict, slow: dict, rounds: int, rng, out: list, slowed: dict, c
                             fn = _slow_pipeline(fn, slow[arm], info, w.wall_us)
                         samplers[arm] = _img_sampler(w, fn, batch, cpu)
                     except Exception as exc:
-                        errs[arm] = H.failure(exc)
-                measured = H.interleaved_rounds(samplers, rounds, rng)
+                        errs[arm] = harness.failure(exc)
+                measured = harness.interleaved_rounds(samplers, rounds, rng)
                 values, e = _split(measured, "img_per_s")
                 _cell(out, key[0], "img_per_s", key[1], "img/s", values, errs | e)
 
@@ -236,8 +239,8 @@ def measure(arms: dict[str, Path], *, rounds: int, pipeline_rounds: int, seed: i
     only = re.compile(only) if only else None
     if W and not cpu:
         for w in W.values():
-            H.tune(w.ragged)
-        H.spin_up()
+            harness.tune(w.ragged)
+        harness.spin_up()
         _kernels(W, slow, rounds, rng, doc["cells"], doc["slowed"], only)
     if W:
         _pipelines(W, slow, pipeline_rounds, rng, doc["cells"], doc["slowed"], cpu, only)

@@ -29,10 +29,9 @@ import torch
 import triton
 
 import ragged
-from ragged.kernels import attention as KA
+from ragged.kernels import attention
 
-from . import harness as H
-from . import workloads as W
+from . import harness, workloads
 
 # cell -> (numerator arm, denominator arm, the most the promise allows; None: no promise)
 CELLS = {
@@ -65,7 +64,7 @@ class OneProgram(ragged.LayoutAttention):
         if self._launch is not None:
             # one program: a 1-D grid of one, also where the kept kernel's grid was 3-D
             kept = self._launch._replace(grid_x=1, grid3=False, **self._swap(qkv, self._launch))
-            self._launch = KA.with_image(kept)
+            self._launch = attention.with_image(kept)
         return out
 
     def _swap(self, qkv, kept) -> dict:
@@ -102,7 +101,7 @@ def arms(q, k, v, cu_seqlens, max_seqlen: int) -> dict[str, Callable[[], object]
         if call._launch is None or call._launch.image is None:
             raise RuntimeError("no kept launch here (the C launcher or the C++ fast path is "
                                "missing): the promises are about that path")  # fmt: skip
-    kept, launch = empty_kept._launch, W.c_launcher(empty_kept.compiled)
+    kept, launch = empty_kept._launch, workloads.c_launcher(empty_kept.compiled)
     p = qkv.data_ptr()
     args = (p, p + kept.k_offset, p + kept.v_offset, kept.out_ptr, cu_seqlens.data_ptr(),
             *kept.scalars)  # fmt: skip
@@ -112,7 +111,7 @@ def arms(q, k, v, cu_seqlens, max_seqlen: int) -> dict[str, Callable[[], object]
         "layout": lambda: layout(qkv),
         "empty_kept": lambda: empty_kept(qkv),
         "empty_direct": lambda: launch(1, 1, 1, stream(dev), *args),
-        "api": W.attention("triton", q, k, v, cu_seqlens, max_seqlen),  # validate=False
+        "api": workloads.attention("triton", q, k, v, cu_seqlens, max_seqlen),  # validate=False
         "aten": lambda: scratch.add_(1),
     }
 
@@ -123,12 +122,12 @@ def measure(q, k, v, cu_seqlens, max_seqlen: int, rounds: int = ROUNDS, seed: in
     up, then ``rounds`` rounds of ``CALLS`` back-to-back calls of each, in a random order."""
     calls = arms(q, k, v, cu_seqlens, max_seqlen)
     for fn in calls.values():
-        H.warmup(fn)
+        harness.warmup(fn)
 
     def sampler(fn):
-        return lambda: {"host_us": H.host_us(fn, calls=CALLS, rounds=1).median}
+        return lambda: {"host_us": harness.host_us(fn, calls=CALLS, rounds=1).median}
 
-    m = H.interleaved_rounds({a: sampler(fn) for a, fn in calls.items()}, rounds,
+    m = harness.interleaved_rounds({a: sampler(fn) for a, fn in calls.items()}, rounds,
                              random.Random(seed))  # fmt: skip
     for arm, values in m.items():
         if "error" in values:

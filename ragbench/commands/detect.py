@@ -37,7 +37,7 @@ def add_parser(sub) -> None:
 
 
 def run(args) -> int:
-    from ..report import history_markdown, judged
+    from ..history.report import history_markdown, judged
 
     policies = load_policies(args.policies)
     store = open_store(args, read_only=True)

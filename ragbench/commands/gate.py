@@ -7,7 +7,7 @@ from pathlib import Path
 
 from ..gate.paired import PROCESSES as PAIRED_PROCESSES
 from ..policies import load_policies
-from ..verdicts.comparison import RULE
+from ..verdicts.evidence import RULE
 from .common import (
     MODE_HELP,
     bench_arg,
@@ -100,8 +100,9 @@ def add_parser(sub) -> None:
 
 
 def run(args) -> int:
-    from ..gate.gating import run_gate, run_settle, write_json
-    from ..report import gate_markdown
+    from ..gate.gate_json import write_json
+    from ..gate.gating import rerun_gate, run_gate
+    from ..gate.report import gate_markdown
 
     policies = load_policies(args.policies)
     if args.settle is None and args.base is None:
@@ -109,9 +110,9 @@ def run(args) -> int:
                          "GATE (the id a gate's report names) to settle what it left")  # fmt: skip
     store = open_store(args, read_only=not args.measure)  # --stored only reads
     if args.settle is not None:
-        result = run_settle(store, args.settle, policies=policies, machine=machine_of(args),
-                            mode=args.mode, log=log, config=args.config,
-                            environment=args.environment)  # fmt: skip
+        result = rerun_gate(store, args.settle, policies=policies, machine=machine_of(args),
+                             mode=args.mode, log=log, config=args.config,
+                             environment=args.environment)  # fmt: skip
     else:
         result = run_gate(
             store, args.base, args.head, policies=policies, machine=machine_of(args),
@@ -136,19 +137,19 @@ def run(args) -> int:
 
 
 def record(args, store, result) -> None:
-    """``result``'s verdict, blocking cells and plan recorded in the store (``settle.record``):
+    """``result``'s verdict, blocking cells and plan recorded in the store (``rerun.record``):
     what ``--settle`` continues, by the id its report then names. A store this gate may not
     write (--stored opened it to read) is said in one line, and the report names no settle
     command."""
-    from ..gate import plan as settle
-    from ..gate.gating import to_json
+    from ..gate import rerun
+    from ..gate.gate_json import to_json
     from ..store import StoreError
 
     try:
         writer = store if not store.read_only else open_store(args, create=False)
-        result.gate_id = settle.record(writer, to_json(result),
-                                       source="settle" if result.settled_from else "gate",
-                                       settles=result.settled_from)  # fmt: skip
+        result.gate_id = rerun.record(writer, to_json(result),
+                                       source="settle" if result.rerun_of else "gate",
+                                       settles=result.rerun_of)  # fmt: skip
         result.store = writer.name
     except (StoreError, OSError) as exc:
         log(f"gate: not recorded in {store.name} ({exc}): nothing to settle it by")

@@ -65,8 +65,9 @@ def add_parser(sub) -> None:
 def run(args) -> int:
     from ..gate import drift
     from ..gate.drift import drift_section
-    from ..gate.gating import resolve_ref, run_gate
-    from ..report import gate_markdown
+    from ..gate.gating import run_gate
+    from ..gate.report import gate_markdown
+    from ..gate.revisions import resolve_ref
 
     policies = load_policies(args.policies)
     args.commit = resolve_ref(args.commit)  # one commit (a range is refused) before any build

@@ -12,33 +12,27 @@ comparison still runs unless ``paired=False``.
 from __future__ import annotations
 
 import contextlib
-import json
-import os
-import re
 import shlex
-import stat
 import tempfile
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from .. import project
 from .. import runner as suite
 from ..discovery import bench_regex
 from ..policies import Policies
 from ..result_files import ingest
-from ..store import Store, timing
+from ..store import Store
 from ..verdicts import comparison as compare
 from ..verdicts.comparison import Comparison, Key, Verdict
-from ..verdicts.status import GATE_FIELDS, Headline, Status, gate_document, verdict_words
-from . import drift, paired
-from . import plan as settle
+from ..verdicts.status import Headline, Status
+from . import drift, paired, rerun
+from .errors import GateError
+from .foreign import Foreign, foreign, not_here, not_here_to_settle, project_commit
 from .remeasure import recheck_keys, remeasured
-
-
-class GateError(RuntimeError):
-    """Unusable input: a bad revision, no data for head, a broken policies file."""
+from .revisions import resolve_ref, two_commits
+from .runs import like_with_like, own_runs, settings_moved
 
 
 @dataclass
@@ -58,12 +52,12 @@ class GateResult:
     paired_again: int = 0  # cells the paired comparison's second look measured again
     paired_seconds: float = 0.0
     drift: drift.DriftReport | None = None  # head's outputs against base's, where compared
-    plan: settle.Plan | None = None  # what settles the cells left without evidence or flagged
+    plan: rerun.Plan | None = None  # what settles the cells left without evidence or flagged
     mode: str = "quick"
     json_path: Path | None = None  # where the gate's JSON (and so its plan) was written
-    settled_from: str | None = None  # a settle run: the id of the recorded gate it completes
+    rerun_of: str | None = None  # a settle run: the id of the recorded gate it completes
     basis: tuple[int, int] = (1, 0)  # the rounds and paired processes the plan was made for
-    gate_id: str | None = None  # the id its store recorded it under (``settle.record``)
+    gate_id: str | None = None  # the id its store recorded it under (``rerun.record``)
     store: str | None = None  # that store, as ``--store`` names it
     # cells whose measurement settings moved between base and head (``settings_moved``)
     settings: dict[Key, str] = field(default_factory=dict)
@@ -73,26 +67,12 @@ class GateResult:
 
     @property
     def exit_code(self) -> int:
-        """0 pass; 1 fail, or inconclusive (a cell without evidence: ``compare.RULE``)."""
+        """0 pass; 1 fail, or inconclusive (a cell without evidence: ``evidence.RULE``)."""
         return 0 if self.comparison.headline == Headline.PASS else 1
 
 
-def to_json(res: GateResult) -> dict:
-    """The gate's verdict for ``ragbench verdict`` (``--json``): ``verdicts.gate_document``
-    with how it measured (the mode, and the rounds and processes its plan was made for), and
-    what settles it (``settle.Plan``). Its store records it (``settle.record``): what
-    ``run_settle`` reads."""
-    rounds, processes = (min(n, hi) for n, (_, hi) in zip(res.basis, GATE_FIELDS.values(),
-                                                           strict=True))  # fmt: skip
-    doc = gate_document(res.base, res.head, res.machine, res.comparison, mode=res.mode,
-                        rounds=rounds, processes=processes)  # fmt: skip
-    if res.plan:
-        doc["settle"] = res.plan.to_json()
-    return doc
-
-
-def settle_command(res: GateResult) -> str | None:
-    """The command that settles ``res`` (``run_settle``), where it left something to settle
+def rerun_command(res: GateResult) -> str | None:
+    """The command that settles ``res`` (``rerun_gate``), where it left something to settle
     and its store recorded it: the recorded gate's id and that store; of another project's
     commits, its ``--config`` (and ``--environment``) too."""
     if not res.plan or not res.gate_id or not res.store:
@@ -105,143 +85,10 @@ def settle_command(res: GateResult) -> str | None:
 
 
 def _plan(res: GateResult, rounds: int, processes: int, flagged: bool = True) -> None:
-    """``res``'s plan (``settle.plan``) for a gate of ``rounds`` rounds and ``processes``
+    """``res``'s plan (``rerun.plan``) for a gate of ``rounds`` rounds and ``processes``
     paired processes, which its JSON keeps (``basis``): what caps the plan where it is read."""
-    res.plan = settle.plan(res.comparison, rounds, processes, flagged)
+    res.plan = rerun.plan(res.comparison, rounds, processes, flagged)
     res.basis = (rounds, processes)
-
-
-def private_dir() -> Path:
-    """A directory of this user's alone for the gate's JSON: ``$XDG_RUNTIME_DIR/ragbench``,
-    else ``ragbench-<uid>`` in the temp directory, made 0700, or taken where it is a directory
-    (not a link) this user owns that no one else may use; else a new ``mkdtemp`` (another
-    user who made that name first gets nothing from it)."""
-    runtime = os.environ.get("XDG_RUNTIME_DIR")
-    where = (Path(runtime) / "ragbench" if runtime and Path(runtime).is_dir()
-             else Path(tempfile.gettempdir()) / f"ragbench-{os.getuid()}")  # fmt: skip
-    with contextlib.suppress(FileExistsError):
-        where.mkdir(mode=0o700)
-    try:
-        info = os.lstat(where)
-    except OSError:
-        info = None
-    if (info is None or not stat.S_ISDIR(info.st_mode) or info.st_uid != os.getuid()
-            or info.st_mode & 0o077):  # fmt: skip
-        return Path(tempfile.mkdtemp(prefix="ragbench-gate-"))
-    return where
-
-
-def write_json(res: GateResult, path: Path | None) -> Path:
-    """The gate's JSON (``to_json``) written to ``path``, or (None) to ``gate-<id>.json`` in
-    ``private_dir``, 0600 and never through a link planted there; -> where."""
-    text = json.dumps(to_json(res), indent=2)
-    if path is not None:
-        path.write_text(text)
-        return path
-    path = private_dir() / f"gate-{res.gate_id or res.head[:12]}.json"
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
-    with os.fdopen(fd, "w") as fh:
-        fh.write(text)
-    return path
-
-
-# git's notations of a set of commits (A..B, A...B, ^A, A^@, A^!, A^-), where the gate and
-# ``versions --commit`` take one: ``suite.resolve`` expands a range (``run`` measures each), so
-# HEAD~2..HEAD became its oldest commit and HEAD..HEAD~3 an IndexError.
-RANGE = re.compile(r"\.\.|^\^|\^[@!-]")
-
-
-def resolve_ref(ref: str, store: Store | None = None, machine: str = "") -> str:
-    """The full hash of ``ref``: git's, or (comparing stored runs) the one commit of the store
-    that starts with it (results made in another checkout). GateError for a range."""
-    if RANGE.search(ref):
-        raise GateError(
-            f"{ref!r} is a range of commits, where one commit is expected: pass one revision "
-            "(to gate A..B, pass --base A --head B)"
-        )
-    try:
-        return suite.resolve([ref])[0]
-    except suite.SuiteError as exc:
-        if store is None:
-            raise GateError(str(exc)) from None
-        runs = store.runs(machine=machine, commit=ref, any_branch=True)
-        stored = {r["commit_hash"] for r in runs}
-        if len(stored) == 1 and len(ref) >= 7:
-            return stored.pop()
-        raise GateError(_not_stored(store, ref, machine, stored)) from None
-
-
-def _not_stored(store: Store, ref: str, machine: str, stored: set[str]) -> str:
-    """Why ``ref`` names no one commit of the store's runs on ``machine`` (nor of this
-    checkout), in one line: the machines whose runs have it, or the store's machines."""
-    if len(stored) > 1 or (stored and len(ref) < 7):
-        return (f"{ref!r} starts {len(stored)} stored commits of machine {machine!r}: pass at "
-                "least 7 characters of the one meant")  # fmt: skip
-    there = sorted({r["machine"] for r in store.runs(commit=ref, any_branch=True)})
-    if there and len(ref) >= 7:
-        return (f"the store has no run of {ref!r} on machine {machine!r}; it has runs of it on "
-                f"{', '.join(there)}: pass --machine {shlex.quote(there[0])}")  # fmt: skip
-    machines = store.machines()
-    return (f"{ref!r} is no commit of this checkout, nor of a run on machine {machine!r} in "
-            f"{store.name} (its machines: {', '.join(machines) or 'none'})")  # fmt: skip
-
-
-def own_runs(runs: list[dict]) -> bool:
-    """Whether stored runs are this suite's (their environment is their fingerprint's), whose
-    outputs ``ragbench.gate.drift`` can compare; another project's results (asv's env_name) are
-    not."""
-    return not any(r.get("environment") for r in runs)
-
-
-def settings_moved(store: Store, comparison: Comparison, base_ids: list[str],
-                   head_ids: list[str]) -> dict[Key, str]:  # fmt: skip
-    """The cells whose measurement settings moved between base's and head's runs (asv's
-    ``number`` 86787 on base, 1 on head: ``ragbench.store.timing``): each judged inconclusive, its
-    note saying which, never a regression or a pass of the code. -> key -> the settings."""
-
-    def settings(ids: list[str]) -> dict[Key, dict]:
-        out: dict[Key, list[dict]] = {}
-        for r in store.measurements(ids):
-            key = (r["benchmark"], r["metric"], r["param_key"])
-            out.setdefault(key, []).append(
-                timing.of(r["source"], r["stats_number"], r["stats_repeat"])
-            )
-        return {k: timing.typical(v) for k, v in out.items()}
-
-    judged = (Status.REGRESSION, Status.IMPROVEMENT, Status.UNCHANGED, Status.INCONCLUSIVE)
-    base, head = settings(base_ids), settings(head_ids)
-    moved = {}
-    for v in comparison.verdicts:
-        if v.status not in judged or v.base is None or v.head is None:
-            continue
-        words = timing.changed(base.get(v.key), head.get(v.key), v.base, v.head)
-        if words:
-            moved[v.key] = words
-            v.status = Status.INCONCLUSIVE
-            v.note = (f"{timing.words(words)}: {verdict_words(v)} is not the code's change; "
-                      "measure both with the same settings")  # fmt: skip
-    return moved
-
-
-def _two_commits(base: str, head: str, base_ref: str, head_ref: str) -> None:
-    """GateError where base and head cannot be what was meant: one commit (against itself a gate
-    judges noise, and passed "X against X"), or head a strict ancestor of base (older than it:
-    swapped, or a base that already holds head). Commits this clone lacks (stored runs of
-    another checkout) are only checked for equality."""
-    if base == head:
-        raise GateError(
-            f"--base {base_ref} and --head {head_ref} are the same commit {base[:12]}: a gate "
-            "compares two commits; pass the pull request's merge base as --base "
-            "(git merge-base origin/main HEAD) and its head as --head"
-        )
-    try:
-        suite.git("merge-base", "--is-ancestor", head, base)
-    except suite.SuiteError:  # not an ancestor (exit 1), or not in this clone
-        return
-    raise GateError(
-        f"--head {head_ref} ({head[:12]}) is older than --base {base_ref} ({base[:12]}), an "
-        "ancestor of it: pass the older commit as --base and the newer as --head"
-    )
 
 
 def _judgeable(comparison: Comparison) -> Comparison:
@@ -252,67 +99,6 @@ def _judgeable(comparison: Comparison) -> Comparison:
     ):
         raise GateError("nothing to judge: no cell has a value on both base and head")
     return comparison
-
-
-def environment_of(run: dict) -> str:
-    """A stored run's environment as ``--environment`` names it: another harness's
-    (``environment``: asv's env_name ...), else this suite's ``env_key``."""
-    return run.get("environment") or run["env_key"]
-
-
-def _described(runs: list[dict]) -> str:
-    """The environments of ``runs`` in words: this suite's with what its key hashes."""
-    words = set()
-    for r in runs:
-        fields = ", ".join(f"{k} {r[k]}" for k in ("gpu", "torch", "triton", "python") if r.get(k))
-        own = r.get("environment") is None and fields
-        words.add(f"{environment_of(r)} ({fields})" if own else environment_of(r))
-    return ", ".join(sorted(words))
-
-
-def _like_with_like(base_runs: list[dict], head_runs: list[dict], *, environment: str | None,
-                    across: bool, command: str) -> tuple[list[dict], list[dict]]:  # fmt: skip
-    """Base's and head's stored runs of one environment: those of ``environment`` where it
-    is given (an environment's name or an ``env_key``), else all of them where they share one.
-    GateError, one line with the command that compares like with like, where they span
-    several and ``across`` (``--across-environments``) is not given: a Python 3.8 run against a
-    3.10 one, or two Pythons' samples pooled, reads as a change of the code."""
-    if environment is not None:
-
-        def chosen(runs):
-            return [r for r in runs
-                    if environment in (r.get("environment"), r["env_key"])]  # fmt: skip
-
-        picked = chosen(base_runs), chosen(head_runs)
-        for side, runs, kept in (("base", base_runs, picked[0]), ("head", head_runs, picked[1])):
-            if not kept:
-                raise GateError(f"{side} has no run in environment {environment!r} (its "
-                                f"environments: {_described(runs)})")  # fmt: skip
-        return picked
-    envs = [sorted({environment_of(r) for r in runs}) for runs in (base_runs, head_runs)]
-    keys = {r["env_key"] for r in base_runs + head_runs}
-    if len(keys) <= 1 or across:
-        return base_runs, head_runs
-    common = [e for e in envs[1] if e in envs[0]]
-    if common:
-        fix = (f"compare one: {command} --environment {shlex.quote(common[-1])} (in common: "
-               f"{', '.join(common)}), or pool them: --across-environments")  # fmt: skip
-    else:
-        fix = f"no environment in common; to compare them anyway: {command} --across-environments"
-    raise GateError(f"base ran in {_described(base_runs)} and head in {_described(head_runs)}: "
-                    f"different environments are not compared; {fix}")  # fmt: skip
-
-
-def differences(base_runs: list[dict], head_runs: list[dict]) -> list[str]:
-    """What differs between base's and head's runs besides the code, in words: the runners a
-    ``[machines]`` mapping made one machine, the Pythons (``--across-environments``)."""
-    lines = []
-    for what, col in (("runner", "runner"), ("Python", "python"), ("environment", "environment")):
-        b = sorted({str(r.get(col)) for r in base_runs if r.get(col)})
-        h = sorted({str(r.get(col)) for r in head_runs if r.get(col)})
-        if b and h and b != h:
-            lines.append(f"Base ran on {what} {', '.join(b)}, head on {', '.join(h)}.")
-    return lines
 
 
 def _measure(store, sha, side, label, work, *, mode, machine, bench, log,
@@ -336,63 +122,6 @@ def _measure_project(store, sha, side, label, work, other: Foreign, *, machine, 
     if report.failed:
         raise GateError(f"could not ingest the {side} run: {report.failed[0][1]}")
     return [r["run_id"] for r in store.runs(label=label)]
-
-
-@dataclass(frozen=True)
-class Foreign:
-    """Another asv project the gate measures (``--config``): its config, and asv's
-    ``--environment`` spec of the environment to measure in (None: the config's own)."""
-
-    config: Path
-    asv_environment: str | None = None
-
-
-def foreign(config: Path, environment: str | None) -> Foreign:
-    """The project ``--config`` names, checked (GateError, one line, where it is no asv
-    config); ``environment``: an environment as the store names it (asv's ``conda-py3.12``)
-    or asv's own spec (``conda:3.12``)."""
-    from ..follow_up import asv_environment
-
-    try:
-        project.read(config)
-    except (OSError, ValueError) as exc:
-        raise GateError(f"--config {config}: {exc}") from None
-    spec = None
-    if environment is not None:
-        spec = environment if ":" in environment else asv_environment(environment)
-        if spec is None:
-            raise GateError(
-                f"--environment {environment!r}: not an asv environment's name "
-                "(TYPE-pyX.Y, as conda-py3.12) nor asv's spec (conda:3.12)"
-            )
-    return Foreign(Path(config).resolve(), spec)
-
-
-def not_here(store: Store | None, machine: str, ref: str, exc: Exception) -> GateError:
-    """The one line for a revision this checkout lacks: where the store holds another
-    project's results of ``machine`` (``ragbench.project``), what to pass to measure them
-    with that project's asv."""
-    kept = project.load(store, machine) if store is not None else None
-    if kept is None:
-        return GateError(str(exc))
-    name = kept.name or "another asv project"
-    where = (
-        f"pass --config {shlex.quote(kept.config)}" if Path(kept.config).is_file()
-        else f"pass --config PATH, its asv.conf.json (ingest found it at {kept.config})"
-    )  # fmt: skip
-    return GateError(f"{ref} is not a commit of this checkout: machine {machine!r} holds "
-                     f"{name}'s results ({kept.repo or kept.config}); {where} to measure them "
-                     "with its asv, or --stored to compare the stored runs")  # fmt: skip
-
-
-def _project_commit(ref: str, store: Store, machine: str) -> str:
-    """Another project's revision: the one stored commit (of any machine) it abbreviates,
-    else as given (asv resolves it in its clone of the project)."""
-    if RANGE.search(ref):
-        raise GateError(f"{ref!r} is a range of commits, where one commit is expected: pass "
-                        "one revision (to gate A..B, pass --base A --head B)")  # fmt: skip
-    stored = {r["commit_hash"] for r in store.runs(commit=ref, any_branch=True)}
-    return stored.pop() if len(stored) == 1 and len(ref) >= 7 else ref
 
 
 def _paired(result: GateResult, policies, *, processes, mode, work, log) -> None:
@@ -452,7 +181,7 @@ def _drift(result: GateResult, policies, *, mode, bench, work, log) -> None:
 class GateOptions:
     """How a gate measures and what it compares besides base against head (``run_gate``):
     ``measure=False`` compares the stored runs (``environment``, ``across_environments``: which
-    ones, ``_like_with_like``); ``paired_processes=0``: no paired comparison (the host-time
+    ones, ``like_with_like``); ``paired_processes=0``: no paired comparison (the host-time
     cells are then inconclusive); ``environments``: the ``envs.Env`` each side (``"base"``,
     ``"head"``) is measured in (``ragbench versions``: one commit, two stacks); ``drift_check``:
     compare head's outputs with base's (``ragbench.gate.drift``; never across two environments,
@@ -529,7 +258,7 @@ def run_gate(
     other = (foreign(o.config, o.environment if o.measure else None)
              if o.config is not None else None)  # fmt: skip
     if other is not None:
-        base, head = (_project_commit(r, store, machine) for r in (base_ref, head_ref))
+        base, head = (project_commit(r, store, machine) for r in (base_ref, head_ref))
         o = replace(o, paired_processes=0, drift_check=False)  # this suite's comparisons
     else:
         shas = []
@@ -540,7 +269,7 @@ def run_gate(
                 raise not_here(store, machine, ref, exc) from None
         base, head = shas
     if not o.environments:  # ``versions``: one commit under two stacks
-        _two_commits(base, head, base_ref, head_ref)
+        two_commits(base, head, base_ref, head_ref)
     rounds = int(o.rounds if o.rounds is not None else policies.gate.get("rounds", 2))
     if rounds < 1:
         raise GateError(f"--rounds must be at least 1, got {rounds}")
@@ -570,7 +299,7 @@ def _stored(store: Store, result: GateResult, base_ref: str, head_ref: str, o: G
     command = (f"ragbench gate --stored --store {shlex.quote(store.name)} --base "
                f"{shlex.quote(base_ref)} --head {shlex.quote(head_ref)} --machine "
                f"{shlex.quote(machine)}")  # fmt: skip
-    base_runs, head_runs = _like_with_like(
+    base_runs, head_runs = like_with_like(
         base_runs,
         head_runs,
         environment=o.environment,
@@ -582,15 +311,12 @@ def _stored(store: Store, result: GateResult, base_ref: str, head_ref: str, o: G
     result.comparison = _judgeable(compare.compare(
         compare.cells(store, ids[0]), compare.cells(store, ids[1]), policies,
     ))  # fmt: skip
-    result.settings = settings_moved(store, result.comparison, *ids)
 
     def workdir(prefix: str):
         return tempfile.TemporaryDirectory(prefix=prefix, dir=o.work_dir)
 
-    own = own_runs(base_runs + head_runs)  # else another project's commits: its own harness
-    _beside(result, o, policies, workdir, log, outputs=own)
-    if own:
-        _plan(result, max(1, len(base_runs)), o.paired_processes)
+    _finish(store, result, ids, o, policies, workdir, log, rounds=max(1, len(base_runs)),
+            own=own_runs(base_runs + head_runs))  # fmt: skip
 
 
 def _measured(store: Store, result: GateResult, o: GateOptions, policies: Policies,
@@ -629,11 +355,24 @@ def _measured(store: Store, result: GateResult, o: GateOptions, policies: Polici
             again = {side: compare.cells(store, runs[side]) for side in runs}
             result.rechecked = remeasured(comparison, pooled, again, policies)
         result.comparison = comparison
-        result.settings = settings_moved(store, comparison, ids["base"], ids["head"])
-        _beside(result, o, policies, lambda prefix: contextlib.nullcontext(tmp), log)
+        _finish(store, result, [ids["base"], ids["head"]], o, policies,
+                lambda prefix: contextlib.nullcontext(tmp), log, rounds=rounds)  # fmt: skip
         result.base_runs = store.runs(label=f"{gate_id}:base:%")
         result.head_runs = store.runs(label=f"{gate_id}:head:%")
-    _plan(result, rounds, o.paired_processes)
+
+
+def _finish(store: Store, result: GateResult, ids: list[list[str]], o: GateOptions,
+            policies: Policies, workdir, log: Callable[[str], None], *, rounds: int,
+            own: bool = True) -> None:  # fmt: skip
+    """What a gate does after judging its asv cells, stored or measured (``ids``: base's and
+    head's run ids): the cells whose measurement settings moved (``settings_moved``), the
+    comparisons beside (``_beside``), and the plan for what is left to settle, made for
+    ``rounds`` rounds. ``own=False``: stored runs of another project's harness, whose outputs
+    are not compared and which this suite cannot measure again (no plan)."""
+    result.settings = settings_moved(store, result.comparison, *ids)
+    _beside(result, o, policies, workdir, log, outputs=own)
+    if own:
+        _plan(result, rounds, o.paired_processes)
 
 
 def _beside(result: GateResult, o: GateOptions, policies: Policies, workdir,
@@ -655,32 +394,32 @@ def _one_environment(store: Store, ids: dict[str, list[str]], environment: str |
                      other: Foreign) -> dict[str, list[str]]:  # fmt: skip
     """Another project's measured runs of each side in one environment (asv measures every
     environment of its config, unless ``environment`` named one): all where they share one,
-    else (``across`` aside) GateError naming ``--environment`` (``_like_with_like``)."""
+    else (``across`` aside) GateError naming ``--environment`` (``like_with_like``)."""
     labelled = {r["run_id"]: r for r in store.runs(label="gate:%", machine=machine)}
     runs = {side: [labelled[i] for i in ids[side] if i in labelled] for side in ids}
     command = (f"ragbench gate --config {shlex.quote(str(other.config))} --base "
                f"{shlex.quote(base_ref)} --head {shlex.quote(head_ref)} --machine "
                f"{shlex.quote(machine)}")  # fmt: skip
-    base_runs, head_runs = _like_with_like(runs["base"], runs["head"], environment=None,
+    base_runs, head_runs = like_with_like(runs["base"], runs["head"], environment=None,
                                            across=across, command=command)  # fmt: skip
     return {"base": [r["run_id"] for r in base_runs], "head": [r["run_id"] for r in head_runs]}
 
 
-def run_settle(store: Store, ref: str, *, policies: Policies, machine: str,
+def rerun_gate(store: Store, ref: str, *, policies: Policies, machine: str,
                mode: str | None = None, work_dir: Path | None = None,
                log: Callable[[str], None] = print, config: Path | None = None,
                environment: str | None = None) -> GateResult:  # fmt: skip
-    """The cells the gate ``ref`` names (``settle.recorded``: the id ``store`` recorded it
+    """The cells the gate ``ref`` names (``rerun.recorded``: the id ``store`` recorded it
     under, or its very JSON) left without evidence or flagged, measured as its recorded plan
-    says (``settle.planned``: the asv cells in alternating rounds, the host-time cells in
+    says (``rerun.planned``: the asv cells in alternating rounds, the host-time cells in
     paired processes) and judged on these samples alone; merged into that gate's recorded
     verdict: its other cells passed there, its other failures stand. ``mode``: the gate's
     (refused where another is asked for). ``config``, ``environment``: a gate of another asv
     project's commits (``GateOptions.config``), measured again by its asv."""
     other = foreign(config, environment) if config is not None else None
     try:
-        gate = settle.recorded(store, str(ref))
-        plan = settle.planned(gate)
+        gate = rerun.recorded(store, str(ref))
+        plan = rerun.planned(gate)
     except ValueError as exc:
         raise GateError(f"--settle {ref}: {exc}") from None
     if gate["machine"] != machine:
@@ -696,14 +435,10 @@ def run_settle(store: Store, ref: str, *, policies: Policies, machine: str,
         try:
             resolve_ref(sha)  # both in this clone, before any work
         except GateError:
-            kept = project.load(store, machine)
-            conf = shlex.quote(kept.config) if kept is not None else "ASV_CONF"
-            raise GateError(f"--settle {ref}: {sha[:12]} is not a commit of this checkout: a "
-                            "gate of another asv project's commits is settled by its asv, "
-                            f"pass --config {conf} (and the gate's --environment)") from None  # fmt: skip
-    _two_commits(base, head, base, head)  # a gate of a commit against itself never passes
+            raise not_here_to_settle(store, machine, ref, sha) from None
+    two_commits(base, head, base, head)  # a gate of a commit against itself never passes
     result = GateResult(base, head, machine, Comparison(), True, plan.rounds, mode=mode,
-                        settled_from=gate["gate_id"])  # fmt: skip
+                        rerun_of=gate["gate_id"])  # fmt: skip
     if other is not None:
         result.config, result.environment = str(other.config), environment
     verdicts = []

@@ -9,7 +9,7 @@ head to base and ``aa`` (base loaded again; their geometric mean): their median,
 (Holm over the paired cells), and the distribution-free interval of the median at the
 family-wise level. The ratio aa/base, two copies of the same code, says how far the arms move
 by themselves: that widens the interval a cell is judged by, so a cell is unchanged only where
-the widened interval stays under the threshold (``compare.evidence``). A cell left without
+the widened interval stays under the threshold (``evidence.evidence``). A cell left without
 that evidence gets a second look (``second_look``): as many more processes of it alone.
 
 Where base and head cannot share a process (one of them loads only alone: a clash of global
@@ -34,6 +34,7 @@ from .. import stats
 from ..policies import STATISTICAL, Policies
 from ..store import param_key
 from ..verdicts import comparison as compare
+from ..verdicts.evidence import worst
 from ..verdicts.status import Status
 
 PROCESSES = 3  # fresh processes a comparison pools (calibrated: docs/calibration.md)
@@ -235,7 +236,7 @@ def _p(cell: PairedCell, method: str, best: bool = False) -> float:
 def _decide(v, cell: PairedCell, significant: bool, p_adj: float, levels: tuple[float, float],
             method: str, processes: int, need: int) -> None:  # fmt: skip
     """``levels``: the family-wise level of the interval shown (and of ``detectable``), and the
-    cell's own confidence, of the interval it is judged unchanged by (``compare.evidence``)."""
+    cell's own confidence, of the interval it is judged unchanged by (``evidence.evidence``)."""
     level, conf = levels
     lower = v.policy.kind == "latency"
     t = v.policy.threshold
@@ -276,7 +277,7 @@ def _decide(v, cell: PairedCell, significant: bool, p_adj: float, levels: tuple[
         v.aa = moved
         v.note += f"; A/A {moved * 100:.1f}%"
     if v.status == Status.IMPROVEMENT and moved:
-        bound = compare.worst(v, judged, moved)
+        bound = worst(v, judged, moved)
         if bound is None or bound >= t:
             v.status = Status.INCONCLUSIVE
             v.note += (f": better, but the {conf * 100:g}% interval widened by it reaches "

@@ -1,14 +1,15 @@
 """The gate's second look: the cells a comparison flagged or left inconclusive are measured
 once more (``recheck_keys``), and judged again (``remeasured``): a regression on the
 re-measurement alone, where it stands unless that shows, with the power to see the threshold,
-that it is within it (``settle``); an inconclusive cell on the first samples and the new ones
+that it is within it (``judge_flagged``); an inconclusive cell on the first samples and the new ones
 pooled.
 """
 
 from __future__ import annotations
 
 from ..policies import Policies
-from ..verdicts.comparison import Cell, Comparison, Key, Verdict, compare, join_notes, pool, powered
+from ..verdicts.comparison import Cell, Comparison, Key, Verdict, compare, pool
+from ..verdicts.evidence import join_notes, powered
 from ..verdicts.status import FAILING, Status
 
 SIDES = ("base", "head")
@@ -30,7 +31,7 @@ def remeasured(c: Comparison, first: dict[str, dict[Key, Cell]],
                detail: bool = True) -> int:  # fmt: skip
     """``c`` (of ``first``: ``{"base": cells, "head": cells}``) after the re-measurement
     ``again`` of its ``recheck_keys``, in place. A regression is judged on the re-measurement
-    alone (``settle``); an inconclusive cell on the first samples and the new ones pooled.
+    alone (``judge_flagged``); an inconclusive cell on the first samples and the new ones pooled.
     -> the number of cells re-measured."""
     keys = recheck_keys(c)
     flagged = {v.key for v in c.verdicts if v.status == Status.REGRESSION}

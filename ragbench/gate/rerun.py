@@ -9,7 +9,7 @@ spread how many rounds each such cell needs: the half-width of an interval falls
 times the processes (each with a 25% margin, at most ``CAP`` times the first gate's). The gate's
 JSON keeps the plan; the gate's store keeps the JSON's verdict, blocking cells and plan under
 its digest (``record``); the report ends with the command (``ragbench gate --settle ID``), and
-``gate.run_settle`` measures exactly those cells and merges their verdicts into the first
+``gate.rerun_gate`` measures exactly those cells and merges their verdicts into the first
 gate's, whose other cells passed there. What it settles is read from the store (``recorded``,
 ``planned``), never from a file: a JSON is only a way to name the recorded gate whose digest
 it has, and a plan is held to ``CAP`` times the recorded gate's rounds where it is read.
@@ -138,7 +138,7 @@ def limits(rounds: int, processes: int) -> tuple[int, int]:
 
 def record(store, doc: dict, *, source: str, machine: str | None = None, pr: int | None = None,
            settles: str | None = None, most: tuple[int, int] | None = None) -> str:  # fmt: skip
-    """Record ``doc`` (a gate's document, ``gate.to_json``, checked by
+    """Record ``doc`` (a gate's document, ``gate_json.to_json``, checked by
     ``verdicts.read_gate_document``) in ``store``: its verdict, blocking cells and plan, under
     the id its ``digest`` gives; -> that id. ``source``: ``gate`` (the gate that wrote it),
     ``settle`` (a settle run, of the gate ``settles``) or ``verdict`` (the trusted job, which

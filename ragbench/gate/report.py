@@ -1,31 +1,19 @@
-"""Markdown reports: the gate's (a GitHub step summary and PR comment) and main's history."""
+"""The gate's markdown report (a GitHub step summary and PR comment): the verdict, its tables,
+and the smallest change the run could detect."""
 
 from __future__ import annotations
 
-import math
 import statistics
 from collections import defaultdict
 
-from .gate import paired
-from .gate.drift import drift_section
-from .gate.gating import GateResult, differences, own_runs, settle_command
-from .history.series import SeriesReport
-from .verdicts.comparison import INTERVAL, RULE, WELCH, Comparison, Verdict, powered
-from .verdicts.status import Status, verdict_words
-
-
-def _num(x: float | None, digits: int = 4) -> str:
-    if x is None or (isinstance(x, float) and math.isnan(x)):
-        return "-"
-    if isinstance(x, float) and math.isinf(x):
-        return "inf"
-    return f"{x:.{digits}g}"
-
-
-def _pct(x: float | None) -> str:
-    if x is not None and math.isinf(x):
-        return "none: too few samples"
-    return "-" if x is None else f"{x * 100:+.1f}%"
+from ..markdown import number, percent
+from ..verdicts.comparison import Comparison
+from ..verdicts.evidence import INTERVAL, RULE, WELCH, Verdict, powered
+from ..verdicts.status import Status, verdict_words
+from . import paired
+from .drift import drift_section
+from .gating import GateResult, rerun_command
+from .runs import differences, own_runs
 
 
 def _name(v: Verdict) -> str:
@@ -57,8 +45,8 @@ def _stat_table(verdicts: list[Verdict]) -> list[str]:
         interval = f"{v.interval[0]:.3f}-{v.interval[1]:.3f}" if v.interval else "-"
         note = f" ({v.note})" if v.note else (" (reproduced)" if v.rechecked else "")
         lines.append(
-            f"| {_name(v)}{note} | {_num(v.base)} | {_num(v.head)} | {verdict_words(v)} | "
-            f"{interval} | {_num(v.p_adj, 2)} | {_pct(v.detectable)} | "
+            f"| {_name(v)}{note} | {number(v.base)} | {number(v.head)} | {verdict_words(v)} | "
+            f"{interval} | {number(v.p_adj, 2)} | {percent(v.detectable)} | "
             f"{v.policy.threshold * 100:.0f}% |"
         )
     return lines
@@ -90,9 +78,9 @@ def gate_markdown(res: GateResult, title: str | None = None) -> str:
     if _env(res.base_runs) != _env(res.head_runs):
         lines.append(f"Base ran in another environment: {_env(res.base_runs)}.")
     lines += differences(res.base_runs, res.head_runs)
-    if res.settled_from:
+    if res.rerun_of:
         lines.append(
-            f"Settling the gate `{res.settled_from}` (as its store recorded it): its cells "
+            f"Settling the gate `{res.rerun_of}` (as its store recorded it): its cells "
             "without evidence or flagged, "
             f"measured again here ({res.rounds} alternating round(s) each) and judged on these "
             "samples alone; its other cells passed there and are not repeated; its other "
@@ -156,7 +144,7 @@ def gate_markdown(res: GateResult, title: str | None = None) -> str:
         lines += [f"- {_name(v)}: {v.note}" for v in failed]
     if missing:
         lines += ["", "### Missing on head", ""]
-        lines += [f"- {_name(v)}: base {_num(v.base)}, {v.note}" for v in missing]
+        lines += [f"- {_name(v)}: base {number(v.base)}, {v.note}" for v in missing]
     if regressions:
         lines += ["", "### Regressions", "", *_stat_table(regressions)]
     if violations:
@@ -170,7 +158,7 @@ def gate_markdown(res: GateResult, title: str | None = None) -> str:
                   "where its calibration does not explain it): their change is the "
                   "measurement's until both are measured with the same settings.", "",
                   "| cell | base | head | change | settings |", "|---|---|---|---|---|",
-                  *[f"| {_name(v)} | {_num(v.base)} | {_num(v.head)} | {verdict_words(v)} | "
+                  *[f"| {_name(v)} | {number(v.base)} | {number(v.head)} | {verdict_words(v)} | "
                     f"{res.settings[v.key]} |" for v in timed]]  # fmt: skip
     if improvements:
         lines += ["", "### Improvements", "", *_stat_table(improvements)]
@@ -216,7 +204,7 @@ def gate_markdown(res: GateResult, title: str | None = None) -> str:
                   *_stat_table(shown), "", "</details>"]  # fmt: skip
     lines += _bounds_table(held)
     lines += _info_table(c.by_status(Status.INFO))
-    command = settle_command(res)
+    command = rerun_command(res)
     if command:
         lines += ["", "### To settle", "", f"`{command}`", "",
                   f"Measures only what is left without evidence or flagged: "
@@ -236,10 +224,12 @@ def _bounds_table(held: list[Verdict]) -> list[str]:
         p, bound = v.policy, []
         if p.max is not None:
             widened = " (widened by its reference cell)" if p.relative_to else ""
-            bound.append(f"< {_num(p.max)}{widened}")
+            bound.append(f"< {number(p.max)}{widened}")
         if p.min is not None:
-            bound.append(f">= {_num(p.min)}")
-        lines.append(f"| {_name(v)} | {_num(v.base)} | {_num(v.head)} | {' and '.join(bound)} |")
+            bound.append(f">= {number(p.min)}")
+        lines.append(
+            f"| {_name(v)} | {number(v.base)} | {number(v.head)} | {' and '.join(bound)} |"
+        )
     return [*lines, "", "</details>"]
 
 
@@ -256,7 +246,7 @@ def _info_table(info: list[Verdict]) -> list[str]:
              "| cell | base | head | head/base |", "|---|---|---|---|"]  # fmt: skip
     for v in info:
         ratio = v.head / v.base if v.base and v.head is not None and v.unit != "hash" else None
-        lines.append(f"| {_name(v)} | {_num(v.base)} | {_num(v.head)} | {_num(ratio, 3)} |")
+        lines.append(f"| {_name(v)} | {number(v.base)} | {number(v.head)} | {number(ratio, 3)} |")
     return [*lines, "", "</details>"]
 
 
@@ -270,8 +260,8 @@ def sensitivity_line(c: Comparison) -> list[str]:
                   if v.detectable is not None and v.policy.paired == paired_cells]  # fmt: skip
         if values:
             label = label if parts or any(v.policy.paired for v in gated) else ""
-            parts.append(f"{label}{_pct(statistics.median(values))} (median of {len(values)} "
-                         f"cells), {_pct(max(values))} at worst")  # fmt: skip
+            parts.append(f"{label}{percent(statistics.median(values))} (median of {len(values)} "
+                         f"cells), {percent(max(values))} at worst")  # fmt: skip
     if parts:
         return ["Sensitivity (smallest change this run could detect): " + "; ".join(parts) + "."]
     bounds = len(c.judged()) - len(gated)
@@ -315,90 +305,7 @@ def sensitivity(verdicts: list[Verdict]) -> list[str]:
         threshold = next(v.policy.threshold for v in verdicts
                          if f"{v.key[0]}.{v.key[1]}" == name)  # fmt: skip
         lines.append(
-            f"| `{name}` | {len(values)} | {_pct(min(values))} | "
-            f"{_pct(statistics.median(values))} | {threshold * 100:.0f}% |"
+            f"| `{name}` | {len(values)} | {percent(min(values))} | "
+            f"{percent(statistics.median(values))} | {threshold * 100:.0f}% |"
         )
     return lines
-
-
-def _series(r: SeriesReport) -> str:
-    """A series' name: its cell, and its environment where another harness defines one."""
-    name = f"`{r.key[0]}.{r.key[1]}` {r.key[2]}".rstrip()
-    return f"{name} ({r.environment})" if r.environment else name
-
-
-def judged(reports: list[SeriesReport]) -> list[SeriesReport]:
-    """The series whose newest point was judged or could be (not ``info``: a bound, a
-    host-time metric, a metric no policy judges)."""
-    return [r for r in reports if r.status != Status.INFO]
-
-
-def _settings_steps(reports: list[SeriesReport]) -> str:
-    """How many change points are the measurement's (a setting changed there) and how many
-    are not."""
-    steps = [(r, c.index) for r in reports for c in r.changes]
-    timed = sum(r.settings_changed(i) is not None for r, i in steps)
-    return f"{len(steps)} change points, {timed} where a measurement setting changed"
-
-
-def history_markdown(reports: list[SeriesReport], machine: str, failed: list[dict] = ()) -> str:
-    """Main's history; ``failed``: the newest commit's cells that failed (store rows)."""
-    flagged = [
-        r for r in reports if r.status in (Status.REGRESSION, Status.ACCEPTED, Status.IMPROVEMENT)
-    ]
-    moved = [r for r in reports if r.change_points]
-    lines = [
-        f"## ragbench detect: machine `{machine}`",
-        "",
-        f"{len(reports)} series; newest run against its lookback (same environment): "
-        f"{sum(r.status == 'regression' for r in reports)} regression(s), "
-        f"{sum(r.status == 'accepted' for r in reports)} accepted, "
-        f"{sum(r.status == 'improvement' for r in reports)} improvement(s)"
-        + (
-            f", {n} timed with other measurement settings"
-            if (n := sum(r.status == Status.SETTINGS for r in reports))
-            else ""
-        )
-        + f"; {len(moved)} series with change points ({_settings_steps(moved)}); "
-        f"{len(failed)} cell(s) failed on the newest commit.",
-    ]
-    if not judged(reports):
-        lines += ["", "### Nothing was judged, so no verdict", "", "The policies judge none of "
-                  "this machine's metrics (each `info`, or a bound that only the gate checks): "
-                  "give them a kind and threshold in a policies file and pass it: `ragbench "
-                  "detect --policies FILE` (docs/store.md, Detection)."]  # fmt: skip
-    if failed:
-        lines += ["", f"### Failed on the newest commit {failed[0]['commit_hash'][:12]}", ""]
-        lines += [f"- `{r['benchmark']}.{r['metric']}` {r['param_key']}" for r in failed[:50]]
-        if len(failed) > 50:
-            lines.append(f"- ... and {len(failed) - 50} more")
-    if flagged:
-        lines += ["", "| series | newest | change | robust z | status |", "|---|---|---|---|---|"]
-        for r in flagged:
-            lines.append(
-                f"| {_series(r)} | {_num(r.points[-1].value)} | "
-                f"{_pct(r.latest_change)} | {_num(r.latest_z, 3)} | {r.status} |"
-            )
-    settings = [r for r in reports if r.status == Status.SETTINGS]
-    if settings:
-        lines += [
-            "",
-            f"### Measurement setting changed on the newest run ({len(settings)} "
-            "series: not judged as the code's)",
-            "",
-            "| series | newest | change | robust z | settings |",
-            "|---|---|---|---|---|",
-        ]
-        lines += [f"| {_series(r)} | {_num(r.points[-1].value)} | {_pct(r.latest_change)} | "
-                  f"{_num(r.latest_z, 3)} | {r.note} |" for r in settings]  # fmt: skip
-    if moved:
-        lines += ["", "### Change points", "", "| series | at commit | before -> after | cause |",
-                  "|---|---|---|---|"]  # fmt: skip
-        for r in moved:
-            for c in r.changes:
-                i = c.index
-                lines.append(
-                    f"| {_series(r)} | {r.points[i].commit_hash[:12]} | "
-                    f"{_num(c.before)} -> {_num(c.after)} | {r.describe_change(i)} |"
-                )
-    return "\n".join(lines) + "\n"
