@@ -155,7 +155,7 @@ def test_the_short_batch_kernels_of_the_default_path_match_oracle(kind, device):
     loop with PDL after the store), checked path: uniform batches (the guess right), a wrong
     guess, an empty sequence. The interpreter has no grid dependency control: PDL compiles out
     there (the same arithmetic)."""
-    from ragged.kernels import attention as KA
+    from ragged.kernels import attention as kernel_attention
     from ragged.kernels.config import AttentionConfig
 
     for lengths in ([40], [99, 99], [40, 7, 33], [0, 3, 64]):
@@ -164,5 +164,5 @@ def test_the_short_batch_kernels_of_the_default_path_match_oracle(kind, device):
         config = (AttentionConfig(16, block_n, 4, 1, kind="onetile", pdl=1) if kind == "onetile"
                   else AttentionConfig(64, 64, 4, 2, pdl=2))  # fmt: skip
         out = torch.full_like(q, float("nan"))
-        KA.varlen_attention_triton(q, k, v, cu, max_seqlen, 64**-0.5, out, config)
+        kernel_attention.varlen_attention_triton(q, k, v, cu, max_seqlen, 64**-0.5, out, config)
         assert_attention_close(out, q, k, v, cu)
