@@ -20,7 +20,7 @@ from ragged import attention as A
 from ragged.kernels import attention as KA
 from ragged.kernels import launch as L
 from ragged.kernels.config import MAX_LENGTH, AttentionConfig, choice, length_span
-from ragged.testing import packed_qkv
+from ragged.testing import assert_attention_close, packed_qkv
 
 LENGTHS = [40, 3, 0, 99]
 pytestmark = pytest.mark.skipif(
@@ -549,3 +549,28 @@ def test_the_short_batch_classes_hold_over_their_spans(capability):
     assert choice(64, 99, 96, torch.float16, (9, 0))[0] == AttentionConfig(64, 64, 4, 2, pdl=2)
     assert choice(64, 197, 768, torch.float16, (9, 0))[0] is None  # BS 64: the table
     assert choice(64, 40, 12, torch.float16, (0, 0))[0] is None  # the interpreter
+
+
+def test_after_one_call_no_new_length_or_batch_plans_a_kernel(monkeypatch):
+    """``kernel.NewLength``'s promise with the short-batch classes (sm_90 patched in; the
+    interpreter runs the kernels): after one call at 40 tokens, calls at fresh lengths in every
+    length bucket and at other batches take plans made at that first call, none new (a plan
+    is a compiled kernel on the GPU: ``warm_classes`` compiled them all then)."""
+    monkeypatch.setattr(KA, "capability_of", lambda device_index: (9, 0))
+    KA.forget_plans()
+    try:
+        q, k, v, cu, max_seqlen = packed_qkv([40], 12, 64, seed=5)
+        out = ragged.varlen_attention(q, k, v, cu, max_seqlen, validate=False)
+        assert_attention_close(out, q, k, v, cu)
+        made = set(KA._plan_of.values())
+        configs = set()
+        for lengths in ([20], [50], [100], [200], [300], [10], [99] * 8, [20] * 6, [150] * 16,
+                        [60] * 64):  # fmt: skip
+            q2, k2, v2, cu2, m2 = packed_qkv(lengths, 12, 64)
+            plan = KA.launch_args(q2, k2, v2, torch.empty_like(q2), cu2, m2, 0.125)[0]
+            assert plan in made, (lengths, plan.config)
+            configs.add(plan.config)
+        assert set(KA._plan_of.values()) == made
+        assert {c.kind for c in configs} == {"onetile", "loop"} and len(configs) == 6
+    finally:
+        KA.forget_plans()

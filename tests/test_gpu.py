@@ -314,3 +314,33 @@ def test_short_batches_take_their_class_and_stay_correct(fast, monkeypatch, leng
     torch.cuda.synchronize()
     assert_attention_close(out, q, k, v, cu)
     assert plain == [], "a call of a launched class went through the Launcher"
+
+
+def test_after_one_call_a_new_length_or_batch_compiles_nothing():
+    """``kernel.NewLength``'s promise: after one call of a head_dim and dtype (its JIT caches
+    dropped first, so that it compiles or loads), calls at fresh lengths in every length
+    bucket and at other batches compile and load nothing (Triton's
+    ``jit_post_compile_hook``), their outputs within the budget."""
+    import triton
+
+    runtime = triton.knobs.runtime
+    KA.forget_plans()
+    for launcher in (KA._launcher, KA._onetile_launcher):
+        launcher.fn.device_caches.clear()
+    heads = 12
+    q, k, v, cu, max_seqlen = packed_qkv([40], heads, 64, device="cuda")
+    ragged.varlen_attention(q, k, v, cu, max_seqlen, validate=False)
+    compiled = []
+    before = runtime.jit_post_compile_hook
+    runtime.jit_post_compile_hook = lambda *a, **kw: compiled.append(kw.get("key"))
+    try:
+        for seed, lengths in enumerate(([20], [50], [100], [200], [300], [10], [99] * 8,
+                                        [20] * 6, [150] * 16, [60] * 64)):  # fmt: skip
+            q2, k2, v2, cu2, m2 = packed_qkv(lengths, heads, 64, device="cuda", seed=seed)
+            for _ in range(2):  # checked, then the fast path
+                out = ragged.varlen_attention(q2, k2, v2, cu2, m2, validate=False)
+                torch.cuda.synchronize()
+                assert_attention_close(out, q2, k2, v2, cu2)
+    finally:
+        runtime.jit_post_compile_hook = before
+    assert compiled == []

@@ -31,6 +31,7 @@ from .config import (
     attention_config,  # noqa: F401  (imported from here by callers)
     capability_of,
     choice,
+    classes,
     config_for,
     length_span,
 )
@@ -360,6 +361,39 @@ def _make_plan(device_index, dtype, head_dim, max_seqlen, pairs, config) -> Plan
     return plan
 
 
+# (device, dtype, head_dim) -> the plans of every class (``config.classes``), made and their
+# kernels compiled at the first call of that head_dim and dtype on that device (warm_classes).
+_class_plans: dict[tuple, tuple[Plan, ...]] = {}
+
+
+def warm_classes(q, k, v, out, cu_seqlens, scalars, fast) -> tuple[Plan, ...]:
+    """At the first call of q's (device, dtype, head_dim), after its launch: plan every class
+    ``config.classes`` gives (each length bucket and batch x heads span) and compile each
+    plan's kernel without launching it (``Launcher.prepare``, with this call's arguments: the
+    same specialization), so that no later call of this head_dim and dtype compiles, whatever
+    its max_seqlen and batch; ``remember`` then lets the fast paths take them all. The
+    compiles move to the first call of a head_dim, which compiles anyway. -> the plans."""
+    key = (q.get_device(), q.dtype, q.shape[2])
+    plans = _class_plans.get(key)
+    if plans is not None:
+        return plans
+    made: list[Plan] = []
+    for max_seqlen, pairs in classes(key[2], key[1], capability_of(key[0])):
+        plan_key = (*key, max_seqlen, pairs, None)
+        plan = _plans.get(plan_key)
+        if plan is None:
+            plan = _plans[plan_key] = _make_plan(*plan_key)
+        if plan in made:
+            continue
+        made.append(plan)
+        cfg = plan.config
+        plan.launcher.prepare(plan, (q, k, v, out, cu_seqlens), scalars, plan.constexprs,
+                              cfg.num_warps, cfg.num_stages, plan.device_index, fast,
+                              pdl=bool(plan.pdl))  # fmt: skip
+    plans = _class_plans[key] = tuple(made)
+    return plans
+
+
 MAX_GRID = 2**31 - 1  # programs of a 1-D grid
 
 
@@ -423,6 +457,8 @@ def varlen_attention_triton(
         plan, grid, (q, k, v, out, cu_seqlens), scalars, plan.constexprs,
         cfg.num_warps, cfg.num_stages, plan.device_index, fast, pdl=bool(plan.pdl),
     )  # fmt: skip
+    if config is None and (plan.device_index, q.dtype, q.shape[2]) not in _class_plans:
+        warm_classes(q, k, v, out, cu_seqlens, scalars, fast)
     return out
 
 
@@ -436,6 +472,7 @@ def forget_plans() -> None:
     global epoch
     _plans.clear()
     _plan_of.clear()
+    _class_plans.clear()
     _launcher._cache.clear()
     _onetile_launcher._cache.clear()
     _ready.clear()
@@ -486,10 +523,14 @@ def remember(q: torch.Tensor, max_seqlen: int, cu_seqlens: torch.Tensor) -> None
     module = fastpath.module()  # built once per machine, then cached (functools.cache)
     if module is not None:
         fast_call, layout_call = module.attention, module.layout
-    if ready_entry(*key, max_seqlen, pairs) is None:
-        span = (*plan.span, direct, plan.config.block_m, (1.0 / math.sqrt(key[2])) * LOG2E,
-                launch_spec(direct), *plan.pairs, plan.grid3)  # fmt: skip
-        _ready[key] = (*_ready.get(key, ()), span)
+    scale = (1.0 / math.sqrt(key[2])) * LOG2E
+    # this call's class first, then every class warm_classes compiled at the first call
+    for each in (plan, *_class_plans.get(key, ())):
+        each_direct = each.launcher.direct(each)
+        if each_direct is not None and ready_entry(*key, each.span[0], each.pairs[0]) is None:
+            span = (*each.span, each_direct, each.config.block_m, scale,
+                    launch_spec(each_direct), *each.pairs, each.grid3)  # fmt: skip
+            _ready[key] = (*_ready.get(key, ()), span)
 
 
 # The attention kernels' runtime parameter types after their four data pointers, as

@@ -173,6 +173,26 @@ def choice(head_dim: int, max_seqlen: int, pairs: int, dtype: torch.dtype,
     return short or (None, length_span(max_seqlen), (0, MAX_LENGTH))
 
 
+def classes(head_dim: int, dtype: torch.dtype, capability: tuple[int, int]) -> list[tuple]:
+    """One (max_seqlen, pairs) of every class ``choice`` has for this head_dim and dtype on a
+    GPU of ``capability``: every length span from 1 up and, within each, every span of batch x
+    heads from 1 up. Their plans hold every kernel a launch of this head_dim and dtype can
+    need, whatever its max_seqlen and batch (``attention.warm_classes``)."""
+    out = []
+    length = 1
+    while True:
+        pairs = 1
+        while True:
+            _, (_, hi), (_, pairs_hi) = choice(head_dim, length, pairs, dtype, capability)
+            out.append((length, pairs))
+            if pairs_hi >= MAX_LENGTH:
+                break
+            pairs = pairs_hi + 1
+        if hi >= MAX_LENGTH:
+            return out
+        length = hi + 1
+
+
 def capability_of(device_index: int) -> tuple[int, int]:
     """``torch.cuda.get_device_capability``, (0, 0) on the CPU (the interpreter)."""
     return (0, 0) if device_index < 0 else torch.cuda.get_device_capability(device_index)

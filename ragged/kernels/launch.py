@@ -172,6 +172,39 @@ class Launcher:
                 compiled, tuple(constexprs.values())
             )
 
+    def prepare(
+        self,
+        key: Any,
+        tensors: Sequence[torch.Tensor],
+        scalars: Sequence[Any],
+        constexprs: dict[str, Any],
+        num_warps: int,
+        num_stages: int,
+        device_index: int,
+        fast: bool = True,
+        pdl: bool = False,
+    ) -> None:
+        """Compile (or load from Triton's disk cache) what ``launch`` with these arguments
+        would, launching nothing (``JITFunction.warmup``), and keep its direct launch for
+        ``key`` as ``launch`` would: a later ``launch`` of ``key`` compiles nothing. Nothing
+        on the CPU (the interpreter compiles nothing) or where ``key`` is kept already."""
+        if self.interpreted or device_index < 0 or key in self._cache:
+            return
+        extra = {"launch_pdl": True} if pdl else {}
+        with torch.cuda.device(device_index):
+            compiled = self.fn.warmup(
+                *tensors, *scalars, **constexprs, num_warps=num_warps, num_stages=num_stages,
+                grid=(1,), **extra,
+            )  # fmt: skip
+        if (
+            fast
+            and isinstance(compiled, triton.compiler.CompiledKernel)
+            and all(t.data_ptr() % 16 == 0 for t in tensors)
+        ):
+            self._cache[key] = c_launch.direct(compiled) or _direct_launch(
+                compiled, tuple(constexprs.values())
+            )
+
     def direct(self, key: Any) -> DirectLaunch | None:
         """The compiled kernel's direct launcher for ``key``, once a launch has cached it.
         Its caller keeps the contract above and checks what ``launch`` checks."""
