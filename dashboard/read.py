@@ -124,9 +124,9 @@ def project(path: str, mtime: float) -> str | None:
 def asv_project(path: str, mtime: float, machine: str):
     """The other asv project whose results ``machine``'s are (``ragbench.project``: its repo,
     config and commit URL, what an alert's follow-ups point at), or None for this suite's."""
-    from ragbench import project as P
+    from ragbench import project
 
-    return P.load(store(path, mtime, None), machine)
+    return project.load(store(path, mtime, None), machine)
 
 
 @st.cache_resource(max_entries=64, **CACHED)

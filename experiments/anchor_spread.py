@@ -22,19 +22,22 @@ from pathlib import Path
 
 
 def child() -> dict:
-    from benchmarks.support import grids as G
-    from benchmarks.support import harness as H
+    from benchmarks.support import grids, harness, workloads
     from benchmarks.support import measure as _measure
-    from benchmarks.support import workloads as W
 
-    H.spin_up()
-    batch, prune, lengths = G.FLOOR
+    harness.spin_up()
+    batch, prune, lengths = grids.FLOOR
     out = {}
-    for geometry in G.GEOMETRIES:
-        fn = W.attention("triton", *W.kernel_inputs(batch, prune, geometry, lengths))
-        H.warmup(fn)
-        out[geometry] = {"floor_us": H.call_us(fn, 200).median, "host_us": H.host_us(fn).median}
-    for (geometry,), cell in _measure._anchored(W).items():
+    for geometry in grids.GEOMETRIES:
+        fn = workloads.attention(
+            "triton", *workloads.kernel_inputs(batch, prune, geometry, lengths)
+        )
+        harness.warmup(fn)
+        out[geometry] = {
+            "floor_us": harness.call_us(fn, 200).median,
+            "host_us": harness.host_us(fn).median,
+        }
+    for (geometry,), cell in _measure._anchored(workloads).items():
         if "skip" in cell:
             raise RuntimeError(cell["skip"])
         out[geometry] |= {k: statistics.median(v) for k, v in cell.items()}

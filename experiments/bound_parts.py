@@ -39,11 +39,10 @@ import torch
 import triton
 
 import ragged
-from benchmarks.support import promises as P
+from benchmarks.support import promises, workloads
 from benchmarks.support import revision as _revision
-from benchmarks.support import workloads as W
 from ragbench.stats import median_interval
-from ragged.kernels import attention as KA
+from ragged.kernels import attention as kernel_attention
 from ragged.models import SHARP_ATTENTION, build_model, get_config
 from ragged.pipeline import PrunedViT, PruneStage
 from ragged.testing import synthetic_images
@@ -52,8 +51,8 @@ from scripts.pipeline_bench import paired_speedup, share_cell, share_of_bound, t
 _raw_stream = torch._C._cuda_getCurrentRawStream
 
 
-Grid1 = P.OneProgram  # triton's kept launch with one program
-KeptEmpty16 = P.KeptEmpty16
+Grid1 = promises.OneProgram  # triton's kept launch with one program
+KeptEmpty16 = promises.KeptEmpty16
 
 
 @triton.jit
@@ -76,7 +75,7 @@ class PyDirect(ragged.LayoutAttention):
         if kept is None:
             return self._checked(qkv)
         p = qkv.data_ptr()
-        gx, gy, gz, scalars = KA.kept_grid(kept, kept.max_seqlen)
+        gx, gy, gz, scalars = kernel_attention.kept_grid(kept, kept.max_seqlen)
         self._direct(kept)(gx, gy, gz, _raw_stream(0), p, p + kept.k_offset,
                            p + kept.v_offset, kept.out_ptr, self.cu_seqlens.data_ptr(),
                            *scalars)  # fmt: skip
@@ -96,7 +95,7 @@ class Empty16(PyDirect):
             scratch = torch.empty(16, device="cuda")
             cu = torch.zeros(2, device="cuda", dtype=torch.int32)
             scale, *ints = kept.scalars
-            launch = W.c_launcher(P._empty16[(1,)](*[scratch] * 4, cu, scale, *ints))
+            launch = workloads.c_launcher(promises._empty16[(1,)](*[scratch] * 4, cu, scale, *ints))
             Empty16._empty = lambda _grid, *args: launch(1, *args)
         return Empty16._empty
 
@@ -122,7 +121,7 @@ def compare_timings(model, method, batches, rounds) -> None:
     size = model.patch_embed.img_size[0]
     for batch in batches:
         images = synthetic_images(batch, size, seed=batch, device="cuda", dtype=torch.float16)
-        pipes = {n: W.pipeline(model, method, n) for n in ("fa2", "triton", "no_attention")}
+        pipes = {n: workloads.pipeline(model, method, n) for n in ("fa2", "triton", "no_attention")}
         for _ in range(3):
             for timing in ("rounds", "turns"):
                 res = throughput(pipes, images, rounds, timing)
@@ -166,13 +165,15 @@ def main(argv=None) -> int:
     cfg = get_config("deit_base_224")
     model = build_model(cfg.name, device="cuda", dtype=torch.float16,
                         attention_scale=SHARP_ATTENTION)  # fmt: skip
-    method = W.make_method(args.method, model)
+    method = workloads.make_method(args.method, model)
     if args.compare_timings:
         compare_timings(model, method, args.batches, args.rounds)
         return 0
-    calls = len(model.blocks) - W.PRUNE_AT
-    rows_vary = W.rows_vary(model, method)
-    parts = {n: W.launch_only(rows_vary) if n == "launch_only" else PARTS[n] for n in args.parts}
+    calls = len(model.blocks) - workloads.PRUNE_AT
+    rows_vary = workloads.rows_vary(model, method)
+    parts = {
+        n: workloads.launch_only(rows_vary) if n == "launch_only" else PARTS[n] for n in args.parts
+    }
     base = None
     if args.base is not None:
         try:
@@ -184,13 +185,13 @@ def main(argv=None) -> int:
     for batch in args.batches:
         images = synthetic_images(batch, cfg.img_size, seed=batch, device="cuda",
                                   dtype=torch.float16)  # fmt: skip
-        pipes = {n: W.pipeline(model, method, n) for n in ("fa2", "triton", "no_attention")}
+        pipes = {n: workloads.pipeline(model, method, n) for n in ("fa2", "triton", "no_attention")}
         for name, cls in parts.items():
-            pipes[name] = PrunedViT(model, PruneStage(W.PRUNE_AT, method), mode="ragged",
+            pipes[name] = PrunedViT(model, PruneStage(workloads.PRUNE_AT, method), mode="ragged",
                                     layout_attention=cls)  # fmt: skip
         if base is not None:
             pipes["base"] = base.pipeline(model, base.make_method(args.method, model), "triton")
-            pipes["head2"] = W.pipeline(model, method, "triton")
+            pipes["head2"] = workloads.pipeline(model, method, "triton")
         res = throughput(pipes, images, args.rounds, "turns")
         top = res["no_attention"]["samples_us"]
         for name, r in res.items():

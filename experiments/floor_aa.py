@@ -24,17 +24,15 @@ WORKLOADS = ((1, 0.8), (8, 0.5), (1, 0.5), (32, 0.8), (64, 0.0))
 def measure(rounds: int) -> dict:
     import torch
 
-    from benchmarks.support import floor as F
-    from benchmarks.support import harness as H
-    from benchmarks.support import workloads as W
+    from benchmarks.support import floor, harness, workloads
 
-    H.spin_up(0.5)
+    harness.spin_up(0.5)
     out = {"device": torch.cuda.get_device_name(), "rounds": rounds, "cells": {}}
     for batch, prune in WORKLOADS:
-        inputs = W.kernel_inputs(batch, prune, "deit_b", "uniform")
-        call = W.attention("triton", *inputs)
+        inputs = workloads.kernel_inputs(batch, prune, "deit_b", "uniform")
+        call = workloads.attention("triton", *inputs)
         call()  # the checked call: plans, compiles, remembers
-        m = F.measure(call, rounds=rounds)
+        m = floor.measure(call, rounds=rounds)
         out["cells"][f"{batch} / {prune:.0%}"] = {k: statistics.median(v) for k, v in m.items()}
     return out
 

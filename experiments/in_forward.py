@@ -17,7 +17,7 @@ import time
 
 import torch
 
-from benchmarks.support import workloads as W
+from benchmarks.support import workloads
 from ragged.layout_attention import LayoutAttention
 from ragged.models import SHARP_ATTENTION, build_model, get_config
 from ragged.pipeline import PrunedViT, PruneStage
@@ -30,7 +30,7 @@ _ns = time.perf_counter_ns
 def measure(backend: str, forwards: int, model, images) -> dict[str, list[float]]:
     """-> {row: host µs samples} for one backend's calls, in the forward and in a hot loop.
     ``launch_only``: the bound's LayoutAttention that launches an empty kernel instead."""
-    cls = W.launch_only() if backend == "launch_only" else LayoutAttention
+    cls = workloads.launch_only() if backend == "launch_only" else LayoutAttention
     original = cls.__call__
     scratch = torch.zeros(1024, device="cuda")
     rec: dict[str, list[float]] = {"call, in the forward": [], "x.add_(1), in the forward": []}

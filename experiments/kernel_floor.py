@@ -49,10 +49,9 @@ import torch
 import triton
 
 import ragged
-from benchmarks.support import harness as H
-from benchmarks.support import workloads as W
-from ragged.kernels import attention as KA
-from ragged.kernels import variants as KV
+from benchmarks.support import harness, workloads
+from ragged.kernels import attention as kernel_attention
+from ragged.kernels import variants
 from ragged.kernels.config import attention_config, capability_of
 from ragged.testing import attention_error_budget, packed_qkv
 
@@ -87,14 +86,14 @@ def _empty_kernel(x):
 
 @triton.jit
 def _empty_pdl_kernel(x):
-    KA.gdc_launch_dependents()
-    KA.gdc_wait()
+    kernel_attention.gdc_launch_dependents()
+    kernel_attention.gdc_wait()
 
 
 def workload_inputs(batch, prune, mode, *, smoke: bool):
     """q, k, v, cu_seqlens, max_seqlen; fp16 on the GPU, 12 heads (smoke: 2 heads, at most
     3 sequences, on the CPU)."""
-    lengths = W.kernel_lengths(batch, prune, mode)
+    lengths = workloads.kernel_lengths(batch, prune, mode)
     if smoke:
         return packed_qkv(lengths[:3], 2, HEAD_DIM, dtype=torch.float16, device="cpu", seed=batch)
     return packed_qkv(lengths, HEADS, HEAD_DIM, dtype=torch.float16, device="cuda", seed=batch)
@@ -114,10 +113,12 @@ def arms_of(q, k, v, cu, max_seqlen, *, smoke: bool) -> dict:
     table = attention_config(HEAD_DIM, max_seqlen, q.dtype, capability_of(q.get_device()))
     before = torch.empty_like(q)
     arms["before"] = (
-        lambda: KA.varlen_attention_triton(q, k, v, cu, max_seqlen, scale, before, table),
+        lambda: kernel_attention.varlen_attention_triton(
+            q, k, v, cu, max_seqlen, scale, before, table
+        ),
         before,
     )
-    for variant in KV.VARIANTS:
+    for variant in variants.VARIANTS:
         if ARMS and variant.name not in ARMS:
             continue
         if not variant.applies(max_seqlen, q.dtype):
@@ -125,7 +126,7 @@ def arms_of(q, k, v, cu, max_seqlen, *, smoke: bool) -> dict:
             continue
         o = torch.empty_like(q)
         arms[variant.name] = (
-            lambda variant=variant, o=o: KV.run(variant, q, k, v, cu, max_seqlen, scale, o),
+            lambda variant=variant, o=o: variants.run(variant, q, k, v, cu, max_seqlen, scale, o),
             o,
         )
     fa2 = getattr(torch.ops.aten, "_flash_attention_forward", None)
@@ -166,7 +167,7 @@ def check(arms: dict, q, k, v, cu) -> dict:
             err = (out.double() - oracle).abs().max().item() if out.numel() else 0.0
             ok = bool(torch.isfinite(out).all().item()) and err <= budget
         except Exception as exc:  # a variant that does not compile or launch here
-            result[name] = {"ok": False, "error": H.failure(exc)}
+            result[name] = {"ok": False, "error": harness.failure(exc)}
             continue
         result[name] = {"ok": ok, "max_abs_err": err, "budget": budget}
     return result
@@ -181,9 +182,9 @@ def time_arms(
     graphs = {}
     for name, fn in fns.items():
         try:
-            graphs[name] = H.capture(fn, CALLS)
+            graphs[name] = harness.capture(fn, CALLS)
         except Exception as exc:  # it synchronises or allocates on the host
-            failed[name] = f"graph capture: {H.failure(exc)}"
+            failed[name] = f"graph capture: {harness.failure(exc)}"
         torch.cuda.synchronize()
     for graph in graphs.values():
         t0 = time.perf_counter()
@@ -196,7 +197,7 @@ def time_arms(
     for _ in range(rounds):
         rng.shuffle(order)
         for name in order:
-            samples[name] += H.replay_us(graphs[name], CALLS, replays)
+            samples[name] += harness.replay_us(graphs[name], CALLS, replays)
     return samples
 
 
@@ -279,7 +280,7 @@ def summary(results: list[dict]) -> dict:
     targets without losing above BS 32."""
     rows = []
     by_label = {w["label"]: w for w in results}
-    variant_names = [v.name for v in KV.VARIANTS if not ARMS or v.name in ARMS]
+    variant_names = [v.name for v in variants.VARIANTS if not ARMS or v.name in ARMS]
     for w in results:
         timed = {n: a["median_us"] for n, a in w["arms"].items() if a.get("median_us") is not None}
         cands = {n: t for n, t in timed.items() if n in variant_names or n == "current"}
@@ -346,14 +347,15 @@ def compile_only(capability: int) -> int:
     cuobjdump = Path(triton.__file__).parent / "backends" / "nvidia" / "bin" / "cuobjdump"
     print(f"| variant (sm_{capability}) | keys | shared bytes | registers | stack bytes |")
     print("|---|---|---|---|---|")
-    for v in KV.VARIANTS:
+    for v in variants.VARIANTS:
         for block_n in (64, 128, 256):
             if v.kind != "onetile" or not v.applies(block_n):
                 continue
             consts = {"HEAD_DIM": HEAD_DIM, "BLOCK_D": HEAD_DIM, "BLOCK_M": v.block_m,
                       "BLOCK_N": block_n, "IEEE_DOT": False, "SPECULATE": v.speculate,
                       "GRID3": v.grid3, "PDL": v.pdl}  # fmt: skip
-            src = ASTSource(KV._onetile_kernel, signature | dict.fromkeys(consts, "constexpr"),
+            src = ASTSource(variants._onetile_kernel,
+                            signature | dict.fromkeys(consts, "constexpr"),
                             constexprs=consts)  # fmt: skip
             options = {"num_warps": v.num_warps, "num_stages": v.num_stages}
             if v.pdl:
@@ -361,7 +363,7 @@ def compile_only(capability: int) -> int:
             try:
                 k = triton.compile(src, target=GPUTarget("cuda", capability, 32), options=options)
             except Exception as exc:  # out of resources at compile time, a compiler error
-                print(f"| {v.name} | {block_n} | FAILED: {H.failure(exc)} | | |")
+                print(f"| {v.name} | {block_n} | FAILED: {harness.failure(exc)} | | |")
                 continue
             with tempfile.NamedTemporaryFile(suffix=".cubin") as f:
                 f.write(k.asm["cubin"])
@@ -403,15 +405,15 @@ def main(argv=None) -> int:
     empty_x = torch.zeros(16, device="cpu" if smoke else "cuda")
     results, refused = [], []
     if not smoke:
-        H.spin_up(0.5)
+        harness.spin_up(0.5)
     for label, batch, prune, mode in WORKLOADS:
         if args.only and label not in args.only:
             continue
         try:
             result, bad = run_workload(label, batch, prune, mode, args, empty_x, t_start)
         except Exception as exc:  # one workload's failure: the others still run and print
-            print(f"{label}: FAILED: {H.failure(exc)}", flush=True)
-            refused.append(f"{label}: {H.failure(exc)}")
+            print(f"{label}: FAILED: {harness.failure(exc)}", flush=True)
+            refused.append(f"{label}: {harness.failure(exc)}")
             continue
         results.append(result)
         refused += bad
@@ -430,10 +432,10 @@ def main(argv=None) -> int:
     print(f"\nkernel_floor: {time.time() - t_start:.0f} s", flush=True)
     if args.out:
         args.out.parent.mkdir(parents=True, exist_ok=True)
-        doc = {"environment": env, "variants": [v.__dict__ for v in KV.VARIANTS],
+        doc = {"environment": env, "variants": [v.__dict__ for v in variants.VARIANTS],
                "calls_per_graph": CALLS, "rounds": args.rounds, "replays": args.replays,
                "workloads": results, "summary": s, "refused": refused,
-               "clocks": {} if smoke else H.gpu_clocks()}  # fmt: skip
+               "clocks": {} if smoke else harness.gpu_clocks()}  # fmt: skip
         args.out.write_text(json.dumps(doc, indent=1))
     return 1 if refused else 0
 

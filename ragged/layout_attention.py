@@ -13,8 +13,8 @@ from __future__ import annotations
 
 import torch
 
-from . import attention as A
-from .kernels import attention as KA
+from . import attention
+from .kernels import attention as kernel_attention
 
 
 class LayoutAttention:
@@ -49,7 +49,7 @@ class LayoutAttention:
     def __init__(self, cu_seqlens, max_seqlen, *, backend="triton", softmax_scale=None):
         self.cu_seqlens, self.max_seqlen, self.backend = cu_seqlens, max_seqlen, backend
         self.softmax_scale = softmax_scale
-        self._launch: KA.KeptLaunch | None = None
+        self._launch: kernel_attention.KeptLaunch | None = None
         self._out = None
 
     def rebind(self, cu_seqlens: torch.Tensor, max_seqlen: int) -> None:
@@ -61,12 +61,15 @@ class LayoutAttention:
         self.cu_seqlens, self.max_seqlen = cu_seqlens, max_seqlen
         launch = self._launch
         if launch is not None and (
-            launch.epoch != KA.epoch or A.BACKENDS["triton"].run is not A._TRITON_RUN
+            launch.epoch != kernel_attention.epoch
+            or attention.BACKENDS["triton"].run is not attention._TRITON_RUN
         ):
             self._launch = None
 
     def __call__(self, qkv: torch.Tensor) -> torch.Tensor:
-        out = KA.layout_call(self, qkv)  # fastpath.cpp's, else kernels.attention's kept_launch
+        out = kernel_attention.layout_call(
+            self, qkv
+        )  # fastpath.cpp's, else kernels.attention's kept_launch
         if out is not None:
             return out
         return self._checked(qkv)
@@ -80,24 +83,25 @@ class LayoutAttention:
         out = self._out
         if out is not None and (out.shape, out.dtype, out.device) != (q.shape, q.dtype, q.device):
             out = None
-        o = A.varlen_attention(
+        o = attention.varlen_attention(
             q, k, v, self.cu_seqlens, self.max_seqlen,
             backend=self.backend, softmax_scale=self.softmax_scale, out=out, validate=False,
         )  # fmt: skip
         self._launch = None
-        if not A.BACKENDS[self.backend].writes_out:
+        if not attention.BACKENDS[self.backend].writes_out:
             return o
         self._out = o
-        if self.backend == "triton" and A.BACKENDS["triton"].run is A._TRITON_RUN:
-            scale = A.default_scale(q.shape[2], self.softmax_scale)
-            prepared = KA.prepare(q, k, v, o, self.cu_seqlens, self.max_seqlen, scale)
+        if self.backend == "triton" and attention.BACKENDS["triton"].run is attention._TRITON_RUN:
+            scale = attention.default_scale(q.shape[2], self.softmax_scale)
+            prepared = kernel_attention.prepare(q, k, v, o, self.cu_seqlens, self.max_seqlen, scale)
             k_offset, v_offset = k.data_ptr() - q.data_ptr(), v.data_ptr() - q.data_ptr()
             if prepared is not None and not (k_offset | v_offset) & 15:
                 direct, grid_x, scalars, block_m, span, grid3 = prepared
                 key = (qkv.shape, qkv.stride(), qkv.dtype, qkv.get_device())
-                self._launch = KA.with_image(KA.KeptLaunch(
-                    direct, KA.launch_spec(direct), key, grid_x, k_offset, v_offset, o,
-                    o.data_ptr(), self.cu_seqlens.shape[0], scalars, self.max_seqlen, KA.epoch,
+                kernels = kernel_attention
+                self._launch = kernels.with_image(kernels.KeptLaunch(
+                    direct, kernels.launch_spec(direct), key, grid_x, k_offset, v_offset, o,
+                    o.data_ptr(), self.cu_seqlens.shape[0], scalars, self.max_seqlen, kernels.epoch,
                     block_m, span, grid3,
                 ))  # fmt: skip
         return o

@@ -28,20 +28,16 @@ import torch
 import triton
 
 import ragged
-from benchmarks.support import catalogue as C
-from benchmarks.support import first_call as F
-from benchmarks.support import grids as G
-from benchmarks.support import harness as H
-from benchmarks.support import promises as P
-from benchmarks.support import workloads as W
+from benchmarks.support import catalogue, grids, harness, promises, workloads
+from benchmarks.support import first_call as first_call_cases
 from ragbench import provenance as fingerprint
 from ragbench.stats import median_interval
-from ragged.kernels import attention as KA
+from ragged.kernels import attention as kernel_attention
 from ragged.testing import packed_qkv
 from scripts.launch_paths import launch_paths as ragged_launch_paths
 
 # The table's axes (docs/kernel.md's table, wider than the suite's grid); inputs as the suite's
-MODELS = tuple(W.HEADS)  # attention geometry: heads, head_dim 64
+MODELS = tuple(workloads.HEADS)  # attention geometry: heads, head_dim 64
 BATCHES = (1, 4, 32, 64)
 PRUNE = (0.0, 0.5, 0.8)
 
@@ -58,20 +54,20 @@ def table(args) -> list[dict]:
     """Every backend of the catalogue (``--quick``: of its quick grid) on every workload,
     measured as the suite measures them (``measure.kernels``: alternating rounds)."""
     rows = []
-    tier = C.QUICK if args.quick else C.FULL
-    backends = [b for b in C.kernel_backends(tier) if b in ragged.available_backends()]
-    H.spin_up()
+    tier = catalogue.QUICK if args.quick else catalogue.FULL
+    backends = [b for b in catalogue.kernel_backends(tier) if b in ragged.available_backends()]
+    harness.spin_up()
     for model in MODELS:
         for batch, prune, mode in itertools.product(BATCHES, PRUNE, ("uniform", "mixed")):
             if mode == "mixed" and batch == 1:
                 continue
-            q, k, v, cu, max_seqlen = W.kernel_inputs(batch, prune, model, mode)
-            fns = {b: W.attention(b, q, k, v, cu, max_seqlen) for b in backends}
-            results = H.measure_interleaved(fns, rounds=5, slow=C.slow_backends())
-            clocks = H.gpu_clocks()
+            q, k, v, cu, max_seqlen = workloads.kernel_inputs(batch, prune, model, mode)
+            fns = {b: workloads.attention(b, q, k, v, cu, max_seqlen) for b in backends}
+            results = harness.measure_interleaved(fns, rounds=5, slow=catalogue.slow_backends())
+            clocks = harness.gpu_clocks()
             for backend, metrics in results.items():
                 row = {
-                    "model": model, "heads": W.HEADS[model], "head_dim": W.HEAD_DIM,
+                    "model": model, "heads": workloads.HEADS[model], "head_dim": workloads.HEAD_DIM,
                     "dtype": "float16", "batch": batch, "prune": prune, "lengths": mode,
                     "total_tokens": q.shape[0], "max_seqlen": max_seqlen, "backend": backend,
                     "implementation": ragged.backend_implementation(backend),
@@ -148,7 +144,7 @@ def launch_paths(args) -> tuple[list[dict], dict | None]:
     parameters through the kept launch and through the C launcher); then the API's launch
     promises (``promises.measure``: per-round ratios by cell, or None where this machine
     keeps no launch)."""
-    q, k, v, cu, max_seqlen = W.kernel_inputs(*G.FLOOR[:2], "deit_b", G.FLOOR[2])
+    q, k, v, cu, max_seqlen = workloads.kernel_inputs(*grids.FLOOR[:2], "deit_b", grids.FLOOR[2])
     out = torch.empty(q.shape, dtype=q.dtype, device=q.device)
     scale = q.shape[-1] ** -0.5
     empty = _empty_kernel[(1,)](q)
@@ -160,7 +156,7 @@ def launch_paths(args) -> tuple[list[dict], dict | None]:
         "fa2 aten op direct": lambda: torch.ops.aten._flash_attention_forward(
             q, k, v, cu, cu, max_seqlen, max_seqlen, 0.0, False, False, scale=scale
         ),
-        "ragged.varlen_attention(backend=fa2)": W.attention("fa2", q, k, v, cu, max_seqlen),
+        "ragged.varlen_attention(backend=fa2)": workloads.attention("fa2", q, k, v, cu, max_seqlen),
         "one aten op: x.add_(1)": lambda: scratch.add_(1),
         "empty triton kernel[grid]": lambda: _empty_kernel[(1,)](q),
         "empty triton compiled.run direct": lambda: erun(
@@ -168,13 +164,13 @@ def launch_paths(args) -> tuple[list[dict], dict | None]:
         ),
     }
     try:
-        arms = P.arms(q, k, v, cu, max_seqlen)
+        arms = promises.arms(q, k, v, cu, max_seqlen)
     except RuntimeError as exc:  # no kept launch on this machine: no promise to check
         print(f"launch promises: not measured: {exc}", file=sys.stderr)
         arms = None
     else:
-        paths.update({P.ARM_NAMES[a]: arms[a] for a in ("empty_kept", "empty_direct")})
-    measured = H.measure_interleaved(paths, rounds=args.rounds, gpu=False)
+        paths.update({promises.ARM_NAMES[a]: arms[a] for a in ("empty_kept", "empty_direct")})
+    measured = harness.measure_interleaved(paths, rounds=args.rounds, gpu=False)
     rows = [{"path": name, **m} for name, m in measured.items()]
     ref = ragged.varlen_attention(q, k, v, cu, max_seqlen, backend="reference")
     paths["triton kernel[grid](...)"]()
@@ -197,7 +193,7 @@ def launch_paths(args) -> tuple[list[dict], dict | None]:
         print(f"| {name.strip()} | {statistics.median(r):.2f} | {min(r):.2f}-{max(r):.2f} |")
     if arms is None:
         return rows, None
-    ratios = P.measure(q, k, v, cu, max_seqlen, rounds=args.promise_rounds)
+    ratios = promises.measure(q, k, v, cu, max_seqlen, rounds=args.promise_rounds)
     print_promises(ratios, args.promise_rounds)
     return rows, ratios
 
@@ -214,14 +210,15 @@ def promise_verdict(ratios: list[float], limit: float | None) -> str:
 
 def print_promises(ratios: dict[str, list[float]], rounds: int) -> None:
     print(
-        f"\n| host time, per-round ratio ({rounds} rounds of {P.CALLS} calls, arms in a random "
-        "order; BS=1, 80%, DeiT-B) | median [95%] | promise | verdict |\n|---|---|---|---|"
+        f"\n| host time, per-round ratio ({rounds} rounds of {promises.CALLS} calls, arms in a "
+        "random order; BS=1, 80%, DeiT-B) | median [95%] | promise | verdict |\n|---|---|---|---|"
     )
-    for cell, (num, den, limit) in P.CELLS.items():
+    for cell, (num, den, limit) in promises.CELLS.items():
         r = ratios[cell]
         lo, hi = median_interval(r, 0.95)
         print(
-            f"| {cell}: {P.ARM_NAMES[num]} / {P.ARM_NAMES[den]} | {statistics.median(r):.3f} "
+            f"| {cell}: {promises.ARM_NAMES[num]} / {promises.ARM_NAMES[den]} | "
+            f"{statistics.median(r):.3f} "
             f"[{lo:.3f}, {hi:.3f}] | {'-' if limit is None else f'<= {limit}'} | "
             f"{promise_verdict(r, limit)} |"
         )
@@ -233,8 +230,8 @@ def print_promises(ratios: dict[str, list[float]], rounds: int) -> None:
 def first_call(args) -> dict:
     """What the suite's ``kernel.NewLength`` and ``kernel.FirstCall`` measure (``first_call``),
     and the C++ fast path's build, which a cold machine pays once."""
-    measured = F.measure()
-    build = F.fastpath_build_s()
+    measured = first_call_cases.measure()
+    build = first_call_cases.fastpath_build_s()
     print("\n| case | first call µs | kept call µs | first/kept | compiles | host syncs |")
     print("|---|---|---|---|---|---|")
     for case, m in measured.items():
@@ -248,7 +245,8 @@ def first_call(args) -> dict:
               f"{_span(m['compiles'])} | {_span(m['host_syncs'])} |")  # fmt: skip
     shown = f"{build:.1f} s" if isinstance(build, float) else build
     print(f"| C++ fast path build (once a machine) | {shown} | | | | |")
-    print(f"({len(F.MAX_SEQLENS)} lengths, head_dims {F.HEAD_DIMS}: one sample each; "
+    cases = first_call_cases
+    print(f"({len(cases.MAX_SEQLENS)} lengths, head_dims {cases.HEAD_DIMS}: one sample each; "
           "first call: median (min-max))")  # fmt: skip
     return {"cases": measured, "fastpath_build_s": build}
 
@@ -297,7 +295,7 @@ def _candidates(head_dim, dtype, default):
                 continue
             stages = (1, 2) if (bm, bn) in ((64, 64), (128, 64)) else (2,)
             for st in stages:
-                cfg = KA.AttentionConfig(bm, bn, warps, st)
+                cfg = kernel_attention.AttentionConfig(bm, bn, warps, st)
                 if cfg != default and not (not full and bm < 128 and warps == 8):
                     out.append(cfg)
     return out
@@ -312,7 +310,7 @@ def sweep(args) -> list[dict]:
                                              device="cuda")  # fmt: skip
         out = torch.empty_like(q)
         ref = ragged.varlen_attention(q, k, v, cu, max_seqlen, backend="reference").float()
-        default = KA.attention_config(
+        default = kernel_attention.attention_config(
             head_dim, max_seqlen, dtype, torch.cuda.get_device_capability()
         )
         case = {"shape": (heads, head_dim, str(dtype), batch, length), "default": default,
@@ -322,7 +320,9 @@ def sweep(args) -> list[dict]:
                 break
 
             def fn(cfg=cfg, q=q, k=k, v=v, cu=cu, m=max_seqlen, out=out):
-                KA.varlen_attention_triton(q, k, v, cu, m, q.shape[-1] ** -0.5, out, cfg)
+                kernel_attention.varlen_attention_triton(
+                    q, k, v, cu, m, q.shape[-1] ** -0.5, out, cfg
+                )
 
             try:
                 out.fill_(float("nan"))
@@ -337,11 +337,11 @@ def sweep(args) -> list[dict]:
             case["fns"][cfg] = fn
         cases.append(case)
     print(f"sweep: compiled in {time.time() - t0:.0f} s", flush=True)
-    H.spin_up(0.5)
+    harness.spin_up(0.5)
     rows = []
     for case in cases:
         timings = {
-            cfg: H.gpu_us(fn, calls=20, replays=10).median for cfg, fn in case["fns"].items()
+            cfg: harness.gpu_us(fn, calls=20, replays=10).median for cfg, fn in case["fns"].items()
         }
         best = min(timings, key=timings.get) if timings else None
         d = case["default"]
@@ -350,7 +350,7 @@ def sweep(args) -> list[dict]:
             "default": {"config": d.__dict__, "gpu_us": timings.get(d)},
             "best": best and {"config": best.__dict__, "gpu_us": timings[best]},
             "all": [{"config": c.__dict__, "gpu_us": t} for c, t in timings.items()],
-            "errors": case["errors"], "clocks": H.gpu_clocks(),
+            "errors": case["errors"], "clocks": harness.gpu_clocks(),
         }  # fmt: skip
         rows.append(row)
         print(
@@ -371,7 +371,7 @@ def main(argv=None) -> int:
         action="store_true",
         help="first call of an unseen shape (measured before anything else)",
     )
-    p.add_argument("--promise-rounds", type=int, default=P.ROUNDS,
+    p.add_argument("--promise-rounds", type=int, default=promises.ROUNDS,
                    help="interleaved rounds of the launch promises (--launch-paths)")  # fmt: skip
     p.add_argument("--sweep", action="store_true", help="sweep kernel launch configs")
     p.add_argument("--sweep-seconds", type=float, default=240, help="time cap of the sweep")
@@ -386,7 +386,7 @@ def main(argv=None) -> int:
         return 2
     env = environment()
     print(json.dumps(env))
-    results = {"environment": env, "harness_version": H.HARNESS_VERSION}
+    results = {"environment": env, "harness_version": harness.HARNESS_VERSION}
     if args.first_call:  # first: the others launch (and compile) the shapes it needs unseen
         results["first_call"] = first_call(args)
     if args.launch_paths:

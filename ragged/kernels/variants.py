@@ -44,7 +44,7 @@ from dataclasses import dataclass
 import torch
 import triton
 
-from . import attention as KA
+from . import attention
 from .config import AttentionConfig
 
 ONETILE_MAX = 256  # the longest max_seqlen a one-tile launch takes (key tile of 256 columns)
@@ -55,7 +55,9 @@ ONETILE_MAX_FP32 = 64
 ONETILE_MAX_ONE_WARP = 128
 
 
-_onetile_kernel = KA.onetile_kernel  # the one-tile kernel (on the default path for its classes)
+_onetile_kernel = (
+    attention.onetile_kernel
+)  # the one-tile kernel (on the default path for its classes)
 
 
 @dataclass(frozen=True)
@@ -163,21 +165,21 @@ def run(
     if variant.pdl and q.is_cuda and torch.cuda.get_device_capability(q.device) < (9, 0):
         raise ValueError(f"{variant.name}: griddepcontrol needs sm_90 or later")
     if variant.kind == "loop" and variant.pdl and q.is_cuda:
-        plan, grid, scalars, _ = KA.launch_args(q, k, v, out, cu_seqlens, max_seqlen,
+        plan, grid, scalars, _ = attention.launch_args(q, k, v, out, cu_seqlens, max_seqlen,
                                                 softmax_scale, variant.config())  # fmt: skip
         if grid[0]:
-            KA.varlen_fwd_kernel[grid](
+            attention.varlen_fwd_kernel[grid](
                 q, k, v, out, cu_seqlens, *scalars, **(plan.constexprs | {"PDL": variant.pdl}),
                 num_warps=variant.num_warps, num_stages=variant.num_stages, launch_pdl=True,
             )  # fmt: skip
         return out
     if variant.kind == "loop":
-        return KA.varlen_attention_triton(
+        return attention.varlen_attention_triton(
             q, k, v, cu_seqlens, max_seqlen, softmax_scale, out, variant.config()
         )
     total, heads, head_dim = q.shape
     batch = cu_seqlens.shape[0] - 1
-    num_m_blocks, programs = KA.grid_of(max_seqlen, variant.block_m, batch, heads)
+    num_m_blocks, programs = attention.grid_of(max_seqlen, variant.block_m, batch, heads)
     if programs == 0:
         return out
     if variant.grid3 and (heads > 65535 or batch > 65535):
@@ -189,7 +191,7 @@ def run(
         raise ValueError(f"{variant.name}: a speculative start needs the 3-D grid")
     ints = (total, total // batch) if variant.grid3 else (heads, num_m_blocks)
     _onetile_kernel[grid](
-        q, k, v, out, cu_seqlens, softmax_scale * KA.LOG2E,
+        q, k, v, out, cu_seqlens, softmax_scale * attention.LOG2E,
         q.stride(0), q.stride(1), k.stride(0), k.stride(1), v.stride(0), v.stride(1),
         out.stride(0), out.stride(1), *ints,
         HEAD_DIM=head_dim, BLOCK_D=max(16, triton.next_power_of_2(head_dim)),
