@@ -18,13 +18,13 @@ if not HAS_CUDA:
 
 
 # make test runs three workers (pytest -n 3), each taking whole files: the longest file first,
-# so that the other workers take the rest beside it, and the files that read the quick asv run
-# (the session fixture quick_run, ~90 s on 2 cores) on one worker, so that it is built once.
-# test_dashboard reads it too and builds it again on its own worker: grouped with these two,
-# .ci/run took 14 min 53 s against 13 min 36 s (one worker's files became the longest path).
-# (xdist's own --dist loadgroup loses its groups under pytest 9.2.)
+# so that the other workers take the rest beside it. The files that read the quick asv run
+# (the session fixture quick_run, ~90 s on 2 cores: test_benchmarks, test_store,
+# test_dashboard) share one run of it through the run's temporary folder, whichever workers
+# take them, so they need not be grouped on one worker (which made that worker's files the
+# longest path). (xdist's own --dist loadgroup loses its groups under pytest 9.2.)
 FIRST = "tests/test_rehearsal.py"
-SHARED = {"tests/test_benchmarks.py": "quick_run", "tests/test_store.py": "quick_run"}
+SHARED: dict[str, str] = {}  # file -> the name of a group of files one worker takes together
 
 
 def pytest_collection_modifyitems(config, items):
@@ -116,8 +116,25 @@ def commit(repo: Path, path: str, text: str, message: str, append: bool = True) 
 
 @pytest.fixture(scope="session")
 def quick_run(tmp_path_factory):
-    """``ragbench run`` (asv, forkserver, quick grid) on HEAD into a temporary results dir."""
-    tmp = tmp_path_factory.mktemp("asv")
+    """``ragbench run`` (asv, forkserver, quick grid) on HEAD into a temporary results dir,
+    once per pytest run: under xdist the first worker that asks runs it into the run's shared
+    temporary folder and the others wait for it and read it (the tests only read or copy it)."""
+    if "PYTEST_XDIST_WORKER" not in os.environ:
+        return run_quick(tmp_path_factory.mktemp("asv"))
+    import fcntl
+
+    shared = tmp_path_factory.getbasetemp().parent / "quick-run"  # the run's, all workers'
+    shared.mkdir(exist_ok=True)
+    with (shared / "lock").open("w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes
+        done = shared / "summary.json"
+        if not done.exists():
+            done.write_text(json.dumps(run_quick(shared)[1]))
+        return shared / "results", json.loads(done.read_text())
+
+
+def run_quick(tmp: Path):
+    """The quick run into ``tmp/results`` (asv's machine file in ``tmp``) -> (results, summary)."""
     env = {**os.environ, "HOME": str(tmp)}  # asv's machine file goes to $HOME
     env.pop("RAGBENCH_MODE", None)
     results = tmp / "results"
