@@ -1,6 +1,6 @@
 """The Streamlit dashboard over the results store (app.py)."""
 
-from ragbench.verdicts.status import Status as S
+from ragbench.verdicts.status import Status
 
 # The pages, in the sidebar's order; Series is where the overview's links lead; Alerts is the
 # landing page while an alert is new.
@@ -21,5 +21,6 @@ def draws(name: str):
 
 
 # The Compare table's order: what fails a gate first, then what it could not judge.
-SEVERITY = (S.FAILED, S.MISSING, S.VIOLATION, S.REGRESSION, S.INCONCLUSIVE, S.HASH_CHANGED,
-            S.IMPROVEMENT, S.NEW, S.PRE_EXISTING, S.UNCHANGED)  # fmt: skip
+SEVERITY = (Status.FAILED, Status.MISSING, Status.VIOLATION, Status.REGRESSION,
+            Status.INCONCLUSIVE, Status.HASH_CHANGED, Status.IMPROVEMENT, Status.NEW,
+            Status.PRE_EXISTING, Status.UNCHANGED)  # fmt: skip

@@ -16,9 +16,8 @@ import triton
 from torch.utils._python_dispatch import TorchDispatchMode
 
 import ragged
-from ragged import attention as A
-from ragged.kernels import attention as KA
-from ragged.kernels import launch as L
+from ragged import attention as api
+from ragged.kernels import attention, launch
 from ragged.kernels.config import MAX_LENGTH, AttentionConfig, choice, length_span
 from ragged.testing import assert_attention_close, packed_qkv
 
@@ -38,48 +37,48 @@ def impl(request, monkeypatch):
         module = fastpath.module()
         if module is None:
             pytest.skip("the C++ fast path cannot be built here")
-        monkeypatch.setattr(KA, "fast_call", module.attention)
-        monkeypatch.setattr(KA, "layout_call", module.layout)
+        monkeypatch.setattr(attention, "fast_call", module.attention)
+        monkeypatch.setattr(attention, "layout_call", module.layout)
     else:
-        monkeypatch.setattr(KA, "fast_call", KA.launch_ready)
-        monkeypatch.setattr(KA, "layout_call", KA.kept_launch)
+        monkeypatch.setattr(attention, "fast_call", attention.launch_ready)
+        monkeypatch.setattr(attention, "layout_call", attention.kept_launch)
     return request.param
 
 
 @pytest.fixture
 def no_ready():
     """``_ready`` emptied for the test, then given its entries back: emptied in place, as the
-    Python paths (``KA._ready``) and the C++ ones (``kernels.kept._ready``) read one dict."""
-    saved = dict(KA._ready)
-    KA._ready.clear()
+    Python paths (``attention._ready``) and the C++ ones (``kernels.kept._ready``) read one dict."""
+    saved = dict(attention._ready)
+    attention._ready.clear()
     yield
-    KA._ready.clear()
-    KA._ready.update(saved)
+    attention._ready.clear()
+    attention._ready.update(saved)
 
 
 @pytest.fixture
 def recorder(impl, no_ready, monkeypatch):
     """-> (calls, ready(q, max_seqlen)): a fake direct launcher registered for q's key."""
     calls = []
-    monkeypatch.setattr(L, "_raw_stream", lambda device: 1234)
-    monkeypatch.setattr(L, "_SINGLE_DEVICE", True)
+    monkeypatch.setattr(launch, "_raw_stream", lambda device: 1234)
+    monkeypatch.setattr(launch, "_SINGLE_DEVICE", True)
 
     def ready(q, max_seqlen, config=None, pairs=(0, MAX_LENGTH)):
         """Register a recording launch for q's key, the span of ``max_seqlen`` and ``pairs``
         (batch x heads), of the table's kernel or ``config``'s."""
         key = (q.get_device(), q.dtype, q.shape[2])
-        plan = KA._make_plan(*key, max_seqlen, 0, config)
-        scale = (1.0 / (q.shape[2] ** 0.5)) * KA.LOG2E
+        plan = attention._make_plan(*key, max_seqlen, 0, config)
+        scale = (1.0 / (q.shape[2] ** 0.5)) * attention.LOG2E
         span = (*plan.span, lambda *args: calls.append(args), plan.config.block_m, scale, None,
                 *pairs, plan.grid3)  # fmt: skip
-        KA._ready[key] = (*KA._ready.get(key, ()), span)
+        attention._ready[key] = (*attention._ready.get(key, ()), span)
 
     return calls, ready
 
 
 def _expected(q, k, v, out, cu, max_seqlen, scale, config=None):
     """What the checked path launches: (grid_x, grid_y, grid_z, stream, *pointers, *scalars)."""
-    _, grid, scalars, fast = KA.launch_args(q, k, v, out, cu, max_seqlen, scale, config)
+    _, grid, scalars, fast = attention.launch_args(q, k, v, out, cu, max_seqlen, scale, config)
     assert fast
     ptrs = tuple(t.data_ptr() for t in (q, k, v, out, cu))
     return (*grid, 1234, *ptrs, *scalars)
@@ -91,11 +90,11 @@ def test_it_launches_what_the_checked_path_launches(recorder, dtype, head_dim):
     calls, ready = recorder
     q, k, v, cu, max_seqlen = packed_qkv(LENGTHS, 12, head_dim, dtype=dtype)
     ready(q, max_seqlen)
-    out = KA.fast_call(q, k, v, cu, max_seqlen, None, None)
+    out = attention.fast_call(q, k, v, cu, max_seqlen, None, None)
     assert out is not None and out.shape == q.shape and out.dtype == dtype
     assert calls == [_expected(q, k, v, out, cu, max_seqlen, 1.0 / head_dim**0.5)]
     given = torch.empty_like(q)
-    assert KA.fast_call(q, k, v, cu, max_seqlen, 0.3, given) is given
+    assert attention.fast_call(q, k, v, cu, max_seqlen, 0.3, given) is given
     assert calls[1] == _expected(q, k, v, given, cu, max_seqlen, 0.3)
 
 
@@ -115,8 +114,8 @@ def test_a_replaced_triton_backend_is_never_bypassed(recorder, monkeypatch):
     ready(q, max_seqlen)
     ran = []
     monkeypatch.setitem(
-        A.BACKENDS, "triton",
-        dataclasses.replace(A.BACKENDS["triton"], run=lambda *a: ran.append(a) or a[-1]),
+        api.BACKENDS, "triton",
+        dataclasses.replace(api.BACKENDS["triton"], run=lambda *a: ran.append(a) or a[-1]),
     )  # fmt: skip
     ragged.varlen_attention(q, k, v, cu, max_seqlen, validate=False)
     assert len(ran) == 1 and calls == []
@@ -159,7 +158,7 @@ def test_every_call_off_the_common_case_is_left_to_the_checked_path(recorder):
     q, k, v, cu, max_seqlen = packed_qkv(LENGTHS, 12, 64)
     ready(q, max_seqlen)  # its span holds q.shape[0] + 1: only the bound on total_tokens
     for what, args in _variants(q, k, v, cu, max_seqlen):
-        assert KA.fast_call(*args) is None, what
+        assert attention.fast_call(*args) is None, what
     assert calls == []
 
 
@@ -169,7 +168,7 @@ def test_a_grid_beyond_cuda_s_limit_is_left_to_the_checked_path(recorder):
     q = torch.empty(1, 1, 64, dtype=torch.float16).expand(big, 2**20, 64)
     cu = torch.zeros(2, dtype=torch.int32)  # (its values are never read)
     ready(q, big)
-    assert KA.fast_call(q, q, q, cu, big, None, q) is None and calls == []
+    assert attention.fast_call(q, q, q, cu, big, None, q) is None and calls == []
 
 
 def test_the_checked_path_refuses_what_the_kernel_would_misread():
@@ -189,22 +188,22 @@ def test_strides_triton_would_specialize_otherwise_take_the_plain_path(recorder)
     calls, ready = recorder
     q, k, v, cu, max_seqlen = packed_qkv(LENGTHS, 3, 24)  # strides 72 and 24: not 16-divisible
     ready(q, max_seqlen)
-    assert KA.fast_call(q, k, v, cu, max_seqlen, None, None) is None and calls == []
+    assert attention.fast_call(q, k, v, cu, max_seqlen, None, None) is None and calls == []
 
 
 def test_hooks_and_another_current_device_take_the_plain_path(recorder, monkeypatch):
     calls, ready = recorder
     q, k, v, cu, max_seqlen = packed_qkv(LENGTHS, 12, 64)
     ready(q, max_seqlen)
-    monkeypatch.setattr(L, "_current_device", lambda: -1)
-    monkeypatch.setattr(L, "_SINGLE_DEVICE", False)
-    assert KA.fast_call(q, k, v, cu, max_seqlen, None, None) is not None  # the current one
+    monkeypatch.setattr(launch, "_current_device", lambda: -1)
+    monkeypatch.setattr(launch, "_SINGLE_DEVICE", False)
+    assert attention.fast_call(q, k, v, cu, max_seqlen, None, None) is not None  # the current one
     with monkeypatch.context() as m:
         m.setattr(triton.knobs.runtime, "launch_enter_hook", lambda *a: None)
-        assert KA.fast_call(q, k, v, cu, max_seqlen, None, None) is None  # a profiler's hook
+        assert attention.fast_call(q, k, v, cu, max_seqlen, None, None) is None  # a profiler's hook
     assert len(calls) == 1
-    monkeypatch.setattr(L, "_current_device", lambda: 5)
-    assert KA.fast_call(q, k, v, cu, max_seqlen, None, None) is None
+    monkeypatch.setattr(launch, "_current_device", lambda: 5)
+    assert attention.fast_call(q, k, v, cu, max_seqlen, None, None) is None
     assert len(calls) == 1
 
 
@@ -254,9 +253,9 @@ def test_rejected_calls_still_get_the_checked_path_s_errors(recorder):
 def test_only_a_directly_launched_plan_is_remembered(no_ready):
     q, k, v, cu, max_seqlen = packed_qkv(LENGTHS, 2, 16)
     ragged.varlen_attention(q, k, v, cu, max_seqlen, validate=False)
-    assert KA._ready == {}  # the interpreter launches nothing directly
-    KA.forget_plans()
-    assert KA._plans == {}
+    assert attention._ready == {}  # the interpreter launches nothing directly
+    attention.forget_plans()
+    assert attention._plans == {}
 
 
 # --- LayoutAttention: the launch kept for later calls of one qkv layout -------------------------
@@ -324,7 +323,7 @@ def test_layout_attention_checks_again_whatever_changed(recorder, monkeypatch):
     assert taken(qkv) and not taken(qkv)  # the fp16 layout is checked and kept again
     assert taken(torch.cat([qkv, qkv], 2)[:, :, :12])  # strides
     assert taken(qkv) and not taken(qkv)
-    KA.forget_plans()  # a sweep re-plans: kept launches go at the next rebind
+    attention.forget_plans()  # a sweep re-plans: kept launches go at the next rebind
     ready(qkv[:, 0], max_seqlen)
     call.rebind(cu, max_seqlen)
     assert taken(qkv) and not taken(qkv)
@@ -332,8 +331,8 @@ def test_layout_attention_checks_again_whatever_changed(recorder, monkeypatch):
         m.setattr(triton.knobs.runtime, "launch_enter_hook", lambda *a: None)
         assert taken(qkv) and taken(qkv)
     assert not taken(qkv)
-    replaced = dataclasses.replace(A.BACKENDS["triton"], run=lambda *a: a[-1])
-    monkeypatch.setitem(A.BACKENDS, "triton", replaced)
+    replaced = dataclasses.replace(api.BACKENDS["triton"], run=lambda *a: a[-1])
+    monkeypatch.setitem(api.BACKENDS, "triton", replaced)
     call.rebind(cu, max_seqlen)
     assert taken(qkv) and taken(qkv)  # a replaced backend: every call after the rebind
     with pytest.raises(ValueError, match=r"qkv must be \[total_tokens, 3"):
@@ -362,19 +361,19 @@ def test_a_new_max_seqlen_of_a_launched_span_launches_at_once(recorder):
     q, k, v, cu, max_seqlen = packed_qkv(LENGTHS, 12, 64)
     ready(q, max_seqlen)
     for new_max in (max_seqlen + 1, 17, q.shape[0]):
-        out = KA.fast_call(q, k, v, cu, new_max, None, None)
+        out = attention.fast_call(q, k, v, cu, new_max, None, None)
         assert out is not None
         assert calls[-1] == _expected(q, k, v, out, cu, new_max, 0.125)
     for other in (16, 0, q.shape[0] + 1, -1):  # another span; more than the rows; negative
-        assert KA.fast_call(q, k, v, cu, other, None, None) is None
+        assert attention.fast_call(q, k, v, cu, other, None, None) is None
     assert len(calls) == 3
 
 
 def test_every_max_seqlen_of_a_span_shares_one_plan():
     """One Plan, so one Launcher entry and one compiled kernel, for a span's max_seqlens."""
-    plan = KA._make_plan(-1, torch.float16, 64, 40, 12, None)
-    assert KA._make_plan(-1, torch.float16, 64, 197, 768, None) is plan
-    assert KA._make_plan(-1, torch.float16, 64, 16, 12, None) is not plan  # the short class
+    plan = attention._make_plan(-1, torch.float16, 64, 40, 12, None)
+    assert attention._make_plan(-1, torch.float16, 64, 197, 768, None) is plan
+    assert attention._make_plan(-1, torch.float16, 64, 16, 12, None) is not plan  # the short class
     lo, hi = length_span(40)
     assert lo <= 40 <= hi and length_span(lo) == length_span(hi) == (lo, hi)
     assert length_span(lo - 1) != (lo, hi)
@@ -471,7 +470,7 @@ def test_cpp_reads_the_image_and_checks_a_launch_kept_without_one(recorder, impl
     ready(q, max_seqlen)
     call = ragged.LayoutAttention(cu, max_seqlen)
     out = call(qkv)
-    assert (call._launch.image is None) == (KA.fastpath.module() is None)
+    assert (call._launch.image is None) == (attention.fastpath.module() is None)
     checked = _count_checked(monkeypatch)
     call._launch = call._launch._replace(image=None)  # as kept without the C++ path
     call(qkv)
@@ -485,7 +484,7 @@ def test_cpp_reads_the_image_and_checks_a_launch_kept_without_one(recorder, impl
         with pytest.raises(TypeError, match="image is not this module's"):
             call(qkv)
         with pytest.raises(TypeError, match="image takes a KeptLaunch"):
-            KA.fastpath.module().image((1, 2))
+            attention.fastpath.module().image((1, 2))
 
 
 # --- the one-tile kernel's classes: a 3-D grid, a choice by batch as well as length ------------
@@ -500,14 +499,16 @@ def test_a_one_tile_class_launches_its_3d_grid_and_only_its_batches(recorder):
     calls, ready = recorder
     q, k, v, cu, max_seqlen = packed_qkv(LENGTHS, 12, 64)
     ready(q, max_seqlen, ONETILE, pairs=(48, 48))  # 4 sequences x 12 heads
-    out = KA.fast_call(q, k, v, cu, max_seqlen, None, None)
+    out = attention.fast_call(q, k, v, cu, max_seqlen, None, None)
     assert out is not None
     want = _expected(q, k, v, out, cu, max_seqlen, 0.125, ONETILE)
     assert want[:3] == (7, 12, 4) and want[-2:] == (q.shape[0], q.shape[0] // 4)
     assert calls == [want]
-    out = KA.fast_call(q, k, v, cu, 70, None, None)  # another length of the span
+    out = attention.fast_call(q, k, v, cu, 70, None, None)  # another length of the span
     assert out is not None and calls[-1] == _expected(q, k, v, out, cu, 70, 0.125, ONETILE)
-    assert KA.fast_call(q, k, v, cu[:-1], max_seqlen, None, None) is None  # 36 pairs: not its
+    assert (
+        attention.fast_call(q, k, v, cu[:-1], max_seqlen, None, None) is None
+    )  # 36 pairs: not its
 
 
 def test_layout_attention_keeps_a_3d_grid_launch(recorder, monkeypatch):
@@ -556,21 +557,21 @@ def test_after_one_call_no_new_length_or_batch_plans_a_kernel(monkeypatch):
     interpreter runs the kernels): after one call at 40 tokens, calls at fresh lengths in every
     length bucket and at other batches take plans made at that first call, none new (a plan
     is a compiled kernel on the GPU: ``warm_classes`` compiled them all then)."""
-    monkeypatch.setattr(KA, "capability_of", lambda device_index: (9, 0))
-    KA.forget_plans()
+    monkeypatch.setattr(attention, "capability_of", lambda device_index: (9, 0))
+    attention.forget_plans()
     try:
         q, k, v, cu, max_seqlen = packed_qkv([40], 12, 64, seed=5)
         out = ragged.varlen_attention(q, k, v, cu, max_seqlen, validate=False)
         assert_attention_close(out, q, k, v, cu)
-        made = set(KA._plan_of.values())
+        made = set(attention._plan_of.values())
         configs = set()
         for lengths in ([20], [50], [100], [200], [300], [10], [99] * 8, [20] * 6, [150] * 16,
                         [60] * 64):  # fmt: skip
             q2, k2, v2, cu2, m2 = packed_qkv(lengths, 12, 64)
-            plan = KA.launch_args(q2, k2, v2, torch.empty_like(q2), cu2, m2, 0.125)[0]
+            plan = attention.launch_args(q2, k2, v2, torch.empty_like(q2), cu2, m2, 0.125)[0]
             assert plan in made, (lengths, plan.config)
             configs.add(plan.config)
-        assert set(KA._plan_of.values()) == made
+        assert set(attention._plan_of.values()) == made
         assert {c.kind for c in configs} == {"onetile", "loop"} and len(configs) == 6
     finally:
-        KA.forget_plans()
+        attention.forget_plans()

@@ -4,7 +4,7 @@ import pytest
 import torch
 
 import ragged
-from ragged.kernels import attention as KA
+from ragged.kernels import attention
 from ragged.testing import assert_attention_close, packed_qkv
 
 pytestmark = pytest.mark.gpu
@@ -33,8 +33,8 @@ def test_bf16_head_dims(head_dim):
 def test_direct_launch_path_is_used_and_correct():
     q, k, v, cu, max_seqlen = packed_qkv([40, 3, 99], 12, 64, device="cuda", seed=11)
     ragged.varlen_attention(q, k, v, cu, max_seqlen)  # compiles, fills the cache
-    assert KA._launcher._cache, "the compiled kernel was not cached for direct launch"
-    for launch in KA._launcher._cache.values():  # the C launcher (kernels/c_launch.py)
+    assert attention._launcher._cache, "the compiled kernel was not cached for direct launch"
+    for launch in attention._launcher._cache.values():  # the C launcher (kernels/c_launch.py)
         assert launch.func.__module__.startswith("ragged_launch_"), launch
     for seed in range(3):  # later calls, new data: the cached kernel must see it
         q2, k2, v2, _, _ = packed_qkv([40, 3, 99], 12, 64, device="cuda", seed=seed)
@@ -45,7 +45,7 @@ def test_direct_launch_path_is_used_and_correct():
 def test_the_c_launcher_checks_its_arguments():
     q, k, v, cu, max_seqlen = packed_qkv([40, 3, 99], 12, 64, device="cuda", seed=11)
     ragged.varlen_attention(q, k, v, cu, max_seqlen)
-    launch = next(iter(KA._launcher._cache.values()))
+    launch = next(iter(attention._launcher._cache.values()))
     ptrs = [t.data_ptr() for t in (q, k, v, q, cu)]
     ints = [q.stride(0), q.stride(1)] * 4 + [12, 1]
     with pytest.raises(OverflowError, match="parameter 15"):  # num_m_blocks, an i32
@@ -59,17 +59,21 @@ def test_the_c_launcher_checks_its_arguments():
 def fast(request, monkeypatch):
     """The C++ fast paths (built at the first remembered call), or the Python ones."""
     if request.param == "python":
-        monkeypatch.setattr(KA, "fast_call", KA.launch_ready)
-        monkeypatch.setattr(KA, "layout_call", KA.kept_launch)
-        monkeypatch.setattr(KA.fastpath, "module", lambda: None)
+        monkeypatch.setattr(attention, "fast_call", attention.launch_ready)
+        monkeypatch.setattr(attention, "layout_call", attention.kept_launch)
+        monkeypatch.setattr(attention.fastpath, "module", lambda: None)
     return request.param
 
 
 def _cpp(fast) -> bool:
     """Whether the C++ paths are in place, launching through cuLaunchKernel themselves."""
     if fast == "cpp":
-        assert KA.fast_call.func.__module__ == KA.layout_call.func.__module__ == "ragged_fastpath"
-        assert all(span[5] is not None for spans in KA._ready.values() for span in spans)
+        assert (
+            attention.fast_call.func.__module__
+            == attention.layout_call.func.__module__
+            == "ragged_fastpath"
+        )
+        assert all(span[5] is not None for spans in attention._ready.values() for span in spans)
     return fast == "cpp"
 
 
@@ -80,10 +84,10 @@ def test_the_fast_path_launches_correctly_after_one_checked_call(fast, monkeypat
     lengths = [40, 3, 0, 99]
     q, k, v, cu, max_seqlen = packed_qkv(lengths, 12, head_dim, dtype=dtype, device="cuda")
     ragged.varlen_attention(q, k, v, cu, max_seqlen, validate=False)  # checked: plans, compiles
-    assert KA.ready_entry(0, dtype, head_dim, max_seqlen, 4 * 12) is not None
+    assert attention.ready_entry(0, dtype, head_dim, max_seqlen, 4 * 12) is not None
     _cpp(fast)
     plain = []
-    monkeypatch.setattr(KA._launcher, "launch", lambda *a, **kw: plain.append(a))
+    monkeypatch.setattr(attention._launcher, "launch", lambda *a, **kw: plain.append(a))
     for seed in range(2):  # views of one packed qkv (strided), then contiguous copies
         q2, k2, v2, _, _ = packed_qkv(lengths, 12, head_dim, dtype=dtype, device="cuda", seed=seed)
         if seed:
@@ -114,7 +118,7 @@ def test_layout_attention_keeps_its_launch_and_stays_correct(fast, monkeypatch):
     assert call._launch.spec is not None  # launched by cuLaunchKernel from C++ (fast == "cpp")
     _cpp(fast)
     plain = []
-    monkeypatch.setattr(KA._launcher, "launch", lambda *a, **kw: plain.append(a))
+    monkeypatch.setattr(attention._launcher, "launch", lambda *a, **kw: plain.append(a))
     monkeypatch.setattr(ragged.attention, "varlen_attention", lambda *a, **kw: plain.append(a))
     for seed in (1, 2):
         t = qkv(seed)
@@ -135,7 +139,7 @@ def test_a_new_max_seqlen_launches_at_once_and_stays_correct(fast, monkeypatch):
     call(qkv)
     _cpp(fast)
     plain = []
-    monkeypatch.setattr(KA._launcher, "launch", lambda *a, **kw: plain.append(a))
+    monkeypatch.setattr(attention._launcher, "launch", lambda *a, **kw: plain.append(a))
     monkeypatch.setattr(ragged.LayoutAttention, "_checked", lambda *a: plain.append(a))
     for seed, lengths in enumerate(([20, 3, 0, 119], [17, 17, 17, 91], [100, 10, 20, 12])):
         q2, k2, v2, cu2, m2 = packed_qkv(lengths, heads, head_dim, device="cuda", seed=seed)
@@ -260,9 +264,9 @@ def test_unaligned_cu_seqlens_and_odd_strides():
 def test_injected_delay_slows_the_kernel_and_keeps_its_output():
     """The calibration's slower kernel (benchmarks/support/inject.py): same numbers, more time."""
     from benchmarks.support import inject as _inject
-    from benchmarks.support import workloads as W
+    from benchmarks.support import workloads
 
-    q, k, v, cu_seqlens, max_seqlen = W.kernel_inputs(64, 0.8, "deit_b", "uniform")
+    q, k, v, cu_seqlens, max_seqlen = workloads.kernel_inputs(64, 0.8, "deit_b", "uniform")
     fast, _ = _inject.triton_fn(q, k, v, cu_seqlens, max_seqlen, 0.0)
     slow, info = _inject.triton_fn(q, k, v, cu_seqlens, max_seqlen, 0.10)
     assert torch.equal(fast(), slow())
@@ -287,10 +291,10 @@ def test_short_batches_take_their_class_and_stay_correct(fast, monkeypatch, leng
     ragged.varlen_attention(q, k, v, cu, max_seqlen, out=out, validate=False)  # checked
     assert_attention_close(out, q, k, v, cu)
     # the class's plan (the fast path may have launched it unplanned: a span launched before)
-    plan = KA._make_plan(0, q.dtype, 64, max_seqlen, len(lengths) * heads, None)
+    plan = attention._make_plan(0, q.dtype, 64, max_seqlen, len(lengths) * heads, None)
     hopper = torch.cuda.get_device_capability() >= (9, 0)
     assert (plan.config.kind, plan.pdl > 0) == ((kind, True) if hopper else ("loop", False))
-    entry = KA.ready_entry(0, q.dtype, 64, max_seqlen, len(lengths) * heads)
+    entry = attention.ready_entry(0, q.dtype, 64, max_seqlen, len(lengths) * heads)
     assert entry is not None and entry[8] == plan.grid3
     if _cpp(fast):
         assert entry[5][3] == int(plan.pdl > 0)  # the spec: cuLaunchKernelEx with PDL
@@ -324,8 +328,8 @@ def test_after_one_call_a_new_length_or_batch_compiles_nothing():
     import triton
 
     runtime = triton.knobs.runtime
-    KA.forget_plans()
-    for launcher in (KA._launcher, KA._onetile_launcher):
+    attention.forget_plans()
+    for launcher in (attention._launcher, attention._onetile_launcher):
         launcher.fn.device_caches.clear()
     heads = 12
     q, k, v, cu, max_seqlen = packed_qkv([40], heads, 64, device="cuda")

@@ -665,7 +665,7 @@ def test_a_large_run_is_written_in_slices_each_its_own_connection(tmp_path, monk
     with no time to share a connection (``WRITE_SLICE``, ``WRITE_HOLD`` 0), each one opens and
     closes the file, so a reader waits for one slice at most. The run shows whole, and a second
     ingest of it stores nothing."""
-    import ragbench.store as S
+    from ragbench import store as store_api
     from ragbench.store import backends, writes
     from ragbench.synth import big_result
 
@@ -676,13 +676,13 @@ def test_a_large_run_is_written_in_slices_each_its_own_connection(tmp_path, monk
     path = tmp_path / "s.duckdb"
     store = Store(path)
     sizes = []
-    insert = S.Store._insert_rows
+    insert = store_api.Store._insert_rows
 
     def inserting(con, cols, start, stop):
         sizes.append(stop - start)
         insert(con, cols, start, stop)
 
-    monkeypatch.setattr(S.Store, "_insert_rows", staticmethod(inserting))
+    monkeypatch.setattr(store_api.Store, "_insert_rows", staticmethod(inserting))
     watch = WriteConnections(monkeypatch)
     report = ingest(store, [tmp_path / "big"], branch="main")
     n = report.rows
@@ -695,18 +695,18 @@ def test_a_large_run_is_written_in_slices_each_its_own_connection(tmp_path, monk
 
 SLICED = """
 import os, signal, sys
-import ragbench.store as S
+from ragbench import store as store_api
 from ragbench.store import backends, writes
 # 500 rows a transaction, and a connection each
 writes.SLICE_ROWS, backends.WRITE_SLICE, backends.WRITE_HOLD = 500, 0.0, 0.0
 die_at = int(os.environ.get("DIE_AT_SLICE", "0"))
-insert, calls = S.Store._insert_rows, []
+insert, calls = store_api.Store._insert_rows, []
 def inserting(con, cols, start, stop):
     calls.append(start)
     if len(calls) == die_at:
         os.kill(os.getpid(), signal.SIGKILL)
     insert(con, cols, start, stop)
-S.Store._insert_rows = staticmethod(inserting)
+store_api.Store._insert_rows = staticmethod(inserting)
 from ragbench.cli import main
 sys.exit(main(sys.argv[1:]))
 """
@@ -794,7 +794,7 @@ def test_a_live_writers_claim_is_waited_for_and_a_dead_ones_taken_over(tmp_path,
     and the ingest stores the run."""
     import duckdb
 
-    import ragbench.store as S
+    from ragbench import store as store_api
     from ragbench.result_files import parse
     from ragbench.store import writes
     from ragbench.synth import big_result
@@ -811,7 +811,7 @@ def test_a_live_writers_claim_is_waited_for_and_a_dead_ones_taken_over(tmp_path,
                 f"{socket.gethostname()} {holder.pid} t0k3n {time.time():.0f}"])  # fmt: skip
     con.close()
     try:
-        with pytest.raises(S.StoreLocked, match=f"stayed claimed .*{holder.pid} t0k3n"):
+        with pytest.raises(store_api.StoreLocked, match=f"stayed claimed .*{holder.pid} t0k3n"):
             ingest(Store(store_path, lock_timeout=0.5), [path], branch="main")
     finally:
         holder.kill()
@@ -823,14 +823,14 @@ def test_a_live_writers_claim_is_waited_for_and_a_dead_ones_taken_over(tmp_path,
 def test_a_slice_the_store_refuses_refuses_the_file_and_leaves_no_row(tmp_path, monkeypatch):
     import duckdb
 
-    import ragbench.store as S
+    from ragbench import store as store_api
     from ragbench.store import writes
     from ragbench.synth import big_result
 
     monkeypatch.setattr(writes, "SLICE_ROWS", 1_000)
     big_result(tmp_path / "big", 4_000)
     synth.write_history(tmp_path / "small", 2)
-    insert, calls = S.Store._insert_rows, []
+    insert, calls = store_api.Store._insert_rows, []
 
     def inserting(con, cols, start, stop):
         calls.append(start)
@@ -838,7 +838,7 @@ def test_a_slice_the_store_refuses_refuses_the_file_and_leaves_no_row(tmp_path, 
             raise duckdb.ConversionException("a value no column takes")
         insert(con, cols, start, stop)
 
-    monkeypatch.setattr(S.Store, "_insert_rows", staticmethod(inserting))
+    monkeypatch.setattr(store_api.Store, "_insert_rows", staticmethod(inserting))
     path = tmp_path / "s.duckdb"
     report = ingest(Store(path), [tmp_path / "big", tmp_path / "small"], branch="main")
     (why,) = [w for _, w in report.failed]
@@ -993,7 +993,7 @@ def test_a_writer_keeps_the_file_until_a_process_waits_for_it(tmp_path, monkeypa
     """Between transactions an ingest closes the file (a checkpoint each time) only once a
     process waits for it, which that process says by touching ``waiting_marker``; with nobody
     waiting, after ``WRITE_HOLD``."""
-    import ragbench.store as S
+    from ragbench import store as store_api
     from ragbench.store import backends
 
     path = tmp_path / "s.duckdb"
@@ -1010,7 +1010,9 @@ def test_a_writer_keeps_the_file_until_a_process_waits_for_it(tmp_path, monkeypa
     try:
         assert proc.stdout.readline().strip() == "held"
         assert not writer.backend.waiting_marker.exists()
-        with pytest.raises(S.StoreLocked):  # the holder never lets go; the reader said it waits
+        with pytest.raises(
+            store_api.StoreLocked
+        ):  # the holder never lets go; the reader said it waits
             Store(path, read_only=True, lock_timeout=1.0)._open(write=False)
         assert writer.backend.waiting_marker.exists()
     finally:
