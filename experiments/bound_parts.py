@@ -95,7 +95,7 @@ class Empty16(PyDirect):
             scratch = torch.empty(16, device="cuda")
             cu = torch.zeros(2, device="cuda", dtype=torch.int32)
             scale, *ints = kept.scalars
-            launch = workloads.c_launcher(promises._empty16[(1,)](*[scratch] * 4, cu, scale, *ints))
+            launch = workloads.c_launcher(promises.empty16[(1,)](*[scratch] * 4, cu, scale, *ints))
             Empty16._empty = lambda _grid, *args: launch(1, *args)
         return Empty16._empty
 

@@ -354,7 +354,7 @@ def compile_only(capability: int) -> int:
             consts = {"HEAD_DIM": HEAD_DIM, "BLOCK_D": HEAD_DIM, "BLOCK_M": v.block_m,
                       "BLOCK_N": block_n, "IEEE_DOT": False, "SPECULATE": v.speculate,
                       "GRID3": v.grid3, "PDL": v.pdl}  # fmt: skip
-            src = ASTSource(variants._onetile_kernel,
+            src = ASTSource(variants.onetile_kernel,
                             signature | dict.fromkeys(consts, "constexpr"),
                             constexprs=consts)  # fmt: skip
             options = {"num_warps": v.num_warps, "num_stages": v.num_stages}

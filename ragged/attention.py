@@ -24,11 +24,11 @@ class BackendUnavailableError(RuntimeError):
 # The triton backend's launch function. A call to it may take the merged fast path
 # (``kernels.attention.fast_call``); a Backend whose run was replaced (dataclasses.replace)
 # never does.
-_TRITON_RUN = _triton_attention.varlen_attention_triton
+TRITON_RUN = _triton_attention.varlen_attention_triton
 
 
 def _triton_unavailable(device=None, dtype=None, head_dim=None) -> str | None:
-    if _triton_attention._launcher.interpreted:
+    if _triton_attention.interpreted():
         if dtype == torch.bfloat16:
             return "the Triton interpreter (TRITON_INTERPRET=1) cannot do bfloat16 arithmetic"
         return None
@@ -43,7 +43,7 @@ def _triton_unavailable(device=None, dtype=None, head_dim=None) -> str | None:
 
 
 def _triton_implementation() -> str:
-    if _triton_attention._launcher.interpreted:
+    if _triton_attention.interpreted():
         return "ragged Triton kernel (interpreter, TRITON_INTERPRET=1)"
     return "ragged Triton kernel"
 
@@ -202,14 +202,14 @@ def varlen_attention(
         TypeError / ValueError naming what was expected; ``BackendUnavailableError`` when the
         backend cannot run here or cannot run these inputs (the message says why).
     """
-    if not validate and backend == "triton" and BACKENDS["triton"].run is _TRITON_RUN:
+    if not validate and backend == "triton" and BACKENDS["triton"].run is TRITON_RUN:
         o = _triton_attention.fast_call(q, k, v, cu_seqlens, max_seqlen, softmax_scale, out)
         if o is not None:
             return o
     b = _get_backend(backend)
-    _check_types(q, k, v, cu_seqlens, max_seqlen, out)
+    check_types(q, k, v, cu_seqlens, max_seqlen, out)
     head_dim = q.shape[2]
-    _check_available(b, q, head_dim)
+    check_available(b, q, head_dim)
     if validate:
         _check_values(q.shape[0], cu_seqlens, max_seqlen)
     scale = default_scale(head_dim, softmax_scale)
@@ -219,7 +219,7 @@ def varlen_attention(
             # call (see scripts/kernel_bench.py --launch-paths)
             out = torch.empty_like(q)
         result = b.run(q, k, v, cu_seqlens, max_seqlen, scale, out)
-        if b.run is _TRITON_RUN:
+        if b.run is TRITON_RUN:
             _triton_attention.remember(q, max_seqlen, cu_seqlens)
         return result
     result = b.run(q, k, v, cu_seqlens, max_seqlen, scale)
@@ -238,7 +238,7 @@ def default_scale(head_dim: int, softmax_scale: float | None) -> float:
 _reasons: dict[tuple, str | None] = {}
 
 
-def _check_available(b: Backend, q: torch.Tensor, head_dim: int) -> None:
+def check_available(b: Backend, q: torch.Tensor, head_dim: int) -> None:
     key = (b.name, "cuda" if q.is_cuda else q.device.type, q.dtype, head_dim)
     try:
         reason = _reasons[key]
@@ -248,7 +248,7 @@ def _check_available(b: Backend, q: torch.Tensor, head_dim: int) -> None:
         raise BackendUnavailableError(f"backend {b.name!r} cannot run: {reason}")
 
 
-def _check_types(q, k, v, cu_seqlens, max_seqlen, out) -> None:
+def check_types(q, k, v, cu_seqlens, max_seqlen, out) -> None:
     """Type, shape and device checks: no synchronisation, 2.3 us host on the H100 (locals:
     every ``.shape`` and ``.device`` access builds a new Python object)."""
     Tensor = torch.Tensor

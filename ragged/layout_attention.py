@@ -62,7 +62,7 @@ class LayoutAttention:
         launch = self._launch
         if launch is not None and (
             launch.epoch != kernel_attention.epoch
-            or attention.BACKENDS["triton"].run is not attention._TRITON_RUN
+            or attention.BACKENDS["triton"].run is not attention.TRITON_RUN
         ):
             self._launch = None
 
@@ -91,7 +91,7 @@ class LayoutAttention:
         if not attention.BACKENDS[self.backend].writes_out:
             return o
         self._out = o
-        if self.backend == "triton" and attention.BACKENDS["triton"].run is attention._TRITON_RUN:
+        if self.backend == "triton" and attention.BACKENDS["triton"].run is attention.TRITON_RUN:
             scale = attention.default_scale(q.shape[2], self.softmax_scale)
             prepared = kernel_attention.prepare(q, k, v, o, self.cu_seqlens, self.max_seqlen, scale)
             k_offset, v_offset = k.data_ptr() - q.data_ptr(), v.data_ptr() - q.data_ptr()

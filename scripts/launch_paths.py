@@ -68,8 +68,8 @@ def launch_paths(q, k, v, cu_seqlens, max_seqlen: int, out) -> dict[str, Callabl
         attention.varlen_attention(q, k, v, cu_seqlens, max_seqlen, validate=False, out=out)
 
     def api_checked():  # what varlen_attention(validate=False) ran before launch_ready
-        attention._check_types(q, k, v, cu_seqlens, max_seqlen, None)
-        attention._check_available(attention.BACKENDS["triton"], q, q.shape[2])
+        attention.check_types(q, k, v, cu_seqlens, max_seqlen, None)
+        attention.check_available(attention.BACKENDS["triton"], q, q.shape[2])
         kernel_attention.varlen_attention_triton(
             q, k, v, cu_seqlens, max_seqlen, scale, torch.empty_like(q)
         )
@@ -115,7 +115,7 @@ def launch_paths(q, k, v, cu_seqlens, max_seqlen: int, out) -> dict[str, Callabl
         ),
         "ragged.varlen_attention(validate=True)": api_validate,
         "CUDA graph replay of one call": graph.replay,
-        "  piece: _check_types": lambda: attention._check_types(
+        "  piece: check_types": lambda: attention.check_types(
             q, k, v, cu_seqlens, max_seqlen, None
         ),
         "  piece: torch.empty_like(q)": lambda: torch.empty_like(q),
@@ -126,8 +126,8 @@ def launch_paths(q, k, v, cu_seqlens, max_seqlen: int, out) -> dict[str, Callabl
             q, k, v, out, cu_seqlens, max_seqlen, scale
         ),
         "  piece: 5x data_ptr()": lambda: [t.data_ptr() for t in tensors],
-        "  piece: _hooks_active + current_device": lambda: (
-            launch._hooks_active(),
+        "  piece: hooks_active + current_device": lambda: (
+            launch.hooks_active(),
             torch.cuda.current_device(),
         ),
     }

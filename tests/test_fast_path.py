@@ -60,8 +60,8 @@ def no_ready():
 def recorder(impl, no_ready, monkeypatch):
     """-> (calls, ready(q, max_seqlen)): a fake direct launcher registered for q's key."""
     calls = []
-    monkeypatch.setattr(launch, "_raw_stream", lambda device: 1234)
-    monkeypatch.setattr(launch, "_SINGLE_DEVICE", True)
+    monkeypatch.setattr(launch, "raw_stream", lambda device: 1234)
+    monkeypatch.setattr(launch, "SINGLE_DEVICE", True)
 
     def ready(q, max_seqlen, config=None, pairs=(0, MAX_LENGTH)):
         """Register a recording launch for q's key, the span of ``max_seqlen`` and ``pairs``
@@ -195,14 +195,14 @@ def test_hooks_and_another_current_device_take_the_plain_path(recorder, monkeypa
     calls, ready = recorder
     q, k, v, cu, max_seqlen = packed_qkv(LENGTHS, 12, 64)
     ready(q, max_seqlen)
-    monkeypatch.setattr(launch, "_current_device", lambda: -1)
-    monkeypatch.setattr(launch, "_SINGLE_DEVICE", False)
+    monkeypatch.setattr(launch, "current_device", lambda: -1)
+    monkeypatch.setattr(launch, "SINGLE_DEVICE", False)
     assert attention.fast_call(q, k, v, cu, max_seqlen, None, None) is not None  # the current one
     with monkeypatch.context() as m:
         m.setattr(triton.knobs.runtime, "launch_enter_hook", lambda *a: None)
         assert attention.fast_call(q, k, v, cu, max_seqlen, None, None) is None  # a profiler's hook
     assert len(calls) == 1
-    monkeypatch.setattr(launch, "_current_device", lambda: 5)
+    monkeypatch.setattr(launch, "current_device", lambda: 5)
     assert attention.fast_call(q, k, v, cu, max_seqlen, None, None) is None
     assert len(calls) == 1
 

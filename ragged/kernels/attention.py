@@ -23,8 +23,7 @@ import torch
 import triton
 import triton.language as tl
 
-from . import fastpath
-from . import launch as _launch
+from . import fastpath, launch
 from .config import (
     MAX_LENGTH,
     AttentionConfig,
@@ -311,6 +310,12 @@ _onetile_launcher = Launcher(onetile_kernel)
 varlen_fwd_kernel = _varlen_fwd_kernel  # the kernel itself, for variants.py's launches
 
 
+def interpreted() -> bool:
+    """Whether the kernel runs in the Triton interpreter (TRITON_INTERPRET=1 set before triton
+    was imported): on the CPU, without bfloat16."""
+    return _launcher.interpreted
+
+
 @dataclass(frozen=True, eq=False)  # hashed by identity: the Launcher key, one per shape
 class Plan:
     """Everything about a launch that does not change between calls of the same shape."""
@@ -558,7 +563,7 @@ def launch_ready(q, k, v, cu_seqlens, max_seqlen, softmax_scale, out):
     from the common case (the caller then takes the checked path, which says what is wrong
     or launches through the Launcher).
 
-    The same checks as ``ragged.attention._check_types`` and ``Launcher.launch`` hold when it
+    The same checks as ``ragged.attention.check_types`` and ``Launcher.launch`` hold when it
     launches; the ones a ``_ready`` entry implies (dtype, head_dim range, a CUDA device,
     ``max_seqlen >= 0``) are its key, written by ``remember`` after a checked call. One
     function, each shape and stride read once: see docs/kernel.md for what it saves.
@@ -587,8 +592,8 @@ def launch_ready(q, k, v, cu_seqlens, max_seqlen, softmax_scale, out):
         or (cu_shape[0] > 1 and cu_seqlens.stride(0) != 1)
         or q.is_neg() or k.is_neg() or v.is_neg()
         or max_seqlen > total
-        or not (_launch._SINGLE_DEVICE or dev == _launch._current_device())
-        or _launch._hooks_active()
+        or not (launch.SINGLE_DEVICE or dev == launch.current_device())
+        or launch.hooks_active()
     ):  # fmt: skip
         return None
     sqt, sqh, sqd = q.stride()
@@ -616,7 +621,7 @@ def launch_ready(q, k, v, cu_seqlens, max_seqlen, softmax_scale, out):
         return None
     if gx:
         qk_scale = default_scale if softmax_scale is None else softmax_scale * LOG2E
-        direct(gx, gy, gz, _launch._raw_stream(dev), pq, pk, pv, po, cu_seqlens.data_ptr(),
+        direct(gx, gy, gz, launch.raw_stream(dev), pq, pk, pv, po, cu_seqlens.data_ptr(),
                qk_scale, sqt, sqh, skt, skh, svt, svh, sot, soh, n0, n1)  # fmt: skip
     return out
 
@@ -627,25 +632,25 @@ def launch_ready(q, k, v, cu_seqlens, max_seqlen, softmax_scale, out):
 fast_call = launch_ready
 
 
-def kept_grid(launch: KeptLaunch, max_seqlen: int) -> tuple | None:
-    """(grid_x, grid_y, grid_z, scalars) of ``launch`` at ``max_seqlen`` (of its span): its own
+def kept_grid(kept: KeptLaunch, max_seqlen: int) -> tuple | None:
+    """(grid_x, grid_y, grid_z, scalars) of ``kept`` at ``max_seqlen`` (of its span): its own
     for its max_seqlen, else the same kernel over the grid of ``block_m``-row tiles; None
     beyond a 1-D grid's programs."""
-    scalars = launch.scalars
-    batch, heads = launch.cu_len - 1, launch.key[0][2]
-    if launch.grid3:
-        gx = launch.grid_x if max_seqlen == launch.max_seqlen else -(-max_seqlen // launch.block_m)
+    scalars = kept.scalars
+    batch, heads = kept.cu_len - 1, kept.key[0][2]
+    if kept.grid3:
+        gx = kept.grid_x if max_seqlen == kept.max_seqlen else -(-max_seqlen // kept.block_m)
         return gx, heads, batch, scalars
-    if max_seqlen == launch.max_seqlen:
-        return launch.grid_x, 1, 1, scalars
-    num_m_blocks, grid_x = grid_of(max_seqlen, launch.block_m, batch, heads)
+    if max_seqlen == kept.max_seqlen:
+        return kept.grid_x, 1, 1, scalars
+    num_m_blocks, grid_x = grid_of(max_seqlen, kept.block_m, batch, heads)
     if grid_x > MAX_GRID:
         return None
     return grid_x, 1, 1, (*scalars[:10], num_m_blocks)
 
 
-def with_image(launch: KeptLaunch) -> KeptLaunch:
-    """``launch`` with its ``image`` made from its fields (None without the C++ fast path).
+def with_image(kept: KeptLaunch) -> KeptLaunch:
+    """``kept`` with its ``image`` made from its fields (None without the C++ fast path).
 
     fastpath.cpp reads the kept launch on every call: from one bytes object instead of the
     tuple's ~35 ints, tuples and dtype, the triton pipeline's attention call cost 1.7-4.0 µs
@@ -653,7 +658,7 @@ def with_image(launch: KeptLaunch) -> KeptLaunch:
     in one process, each batch resolved in two of them; docs/pipeline.md), where the whole call
     costs 8-12 µs over none."""
     module = fastpath.module()
-    return launch._replace(image=None if module is None else module.image(launch))
+    return kept._replace(image=None if module is None else module.image(kept))
 
 
 def kept_launch(call, qkv: torch.Tensor) -> torch.Tensor | None:
@@ -665,33 +670,33 @@ def kept_launch(call, qkv: torch.Tensor) -> torch.Tensor | None:
     or qkv's data pointer is not 16-byte aligned (the caller then takes the checked call).
     Another max_seqlen of the span launches the kept kernel over its own grid.
     fastpath.cpp's ``layout`` does the same, and ``layout_call`` is it once built."""
-    launch = call._launch
-    if launch is None or type(qkv) is not torch.Tensor:
+    kept = call._launch
+    if kept is None or type(qkv) is not torch.Tensor:
         return None
     cu, dev, max_seqlen = call.cu_seqlens, qkv.get_device(), call.max_seqlen
     if (
-        (qkv.shape, qkv.stride(), qkv.dtype, dev) != launch.key
+        (qkv.shape, qkv.stride(), qkv.dtype, dev) != kept.key
         or qkv.is_neg()
         or type(max_seqlen) is not int
-        or not launch.span[0] <= max_seqlen <= launch.span[1] or max_seqlen > qkv.shape[0]
+        or not kept.span[0] <= max_seqlen <= kept.span[1] or max_seqlen > qkv.shape[0]
         or type(cu) is not torch.Tensor or cu.dtype is not torch.int32
-        or cu.shape != (launch.cu_len,) or (launch.cu_len > 1 and cu.stride(0) != 1)
+        or cu.shape != (kept.cu_len,) or (kept.cu_len > 1 and cu.stride(0) != 1)
         or cu.get_device() != dev
-        or not (_launch._SINGLE_DEVICE or dev == _launch._current_device())
-        or _launch._hooks_active()
+        or not (launch.SINGLE_DEVICE or dev == launch.current_device())
+        or launch.hooks_active()
     ):  # fmt: skip
         return None
     p = qkv.data_ptr()
     if p & 15:
         return None
-    grid = kept_grid(launch, max_seqlen)
+    grid = kept_grid(kept, max_seqlen)
     if grid is None:
         return None
     gx, gy, gz, scalars = grid
     if gx:
-        launch.direct(gx, gy, gz, _launch._raw_stream(dev), p, p + launch.k_offset,
-                      p + launch.v_offset, launch.out_ptr, cu.data_ptr(), *scalars)  # fmt: skip
-    return launch.out
+        kept.direct(gx, gy, gz, launch.raw_stream(dev), p, p + kept.k_offset,
+                    p + kept.v_offset, kept.out_ptr, cu.data_ptr(), *scalars)  # fmt: skip
+    return kept.out
 
 
 layout_call = kept_launch

@@ -154,7 +154,9 @@ def cache_path(device_name: str) -> Path:
 _loaded: dict[str, dict | None] = {}  # device name -> the cached sweep (None: not swept)
 
 
-def _sweep_of(device_name: str) -> dict | None:
+def sweep_of(device_name: str) -> dict | None:
+    """The classes of ``device_name``'s sweep file (read once, then cached), or None where
+    it has none (absent or unreadable: the table until ``tuning.tune`` runs)."""
     if device_name not in _loaded:
         path = cache_path(device_name)
         try:
@@ -162,6 +164,11 @@ def _sweep_of(device_name: str) -> dict | None:
         except (OSError, ValueError, KeyError, TypeError):
             _loaded[device_name] = None  # absent or unreadable: the table until tune() runs
     return _loaded[device_name]
+
+
+def forget_sweep(device_name: str) -> None:
+    """Drop ``device_name``'s cached sweep: the next ``sweep_of`` reads its file again."""
+    _loaded.pop(device_name, None)
 
 
 def choice(head_dim: int, max_seqlen: int, pairs: int, dtype: torch.dtype,
@@ -211,7 +218,7 @@ def config_for(head_dim: int, max_seqlen: int, dtype: torch.dtype, device_index:
     if short is not None:
         return short
     table = attention_config(head_dim, max_seqlen, dtype, capability)
-    sweep = None if name in SWEPT else _sweep_of(name)
+    sweep = None if name in SWEPT else sweep_of(name)
     best = (sweep or {}).get(shape_class(head_dim, max_seqlen, dtype))
     return AttentionConfig(**best) if best else table
 
@@ -223,6 +230,6 @@ def source(device_index: int = 0) -> str:
     name = torch.cuda.get_device_name(device_index)
     if name in SWEPT:
         return f"table (measured on {name})"
-    if _sweep_of(name) is None:
+    if sweep_of(name) is None:
         return f"table (not swept on {name} yet)"
     return f"swept on {name}: {cache_path(name)}"

@@ -12,7 +12,7 @@
 //   kernels.kept._ready  {(device, dtype, head_dim):
 //                         ((lo, hi, direct, block_m, default_scale x log2 e, spec), ...)}
 //                        (each span: every max_seqlen from lo to hi launches that kernel)
-//   kernels.launch            _SINGLE_DEVICE, _current_device, _raw_stream, _runtime_knobs
+//   kernels.launch            SINGLE_DEVICE, current_device, raw_stream, _runtime_knobs
 //   the LayoutAttention       _launch (a KeptLaunch or None: its numbers from its image,
 //                             an Image made by ``image``), cu_seqlens, max_seqlen
 // ``spec`` is (CUfunction, threads per block, shared bytes) of a kernel whose parameters are
@@ -125,7 +125,7 @@ int launchable(const Context &c, int64_t device) {
     if (index == -1 && PyErr_Occurred()) return -1;
     if (index != device) return 0;
   }
-  // launch._hooks_active: a launch_enter_hook that is not None and not an empty HookChain.
+  // launch.hooks_active: a launch_enter_hook that is not None and not an empty HookChain.
   Owned knobs{attr(c.launch_module, s_knobs)};
   if (!knobs.p) return -1;
   if (knobs.p == Py_None) return 1;
@@ -561,9 +561,9 @@ PyModuleDef module_def = {PyModuleDef_HEAD_INIT, "ragged_fastpath", nullptr, -1,
 }  // namespace
 
 PyMODINIT_FUNC PyInit_ragged_fastpath(void) {
-  const char *names[] = {"_ready",          "_SINGLE_DEVICE",    "_current_device",
-                         "_raw_stream",     "_runtime_knobs",    "launch_enter_hook",
-                         "calls",           "_launch",           "cu_seqlens",
+  const char *names[] = {"_ready",     "SINGLE_DEVICE",  "current_device",
+                         "raw_stream", "_runtime_knobs", "launch_enter_hook",
+                         "calls",      "_launch",        "cu_seqlens",
                          "max_seqlen"};
   PyObject **slots[] = {&s_ready, &s_single, &s_current, &s_stream,       &s_knobs,
                         &s_enter, &s_calls,  &s_launch,  &s_cu_seqlens, &s_max_seqlen};

@@ -41,17 +41,17 @@ except ImportError:  # pragma: no cover - older Triton
     _knobs = None
 
 # The same stream/device queries Triton makes; None in torch builds without CUDA.
-_raw_stream = getattr(torch._C, "_cuda_getCurrentRawStream", None)
-_current_device = getattr(torch._C, "_cuda_getDevice", None)
+raw_stream = getattr(torch._C, "_cuda_getCurrentRawStream", None)
+current_device = getattr(torch._C, "_cuda_getDevice", None)
 # With one visible GPU the current device is always the tensors' device: skip asking.
-_SINGLE_DEVICE = torch.cuda.device_count() == 1
+SINGLE_DEVICE = torch.cuda.device_count() == 1
 
 # (grid_x, grid_y, grid_z, stream, *pointers, *scalars) -> None
 DirectLaunch = Callable[..., None]
 _runtime_knobs = _knobs.runtime if _knobs is not None else None
 
 
-def _hooks_active() -> bool:
+def hooks_active() -> bool:
     """True when a profiler (e.g. proton) installed launch hooks: it must see every launch.
 
     Triton >= 3.5 keeps an always-present, usually empty ``HookChain`` there.
@@ -74,7 +74,7 @@ def _direct_launch(compiled: Any, tail: tuple) -> DirectLaunch:
 
     ``CompiledKernel.run(grid_x, grid_y, grid_z, stream, function, packed_metadata,
     launch_metadata, enter_hook, exit_hook, *args)`` is the call both Triton 3.6 and 3.8
-    end every launch with; no launch hooks (see ``_hooks_active``).
+    end every launch with; no launch hooks (see ``hooks_active``).
     """
     run, function, metadata = compiled.run, compiled.function, compiled.packed_metadata
     c_entry = getattr(run, "launch", None)
@@ -141,15 +141,15 @@ class Launcher:
             direct = self._cache.get(key)
             if (
                 direct is not None
-                and (_SINGLE_DEVICE or device_index == _current_device())
-                and not _hooks_active()
+                and (SINGLE_DEVICE or device_index == current_device())
+                and not hooks_active()
             ):
                 ptrs = [t.data_ptr() for t in tensors]
                 bits = 0
                 for p in ptrs:
                     bits |= p
                 if bits & 15 == 0:  # Triton specialized the pointers as 16-byte aligned
-                    direct(grid[0], grid[1], grid[2], _raw_stream(device_index), *ptrs, *scalars)
+                    direct(grid[0], grid[1], grid[2], raw_stream(device_index), *ptrs, *scalars)
                     return
                 fast = False
         if self.interpreted or device_index < 0:

@@ -97,7 +97,7 @@ def tune(device_index: int = 0, *, force: bool = False,
     if name in SWEPT and not force:
         return None
     path = cache_path(name)
-    if path.exists() and not force and config._sweep_of(name) is not None:
+    if path.exists() and not force and config.sweep_of(name) is not None:
         return path
     classes, timings = {}, {}
     for cls, problem in CLASSES.items():
@@ -127,7 +127,7 @@ def tune(device_index: int = 0, *, force: bool = False,
     tmp.write_text(json.dumps({"device": name, "triton": triton.__version__, "classes": classes,
                                "gpu_us": timings}, indent=1))  # fmt: skip
     tmp.replace(path)  # atomic: a reader sees the old file or the whole new one
-    config._loaded.pop(name, None)
+    config.forget_sweep(name)
     attention.forget_plans()  # launches planned with the table re-plan with the sweep
     return path
 

@@ -10,7 +10,7 @@ kernel (H100): a chain of dependent latencies, not arithmetic. What each variant
     tiles) with another tile / warps / stages; ``num_stages=1`` drops the software pipeline's
     prologue (async copies to shared memory, waits), which a one- or two-tile loop never
     amortises.
-  * ``onetile``: ``_onetile_kernel``: the whole sequence's keys in ONE tile of
+  * ``onetile``: ``onetile_kernel``: the whole sequence's keys in ONE tile of
     ``next_power_of_2(max_seqlen)`` columns (a launch per length class, chosen on the host from
     max_seqlen): no loop, no loop bound that depends on the length, no online rescaling. The
     sequence bounds (cu_seqlens[seq], cu_seqlens[seq + 1]) are one load round, then q, k and v
@@ -55,7 +55,7 @@ ONETILE_MAX_FP32 = 64
 ONETILE_MAX_ONE_WARP = 128
 
 
-_onetile_kernel = (
+onetile_kernel = (
     attention.onetile_kernel
 )  # the one-tile kernel (on the default path for its classes)
 
@@ -63,7 +63,7 @@ _onetile_kernel = (
 @dataclass(frozen=True)
 class Variant:
     """One launch of the kernel: ``kind`` "loop" (the default kernel with ``block_m`` x
-    ``block_n`` tiles) or "onetile" (``_onetile_kernel``; its key tile is
+    ``block_n`` tiles) or "onetile" (``onetile_kernel``; its key tile is
     ``next_power_of_2(max_seqlen)`` wide, ``block_n`` unused)."""
 
     name: str
@@ -190,7 +190,7 @@ def run(
     if variant.speculate and not variant.grid3:
         raise ValueError(f"{variant.name}: a speculative start needs the 3-D grid")
     ints = (total, total // batch) if variant.grid3 else (heads, num_m_blocks)
-    _onetile_kernel[grid](
+    onetile_kernel[grid](
         q, k, v, out, cu_seqlens, softmax_scale * attention.LOG2E,
         q.stride(0), q.stride(1), k.stride(0), k.stride(1), v.stride(0), v.stride(1),
         out.stride(0), out.stride(1), *ints,
