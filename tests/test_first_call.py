@@ -195,8 +195,8 @@ def test_kernel_bench_prints_the_first_call_table(monkeypatch, capsys):
                            "host_syncs": [0, 1, 0]},
         "new_head_dim_cached": {"skip": "cannot drop the in-memory caches: no its _cache"},
     }  # fmt: skip
-    monkeypatch.setattr(kernel_bench.F, "measure", lambda: cases)
-    monkeypatch.setattr(kernel_bench.F, "fastpath_build_s", lambda: 9.87)
+    monkeypatch.setattr(kernel_bench.first_call_cases, "measure", lambda: cases)
+    monkeypatch.setattr(kernel_bench.first_call_cases, "fastpath_build_s", lambda: 9.87)
     assert kernel_bench.first_call(None) == {"cases": cases, "fastpath_build_s": 9.87}
     lines = capsys.readouterr().out.splitlines()
     assert "| new_max_seqlen | 20 (10-30) | 10.0 | 2.0 | 0 | 0-1 |" in lines
