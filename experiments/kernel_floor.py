@@ -51,7 +51,7 @@ import triton
 import ragged
 from benchmarks.support import harness, workloads
 from ragged.kernels import attention as kernel_attention
-from ragged.kernels import variants
+from ragged.kernels import forward, variants
 from ragged.kernels.config import attention_config, capability_of
 from ragged.testing import attention_error_budget, packed_qkv
 
@@ -86,8 +86,8 @@ def _empty_kernel(x):
 
 @triton.jit
 def _empty_pdl_kernel(x):
-    kernel_attention.gdc_launch_dependents()
-    kernel_attention.gdc_wait()
+    forward.gdc_launch_dependents()
+    forward.gdc_wait()
 
 
 def workload_inputs(batch, prune, mode, *, smoke: bool):

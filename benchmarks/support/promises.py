@@ -53,7 +53,7 @@ CALLS = 50
 
 @triton.jit(do_not_specialize=["cu", "heads", "m_blocks"], do_not_specialize_on_alignment=["cu"])
 def empty16(Q, K, V, O, cu, scale, sqt, sqh, skt, skh, svt, svh, sot, soh, heads, m_blocks):
-    pass  # _varlen_fwd_kernel's runtime parameters, and nothing else
+    pass  # varlen_fwd_kernel's runtime parameters, and nothing else
 
 
 class OneProgram(ragged.LayoutAttention):

@@ -3,9 +3,10 @@
 One program per (query tile, sequence, head), flattened into a 1-D grid with the query tile
 fastest so that programs sharing a sequence's K/V run together and hit L2. Short batches on
 sm_90 and later launch per class (``config.choice``: by length bucket and batch x heads) the
-one-tile kernel below (3-D grid) or this one, as programmatic dependent launches. Each program walks
-the sequence's key tiles with the FlashAttention-2 online softmax in base 2 (``exp2``, the
-scale pre-multiplied by log2(e)), accumulates in fp32 and writes the input dtype.
+one-tile kernel (3-D grid) or the loop kernel, as programmatic dependent launches (both in
+forward.py). Each program of the loop walks the sequence's key tiles with the FlashAttention-2
+online softmax in base 2 (``exp2``, the scale pre-multiplied by log2(e)), accumulates in fp32
+and writes the input dtype.
 
 Performance notes (H100 80GB, torch 2.11 + triton 3.6; figures in docs/kernel.md):
   * the tile table in ``attention_config`` (config.py) comes from ``python -m
@@ -21,7 +22,6 @@ from dataclasses import dataclass
 
 import torch
 import triton
-import triton.language as tl
 
 from . import fastpath, launch
 from .config import (
@@ -34,280 +34,15 @@ from .config import (
     config_for,
     length_span,
 )
+from .forward import onetile_kernel, varlen_fwd_kernel
 from .kept import KeptLaunch, _ready
 from .launch import Launcher, specializable
 
 LOG2E = 1.4426950408889634
 
 
-@triton.jit
-def gdc_launch_dependents():
-    """``griddepcontrol.launch_dependents``: the next kernel of a programmatic dependent launch
-    may start once every program of this one ran this (or exited); a no-op otherwise."""
-    tl.inline_asm_elementwise("griddepcontrol.launch_dependents; // $0", "=r", [],
-                              dtype=tl.int32, is_pure=False, pack=1)  # fmt: skip
-
-
-@triton.jit
-def gdc_wait():
-    """``griddepcontrol.wait``: until the kernel this one depends on completed and its writes
-    are visible (at once outside a programmatic dependent launch)."""
-    tl.inline_asm_elementwise("griddepcontrol.wait; // $0", "=r", [], dtype=tl.int32,
-                              is_pure=False, pack=1)  # fmt: skip
-
-
-# Strides stay specializable: Triton's "divisible by 16" lets it emit 16-byte loads (2.5x faster
-# at BS=64/0% than tl.multiple_of hints on unspecialized strides, which it ignored).
-@triton.jit(
-    do_not_specialize=["cu_seqlens", "num_heads", "num_m_blocks"],
-    do_not_specialize_on_alignment=["cu_seqlens"],
-)
-def _varlen_fwd_kernel(
-    Q, K, V, O, cu_seqlens, qk_scale,
-    stride_qt, stride_qh, stride_kt, stride_kh, stride_vt, stride_vh, stride_ot, stride_oh,
-    num_heads, num_m_blocks,
-    HEAD_DIM: tl.constexpr,
-    BLOCK_D: tl.constexpr,
-    BLOCK_M: tl.constexpr,
-    BLOCK_N: tl.constexpr,
-    IEEE_DOT: tl.constexpr,
-    DELAY_CYCLES: tl.constexpr,
-    PDL: tl.constexpr,
-):  # fmt: skip
-    # PDL (variants.py): a programmatic dependent launch; 1: the next kernel may launch at once,
-    # 2: once every program has stored its tile (or had nothing to do). 0/False: the default.
-    if PDL == 1:
-        gdc_launch_dependents()
-    pid = tl.program_id(0)
-    m_block = pid % num_m_blocks
-    seq_head = pid // num_m_blocks
-    head = seq_head % num_heads
-    seq = seq_head // num_heads
-    if PDL:  # the kernel before this one has finished writing what it reads
-        gdc_wait()
-
-    seq_start = tl.load(cu_seqlens + seq)
-    seq_len = tl.load(cu_seqlens + seq + 1) - seq_start
-    m_start = m_block * BLOCK_M
-    if m_start < seq_len:
-        offs_m = m_start + tl.arange(0, BLOCK_M)
-        offs_n = tl.arange(0, BLOCK_N)
-        offs_d = tl.arange(0, BLOCK_D)
-        d_ok = offs_d < HEAD_DIM
-        m_ok = offs_m < seq_len
-        row0 = seq_start.to(tl.int64)
-        head64 = head.to(tl.int64)
-
-        q_ptrs = Q + (row0 + offs_m[:, None]) * stride_qt + head64 * stride_qh + offs_d[None, :]
-        q = tl.load(q_ptrs, mask=m_ok[:, None] & d_ok[None, :], other=0.0)
-        k_base = K + row0 * stride_kt + head64 * stride_kh
-        v_base = V + row0 * stride_vt + head64 * stride_vh
-
-        m_i = tl.full([BLOCK_M], float("-inf"), dtype=tl.float32)
-        l_i = tl.zeros([BLOCK_M], dtype=tl.float32)
-        acc = tl.zeros([BLOCK_M, BLOCK_D], dtype=tl.float32)
-        for n_start in range(0, seq_len, BLOCK_N):
-            offs_kn = n_start + offs_n
-            n_ok = offs_kn < seq_len
-            k = tl.load(
-                k_base + offs_kn[None, :] * stride_kt + offs_d[:, None],
-                mask=n_ok[None, :] & d_ok[:, None],
-                other=0.0,
-            )
-            # V is loaded with K so both loads are in flight before the softmax (not timed on
-            # its own: the V-late variant was never measured against it).
-            v = tl.load(
-                v_base + offs_kn[:, None] * stride_vt + offs_d[None, :],
-                mask=n_ok[:, None] & d_ok[None, :],
-                other=0.0,
-            )
-            if IEEE_DOT:
-                s = tl.dot(q, k, input_precision="ieee")
-            else:
-                s = tl.dot(q, k)
-            s = tl.where(n_ok[None, :], s * qk_scale, float("-inf"))
-            m_new = tl.maximum(m_i, tl.max(s, 1))
-            p = tl.math.exp2(s - m_new[:, None])
-            alpha = tl.math.exp2(m_i - m_new)
-            l_i = l_i * alpha + tl.sum(p, 1)
-            if IEEE_DOT:
-                pv = tl.dot(p.to(v.dtype), v, input_precision="ieee")
-            else:
-                pv = tl.dot(p.to(v.dtype), v)
-            acc = acc * alpha[:, None] + pv
-            m_i = m_new
-
-        acc = acc / l_i[:, None]
-        o_ptrs = O + (row0 + offs_m[:, None]) * stride_ot + head64 * stride_oh + offs_d[None, :]
-        tl.store(o_ptrs, acc.to(O.dtype.element_ty), mask=m_ok[:, None] & d_ok[None, :])
-    if PDL == 2:
-        gdc_launch_dependents()
-    if DELAY_CYCLES > 0:  # an injected slowdown (ragbench's calibration); compiled out at 0
-        t0 = tl.inline_asm_elementwise(
-            "mov.u64 $0, %clock64;", "=l", [], dtype=tl.int64, is_pure=False, pack=1
-        )
-        t = t0
-        while t - t0 < DELAY_CYCLES:
-            t = tl.inline_asm_elementwise(
-                "mov.u64 $0, %clock64;", "=l", [], dtype=tl.int64, is_pure=False, pack=1
-            )
-
-
-# The one-tile kernel: on the default path for the short-batch classes (config.short_batch),
-# with candidates of it in variants.py (whose docstring says what each switch does).
-@triton.jit
-def _load_qkv(q_head, k_head, v_head, row0, offs_m, offs_n, offs_d, m_ok, n_ok, d_ok,
-              stride_qt, stride_kt, stride_vt):  # fmt: skip
-    """q [BLOCK_M, BLOCK_D], k^T [BLOCK_D, BLOCK_N] and v [BLOCK_N, BLOCK_D] of the rows from
-    ``row0`` on (one head's pointers), masked rows and columns 0; issued together."""
-    q = tl.load(q_head + (row0 + offs_m[:, None]) * stride_qt + offs_d[None, :],
-                mask=m_ok[:, None] & d_ok[None, :], other=0.0)  # fmt: skip
-    k = tl.load(k_head + (row0 + offs_n[None, :]) * stride_kt + offs_d[:, None],
-                mask=n_ok[None, :] & d_ok[:, None], other=0.0)  # fmt: skip
-    v = tl.load(v_head + (row0 + offs_n[:, None]) * stride_vt + offs_d[None, :],
-                mask=n_ok[:, None] & d_ok[None, :], other=0.0)  # fmt: skip
-    return q, k, v
-
-
-@triton.jit(do_not_specialize=["cu_seqlens", "n0", "n1"],
-            do_not_specialize_on_alignment=["cu_seqlens"])  # fmt: skip
-def onetile_kernel(
-    Q, K, V, O, cu_seqlens, qk_scale,
-    stride_qt, stride_qh, stride_kt, stride_kh, stride_vt, stride_vh, stride_ot, stride_oh,
-    n0, n1,
-    HEAD_DIM: tl.constexpr,
-    BLOCK_D: tl.constexpr,
-    BLOCK_M: tl.constexpr,
-    BLOCK_N: tl.constexpr,
-    IEEE_DOT: tl.constexpr,
-    SPECULATE: tl.constexpr,
-    GRID3: tl.constexpr,
-    PDL: tl.constexpr,
-):  # fmt: skip
-    """One program per (query tile, sequence, head); every key of the sequence in one tile
-    (the launcher guarantees max_seqlen <= BLOCK_N). The attention kernel's parameters, its
-    last two ints (``n0``, ``n1``) being (num_heads, num_m_blocks) on the 1-D grid and
-    (total_tokens, guess_len) on the 3-D grid (which needs neither of the first two).
-
-    ``SPECULATE`` (3-D grid only): q, k and v are loaded from the rows the sequence would
-    start at were all
-    lengths ``guess_len`` (total_tokens // batch: exact for uniform batches) in the same load
-    round as cu_seqlens, and loaded again from the true start only where the guess was wrong:
-    uniform batches lose the dependent round, any batch stays exact.
-
-    ``GRID3``: a 3-D grid (query tile, head, sequence) instead of the flattened one: the
-    sequence index, which the first load's address needs, without two integer divisions.
-
-    ``PDL``: launched as a programmatic dependent launch: wait for the previous kernel just
-    before the first load, and let the next kernel launch at once (1) or after the store (2)."""
-    if PDL == 1:
-        gdc_launch_dependents()
-    if GRID3:  # grid (query tiles, heads, sequences): no division before the first load
-        m_block = tl.program_id(0)
-        head = tl.program_id(1)
-        seq = tl.program_id(2)
-    else:
-        pid = tl.program_id(0)
-        m_block = pid % n1
-        seq_head = pid // n1
-        head = seq_head % n0
-        seq = seq_head // n0
-    # Independent of the sequence bounds: computed while their load is in flight.
-    offs_m = m_block * BLOCK_M + tl.arange(0, BLOCK_M)
-    offs_n = tl.arange(0, BLOCK_N)
-    offs_d = tl.arange(0, BLOCK_D)
-    d_ok = offs_d < HEAD_DIM
-    head64 = head.to(tl.int64)
-    q_head = Q + head64 * stride_qh
-    k_head = K + head64 * stride_kh
-    v_head = V + head64 * stride_vh
-    if PDL:  # everything above is address arithmetic; every load comes after this
-        gdc_wait()
-
-    if SPECULATE:  # issued before the sequence bounds are known
-        g0 = seq.to(tl.int64) * n1  # guess_len
-        gm_ok = g0 + offs_m < n0  # total_tokens
-        gn_ok = g0 + offs_n < n0
-        q, k, v = _load_qkv(
-            q_head,
-            k_head,
-            v_head,
-            g0,
-            offs_m,
-            offs_n,
-            offs_d,
-            gm_ok,
-            gn_ok,
-            d_ok,
-            stride_qt,
-            stride_kt,
-            stride_vt,
-        )
-    seq_start = tl.load(cu_seqlens + seq)
-    seq_end = tl.load(cu_seqlens + seq + 1)
-    seq_len = seq_end - seq_start
-    if m_block * BLOCK_M < seq_len:
-        row0 = seq_start.to(tl.int64)
-        m_ok = offs_m < seq_len
-        n_ok = offs_n < seq_len
-        if SPECULATE:
-            if row0 != g0:  # a wrong guess: the loads of the plain kernel
-                q, k, v = _load_qkv(
-                    q_head,
-                    k_head,
-                    v_head,
-                    row0,
-                    offs_m,
-                    offs_n,
-                    offs_d,
-                    m_ok,
-                    n_ok,
-                    d_ok,
-                    stride_qt,
-                    stride_kt,
-                    stride_vt,
-                )
-            # Rows past the sequence hold the next sequence's values: zero them so that a
-            # non-finite value there cannot reach this sequence through p * v (p is 0 there).
-            v = tl.where(n_ok[:, None], v, 0.0)
-        else:
-            q, k, v = _load_qkv(
-                q_head,
-                k_head,
-                v_head,
-                row0,
-                offs_m,
-                offs_n,
-                offs_d,
-                m_ok,
-                n_ok,
-                d_ok,
-                stride_qt,
-                stride_kt,
-                stride_vt,
-            )
-        if IEEE_DOT:
-            s = tl.dot(q, k, input_precision="ieee")
-        else:
-            s = tl.dot(q, k)
-        s = tl.where(n_ok[None, :], s * qk_scale, float("-inf"))
-        m = tl.max(s, 1)
-        p = tl.math.exp2(s - m[:, None])
-        l_i = tl.sum(p, 1)
-        if IEEE_DOT:
-            acc = tl.dot(p.to(v.dtype), v, input_precision="ieee")
-        else:
-            acc = tl.dot(p.to(v.dtype), v)
-        acc = acc / l_i[:, None]
-        o_ptrs = O + (row0 + offs_m[:, None]) * stride_ot + head64 * stride_oh + offs_d[None, :]
-        tl.store(o_ptrs, acc.to(O.dtype.element_ty), mask=m_ok[:, None] & d_ok[None, :])
-    if PDL == 2:
-        gdc_launch_dependents()
-
-
-_launcher = Launcher(_varlen_fwd_kernel)
+_launcher = Launcher(varlen_fwd_kernel)
 _onetile_launcher = Launcher(onetile_kernel)
-varlen_fwd_kernel = _varlen_fwd_kernel  # the kernel itself, for variants.py's launches
 
 
 def interpreted() -> bool:

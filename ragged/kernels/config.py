@@ -35,8 +35,8 @@ class AttentionConfig:
     # slowdown of known size for ragbench's detector (benchmarks/support/inject.py). 0 compiles
     # it out.
     delay_cycles: int = 0
-    # "loop": the key-tile loop (attention._varlen_fwd_kernel, a 1-D grid); "onetile": every
-    # key in one tile of block_n columns, speculative start, 3-D grid (attention.onetile_kernel)
+    # "loop": the key-tile loop (forward.varlen_fwd_kernel, a 1-D grid); "onetile": every
+    # key in one tile of block_n columns, speculative start, 3-D grid (forward.onetile_kernel)
     kind: str = "loop"
     # A programmatic dependent launch (sm_90 and later): 0 none, 1 the next kernel may launch
     # at once, 2 once every program stored its tile (attention.py's PDL constexpr)

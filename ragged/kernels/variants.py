@@ -6,7 +6,7 @@ short-batch classes where the sweep showed them faster (``config.short_batch``):
 At BS 1 / 80% pruning (40 tokens, 12 heads) the default kernel costs ~1.9 µs more than an empty
 kernel (H100): a chain of dependent latencies, not arithmetic. What each variant changes:
 
-  * ``loop``: the default kernel (``attention._varlen_fwd_kernel``, online softmax over key
+  * ``loop``: the default kernel (``forward.varlen_fwd_kernel``, online softmax over key
     tiles) with another tile / warps / stages; ``num_stages=1`` drops the software pipeline's
     prologue (async copies to shared memory, waits), which a one- or two-tile loop never
     amortises.
@@ -44,7 +44,7 @@ from dataclasses import dataclass
 import torch
 import triton
 
-from . import attention
+from . import attention, forward
 from .config import AttentionConfig
 
 ONETILE_MAX = 256  # the longest max_seqlen a one-tile launch takes (key tile of 256 columns)
@@ -55,9 +55,7 @@ ONETILE_MAX_FP32 = 64
 ONETILE_MAX_ONE_WARP = 128
 
 
-onetile_kernel = (
-    attention.onetile_kernel
-)  # the one-tile kernel (on the default path for its classes)
+onetile_kernel = forward.onetile_kernel  # the one-tile kernel (on the default path for its classes)
 
 
 @dataclass(frozen=True)
@@ -168,7 +166,7 @@ def run(
         plan, grid, scalars, _ = attention.launch_args(q, k, v, out, cu_seqlens, max_seqlen,
                                                 softmax_scale, variant.config())  # fmt: skip
         if grid[0]:
-            attention.varlen_fwd_kernel[grid](
+            forward.varlen_fwd_kernel[grid](
                 q, k, v, out, cu_seqlens, *scalars, **(plan.constexprs | {"PDL": variant.pdl}),
                 num_warps=variant.num_warps, num_stages=variant.num_stages, launch_pdl=True,
             )  # fmt: skip
