@@ -71,10 +71,10 @@ PLANTS = {
     ),
     "comment": (
         "kernels/attention.py",
-        "    plan_key = (q.get_device(), q.dtype, head_dim, max_seqlen, config)\n"
+        "    plan_key = (q.get_device(), q.dtype, head_dim, max_seqlen, batch * heads, config)\n"
         "    plan = _plans.get(plan_key)\n",
-        "    # one plan per device, dtype, head_dim, max_seqlen and config (planted comment)\n"
-        "    cache_key = (q.get_device(), q.dtype, head_dim, max_seqlen, config)\n"
+        "    # one plan per device, dtype, head_dim, length, pairs and config (planted comment)\n"
+        "    cache_key = (q.get_device(), q.dtype, head_dim, max_seqlen, batch * heads, config)\n"
         "    plan = _plans.get(cache_key)\n",
         False,
     ),
