@@ -1,2 +1,2 @@
-"""A gate: base against head, measured or stored (gating), the re-measurement of flagged cells
-(remeasure), the settle plan (plan), and the paired and drift comparisons (paired, drift)."""
+"""A gate, base against head: its run (gating, revisions, runs, foreign), flagged cells measured
+again (remeasure), settling (rerun), paired and drift comparisons, its report and JSON."""

@@ -1,2 +1,2 @@
-"""main's history: its series and their lookback (series), the stored change points (edivisive),
-the alerts made of them (alerting), and their update after new runs are stored (detection)."""
+"""main's history: series and lookback (series), stored change points (edivisive), alerts and
+their steps (alerting, steps), their update after an ingest (detection), its report (report)."""

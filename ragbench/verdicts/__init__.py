@@ -1,2 +1,2 @@
-"""What a verdict is: two sets of cells compared under the policies (comparison: each cell of
-head against base, the Verdict and Comparison types) and the words a verdict says (status)."""
+"""What a verdict is: head's cells against base's under the policies (comparison), the Verdict
+and the rule of evidence it is judged by (evidence), the words a verdict says (status)."""
