@@ -30,14 +30,13 @@ os.environ["TRITON_CACHE_DIR"] = tempfile.mkdtemp(prefix="first-calls-")  # empt
 
 import argparse
 import json
-import statistics
-import time
 from pathlib import Path
 
 import torch
 import triton
 
 import ragged
+from benchmarks.support import first_call
 from ragged.testing import packed_qkv
 
 HEADS, HEAD_DIM = 12, 64
@@ -59,33 +58,18 @@ KEPT = 20
 
 
 def one(lengths, device, sync, runtime, kept_calls=KEPT) -> dict:
+    """The first call of a fresh shape and ``kept_calls`` calls after it, timed and counted
+    as ``kernel.NewLength`` times them (``first_call.sample``)."""
     q, k, v, cu, max_seqlen = packed_qkv(lengths, HEADS, HEAD_DIM, device=device, seed=len(lengths))
 
     def call():
         return ragged.varlen_attention(q, k, v, cu, max_seqlen, validate=False)
 
-    compiled = []
-    before = runtime.jit_post_compile_hook if runtime is not None else None
-    if runtime is not None:
-        runtime.jit_post_compile_hook = lambda *a, **kw: compiled.append(1)
-    sync()
-    try:
-        t0 = time.perf_counter()
-        call()
-        first = time.perf_counter() - t0
-    finally:
-        if runtime is not None:
-            runtime.jit_post_compile_hook = before
-    sync()
-    kept = []
-    for _ in range(kept_calls):
-        t0 = time.perf_counter()
-        call()
-        kept.append(time.perf_counter() - t0)
-        sync()
-    kept_us = statistics.median(kept) * 1e6
-    return {"first_call_us": first * 1e6, "kept_call_us": kept_us,
-            "first_over_kept": first * 1e6 / kept_us, "compiles": len(compiled)}  # fmt: skip
+    def no_syncs():  # the CPU has no sync debug mode: none counted
+        return first_call.count_syncs(lambda: 0, lambda mode: None)
+
+    syncs = first_call.count_syncs if device == "cuda" else no_syncs
+    return first_call.sample(call, sync, runtime, kept_calls, syncs_counter=syncs)
 
 
 def main(argv=None) -> int:
@@ -99,6 +83,9 @@ def main(argv=None) -> int:
     device = "cpu" if args.cpu_smoke else "cuda"
     sync = torch.cuda.synchronize if device == "cuda" else (lambda: None)
     runtime = getattr(getattr(triton, "knobs", None), "runtime", None)
+    if (why := first_call.compile_hook_reason(runtime)) is not None:
+        print(f"first_calls: {why}.", file=sys.stderr)
+        return 2
     rows = []
     print("| case | first call µs | kept call µs | first/kept | compiles |\n|---|---|---|---|---|")
     for label, lengths in CASES[:3] if args.cpu_smoke else CASES:  # smoke: the first three

@@ -163,14 +163,7 @@ class Launcher:
                 *tensors, *scalars, **constexprs, num_warps=num_warps, num_stages=num_stages,
                 **extra,
             )  # fmt: skip
-        if (
-            fast
-            and isinstance(compiled, triton.compiler.CompiledKernel)
-            and all(t.data_ptr() % 16 == 0 for t in tensors)
-        ):
-            self._cache[key] = c_launch.direct(compiled) or _direct_launch(
-                compiled, tuple(constexprs.values())
-            )
+        self._keep(key, compiled, tensors, constexprs, fast)
 
     def prepare(
         self,
@@ -196,11 +189,21 @@ class Launcher:
                 *tensors, *scalars, **constexprs, num_warps=num_warps, num_stages=num_stages,
                 grid=(1,), **extra,
             )  # fmt: skip
-        if (
-            fast
-            and isinstance(compiled, triton.compiler.CompiledKernel)
-            and all(t.data_ptr() % 16 == 0 for t in tensors)
-        ):
+        self._keep(key, compiled, tensors, constexprs, fast)
+
+    def _keep(
+        self,
+        key: Any,
+        compiled: Any,
+        tensors: Sequence[torch.Tensor],
+        constexprs: dict[str, Any],
+        fast: bool,
+    ) -> None:
+        """Keep ``compiled``'s direct launch for ``key`` (the C launcher's, else Triton's own
+        launcher called directly), where the launch may take it: ``fast`` and 16-byte aligned
+        pointers, as Triton specialized them."""
+        if (fast and isinstance(compiled, triton.compiler.CompiledKernel)
+                and all(t.data_ptr() % 16 == 0 for t in tensors)):  # fmt: skip
             self._cache[key] = c_launch.direct(compiled) or _direct_launch(
                 compiled, tuple(constexprs.values())
             )
