@@ -24,7 +24,6 @@ if not HAS_CUDA:
 # take them, so they need not be grouped on one worker (which made that worker's files the
 # longest path). (xdist's own --dist loadgroup loses its groups under pytest 9.2.)
 FIRST = "tests/test_rehearsal.py"
-SHARED: dict[str, str] = {}  # file -> the name of a group of files one worker takes together
 
 
 def pytest_collection_modifyitems(config, items):
@@ -42,8 +41,7 @@ def pytest_xdist_make_scheduler(config, log):
 
     class ByFile(LoadScopeScheduling):
         def _split_scope(self, nodeid: str) -> str:
-            path = nodeid.split("::")[0]
-            return SHARED.get(path, path)
+            return nodeid.split("::")[0]  # a whole file, its classes too
 
     return ByFile(config, log)
 
