@@ -87,9 +87,7 @@ def positions_of(store, machine: str, policies: Policies,
     if not newest:
         return {k: [] for k in many}
     found = changepoints.current(store, machine, changepoints.Settings.of(policies), newest)
-    return {k: sorted(p for r in found.get(k, []) if 0 < (p := r["position"]) < len(s.values)
-                      and s.commits[p] == r["commit_hash"])
-            for k, s in many.items()}  # fmt: skip
+    return {k: on_series(found.get(k, []), s) for k, s in many.items()}
 
 
 def change_positions(store, machine: str, policies: Policies, s: Series) -> list[int]:
@@ -100,7 +98,13 @@ def change_positions(store, machine: str, policies: Policies, s: Series) -> list
     newest = {key: (s.commits[-1], s.env_keys[-1])}
     found = changepoints.current(store, machine, changepoints.Settings.of(policies), newest,
                                  benchmark=s.key[0], metric=s.key[1])  # fmt: skip
-    return sorted(p for r in found.get(key, []) if 0 < (p := r["position"]) < len(s.values)
+    return on_series(found.get(key, []), s)
+
+
+def on_series(rows: list[dict], s: Series) -> list[int]:
+    """The positions of the stored change points ``rows`` that are on ``s`` as it is now (the
+    commit at their position is theirs), in order."""
+    return sorted(p for r in rows if 0 < (p := r["position"]) < len(s.values)
                   and s.commits[p] == r["commit_hash"])  # fmt: skip
 
 
