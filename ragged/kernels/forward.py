@@ -277,3 +277,134 @@ def onetile_kernel(
         tl.store(o_ptrs, acc.to(O.dtype.element_ty), mask=m_ok[:, None] & d_ok[None, :])
     if PDL == 2:
         gdc_launch_dependents()
+
+
+# The key-tile loop of the short-batch classes, written as the one-tile kernel starts: a 3-D
+# grid and a speculative start, so that q and the first key tiles are in flight before the
+# sequence bounds arrive (variants.py's ``specloop`` candidates).
+@triton.jit
+def _key_tiles(q, k_head, v_head, row0, total, seq_len, offs_n, offs_d, d_ok, qk_scale,
+               stride_kt, stride_vt, BLOCK_M: tl.constexpr, BLOCK_D: tl.constexpr,
+               BLOCK_N: tl.constexpr, KEYS: tl.constexpr, IEEE_DOT: tl.constexpr,
+               FOLD: tl.constexpr, FULL_SKIP: tl.constexpr):  # fmt: skip
+    """(acc, l): the online softmax of q against keys ``row0 .. row0 + KEYS`` of one head
+    (``KEYS // BLOCK_N`` tiles, a trip count known at compile time, so the software pipeline's
+    prologue issues the first tiles' loads before ``seq_len`` is known). k is masked by the
+    tensor's end only (its address never depends on ``seq_len``), v also by ``seq_len`` (rows
+    past the sequence are zero, so a non-finite value there cannot reach it through p * v)."""
+    m_i = tl.full([BLOCK_M], float("-inf"), dtype=tl.float32)
+    l_i = tl.zeros([BLOCK_M], dtype=tl.float32)
+    acc = tl.zeros([BLOCK_M, BLOCK_D], dtype=tl.float32)
+    for n_start in range(0, KEYS, BLOCK_N):
+        offs_kn = n_start + offs_n
+        in_t = row0 + offs_kn < total
+        n_ok = offs_kn < seq_len
+        k = tl.load(k_head + (row0 + offs_kn[None, :]) * stride_kt + offs_d[:, None],
+                    mask=in_t[None, :] & d_ok[:, None], other=0.0)  # fmt: skip
+        v = tl.load(v_head + (row0 + offs_kn[:, None]) * stride_vt + offs_d[None, :],
+                    mask=(in_t & n_ok)[:, None] & d_ok[None, :], other=0.0)  # fmt: skip
+        if IEEE_DOT:
+            s = tl.dot(q, k, input_precision="ieee")
+        else:
+            s = tl.dot(q, k)
+        if not FOLD:
+            s = s * qk_scale
+        if FULL_SKIP:  # a tile of keys all inside the sequence needs no mask
+            if n_start + BLOCK_N > seq_len:
+                s = tl.where(n_ok[None, :], s, float("-inf"))
+        else:
+            s = tl.where(n_ok[None, :], s, float("-inf"))
+        m_new = tl.maximum(m_i, tl.max(s, 1))
+        p = tl.math.exp2(s - m_new[:, None])
+        alpha = tl.math.exp2(m_i - m_new)
+        l_i = l_i * alpha + tl.sum(p, 1)
+        if IEEE_DOT:
+            pv = tl.dot(p.to(v.dtype), v, input_precision="ieee")
+        else:
+            pv = tl.dot(p.to(v.dtype), v)
+        acc = acc * alpha[:, None] + pv
+        m_i = m_new
+    return acc, l_i
+
+
+@triton.jit
+def _load_q(q_head, row0, offs_m, total, offs_d, d_ok, qk_scale, stride_qt, FOLD: tl.constexpr):
+    """q's rows ``row0 + offs_m`` (inside the tensor; 0 past it), times the scale if FOLD."""
+    q = tl.load(q_head + (row0 + offs_m[:, None]) * stride_qt + offs_d[None, :],
+                mask=(row0 + offs_m < total)[:, None] & d_ok[None, :], other=0.0)  # fmt: skip
+    if FOLD:  # exp2 with the scale folded into q: no multiply of the score tile
+        q = (q * qk_scale).to(q.dtype)
+    return q
+
+
+@triton.jit(do_not_specialize=["cu_seqlens", "n0", "n1"],
+            do_not_specialize_on_alignment=["cu_seqlens"])  # fmt: skip
+def specloop_kernel(
+    Q, K, V, O, cu_seqlens, qk_scale,
+    stride_qt, stride_qh, stride_kt, stride_kh, stride_vt, stride_vh, stride_ot, stride_oh,
+    n0, n1,
+    HEAD_DIM: tl.constexpr,
+    BLOCK_D: tl.constexpr,
+    BLOCK_M: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    IEEE_DOT: tl.constexpr,
+    SUB_M: tl.constexpr,
+    KEYS: tl.constexpr,
+    SPECULATE: tl.constexpr,
+    FOLD: tl.constexpr,
+    FULL_SKIP: tl.constexpr,
+    PDL: tl.constexpr,
+):  # fmt: skip
+    """The key-tile loop on the one-tile kernel's 3-D grid (query tiles of BLOCK_M rows,
+    heads, sequences) and parameters (``n0``, ``n1`` = total_tokens, guess_len), over a
+    compile-time number of key tiles: ``KEYS`` (max_seqlen's bucket, a multiple of BLOCK_N,
+    at least max_seqlen) in tiles of ``BLOCK_N``.
+
+    ``SPECULATE``: q and the key tiles are loaded from the guessed start (seq x guess_len) in
+    the same load round as cu_seqlens (every load independent of it is issued before the
+    first that depends on it); recomputed from the true start where the guess was wrong.
+    ``SUB_M`` < BLOCK_M: a program walks its BLOCK_M rows in tiles of SUB_M (BLOCK_M = KEYS:
+    one program per (sequence, head) pair). ``FOLD``: the scale folded into q. ``FULL_SKIP``:
+    no key mask on tiles inside the sequence. ``PDL`` as the loop kernel's."""
+    if PDL == 1:
+        gdc_launch_dependents()
+    m_block = tl.program_id(0)
+    head = tl.program_id(1)
+    seq = tl.program_id(2)
+    offs_n = tl.arange(0, BLOCK_N)
+    offs_d = tl.arange(0, BLOCK_D)
+    d_ok = offs_d < HEAD_DIM
+    head64 = head.to(tl.int64)
+    q_head = Q + head64 * stride_qh
+    k_head = K + head64 * stride_kh
+    v_head = V + head64 * stride_vh
+    g0 = seq.to(tl.int64) * n1
+    if PDL:
+        gdc_wait()
+    seq_start = tl.load(cu_seqlens + seq)
+    seq_end = tl.load(cu_seqlens + seq + 1)
+    seq_len = seq_end - seq_start
+    row0 = seq_start.to(tl.int64)
+    for sub in tl.static_range(0, BLOCK_M, SUB_M):  # unrolled: the key loop stays innermost
+        offs_m = m_block * BLOCK_M + sub + tl.arange(0, SUB_M)
+        if SPECULATE:  # addresses from the guess: issued before seq_start is known
+            q = _load_q(q_head, g0, offs_m, n0, offs_d, d_ok, qk_scale, stride_qt, FOLD)
+            acc, l_i = _key_tiles(q, k_head, v_head, g0, n0, seq_len, offs_n, offs_d, d_ok,
+                                  qk_scale, stride_kt, stride_vt, SUB_M, BLOCK_D, BLOCK_N, KEYS,
+                                  IEEE_DOT, FOLD, FULL_SKIP)  # fmt: skip
+            if row0 != g0:  # a wrong guess: the same from the true start
+                q = _load_q(q_head, row0, offs_m, n0, offs_d, d_ok, qk_scale, stride_qt, FOLD)
+                acc, l_i = _key_tiles(q, k_head, v_head, row0, n0, seq_len, offs_n, offs_d,
+                                      d_ok, qk_scale, stride_kt, stride_vt, SUB_M, BLOCK_D,
+                                      BLOCK_N, KEYS, IEEE_DOT, FOLD, FULL_SKIP)  # fmt: skip
+        else:
+            q = _load_q(q_head, row0, offs_m, n0, offs_d, d_ok, qk_scale, stride_qt, FOLD)
+            acc, l_i = _key_tiles(q, k_head, v_head, row0, n0, seq_len, offs_n, offs_d, d_ok,
+                                  qk_scale, stride_kt, stride_vt, SUB_M, BLOCK_D, BLOCK_N, KEYS,
+                                  IEEE_DOT, FOLD, FULL_SKIP)  # fmt: skip
+        m_ok = offs_m < seq_len
+        acc = acc / l_i[:, None]
+        o_ptrs = O + (row0 + offs_m[:, None]) * stride_ot + head64 * stride_oh + offs_d[None, :]
+        tl.store(o_ptrs, acc.to(O.dtype.element_ty), mask=m_ok[:, None] & d_ok[None, :])
+    if PDL == 2:
+        gdc_launch_dependents()

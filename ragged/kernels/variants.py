@@ -53,6 +53,7 @@ ONETILE_MAX_FP32 = 64
 # One warp holding 16 x 256 fp32 scores spills (ptxas, sm_90: 255 registers and ~700 bytes of
 # stack a thread already at 4 warps) and took ptxas 90 s to compile here: up to 128 keys only.
 ONETILE_MAX_ONE_WARP = 128
+SPECLOOP_MAX = 256  # specloop: the longest max_seqlen (its key tiles are unrolled up to it)
 
 
 onetile_kernel = forward.onetile_kernel  # the one-tile kernel (on the default path for its classes)
@@ -61,8 +62,10 @@ onetile_kernel = forward.onetile_kernel  # the one-tile kernel (on the default p
 @dataclass(frozen=True)
 class Variant:
     """One launch of the kernel: ``kind`` "loop" (the default kernel with ``block_m`` x
-    ``block_n`` tiles) or "onetile" (``onetile_kernel``; its key tile is
-    ``next_power_of_2(max_seqlen)`` wide, ``block_n`` unused)."""
+    ``block_n`` tiles), "onetile" (``onetile_kernel``; its key tile is
+    ``next_power_of_2(max_seqlen)`` wide, ``block_n`` unused) or "specloop"
+    (``forward.specloop_kernel``: ``block_m`` x ``block_n`` tiles on the 3-D grid, the key
+    tiles of max_seqlen's bucket, the speculative start where ``speculate``)."""
 
     name: str
     kind: str
@@ -76,6 +79,11 @@ class Variant:
     # launch at once, 2 once every program stored its output
     pdl: int = 0
     max_keys: int = 0  # onetile: the longest max_seqlen it takes (0: the rules of ``applies``)
+    # specloop (``forward.specloop_kernel``): rows a program walks at a time (0: block_m), the
+    # scale folded into q, no key mask on tiles inside the sequence
+    sub_m: int = 0
+    fold: bool = False
+    full_skip: bool = False
 
     def applies(self, max_seqlen: int, dtype: torch.dtype = torch.float16) -> bool:
         """Whether this variant runs a batch whose longest sequence is ``max_seqlen``: a
@@ -83,6 +91,8 @@ class Variant:
         up to ``ONETILE_MAX_FP32``, on one warp up to ``ONETILE_MAX_ONE_WARP``."""
         if self.kind == "loop":
             return True
+        if self.kind == "specloop":  # a compile-time trip count: the buckets measured
+            return max_seqlen <= (self.max_keys or SPECLOOP_MAX)
         if self.num_warps == 1 and max_seqlen > ONETILE_MAX_ONE_WARP:
             return False
         if self.max_keys and max_seqlen > self.max_keys:
@@ -91,6 +101,13 @@ class Variant:
 
     def config(self) -> AttentionConfig:
         return AttentionConfig(self.block_m, self.block_n, self.num_warps, self.num_stages)
+
+
+def spec(name, block_m, block_n, num_warps, num_stages, *, speculate=True, pdl=2, **kw):
+    """A ``specloop`` candidate (3-D grid; by default the speculative start, PDL after the
+    store)."""
+    return Variant(name, "specloop", block_m, block_n, num_warps, num_stages, speculate, True,
+                   pdl, **kw)  # fmt: skip
 
 
 # The sweep's candidates: ~10 compiles a workload class, well inside a 10-minute GPU call.
@@ -137,6 +154,26 @@ VARIANTS = (
     Variant("loop 128x128 w8 s1 pdl late", "loop", 128, 128, 8, 1, pdl=2),
     Variant("loop 64x64 w4 s1 pdl late", "loop", 64, 64, 4, 1, pdl=2),
     Variant("loop 32x64 w4 s2 pdl late", "loop", 32, 64, 4, 2, pdl=2),
+    # The fifth session's sweep, at BS 8 / 50% (docs/kernel.md): the loop kernel's tile with
+    # every load that does not need cu_seqlens issued before it (``specloop``: the 3-D grid,
+    # a compile-time number of key tiles, the speculative start), and the untried ideas.
+    Variant("loop 64x64 w4 s3 pdl late", "loop", 64, 64, 4, 3, pdl=2),
+    Variant("loop 64x64 w8 s2 pdl late", "loop", 64, 64, 8, 2, pdl=2),
+    spec("specloop 64x64 w4 s2 pdl late", 64, 64, 4, 2),
+    spec("specloop 64x64 w4 s3 pdl late", 64, 64, 4, 3),
+    spec("specloop nospec 64x64 w4 s2 pdl late", 64, 64, 4, 2, speculate=False),
+    spec("specloop 64x64 w4 s2 pdl", 64, 64, 4, 2, pdl=1),
+    spec("specloop 64x64 w4 s2", 64, 64, 4, 2, pdl=0),
+    spec("specloop fold 64x64 w4 s2 pdl late", 64, 64, 4, 2, fold=True),
+    spec("specloop skip 64x64 w4 s2 pdl late", 64, 64, 4, 2, full_skip=True),
+    spec("specloop fold skip 64x64 w4 s3 pdl late", 64, 64, 4, 3, fold=True, full_skip=True),
+    spec("specloop 64x64 w8 s2 pdl late", 64, 64, 8, 2),
+    spec("specloop 64x32 w4 s3 pdl late", 64, 32, 4, 3),
+    spec("specloop 32x64 w4 s2 pdl late", 32, 64, 4, 2),
+    spec("specloop 128x64 w8 s2 pdl late", 128, 64, 8, 2),
+    # a persistent program per (sequence, head) pair: all 96 at BS 8 / 50%, walking its
+    # query tiles of 64 rows (block_m = 128: the 65-128 bucket in one program)
+    spec("specloop pair 128/64x64 w4 s2 pdl late", 128, 64, 4, 2, max_keys=128, sub_m=64),
 )
 
 
@@ -180,6 +217,8 @@ def run(
     num_m_blocks, programs = attention.grid_of(max_seqlen, variant.block_m, batch, heads)
     if programs == 0:
         return out
+    if variant.kind == "specloop":
+        return run_specloop(variant, q, k, v, cu_seqlens, max_seqlen, softmax_scale, out)
     if variant.grid3 and (heads > 65535 or batch > 65535):
         raise ValueError(f"{variant.name}: a 3-D grid holds at most 65535 heads and sequences")
     grid = (num_m_blocks, heads, batch) if variant.grid3 else (programs,)
@@ -196,5 +235,33 @@ def run(
         BLOCK_M=variant.block_m, BLOCK_N=onetile_block_n(max_seqlen),
         IEEE_DOT=q.dtype == torch.float32, SPECULATE=variant.speculate, GRID3=variant.grid3,
         PDL=pdl, num_warps=variant.num_warps, num_stages=variant.num_stages, **launch,
+    )  # fmt: skip
+    return out
+
+
+def specloop_keys(max_seqlen: int, block_n: int) -> int:
+    """``specloop``'s compile-time key count: max_seqlen's power-of-two bucket, at least one
+    key tile."""
+    return max(block_n, triton.next_power_of_2(max(max_seqlen, 1)))
+
+
+def run_specloop(variant, q, k, v, cu_seqlens, max_seqlen, softmax_scale, out):
+    """``forward.specloop_kernel`` on the 3-D grid (query tiles, heads, sequences)."""
+    total, heads, head_dim = q.shape
+    batch = cu_seqlens.shape[0] - 1
+    if heads > 65535 or batch > 65535:
+        raise ValueError(f"{variant.name}: a 3-D grid holds at most 65535 heads and sequences")
+    num_m_blocks, _ = attention.grid_of(max_seqlen, variant.block_m, batch, heads)
+    pdl = variant.pdl if q.is_cuda else 0
+    launch = {"launch_pdl": True} if pdl else {}
+    forward.specloop_kernel[(num_m_blocks, heads, batch)](
+        q, k, v, out, cu_seqlens, softmax_scale * attention.LOG2E,
+        q.stride(0), q.stride(1), k.stride(0), k.stride(1), v.stride(0), v.stride(1),
+        out.stride(0), out.stride(1), total, total // batch,
+        HEAD_DIM=head_dim, BLOCK_D=max(16, triton.next_power_of_2(head_dim)),
+        BLOCK_M=variant.block_m, BLOCK_N=variant.block_n, IEEE_DOT=q.dtype == torch.float32,
+        SUB_M=variant.sub_m or variant.block_m, KEYS=specloop_keys(max_seqlen, variant.block_n),
+        SPECULATE=variant.speculate, FOLD=variant.fold, FULL_SKIP=variant.full_skip, PDL=pdl,
+        num_warps=variant.num_warps, num_stages=variant.num_stages, **launch,
     )  # fmt: skip
     return out
