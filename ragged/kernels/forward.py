@@ -286,12 +286,14 @@ def onetile_kernel(
 def _key_tiles(q, k_head, v_head, row0, total, seq_len, offs_n, offs_d, d_ok, qk_scale,
                stride_kt, stride_vt, BLOCK_M: tl.constexpr, BLOCK_D: tl.constexpr,
                BLOCK_N: tl.constexpr, KEYS: tl.constexpr, IEEE_DOT: tl.constexpr,
-               FOLD: tl.constexpr, FULL_SKIP: tl.constexpr):  # fmt: skip
+               FOLD: tl.constexpr, FULL_SKIP: tl.constexpr, V_SPEC: tl.constexpr):  # fmt: skip
     """(acc, l): the online softmax of q against keys ``row0 .. row0 + KEYS`` of one head
     (``KEYS // BLOCK_N`` tiles, a trip count known at compile time, so the software pipeline's
     prologue issues the first tiles' loads before ``seq_len`` is known). k is masked by the
     tensor's end only (its address never depends on ``seq_len``), v also by ``seq_len`` (rows
-    past the sequence are zero, so a non-finite value there cannot reach it through p * v)."""
+    past the sequence are zero, so a non-finite value there cannot reach it through p * v),
+    unless ``V_SPEC``: v masked as k, so its loads need no ``seq_len`` either (a non-finite
+    value in the next sequence's rows then reaches this one as NaN)."""
     m_i = tl.full([BLOCK_M], float("-inf"), dtype=tl.float32)
     l_i = tl.zeros([BLOCK_M], dtype=tl.float32)
     acc = tl.zeros([BLOCK_M, BLOCK_D], dtype=tl.float32)
@@ -301,8 +303,11 @@ def _key_tiles(q, k_head, v_head, row0, total, seq_len, offs_n, offs_d, d_ok, qk
         n_ok = offs_kn < seq_len
         k = tl.load(k_head + (row0 + offs_kn[None, :]) * stride_kt + offs_d[:, None],
                     mask=in_t[None, :] & d_ok[:, None], other=0.0)  # fmt: skip
+        v_ok = in_t
+        if not V_SPEC:
+            v_ok = in_t & n_ok
         v = tl.load(v_head + (row0 + offs_kn[:, None]) * stride_vt + offs_d[None, :],
-                    mask=(in_t & n_ok)[:, None] & d_ok[None, :], other=0.0)  # fmt: skip
+                    mask=v_ok[:, None] & d_ok[None, :], other=0.0)  # fmt: skip
         if IEEE_DOT:
             s = tl.dot(q, k, input_precision="ieee")
         else:
@@ -353,6 +358,7 @@ def specloop_kernel(
     SPECULATE: tl.constexpr,
     FOLD: tl.constexpr,
     FULL_SKIP: tl.constexpr,
+    V_SPEC: tl.constexpr,
     PDL: tl.constexpr,
 ):  # fmt: skip
     """The key-tile loop on the one-tile kernel's 3-D grid (query tiles of BLOCK_M rows,
@@ -365,7 +371,8 @@ def specloop_kernel(
     first that depends on it); recomputed from the true start where the guess was wrong.
     ``SUB_M`` < BLOCK_M: a program walks its BLOCK_M rows in tiles of SUB_M (BLOCK_M = KEYS:
     one program per (sequence, head) pair). ``FOLD``: the scale folded into q. ``FULL_SKIP``:
-    no key mask on tiles inside the sequence. ``PDL`` as the loop kernel's."""
+    no key mask on tiles inside the sequence. ``V_SPEC``: v's loads independent of the
+    sequence bounds too (``_key_tiles``). ``PDL`` as the loop kernel's."""
     if PDL == 1:
         gdc_launch_dependents()
     m_block = tl.program_id(0)
@@ -391,17 +398,17 @@ def specloop_kernel(
             q = _load_q(q_head, g0, offs_m, n0, offs_d, d_ok, qk_scale, stride_qt, FOLD)
             acc, l_i = _key_tiles(q, k_head, v_head, g0, n0, seq_len, offs_n, offs_d, d_ok,
                                   qk_scale, stride_kt, stride_vt, SUB_M, BLOCK_D, BLOCK_N, KEYS,
-                                  IEEE_DOT, FOLD, FULL_SKIP)  # fmt: skip
+                                  IEEE_DOT, FOLD, FULL_SKIP, V_SPEC)  # fmt: skip
             if row0 != g0:  # a wrong guess: the same from the true start
                 q = _load_q(q_head, row0, offs_m, n0, offs_d, d_ok, qk_scale, stride_qt, FOLD)
                 acc, l_i = _key_tiles(q, k_head, v_head, row0, n0, seq_len, offs_n, offs_d,
                                       d_ok, qk_scale, stride_kt, stride_vt, SUB_M, BLOCK_D,
-                                      BLOCK_N, KEYS, IEEE_DOT, FOLD, FULL_SKIP)  # fmt: skip
+                                      BLOCK_N, KEYS, IEEE_DOT, FOLD, FULL_SKIP, V_SPEC)  # fmt: skip
         else:
             q = _load_q(q_head, row0, offs_m, n0, offs_d, d_ok, qk_scale, stride_qt, FOLD)
             acc, l_i = _key_tiles(q, k_head, v_head, row0, n0, seq_len, offs_n, offs_d, d_ok,
                                   qk_scale, stride_kt, stride_vt, SUB_M, BLOCK_D, BLOCK_N, KEYS,
-                                  IEEE_DOT, FOLD, FULL_SKIP)  # fmt: skip
+                                  IEEE_DOT, FOLD, FULL_SKIP, V_SPEC)  # fmt: skip
         m_ok = offs_m < seq_len
         acc = acc / l_i[:, None]
         o_ptrs = O + (row0 + offs_m[:, None]) * stride_ot + head64 * stride_oh + offs_d[None, :]

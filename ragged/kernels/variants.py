@@ -84,6 +84,7 @@ class Variant:
     sub_m: int = 0
     fold: bool = False
     full_skip: bool = False
+    v_spec: bool = False  # specloop: v's loads independent of cu_seqlens too (no isolation)
 
     def applies(self, max_seqlen: int, dtype: torch.dtype = torch.float16) -> bool:
         """Whether this variant runs a batch whose longest sequence is ``max_seqlen``: a
@@ -167,6 +168,8 @@ VARIANTS = (
     spec("specloop fold 64x64 w4 s2 pdl late", 64, 64, 4, 2, fold=True),
     spec("specloop skip 64x64 w4 s2 pdl late", 64, 64, 4, 2, full_skip=True),
     spec("specloop fold skip 64x64 w4 s3 pdl late", 64, 64, 4, 3, fold=True, full_skip=True),
+    spec("specloop vspec 64x64 w4 s3 pdl late", 64, 64, 4, 3, v_spec=True),
+    spec("specloop vspec 64x64 w4 s2 pdl late", 64, 64, 4, 2, v_spec=True),
     spec("specloop 64x64 w8 s2 pdl late", 64, 64, 8, 2),
     spec("specloop 64x32 w4 s3 pdl late", 64, 32, 4, 3),
     spec("specloop 32x64 w4 s2 pdl late", 32, 64, 4, 2),
@@ -261,7 +264,8 @@ def run_specloop(variant, q, k, v, cu_seqlens, max_seqlen, softmax_scale, out):
         HEAD_DIM=head_dim, BLOCK_D=max(16, triton.next_power_of_2(head_dim)),
         BLOCK_M=variant.block_m, BLOCK_N=variant.block_n, IEEE_DOT=q.dtype == torch.float32,
         SUB_M=variant.sub_m or variant.block_m, KEYS=specloop_keys(max_seqlen, variant.block_n),
-        SPECULATE=variant.speculate, FOLD=variant.fold, FULL_SKIP=variant.full_skip, PDL=pdl,
+        SPECULATE=variant.speculate, FOLD=variant.fold, FULL_SKIP=variant.full_skip,
+        V_SPEC=variant.v_spec, PDL=pdl,
         num_warps=variant.num_warps, num_stages=variant.num_stages, **launch,
     )  # fmt: skip
     return out
