@@ -148,21 +148,36 @@ def test_every_kernel_variant_matches_oracle(dtype, device):
             assert_attention_close(out, q, k, v, cu)
 
 
-@pytest.mark.parametrize("kind", ["onetile", "loop"])
+@pytest.mark.parametrize("kind", ["onetile", "loop", "specloop"])
 def test_the_short_batch_kernels_of_the_default_path_match_oracle(kind, device):
     """The short-batch classes' kernels as the default path launches them (config.choice on
     sm_90: the one-tile kernel with its speculative start on the 3-D grid, PDL at once; the
-    loop with PDL after the store), checked path: uniform batches (the guess right), a wrong
-    guess, an empty sequence. The interpreter has no grid dependency control: PDL compiles out
-    there (the same arithmetic)."""
+    loop with PDL after the store; specloop, its loads from the guessed start of a uniform
+    batch), checked path: uniform batches (the guess right), a wrong guess, an empty
+    sequence, and a capacity-packed batch (rows past cu_seqlens[-1]: total == batch x
+    max_seqlen, yet the guess wrong). The interpreter has no grid dependency control: PDL
+    compiles out there (the same arithmetic)."""
     from ragged.kernels import attention as kernel_attention
     from ragged.kernels.config import AttentionConfig
 
-    for lengths in ([40], [99, 99], [40, 7, 33], [0, 3, 64]):
-        q, k, v, cu, max_seqlen = packed_qkv(lengths, 2, 64, device=device, seed=7)
+    for lengths in ([40], [99, 99], [40, 7, 33], [0, 3, 64], [197], [40, 20, 40, "pad"]):
+        capacity = lengths[-1] == "pad"
+        lengths = [n for n in lengths if n != "pad"]
+        q, k, v, cu, max_seqlen = packed_qkv(lengths + [20] * capacity, 2, 64, device=device,
+                                             seed=7)  # fmt: skip
+        if capacity:  # 20 rows past the last sequence: 120 == 3 x 40, not uniform
+            cu = cu[:-1]
         block_n = max(16, 1 << (max_seqlen - 1).bit_length())
-        config = (AttentionConfig(16, block_n, 4, 1, kind="onetile", pdl=1) if kind == "onetile"
-                  else AttentionConfig(64, 64, 4, 2, pdl=2))  # fmt: skip
+        config = {
+            "onetile": AttentionConfig(16, block_n, 4, 1, kind="onetile", pdl=1),
+            "loop": AttentionConfig(64, 64, 4, 2, pdl=2),
+            "specloop": AttentionConfig(64, 64, 4, 3, kind="specloop", pdl=2),
+        }[kind]
+        if kind == "onetile" and block_n > 128:
+            continue
         out = torch.full_like(q, float("nan"))
         kernel_attention.varlen_attention_triton(q, k, v, cu, max_seqlen, 64**-0.5, out, config)
+        if capacity:  # the rows past cu_seqlens[-1] are no sequence's: left as they were
+            assert out[cu[-1] :].isnan().all()
+            out, q, k, v = (t[: cu[-1]] for t in (out, q, k, v))
         assert_attention_close(out, q, k, v, cu)

@@ -494,21 +494,26 @@ ONETILE = AttentionConfig(16, 128, 4, 1, kind="onetile", pdl=1)
 
 def test_a_one_tile_class_launches_its_3d_grid_and_only_its_batches(recorder):
     """A span of the one-tile kernel (config.short_batch on sm_90) launches its grid (query
-    tiles, heads, sequences) with (total_tokens, total_tokens // batch) for its last two ints,
-    as the checked path would, and only for the batch x heads of its class."""
+    tiles, heads, sequences) with (total_tokens, guess_len) for its last two ints, as the
+    checked path would (guess_len 0: the batch is not uniform), and only for the batch x heads
+    of its class; a uniform batch gets its length as the guess."""
     calls, ready = recorder
     q, k, v, cu, max_seqlen = packed_qkv(LENGTHS, 12, 64)
     ready(q, max_seqlen, ONETILE, pairs=(48, 48))  # 4 sequences x 12 heads
     out = attention.fast_call(q, k, v, cu, max_seqlen, None, None)
     assert out is not None
     want = _expected(q, k, v, out, cu, max_seqlen, 0.125, ONETILE)
-    assert want[:3] == (7, 12, 4) and want[-2:] == (q.shape[0], q.shape[0] // 4)
+    assert want[:3] == (7, 12, 4) and want[-2:] == (q.shape[0], 0)
     assert calls == [want]
     out = attention.fast_call(q, k, v, cu, 70, None, None)  # another length of the span
     assert out is not None and calls[-1] == _expected(q, k, v, out, cu, 70, 0.125, ONETILE)
     assert (
         attention.fast_call(q, k, v, cu[:-1], max_seqlen, None, None) is None
     )  # 36 pairs: not its
+    q, k, v, cu, max_seqlen = packed_qkv([70] * 4, 12, 64)  # uniform: guess_len 70
+    out = attention.fast_call(q, k, v, cu, max_seqlen, None, None)
+    assert out is not None and calls[-1][-2:] == (280, 70)
+    assert calls[-1] == _expected(q, k, v, out, cu, max_seqlen, 0.125, ONETILE)
 
 
 def test_layout_attention_keeps_a_3d_grid_launch(recorder, monkeypatch):
@@ -548,6 +553,11 @@ def test_the_short_batch_classes_hold_over_their_spans(capability):
     assert choice(64, 40, 12, torch.float16, (9, 0))[0] == AttentionConfig(
         16, 64, 4, 1, kind="onetile", pdl=1)  # BS 1 / 80%  # fmt: skip
     assert choice(64, 99, 96, torch.float16, (9, 0))[0] == AttentionConfig(64, 64, 4, 2, pdl=2)
+    # one wave of 64-row tiles after the one-tile class: specloop (BS 1 / 0%, 4 / 50%, 8 / 80%)
+    specloop = AttentionConfig(64, 64, 4, 3, kind="specloop", pdl=2)
+    for max_seqlen, pairs in ((197, 12), (99, 48), (40, 96), (40, 48)):
+        assert choice(64, max_seqlen, pairs, torch.float16, (9, 0))[0] == specloop
+    assert choice(64, 20, 96, torch.float16, (9, 0))[0] == AttentionConfig(64, 64, 4, 2, pdl=2)
     assert choice(64, 197, 768, torch.float16, (9, 0))[0] is None  # BS 64: the table
     assert choice(64, 40, 12, torch.float16, (0, 0))[0] is None  # the interpreter
 
@@ -572,6 +582,7 @@ def test_after_one_call_no_new_length_or_batch_plans_a_kernel(monkeypatch):
             assert plan in made, (lengths, plan.config)
             configs.add(plan.config)
         assert set(attention._plan_of.values()) == made
-        assert {c.kind for c in configs} == {"onetile", "loop"} and len(configs) == 6
+        assert {c.kind for c in configs} == {"onetile", "loop", "specloop"}
+        assert len(configs) == 7
     finally:
         attention.forget_plans()

@@ -275,9 +275,11 @@ def test_injected_delay_slows_the_kernel_and_keeps_its_output():
 
 # (lengths, heads) -> the short-batch class config.choice gives them on sm_90: one tile (PDL at
 # once; a wrong speculative start; PDL after the store at 128 keys), the loop with PDL after
-# the store (BS 8 / 50%).
+# the store (BS 8 / 50%), specloop (one wave of 64-row tiles: BS 1 / 0% and 4 / 50% uniform,
+# its guess right; a ragged batch, no guess).
 SHORT_BATCHES = [([40], 12, "onetile"), ([40, 7, 33], 2, "onetile"), ([99], 12, "onetile"),
-                 ([99] * 8, 12, "loop")]  # fmt: skip
+                 ([99] * 8, 12, "loop"), ([197], 12, "specloop"), ([99] * 4, 12, "specloop"),
+                 ([23, 62, 6, 69], 12, "specloop")]  # fmt: skip
 
 
 @pytest.mark.parametrize("lengths, heads, kind", SHORT_BATCHES)
@@ -329,7 +331,8 @@ def test_after_one_call_a_new_length_or_batch_compiles_nothing():
 
     runtime = triton.knobs.runtime
     attention.forget_plans()
-    for launcher in (attention._launcher, attention._onetile_launcher):
+    for launcher in (attention._launcher, attention._onetile_launcher,
+                     attention._specloop_launcher):  # fmt: skip
         launcher.fn.device_caches.clear()
     heads = 12
     q, k, v, cu, max_seqlen = packed_qkv([40], heads, 64, device="cuda")

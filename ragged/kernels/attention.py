@@ -34,7 +34,7 @@ from .config import (
     config_for,
     length_span,
 )
-from .forward import onetile_kernel, varlen_fwd_kernel
+from .forward import onetile_kernel, specloop_kernel, varlen_fwd_kernel
 from .kept import KeptLaunch, _ready
 from .launch import Launcher, specializable
 
@@ -43,6 +43,7 @@ LOG2E = 1.4426950408889634
 
 _launcher = Launcher(varlen_fwd_kernel)
 _onetile_launcher = Launcher(onetile_kernel)
+_specloop_launcher = Launcher(specloop_kernel)
 
 
 def interpreted() -> bool:
@@ -58,8 +59,8 @@ class Plan:
     config: AttentionConfig
     constexprs: dict
     device_index: int  # -1 on the CPU (the interpreter)
-    launcher: Launcher  # the loop kernel's or the one-tile kernel's (config.kind)
-    grid3: bool  # the one-tile kernel's 3-D grid (query tiles, heads, sequences)
+    launcher: Launcher  # the loop kernel's, the one-tile kernel's or specloop's (config.kind)
+    grid3: bool  # the 3-D grid (query tiles, heads, sequences) of onetile and specloop
     pdl: int  # a programmatic dependent launch (config.pdl; 0 on the CPU)
     span: tuple  # (lo, hi): the max_seqlens this plan serves
     pairs: tuple  # (lo, hi): the batch x heads it serves
@@ -78,11 +79,15 @@ def _make_plan(device_index, dtype, head_dim, max_seqlen, pairs, config) -> Plan
     cfg = config or chosen or config_for(head_dim, max_seqlen, dtype, device_index)
     if config is not None:  # an override: the table's spans, for any batch
         span, pair_span = length_span(max_seqlen), (0, MAX_LENGTH)
+        if cfg.kind == "specloop":  # its key tiles are its length bucket's: a plan a bucket
+            hi = triton.next_power_of_2(max(max_seqlen, 1))
+            span = (hi // 2 + 1, hi)
     key = (device_index, dtype, head_dim, cfg, span, pair_span)
     plan = _plan_of.get(key)
     if plan is not None:
         return plan
     onetile = cfg.kind == "onetile"
+    specloop = cfg.kind == "specloop"
     pdl = cfg.pdl if device_index >= 0 else 0  # the interpreter has no grid dependency control
     constexprs = {
         "HEAD_DIM": head_dim,
@@ -93,11 +98,17 @@ def _make_plan(device_index, dtype, head_dim, max_seqlen, pairs, config) -> Plan
     }
     if onetile:
         constexprs |= {"SPECULATE": True, "GRID3": True, "PDL": pdl}
+        launcher = _onetile_launcher
+    elif specloop:  # the key tiles of the span's longest max_seqlen, unrolled on a good guess
+        constexprs |= {"SUB_M": cfg.block_m, "KEYS": max(cfg.block_n, span[1]),
+                       "SPECULATE": True, "FOLD": False, "FULL_SKIP": False, "V_SPEC": False,
+                       "PDL": pdl}  # fmt: skip
+        launcher = _specloop_launcher
     else:
         constexprs |= {"DELAY_CYCLES": cfg.delay_cycles, "PDL": pdl}
-    plan = _plan_of[key] = Plan(cfg, constexprs, device_index,
-                                _onetile_launcher if onetile else _launcher, onetile, pdl,
-                                span, pair_span)  # fmt: skip
+        launcher = _launcher
+    plan = _plan_of[key] = Plan(cfg, constexprs, device_index, launcher, onetile or specloop,
+                                pdl, span, pair_span)  # fmt: skip
     return plan
 
 
@@ -144,14 +155,23 @@ def grid_of(max_seqlen: int, block_m: int, batch: int, heads: int) -> tuple[int,
     return num_m_blocks, num_m_blocks * batch * heads
 
 
+def guess_len(total: int, batch: int, max_seqlen: int) -> int:
+    """The 3-D grid kernels' guess of every sequence's length: ``max_seqlen`` where the batch
+    is uniform (``total == batch x max_seqlen``: no sequence is longer than max_seqlen, so
+    each is that long, unless capacity packing left rows past cu_seqlens[-1]; the kernels
+    check the guess against cu_seqlens), else 0: no guess (specloop then loads nothing
+    before cu_seqlens; the one-tile kernel guesses start 0 and loads again)."""
+    return max_seqlen if batch and total == batch * max_seqlen else 0
+
+
 def grid_and_ints(grid3: bool, max_seqlen: int, block_m: int, batch: int, heads: int,
                   total: int) -> tuple[tuple[int, int, int], tuple[int, int]]:  # fmt: skip
     """(grid, the kernel's last two ints): the loop's 1-D grid and (heads, num_m_blocks), or
-    the one-tile kernel's (query tiles, heads, sequences) and (total_tokens, guess_len)."""
+    the 3-D grid kernels' (query tiles, heads, sequences) and (total_tokens, guess_len)."""
     num_m_blocks, programs = grid_of(max_seqlen, block_m, batch, heads)
     if grid3:
         grid = (num_m_blocks, heads, batch) if programs else (0, 1, 1)
-        return grid, (total, total // batch if batch else 0)
+        return grid, (total, guess_len(total, batch, max_seqlen))
     return (programs, 1, 1), (heads, num_m_blocks)
 
 
@@ -215,6 +235,7 @@ def forget_plans() -> None:
     _class_plans.clear()
     _launcher._cache.clear()
     _onetile_launcher._cache.clear()
+    _specloop_launcher._cache.clear()
     _ready.clear()
     epoch += 1
 
@@ -374,8 +395,11 @@ def kept_grid(kept: KeptLaunch, max_seqlen: int) -> tuple | None:
     scalars = kept.scalars
     batch, heads = kept.cu_len - 1, kept.key[0][2]
     if kept.grid3:
-        gx = kept.grid_x if max_seqlen == kept.max_seqlen else -(-max_seqlen // kept.block_m)
-        return gx, heads, batch, scalars
+        if max_seqlen == kept.max_seqlen:
+            return kept.grid_x, heads, batch, scalars
+        total = scalars[9]
+        guess = guess_len(total, batch, max_seqlen)
+        return -(-max_seqlen // kept.block_m), heads, batch, (*scalars[:10], guess)
     if max_seqlen == kept.max_seqlen:
         return kept.grid_x, 1, 1, scalars
     num_m_blocks, grid_x = grid_of(max_seqlen, kept.block_m, batch, heads)

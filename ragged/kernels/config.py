@@ -85,10 +85,17 @@ def attention_config(
 #   5.59, 1 / 0% 4.91 vs 5.34;
 #   else the table (64 / 50% mixed: late 28.01 vs 26.24, at once 25.66 (noise); 64 / 0%: 63.71
 #   and 56.71 vs 56.60).
+# Between the one-tile class and the loop's, from 33 keys up, while the grid of 64-row tiles
+# is one wave at most: ``forward.specloop_kernel`` (the loop's tile, its loads issued before
+# cu_seqlens arrives where the batch is uniform, 3 stages, PDL after the store), fifth
+# session's sweep, µs vs the loop with PDL after the store in the same rounds: 1 / 0% 4.33 vs
+# 4.94, 4 / 80% 2.47 vs 2.74, 4 / 50% 3.36 vs 3.60, 8 / 80% 2.63 vs 2.83; over one wave it
+# lost or tied (8 / 50% 4.37 vs 4.35, 16 / 50% 5.76 vs 5.43, 32 / 80% 4.20 vs 4.10).
 WAVE = 132  # the H100's SMs: one program each
 LATE_WAVES = 3
 SHORT_BATCH_KEYS = 256  # the longest max_seqlen measured
 ONETILE_KEYS = 128  # one tile of keys: 256 columns spill (ptxas, docs/kernel.md)
+SPECLOOP_FROM = 64  # specloop's shortest bucket (17-32 was not measured)
 
 
 def pow2_span(max_seqlen: int) -> tuple[int, int]:
@@ -122,6 +129,11 @@ def short_batch(head_dim: int, max_seqlen: int, pairs: int, dtype: torch.dtype,
             cfg = AttentionConfig(16, hi, 4, 1, kind="onetile", pdl=1 if hi <= 64 else 2)
             return cfg, (lo, hi), (1, most)
         first = most + 1
+    most = WAVE // -(-hi // 64)
+    if hi >= SPECLOOP_FROM and pairs <= most:  # its grid of 64-row tiles one wave at most
+        cfg = AttentionConfig(64, 64, 4, 3, kind="specloop", pdl=2)
+        return cfg, (lo, hi), (first, most)
+    first = max(first, most + 1) if hi >= SPECLOOP_FROM else first
     most = LATE_WAVES * WAVE // -(-hi // 64)
     if pairs <= most:
         return AttentionConfig(64, 64, 4, 2, pdl=2), (lo, hi), (first, most)

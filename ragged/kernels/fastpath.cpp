@@ -240,9 +240,9 @@ bool specializable(const int64_t *v, int n) {
 
 // The kernel's grid for max_seqlen (kernels/attention.py's grid_and_ints): num_m_blocks
 // query tiles of block_m rows a sequence and head; the loop kernel: grid = (that x batch x
-// heads, 1, 1) programs and its last two ints (heads, num_m_blocks); the one-tile kernel
-// (grid3): grid = (num_m_blocks, heads, batch) and (total, total / batch). false where it
-// overflows CUDA's grid (the checked path then decides).
+// heads, 1, 1) programs and its last two ints (heads, num_m_blocks); the one-tile kernel and
+// specloop (grid3): grid = (num_m_blocks, heads, batch) and (total, guess_len). false where
+// it overflows CUDA's grid (the checked path then decides).
 bool grid_of(bool grid3, int64_t max_seqlen, int64_t block_m, int64_t batch, int64_t heads,
              int64_t total, int64_t *grid, int64_t *last_two) {
   const int64_t num_m_blocks = max_seqlen / block_m + (max_seqlen % block_m != 0);
@@ -254,7 +254,8 @@ bool grid_of(bool grid3, int64_t max_seqlen, int64_t block_m, int64_t batch, int
   if (grid3) {
     if (heads > 65535 || batch > 65535) return false;
     grid[0] = programs ? num_m_blocks : 0, grid[1] = heads, grid[2] = batch;
-    last_two[0] = total, last_two[1] = batch ? total / batch : 0;
+    // guess_len: max_seqlen for a uniform batch (total == batch x max_seqlen), else 0
+    last_two[0] = total, last_two[1] = batch && total == batch * max_seqlen ? max_seqlen : 0;
   } else {
     grid[0] = programs, grid[1] = 1, grid[2] = 1;
     last_two[0] = heads, last_two[1] = num_m_blocks;

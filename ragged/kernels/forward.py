@@ -285,11 +285,12 @@ def onetile_kernel(
 @triton.jit
 def _key_tiles(q, k_head, v_head, row0, total, seq_len, offs_n, offs_d, d_ok, qk_scale,
                stride_kt, stride_vt, BLOCK_M: tl.constexpr, BLOCK_D: tl.constexpr,
-               BLOCK_N: tl.constexpr, KEYS: tl.constexpr, IEEE_DOT: tl.constexpr,
+               BLOCK_N: tl.constexpr, keys, IEEE_DOT: tl.constexpr,
                FOLD: tl.constexpr, FULL_SKIP: tl.constexpr, V_SPEC: tl.constexpr):  # fmt: skip
-    """(acc, l): the online softmax of q against keys ``row0 .. row0 + KEYS`` of one head
-    (``KEYS // BLOCK_N`` tiles, a trip count known at compile time, so the software pipeline's
-    prologue issues the first tiles' loads before ``seq_len`` is known). k is masked by the
+    """(acc, l): the online softmax of q against keys ``row0 .. row0 + keys`` of one head in
+    tiles of BLOCK_N (``keys`` a constexpr on the speculative path: a trip count known at
+    compile time, so the software pipeline's prologue issues the first tiles' loads before
+    ``seq_len`` is known; ``seq_len`` on the others). k is masked by the
     tensor's end only (its address never depends on ``seq_len``), v also by ``seq_len`` (rows
     past the sequence are zero, so a non-finite value there cannot reach it through p * v),
     unless ``V_SPEC``: v masked as k, so its loads need no ``seq_len`` either (a non-finite
@@ -297,7 +298,7 @@ def _key_tiles(q, k_head, v_head, row0, total, seq_len, offs_n, offs_d, d_ok, qk
     m_i = tl.full([BLOCK_M], float("-inf"), dtype=tl.float32)
     l_i = tl.zeros([BLOCK_M], dtype=tl.float32)
     acc = tl.zeros([BLOCK_M, BLOCK_D], dtype=tl.float32)
-    for n_start in range(0, KEYS, BLOCK_N):
+    for n_start in range(0, keys, BLOCK_N):
         offs_kn = n_start + offs_n
         in_t = row0 + offs_kn < total
         n_ok = offs_kn < seq_len
@@ -366,9 +367,12 @@ def specloop_kernel(
     compile-time number of key tiles: ``KEYS`` (max_seqlen's bucket, a multiple of BLOCK_N,
     at least max_seqlen) in tiles of ``BLOCK_N``.
 
-    ``SPECULATE``: q and the key tiles are loaded from the guessed start (seq x guess_len) in
-    the same load round as cu_seqlens (every load independent of it is issued before the
-    first that depends on it); recomputed from the true start where the guess was wrong.
+    ``SPECULATE``: where ``guess_len`` > 0 (the host passes it for a uniform batch, total ==
+    batch x max_seqlen, else 0), q and the key tiles are loaded from the guessed start (seq x
+    guess_len) in the same load round as cu_seqlens (every load independent of it is issued
+    before the first that depends on it), and the tile recomputed from the true start where
+    the guess was wrong (a capacity-packed batch); without a guess (or SPECULATE), the loop
+    kernel's loads: as many key tiles as the sequence has, nothing for a query tile past it.
     ``SUB_M`` < BLOCK_M: a program walks its BLOCK_M rows in tiles of SUB_M (BLOCK_M = KEYS:
     one program per (sequence, head) pair). ``FOLD``: the scale folded into q. ``FULL_SKIP``:
     no key mask on tiles inside the sequence. ``V_SPEC``: v's loads independent of the
@@ -394,21 +398,21 @@ def specloop_kernel(
     row0 = seq_start.to(tl.int64)
     for sub in tl.static_range(0, BLOCK_M, SUB_M):  # unrolled: the key loop stays innermost
         offs_m = m_block * BLOCK_M + sub + tl.arange(0, SUB_M)
-        if SPECULATE:  # addresses from the guess: issued before seq_start is known
-            q = _load_q(q_head, g0, offs_m, n0, offs_d, d_ok, qk_scale, stride_qt, FOLD)
-            acc, l_i = _key_tiles(q, k_head, v_head, g0, n0, seq_len, offs_n, offs_d, d_ok,
-                                  qk_scale, stride_kt, stride_vt, SUB_M, BLOCK_D, BLOCK_N, KEYS,
-                                  IEEE_DOT, FOLD, FULL_SKIP, V_SPEC)  # fmt: skip
-            if row0 != g0:  # a wrong guess: the same from the true start
-                q = _load_q(q_head, row0, offs_m, n0, offs_d, d_ok, qk_scale, stride_qt, FOLD)
-                acc, l_i = _key_tiles(q, k_head, v_head, row0, n0, seq_len, offs_n, offs_d,
-                                      d_ok, qk_scale, stride_kt, stride_vt, SUB_M, BLOCK_D,
-                                      BLOCK_N, KEYS, IEEE_DOT, FOLD, FULL_SKIP, V_SPEC)  # fmt: skip
-        else:
+        acc = tl.zeros([SUB_M, BLOCK_D], dtype=tl.float32)
+        l_i = tl.full([SUB_M], 1.0, dtype=tl.float32)
+        todo = m_block * BLOCK_M + sub < seq_len
+        if SPECULATE:
+            if n1 > 0:  # addresses from the guess: issued before seq_start is known
+                q = _load_q(q_head, g0, offs_m, n0, offs_d, d_ok, qk_scale, stride_qt, FOLD)
+                acc, l_i = _key_tiles(q, k_head, v_head, g0, n0, seq_len, offs_n, offs_d, d_ok,
+                                      qk_scale, stride_kt, stride_vt, SUB_M, BLOCK_D, BLOCK_N,
+                                      KEYS, IEEE_DOT, FOLD, FULL_SKIP, V_SPEC)  # fmt: skip
+                todo = todo & (row0 != g0)  # a wrong guess: again from the true start
+        if todo:  # no guess, or a wrong one: the loop kernel's loads, as many tiles as keys
             q = _load_q(q_head, row0, offs_m, n0, offs_d, d_ok, qk_scale, stride_qt, FOLD)
             acc, l_i = _key_tiles(q, k_head, v_head, row0, n0, seq_len, offs_n, offs_d, d_ok,
-                                  qk_scale, stride_kt, stride_vt, SUB_M, BLOCK_D, BLOCK_N, KEYS,
-                                  IEEE_DOT, FOLD, FULL_SKIP, V_SPEC)  # fmt: skip
+                                  qk_scale, stride_kt, stride_vt, SUB_M, BLOCK_D, BLOCK_N,
+                                  seq_len, IEEE_DOT, FOLD, FULL_SKIP, V_SPEC)  # fmt: skip
         m_ok = offs_m < seq_len
         acc = acc / l_i[:, None]
         o_ptrs = O + (row0 + offs_m[:, None]) * stride_ot + head64 * stride_oh + offs_d[None, :]

@@ -260,7 +260,7 @@ def run_specloop(variant, q, k, v, cu_seqlens, max_seqlen, softmax_scale, out):
     forward.specloop_kernel[(num_m_blocks, heads, batch)](
         q, k, v, out, cu_seqlens, softmax_scale * attention.LOG2E,
         q.stride(0), q.stride(1), k.stride(0), k.stride(1), v.stride(0), v.stride(1),
-        out.stride(0), out.stride(1), total, total // batch,
+        out.stride(0), out.stride(1), total, attention.guess_len(total, batch, max_seqlen),
         HEAD_DIM=head_dim, BLOCK_D=max(16, triton.next_power_of_2(head_dim)),
         BLOCK_M=variant.block_m, BLOCK_N=variant.block_n, IEEE_DOT=q.dtype == torch.float32,
         SUB_M=variant.sub_m or variant.block_m, KEYS=specloop_keys(max_seqlen, variant.block_n),
