@@ -7,8 +7,9 @@ BS 32 / 80%, BS 64 / 50% mixed lengths, BS 64 / 0%; lengths as the kernel table 
     choice by length and batch, ``kernels.config.choice``, through the fast paths),
   * ``before``: the table's kernel alone (``config.attention_config``: the default path
     before the short-batch classes),
-  * ``previous``: the default path before ``specloop`` (its classes took the 64 x 64 loop
-    with PDL after the store; the other classes' kernel as ``current``),
+  * ``previous``: the default path before the fifth session (its specloop class and its loop
+    of 3 stages were the 64 x 64 loop of 2 stages with PDL after the store; the other
+    classes' kernel as ``current``),
   * every candidate of ``ragged.kernels.variants.VARIANTS``,
   * FA2 through torch's ``aten._flash_attention_forward`` (where this torch has it),
   * an empty Triton kernel (one program): the launch floor of a CUDA graph's kernel node,
@@ -125,7 +126,7 @@ def arms_of(q, k, v, cu, max_seqlen, *, smoke: bool) -> dict:
     # the default path before specloop: its classes took the loop with PDL after the store
     pairs = (cu.shape[0] - 1) * q.shape[1]
     cfg = choice(q.shape[2], max_seqlen, pairs, q.dtype, capability_of(q.get_device()))[0]
-    if cfg is not None and cfg.kind == "specloop":
+    if cfg is not None and (cfg.kind == "specloop" or cfg.num_stages == 3):
         cfg = AttentionConfig(64, 64, 4, 2, pdl=2)
     previous = torch.empty_like(q)
     arms["previous"] = (

@@ -153,7 +153,7 @@ def test_the_short_batch_kernels_of_the_default_path_match_oracle(kind, device):
     """The short-batch classes' kernels as the default path launches them (config.choice on
     sm_90: the one-tile kernel with its speculative start on the 3-D grid, PDL at once; the
     loop with PDL after the store; specloop, its loads from the guessed start of a uniform
-    batch), checked path: uniform batches (the guess right), a wrong guess, an empty
+    batch, PDL at once), checked path: uniform batches (the guess right), a wrong guess, an empty
     sequence, and a capacity-packed batch (rows past cu_seqlens[-1]: total == batch x
     max_seqlen, yet the guess wrong). The interpreter has no grid dependency control: PDL
     compiles out there (the same arithmetic)."""
@@ -171,7 +171,7 @@ def test_the_short_batch_kernels_of_the_default_path_match_oracle(kind, device):
         config = {
             "onetile": AttentionConfig(16, block_n, 4, 1, kind="onetile", pdl=1),
             "loop": AttentionConfig(64, 64, 4, 2, pdl=2),
-            "specloop": AttentionConfig(64, 64, 4, 3, kind="specloop", pdl=2),
+            "specloop": AttentionConfig(64, 64, 4, 2, kind="specloop", pdl=1),
         }[kind]
         if kind == "onetile" and block_n > 128:
             continue

@@ -553,11 +553,15 @@ def test_the_short_batch_classes_hold_over_their_spans(capability):
     assert choice(64, 40, 12, torch.float16, (9, 0))[0] == AttentionConfig(
         16, 64, 4, 1, kind="onetile", pdl=1)  # BS 1 / 80%  # fmt: skip
     assert choice(64, 99, 96, torch.float16, (9, 0))[0] == AttentionConfig(64, 64, 4, 2, pdl=2)
-    # one wave of 64-row tiles after the one-tile class: specloop (BS 1 / 0%, 4 / 50%, 8 / 80%)
-    specloop = AttentionConfig(64, 64, 4, 3, kind="specloop", pdl=2)
-    for max_seqlen, pairs in ((197, 12), (99, 48), (40, 96), (40, 48)):
-        assert choice(64, max_seqlen, pairs, torch.float16, (9, 0))[0] == specloop
-    assert choice(64, 20, 96, torch.float16, (9, 0))[0] == AttentionConfig(64, 64, 4, 2, pdl=2)
+    # 33-64 keys after the one-tile class up to half a wave: specloop, PDL at once (4 / 80%)
+    specloop = AttentionConfig(64, 64, 4, 2, kind="specloop", pdl=1)
+    for pairs in (34, 48, 66):
+        assert choice(64, 40, pairs, torch.float16, (9, 0))[0] == specloop
+    for max_seqlen, pairs in ((40, 96), (99, 48), (20, 96)):  # the loop, PDL after the store
+        assert choice(64, max_seqlen, pairs, torch.float16, (9, 0))[0] == AttentionConfig(
+            64, 64, 4, 2, pdl=2)  # fmt: skip
+    # 129-256 keys: the loop with 3 stages (BS 1 / 0%)
+    assert choice(64, 197, 12, torch.float16, (9, 0))[0] == AttentionConfig(64, 64, 4, 3, pdl=2)
     assert choice(64, 197, 768, torch.float16, (9, 0))[0] is None  # BS 64: the table
     assert choice(64, 40, 12, torch.float16, (0, 0))[0] is None  # the interpreter
 
@@ -576,13 +580,13 @@ def test_after_one_call_no_new_length_or_batch_plans_a_kernel(monkeypatch):
         made = set(attention._plan_of.values())
         configs = set()
         for lengths in ([20], [50], [100], [200], [300], [10], [99] * 8, [20] * 6, [150] * 16,
-                        [60] * 64):  # fmt: skip
+                        [60] * 64, [40] * 4):  # fmt: skip
             q2, k2, v2, cu2, m2 = packed_qkv(lengths, 12, 64)
             plan = attention.launch_args(q2, k2, v2, torch.empty_like(q2), cu2, m2, 0.125)[0]
             assert plan in made, (lengths, plan.config)
             configs.add(plan.config)
         assert set(attention._plan_of.values()) == made
         assert {c.kind for c in configs} == {"onetile", "loop", "specloop"}
-        assert len(configs) == 7
+        assert len(configs) == 8
     finally:
         attention.forget_plans()

@@ -275,11 +275,11 @@ def test_injected_delay_slows_the_kernel_and_keeps_its_output():
 
 # (lengths, heads) -> the short-batch class config.choice gives them on sm_90: one tile (PDL at
 # once; a wrong speculative start; PDL after the store at 128 keys), the loop with PDL after
-# the store (BS 8 / 50%), specloop (one wave of 64-row tiles: BS 1 / 0% and 4 / 50% uniform,
-# its guess right; a ragged batch, no guess).
+# the store (BS 8 / 50%; 3 stages at BS 1 / 0%), specloop (33-64 keys up to half a wave: BS 4
+# / 80% uniform, its guess right; a ragged batch, no guess).
 SHORT_BATCHES = [([40], 12, "onetile"), ([40, 7, 33], 2, "onetile"), ([99], 12, "onetile"),
-                 ([99] * 8, 12, "loop"), ([197], 12, "specloop"), ([99] * 4, 12, "specloop"),
-                 ([23, 62, 6, 69], 12, "specloop")]  # fmt: skip
+                 ([99] * 8, 12, "loop"), ([197], 12, "loop"), ([40] * 4, 12, "specloop"),
+                 ([23, 62, 6, 40], 12, "specloop")]  # fmt: skip
 
 
 @pytest.mark.parametrize("lengths, heads, kind", SHORT_BATCHES)
@@ -342,7 +342,7 @@ def test_after_one_call_a_new_length_or_batch_compiles_nothing():
     runtime.jit_post_compile_hook = lambda *a, **kw: compiled.append(kw.get("key"))
     try:
         for seed, lengths in enumerate(([20], [50], [100], [200], [300], [10], [99] * 8,
-                                        [20] * 6, [150] * 16, [60] * 64)):  # fmt: skip
+                                        [20] * 6, [150] * 16, [60] * 64, [40] * 4)):  # fmt: skip
             q2, k2, v2, cu2, m2 = packed_qkv(lengths, heads, 64, device="cuda", seed=seed)
             for _ in range(2):  # checked, then the fast path
                 out = ragged.varlen_attention(q2, k2, v2, cu2, m2, validate=False)

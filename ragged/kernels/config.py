@@ -85,17 +85,21 @@ def attention_config(
 #   5.59, 1 / 0% 4.91 vs 5.34;
 #   else the table (64 / 50% mixed: late 28.01 vs 26.24, at once 25.66 (noise); 64 / 0%: 63.71
 #   and 56.71 vs 56.60).
-# Between the one-tile class and the loop's, from 33 keys up, while the grid of 64-row tiles
-# is one wave at most: ``forward.specloop_kernel`` (the loop's tile, its loads issued before
-# cu_seqlens arrives where the batch is uniform, 3 stages, PDL after the store), fifth
-# session's sweep, µs vs the loop with PDL after the store in the same rounds: 1 / 0% 4.33 vs
-# 4.94, 4 / 80% 2.47 vs 2.74, 4 / 50% 3.36 vs 3.60, 8 / 80% 2.63 vs 2.83; over one wave it
-# lost or tied (8 / 50% 4.37 vs 4.35, 16 / 50% 5.76 vs 5.43, 32 / 80% 4.20 vs 4.10).
+# Two changes from the fifth session's two sweeps (two leases, the same day; µs, against the
+# loop with PDL after the store in the same rounds):
+#   33-64 keys, after the one-tile class up to half a wave of pairs: ``forward.specloop_kernel``
+#   (the loop's tile on the 3-D grid, its loads issued before cu_seqlens where the batch is
+#   uniform), PDL at once: 4 / 80% 2.34 and 2.49 vs 2.74 and 2.76 (at 96 pairs, 8 / 80%, it
+#   lost: 2.99 and 3.27 vs 2.83 and 2.83);
+#   129-256 keys: the loop with 3 stages (two key tiles in flight ahead): 1 / 0% 4.54 and 4.45
+#   vs 4.94 and 4.82 (with 2 key tiles, 65-128, it lost: 8 / 50% 4.46 and 4.48 vs 4.35 and
+#   4.34).
 WAVE = 132  # the H100's SMs: one program each
 LATE_WAVES = 3
 SHORT_BATCH_KEYS = 256  # the longest max_seqlen measured
 ONETILE_KEYS = 128  # one tile of keys: 256 columns spill (ptxas, docs/kernel.md)
-SPECLOOP_FROM = 64  # specloop's shortest bucket (17-32 was not measured)
+SPECLOOP_KEYS = 64  # specloop's bucket: 33-64 keys (the only one where it won twice)
+SPECLOOP_PAIRS = WAVE // 2  # and its pairs (won at 48: 4 / 80%; lost at 96: 8 / 80%)
 
 
 def pow2_span(max_seqlen: int) -> tuple[int, int]:
@@ -129,14 +133,13 @@ def short_batch(head_dim: int, max_seqlen: int, pairs: int, dtype: torch.dtype,
             cfg = AttentionConfig(16, hi, 4, 1, kind="onetile", pdl=1 if hi <= 64 else 2)
             return cfg, (lo, hi), (1, most)
         first = most + 1
-    most = WAVE // -(-hi // 64)
-    if hi >= SPECLOOP_FROM and pairs <= most:  # its grid of 64-row tiles one wave at most
-        cfg = AttentionConfig(64, 64, 4, 3, kind="specloop", pdl=2)
-        return cfg, (lo, hi), (first, most)
-    first = max(first, most + 1) if hi >= SPECLOOP_FROM else first
+    if hi == SPECLOOP_KEYS and pairs <= SPECLOOP_PAIRS:
+        cfg = AttentionConfig(64, 64, 4, 2, kind="specloop", pdl=1)
+        return cfg, (lo, hi), (first, SPECLOOP_PAIRS)
+    first = SPECLOOP_PAIRS + 1 if hi == SPECLOOP_KEYS else first
     most = LATE_WAVES * WAVE // -(-hi // 64)
-    if pairs <= most:
-        return AttentionConfig(64, 64, 4, 2, pdl=2), (lo, hi), (first, most)
+    if pairs <= most:  # 3 stages where a sequence has 4 key tiles (129-256 keys)
+        return AttentionConfig(64, 64, 4, 3 if hi > 128 else 2, pdl=2), (lo, hi), (first, most)
     return None, (lo, hi), (most + 1, MAX_LENGTH)  # the table's, over these pairs only
 
 

@@ -1,7 +1,9 @@
 """Candidate launch shapes of the ragged attention kernel for short sequences, measured by
-``python -m experiments.kernel_floor``. Two are on ``ragged.varlen_attention``'s path for the
-short-batch classes where the sweep showed them faster (``config.short_batch``): ``onetile spec
-3d m16 w4 pdl`` (and ``pdl late``) and ``loop 64x64 w4 s2 pdl late``; the others are not.
+``python -m experiments.kernel_floor``. Four are on ``ragged.varlen_attention``'s path for the
+short-batch classes where the sweeps showed them faster (``config.short_batch``): ``onetile spec
+3d m16 w4 pdl`` (and ``pdl late``), ``loop 64x64 w4 s2 pdl late`` (and its 3-stage ``loop
+64x64 w4 s3 pdl late`` at 129-256 keys) and ``specloop 64x64 w4 s2 pdl`` (33-64 keys, up to half
+a wave of pairs); the others are not.
 
 At BS 1 / 80% pruning (40 tokens, 12 heads) the default kernel costs ~1.9 µs more than an empty
 kernel (H100): a chain of dependent latencies, not arithmetic. What each variant changes:
@@ -23,6 +25,14 @@ kernel (H100): a chain of dependent latencies, not arithmetic. What each variant
     the true start only where the guess was wrong. Uniform batches lose the dependent round.
   * ``onetile spec 3d``: as ``onetile spec``, launched on a 3-D grid (query tile, head,
     sequence): the sequence index the first loads need comes without two integer divisions.
+  * ``specloop``: ``forward.specloop_kernel``: the loop's tiles on the one-tile kernel's 3-D
+    grid and parameters, over a compile-time number of key tiles (max_seqlen's bucket) where
+    the batch is uniform, from the guessed start: q and the first key tiles are issued before
+    cu_seqlens arrives (the loop kernel waits for it first), checked against it, recomputed
+    from the true start where wrong; ``nospec`` without the guess (the loop's loads, on the
+    3-D grid); ``fold``: the scale folded into q (exp2 of the raw dot); ``skip``: no key mask on
+    tiles inside the sequence; ``vspec``: v's loads independent of cu_seqlens too; ``pair``: one
+    program per (sequence, head) walking its query tiles (a persistent program per pair).
   * ``... pdl``: launched as a programmatic dependent launch (Hopper's grid dependency
     control): every program first lets the next kernel of the stream launch, then waits for
     the kernel before it to finish (``griddepcontrol.wait``) before its first load. The next
