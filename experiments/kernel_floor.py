@@ -2,14 +2,14 @@
 
 For each of six workloads (12 heads, head_dim 64, fp16: BS 1 / 80% and 50%, BS 8 / 50%,
 BS 32 / 80%, BS 64 / 50% mixed lengths, BS 64 / 0%; lengths as the kernel table builds them,
-``benchmarks.support.workloads.kernel_lengths``) it checks, then times, in one process:
+``benchmarks.support.workloads.kernel_lengths``; the classes between; DeiT-B 384's pipeline
+lengths, 257-512 keys, ``WORKLOADS``) it checks, then times, in one process:
   * ``current``: ``ragged.varlen_attention(..., validate=False)``, the default path (its
     choice by length and batch, ``kernels.config.choice``, through the fast paths),
   * ``before``: the table's kernel alone (``config.attention_config``: the default path
     before the short-batch classes),
-  * ``previous``: the default path before the fifth session (its specloop class and its loop
-    of 3 stages were the 64 x 64 loop of 2 stages with PDL after the store; the other
-    classes' kernel as ``current``),
+  * ``previous``: the default path before the sixth session (no class above 256 keys: the
+    table's kernel there; the other classes' kernel as ``current``),
   * every candidate of ``ragged.kernels.variants.VARIANTS``,
   * FA2 through torch's ``aten._flash_attention_forward`` (where this torch has it),
   * an empty Triton kernel (one program): the launch floor of a CUDA graph's kernel node,
@@ -55,7 +55,7 @@ import ragged
 from benchmarks.support import harness, workloads
 from ragged.kernels import attention as kernel_attention
 from ragged.kernels import forward, variants
-from ragged.kernels.config import AttentionConfig, attention_config, capability_of, choice
+from ragged.kernels.config import attention_config, capability_of, choice
 from ragged.testing import attention_error_budget, packed_qkv
 
 # (label, batch, prune, lengths): the issue's table, in its order.
@@ -75,12 +75,22 @@ WORKLOADS = (
     ("16 / 50%", 16, 0.5, "uniform"),
     # a ragged short batch in specloop's class (no guess: its plain path)
     ("4 / 80% mixed", 4, 0.8, "mixed"),
+    # DeiT-B 384 (577 tokens) after the pipeline's prune point, as its graphs call the kernel:
+    # Threshold-L2 keeps 289 a image (BS 1 and 4); ATS keeps 38-45 at BS 4, packed into its
+    # capacity bucket of 289 rows (max_seqlen 289, rows past cu_seqlens[-1]); then lengths
+    # inside the 257-512 bucket at 24 and 48 pairs (explicit lengths, capacity: the last int)
+    ("384 1 / 50%", 1, None, ([289], 0)),
+    ("384 4 / 50%", 4, None, ([289] * 4, 0)),
+    ("384 4 ats", 4, None, ([44, 45, 39, 38], 289)),
+    ("2 / 450", 2, None, ([450] * 2, 0)),
+    ("4 / 512 mixed", 4, None, ([512, 300, 420, 260], 0)),
 )
 HEADS, HEAD_DIM = 12, 64
 CALLS = 20  # calls captured per graph
 TARGETS = {"1 / 80%": 2.0, "8 / 50%": 3.2}  # µs of GPU time the issue asks for
 LARGE = ("32 / 80%", "64 / 50% mixed", "64 / 0%")  # "no loss above BS 32"
 ARMS: list[str] = []  # --arms: the candidates timed (empty: every variant)
+PREVIOUS_KEYS = 256  # the short-batch classes' longest max_seqlen before the sixth session
 LOSS_TOLERANCE = 1.02  # a variant loses where it is more than 2% slower than current
 
 
@@ -97,11 +107,23 @@ def _empty_pdl_kernel(x):
 
 def workload_inputs(batch, prune, mode, *, smoke: bool):
     """q, k, v, cu_seqlens, max_seqlen; fp16 on the GPU, 12 heads (smoke: 2 heads, at most
-    3 sequences, on the CPU)."""
-    lengths = workloads.kernel_lengths(batch, prune, mode)
-    if smoke:
-        return packed_qkv(lengths[:3], 2, HEAD_DIM, dtype=torch.float16, device="cpu", seed=batch)
-    return packed_qkv(lengths, HEADS, HEAD_DIM, dtype=torch.float16, device="cuda", seed=batch)
+    3 sequences, on the CPU). ``mode`` is "uniform" or "mixed" (the kernel table's lengths of
+    197-token images), or (lengths, capacity): those lengths, and where capacity > 0 that many
+    rows (the rows past the last sequence belong to none) and max_seqlen = capacity, as a
+    capacity-packed pipeline passes them."""
+    capacity = 0
+    if isinstance(mode, tuple):
+        lengths, capacity = mode
+    else:
+        lengths = workloads.kernel_lengths(batch, prune, mode)
+    heads, device = (2, "cpu") if smoke else (HEADS, "cuda")
+    lengths = lengths[:3] if smoke else lengths
+    pad = [capacity - sum(lengths)] if capacity else []
+    q, k, v, cu, max_seqlen = packed_qkv(lengths + pad, heads, HEAD_DIM, dtype=torch.float16,
+                                         device=device, seed=batch)  # fmt: skip
+    if capacity:
+        return q, k, v, cu[:-1], capacity
+    return q, k, v, cu, max_seqlen
 
 
 def arms_of(q, k, v, cu, max_seqlen, *, smoke: bool) -> dict:
@@ -123,11 +145,11 @@ def arms_of(q, k, v, cu, max_seqlen, *, smoke: bool) -> dict:
         ),
         before,
     )
-    # the default path before specloop: its classes took the loop with PDL after the store
+    # the default path before the sixth session: above 256 keys the table's kernel (no class)
     pairs = (cu.shape[0] - 1) * q.shape[1]
     cfg = choice(q.shape[2], max_seqlen, pairs, q.dtype, capability_of(q.get_device()))[0]
-    if cfg is not None and (cfg.kind == "specloop" or cfg.num_stages == 3):
-        cfg = AttentionConfig(64, 64, 4, 2, pdl=2)
+    if max_seqlen > PREVIOUS_KEYS:
+        cfg = None
     previous = torch.empty_like(q)
     arms["previous"] = (
         lambda: kernel_attention.varlen_attention_triton(
@@ -170,7 +192,8 @@ def output_of(arm) -> torch.Tensor:
 def check(arms: dict, q, k, v, cu) -> dict:
     """name -> {"ok", "max_abs_err", "budget"} or {"ok": False, "error": ...}: each arm run
     once (compiling it) and compared with the float64 oracle."""
-    oracle, budget = attention_error_budget(q, k, v, cu)
+    rows = int(cu[-1])  # a capacity-packed batch: the rows past cu_seqlens[-1] are no one's
+    oracle, budget = attention_error_budget(q[:rows], k[:rows], v[:rows], cu)
     result = {}
     for name, arm in arms.items():
         if isinstance(arm, str):
@@ -180,7 +203,7 @@ def check(arms: dict, q, k, v, cu) -> dict:
             if isinstance(arm[1], torch.Tensor):
                 arm[1].fill_(float("nan"))
             arm[0]()
-            out = output_of(arm)
+            out = output_of(arm)[:rows]
             err = (out.double() - oracle).abs().max().item() if out.numel() else 0.0
             ok = bool(torch.isfinite(out).all().item()) and err <= budget
         except Exception as exc:  # a variant that does not compile or launch here
@@ -321,7 +344,7 @@ def summary(results: list[dict]) -> dict:
 
 
 def print_summary(s: dict) -> None:
-    print("\n| batch / pruned | tokens | the table's kernel | before specloop | after | "
+    print("\n| batch / pruned | tokens | the table's kernel | previous | after | "
           "best variant | FA2 (aten) | an empty kernel | an empty kernel, pdl |\n"
           "|---|---|---|---|---|---|---|---|---|")  # fmt: skip
     for r in s["rows"]:

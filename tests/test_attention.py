@@ -160,12 +160,13 @@ def test_the_short_batch_kernels_of_the_default_path_match_oracle(kind, device):
     from ragged.kernels import attention as kernel_attention
     from ragged.kernels.config import AttentionConfig
 
-    for lengths in ([40], [99, 99], [40, 7, 33], [0, 3, 64], [197], [40, 20, 40, "pad"]):
+    for lengths in ([40], [99, 99], [40, 7, 33], [0, 3, 64], [197], [40, 20, 40, "pad"], [289],
+                    [44, 45, 39, 38, "pad"]):  # fmt: skip
         capacity = lengths[-1] == "pad"
         lengths = [n for n in lengths if n != "pad"]
         q, k, v, cu, max_seqlen = packed_qkv(lengths + [20] * capacity, 2, 64, device=device,
                                              seed=7)  # fmt: skip
-        if capacity:  # 20 rows past the last sequence: 120 == 3 x 40, not uniform
+        if capacity:  # 20 rows past the last sequence (120 == 3 x 40, not uniform; 186)
             cu = cu[:-1]
         block_n = max(16, 1 << (max_seqlen - 1).bit_length())
         config = {

@@ -540,8 +540,8 @@ def test_the_short_batch_classes_hold_over_their_spans(capability):
     grids and on the CPU."""
     for dtype in (torch.float16, torch.bfloat16, torch.float32):
         for head_dim in (32, 64, 128):
-            for max_seqlen in (1, 16, 17, 40, 64, 65, 99, 128, 197, 256, 257, 577):
-                for pairs in (1, 12, 24, 33, 36, 48, 96, 132, 144, 384, 396, 768, 3072):
+            for max_seqlen in (1, 16, 17, 40, 64, 65, 99, 128, 197, 256, 257, 289, 512, 513, 577):
+                for pairs in (1, 12, 24, 33, 36, 48, 49, 50, 96, 132, 144, 384, 396, 768, 3072):
                     cfg, (lo, hi), (plo, phi) = choice(head_dim, max_seqlen, pairs, dtype,
                                                        capability)  # fmt: skip
                     assert lo <= max_seqlen <= hi and plo <= pairs <= phi
@@ -563,6 +563,13 @@ def test_the_short_batch_classes_hold_over_their_spans(capability):
     # 129-256 keys: the loop with 3 stages (BS 1 / 0%)
     assert choice(64, 197, 12, torch.float16, (9, 0))[0] == AttentionConfig(64, 64, 4, 3, pdl=2)
     assert choice(64, 197, 768, torch.float16, (9, 0))[0] is None  # BS 64: the table
+    # 257-512 keys (DeiT-B 384 after the prune point: 289), up to three waves of 8 key tiles
+    # (49 pairs): the loop with 3 stages, PDL after the store
+    for max_seqlen, pairs in ((289, 12), (289, 48), (257, 1), (512, 49), (450, 24)):
+        assert choice(64, max_seqlen, pairs, torch.float16, (9, 0)) == (
+            AttentionConfig(64, 64, 4, 3, pdl=2), (257, 512), (1, 49))  # fmt: skip
+    for max_seqlen, pairs in ((289, 50), (289, 96), (513, 12), (577, 48)):  # the table
+        assert choice(64, max_seqlen, pairs, torch.float16, (9, 0))[0] is None
     assert choice(64, 40, 12, torch.float16, (0, 0))[0] is None  # the interpreter
 
 

@@ -276,10 +276,12 @@ def test_injected_delay_slows_the_kernel_and_keeps_its_output():
 # (lengths, heads) -> the short-batch class config.choice gives them on sm_90: one tile (PDL at
 # once; a wrong speculative start; PDL after the store at 128 keys), the loop with PDL after
 # the store (BS 8 / 50%; 3 stages at BS 1 / 0%), specloop (33-64 keys up to half a wave: BS 4
-# / 80% uniform, its guess right; a ragged batch, no guess).
+# / 80% uniform, its guess right; a ragged batch, no guess), the loop with 3 stages at 257-512
+# keys (DeiT-B 384 after the prune point, BS 1 and 4).
 SHORT_BATCHES = [([40], 12, "onetile"), ([40, 7, 33], 2, "onetile"), ([99], 12, "onetile"),
                  ([99] * 8, 12, "loop"), ([197], 12, "loop"), ([40] * 4, 12, "specloop"),
-                 ([23, 62, 6, 40], 12, "specloop")]  # fmt: skip
+                 ([23, 62, 6, 40], 12, "specloop"), ([289], 12, "loop"),
+                 ([289] * 4, 12, "loop")]  # fmt: skip
 
 
 @pytest.mark.parametrize("lengths, heads, kind", SHORT_BATCHES)

@@ -63,7 +63,7 @@ ONETILE_MAX_FP32 = 64
 # One warp holding 16 x 256 fp32 scores spills (ptxas, sm_90: 255 registers and ~700 bytes of
 # stack a thread already at 4 warps) and took ptxas 90 s to compile here: up to 128 keys only.
 ONETILE_MAX_ONE_WARP = 128
-SPECLOOP_MAX = 256  # specloop: the longest max_seqlen (its key tiles are unrolled up to it)
+SPECLOOP_MAX = 512  # specloop: the longest max_seqlen (its key tiles are unrolled up to it)
 
 
 onetile_kernel = forward.onetile_kernel  # the one-tile kernel (on the default path for its classes)
@@ -187,6 +187,12 @@ VARIANTS = (
     # a persistent program per (sequence, head) pair: all 96 at BS 8 / 50%, walking its
     # query tiles of 64 rows (block_m = 128: the 65-128 bucket in one program)
     spec("specloop pair 128/64x64 w4 s2 pdl late", 128, 64, 4, 2, max_keys=128, sub_m=64),
+    # The sixth session's, for 257-512 keys (DeiT-B 384 after the prune point: 5-8 key tiles):
+    # a deeper pipeline, and PDL at once with 3 stages
+    Variant("loop 64x64 w4 s4 pdl late", "loop", 64, 64, 4, 4, pdl=2),
+    Variant("loop 64x64 w4 s3 pdl", "loop", 64, 64, 4, 3, pdl=True),
+    spec("specloop 64x64 w4 s3 pdl", 64, 64, 4, 3, pdl=1),
+    spec("specloop 64x64 w4 s4 pdl late", 64, 64, 4, 4),
 )
 
 
