@@ -74,7 +74,7 @@ def attention_config(
     return AttentionConfig(block_m, block_n, num_warps=4, num_stages=2)
 
 
-# Short batches (sm_90 and later, fp16/bf16, head_dim 33-64, 17-256 keys): a choice by the
+# Short batches (sm_90 and later, fp16/bf16, head_dim 33-64, 17-512 keys): a choice by the
 # number of programs as well as by length, from one sweep of ``python -m experiments.kernel_floor``
 # (H100, 12 workloads; docs/kernel.md "Short batches"). Times of the old default, µs per call:
 #   one tile of 16 rows, PDL at once, while its grid is one wave (<= WAVE programs) and the
@@ -94,6 +94,12 @@ def attention_config(
 #   129-256 keys: the loop with 3 stages (two key tiles in flight ahead): 1 / 0% 4.54 and 4.45
 #   vs 4.94 and 4.82 (with 2 key tiles, 65-128, it lost: 8 / 50% 4.46 and 4.48 vs 4.35 and
 #   4.34).
+# The sixth session's sweep (one run; µs against the table's kernel, which ran there before):
+#   257-512 keys (DeiT-B 384 after the prune point: 289), up to three waves of 8 key tiles (49
+#   pairs): the loop with 3 stages, PDL after the store, as at 129-256: Threshold-L2's 289 at
+#   BS 1 5.03 vs 6.15, at BS 4 7.15 vs 8.02; 2 x 450 9.12 vs 10.67; 4 ragged up to 512 11.49 vs
+#   11.93; ATS's 4 short sequences in a 289-row bucket 3.41 vs 3.52 (4 stages: within 1%
+#   where the keys fill the tiles, 3.62 on ATS's; specloop's 8 compile-time key tiles lost).
 WAVE = 132  # the H100's SMs: one program each
 LATE_WAVES = 3
 SHORT_BATCH_KEYS = 512  # the longest max_seqlen measured

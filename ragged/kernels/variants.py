@@ -2,7 +2,7 @@
 ``python -m experiments.kernel_floor``. Four are on ``ragged.varlen_attention``'s path for the
 short-batch classes where the sweeps showed them faster (``config.short_batch``): ``onetile spec
 3d m16 w4 pdl`` (and ``pdl late``), ``loop 64x64 w4 s2 pdl late`` (and its 3-stage ``loop
-64x64 w4 s3 pdl late`` at 129-256 keys) and ``specloop 64x64 w4 s2 pdl`` (33-64 keys, up to half
+64x64 w4 s3 pdl late`` at 129-512 keys) and ``specloop 64x64 w4 s2 pdl`` (33-64 keys, up to half
 a wave of pairs); the others are not.
 
 At BS 1 / 80% pruning (40 tokens, 12 heads) the default kernel costs ~1.9 µs more than an empty
