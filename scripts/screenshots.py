@@ -30,11 +30,13 @@ REPO = Path(__file__).resolve().parent.parent
 CHROMIUM = "/usr/bin/chromium"
 FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
          "--disable-component-update", "--disable-sync"]  # fmt: skip
+# a page's tables (markdown: dashboard.draw.static_table), or its message where it has none
+TABLE = "[data-testid='stMarkdown'] table, [data-testid='stAlert']"
 # what each page shows once it has rendered: a chart, or the overview's gate line
 READY = {
     "Overview": "text=Newest run against its lookback",
-    "Alerts": "[data-testid='stDataFrame'], [data-testid='stAlert']",
-    "Compare": "[data-testid='stDataFrame']",
+    "Alerts": TABLE,
+    "Compare": TABLE,
 }
 # what each screenshot shows, where the first cell would say little: a series that moved
 SHOW = {
