@@ -394,14 +394,22 @@ def pick_environment(envs: list[str], key: str, every: bool = False) -> str | No
 
 
 # every ASCII punctuation mark, escaped: a cell's text is shown as written, never as emphasis,
-# a link, a colour directive or LaTeX
+# a link, a colour directive, LaTeX or HTML (no tag can open: each "<" is escaped)
 MARKDOWN_MARKS = frozenset("!\"#$%&'()*+,-./:;<=>?@[\\]^_`{|}~")
+# where a cell's text may wrap without a space (a <wbr>, not copied with it): after a comma, and
+# after a dot before a letter (a metric's name, never a number's decimals); cells of 70
+# characters without a space ("backend=padded_sdpa,batch=64,...") pushed the Compare table past
+# a 1400 px window
+BREAK = re.compile(r"(?<=,)|(?<=\.)(?=[A-Za-z])")
 
 
 def markdown_text(value) -> str:
-    """``value`` as markdown that shows it as written, on one line (a float to 4 digits)."""
+    """``value`` as markdown that shows it as written, on one line (a float to 4 digits), and
+    may wrap at the ``BREAK`` points."""
     text = number(value) if isinstance(value, float) else " ".join(str(value).split())
-    return "".join("\\" + c if c in MARKDOWN_MARKS else c for c in text)
+    escaped = ("".join("\\" + c if c in MARKDOWN_MARKS else c for c in part)
+               for part in BREAK.split(text))  # fmt: skip
+    return "<wbr>".join(escaped)
 
 
 def static_table(df: pd.DataFrame) -> None:
@@ -414,7 +422,7 @@ def static_table(df: pd.DataFrame) -> None:
              "|" + "---|" * len(df.columns)]  # fmt: skip
     lines += ["| " + " | ".join(markdown_text(v) or " " for v in row) + " |"
               for row in df.itertuples(index=False)]  # fmt: skip
-    st.markdown("\n".join(lines))
+    st.markdown("\n".join(lines), unsafe_allow_html=True)  # the <wbr> of markdown_text
 
 
 def command(text: str) -> None:

@@ -53,9 +53,17 @@ CHART = "[data-testid='stVegaLiteChart'] canvas, [data-testid='stVegaLiteChart']
 def serve(store: Path, timeout: float = 60, warm: bool = True) -> Iterator[str]:
     """The dashboard's server on ``store`` (``python -m dashboard``, as ``make dashboard``
     starts it); -> its base URL once it answers."""
+    with streamlit_server(["dashboard", "--store", str(store), *([] if warm else ["--no-warm"])],
+                          timeout) as url:  # fmt: skip
+        yield url
+
+
+@contextlib.contextmanager
+def streamlit_server(args: list[str], timeout: float = 60) -> Iterator[str]:
+    """``python -m ARGS`` (a streamlit server: ``dashboard ...``, ``streamlit run ...``) in the
+    repository, headless on a free port; -> its base URL once it answers."""
     port = free_port()
-    cmd = [sys.executable, "-m", "dashboard", "--store", str(store), "--server.headless", "true",
-           "--server.port", str(port), *([] if warm else ["--no-warm"])]  # fmt: skip
+    cmd = [sys.executable, "-m", *args, "--server.headless", "true", "--server.port", str(port)]
     proc = subprocess.Popen(cmd, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                             text=True)  # fmt: skip
     url = f"http://127.0.0.1:{port}"
