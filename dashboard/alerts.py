@@ -8,7 +8,7 @@ import pandas as pd
 import streamlit as st
 
 from dashboard import draws
-from dashboard.draw import download, shown
+from dashboard.draw import command, download, shown, static_table
 from dashboard.read import asv_project, policies, store
 from ragbench import follow_up
 from ragbench.history import alerting as alerts
@@ -52,7 +52,7 @@ def settings_steps(ctx) -> None:
         # a static table (an interactive grid is the browser's heaviest element to load), of
         # the newest SETTINGS_ROWS; every one in the download
         table = pd.DataFrame(rows)
-        st.table(table.head(SETTINGS_ROWS), hide_index=True)
+        static_table(table.head(SETTINGS_ROWS))
         if len(table) > SETTINGS_ROWS:
             st.caption(f"The newest {SETTINGS_ROWS} of {len(table)}: the download has them all.")
         download(table, "measurement setting changed", "settings-steps")
@@ -161,7 +161,7 @@ def stale_series(ctx) -> None:
             grouped = rows.groupby(["environment", "last point", "of"], sort=False)["series"]
             table = grouped.agg(named_series).reset_index()
             with st.expander(f"{m}: {len(stale)} stale series (not judged)"):
-                st.table(table, hide_index=True)
+                static_table(table)
                 st.download_button(f"Download the {len(stale)} stale series", rows.to_csv(
                     index=False), file_name=f"stale-{m}.csv", key=f"stale-{m}")  # fmt: skip
 
@@ -196,19 +196,18 @@ def alert_box(ctx, a: dict, repository: str | None, moved: list[str]) -> None:
         if (df["environment"] == "-").all():  # this suite's runs: the stack is in the sidebar
             df = df.drop(columns="environment")
         # a static table: an interactive grid each alert was most of the page's drawing (five on
-        # django-asv's Alerts page: 6.1 s a reload, median, its script 0.24 s)
-        st.table(df, hide_index=True)
+        # django-asv's Alerts page: 6.1 s a reload, median, its script 0.24 s); a markdown one
+        # (static_table says why)
+        static_table(df)
         for line in moved:
             st.caption(f"Since then: {line}")
-        # the commands as plain text, their copy button kept: highlighting them as bash was the
-        # page's largest script in the browser (0.66 s of 5.5 s a load, 2-core machine, load 20)
         repro = follow_up.repro_command(a, of)
         if repro:
-            st.code(repro, language=None, wrap_lines=True)
+            command(repro)
         bisect = follow_up.bisect_command(a, of)
         if bisect:
             st.caption("Several commits between? Find the first that shows it:")
-            st.code(bisect, language=None, wrap_lines=True)
+            command(bisect)
         buttons(ctx, a)
 
 

@@ -52,6 +52,7 @@ from dashboard.draw import (
     shown,
     stack_fields,
     stacks,
+    static_table,
 )
 from dashboard.read import (
     CHANGE_POINT_COMMITS,
@@ -263,12 +264,8 @@ def compare(ctx):
     st.markdown(
         f"**{headline}**: " + ", ".join(f"{n} {s}" for s, n in df["status"].value_counts().items())
     )
-    # base and head at 80 px: "5.066e-05" was cut to "5.066e-0" at 60 (a 1400 px window)
-    widths = {"status": 95, "change": 125, "metric": 200, "cell": 160,
-              "head/base 95%": 105, "p (Holm)": 55, "base": 80, "head": 80, "note": 45}  # fmt: skip
-    columns = {k: st.column_config.Column(width=w) for k, w in widths.items()}
     numbered = df.assign(note=[f"[{notes.index(n) + 1}]" if n else "" for n in df["note"]])
-    st.dataframe(numbered, width="stretch", hide_index=True, column_config=columns)
+    static_table(numbered)
     if notes:
         st.caption("  \n".join(f"[{i}] {n}" for i, n in enumerate(notes, 1)))
     legend(df["status"])

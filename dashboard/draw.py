@@ -10,6 +10,7 @@ import pandas as pd
 import streamlit as st
 
 from dashboard.read import line_change_points, query
+from ragbench.markdown import number
 from ragbench.verdicts.status import MEANING
 
 
@@ -390,3 +391,44 @@ def pick_environment(envs: list[str], key: str, every: bool = False) -> str | No
     index = options.index(wanted) if wanted in options else 0
     chosen = st.selectbox("environment", options, index=index, key=key)
     return None if chosen == EVERY else chosen
+
+
+# every ASCII punctuation mark, escaped: a cell's text is shown as written, never as emphasis,
+# a link, a colour directive, LaTeX or HTML (no tag can open: each "<" is escaped)
+MARKDOWN_MARKS = frozenset("!\"#$%&'()*+,-./:;<=>?@[\\]^_`{|}~")
+# where a cell's text may wrap without a space (a <wbr>, not copied with it): after a comma, and
+# after a dot before a letter (a metric's name, never a number's decimals); cells of 70
+# characters without a space ("backend=padded_sdpa,batch=64,...") pushed the Compare table past
+# a 1400 px window
+BREAK = re.compile(r"(?<=,)|(?<=\.)(?=[A-Za-z])")
+
+
+def markdown_text(value) -> str:
+    """``value`` as markdown that shows it as written, on one line (a float to 4 digits), and
+    may wrap at the ``BREAK`` points."""
+    text = number(value) if isinstance(value, float) else " ".join(str(value).split())
+    escaped = ("".join("\\" + c if c in MARKDOWN_MARKS else c for c in part)
+               for part in BREAK.split(text))  # fmt: skip
+    return "<wbr>".join(escaped)
+
+
+def static_table(df: pd.DataFrame) -> None:
+    """``df`` as one markdown table, its index left out. A markdown element is what every page
+    loads anyway; ``st.table`` makes the browser load and run Arrow's formatting (0.74 MB of
+    script) on a page's first load, ``st.dataframe`` the grid too (0.49 MB more). Without them
+    (and ``command``) on django-asv's history, first loads (median of 5 alternated with the
+    old pages', load average 10): Alerts 5.94 -> 3.01 s, Compare 3.35 -> 2.26 s."""
+    lines = ["| " + " | ".join(markdown_text(c) for c in df.columns) + " |",
+             "|" + "---|" * len(df.columns)]  # fmt: skip
+    lines += ["| " + " | ".join(markdown_text(v) or " " for v in row) + " |"
+              for row in df.itertuples(index=False)]  # fmt: skip
+    st.markdown("\n".join(lines), unsafe_allow_html=True)  # the <wbr> of markdown_text
+
+
+def command(text: str) -> None:
+    """A shell command to copy, as code on a line of its own (select it with a triple click).
+    ``st.code`` gave it a copy button, and the browser 1.56 MB of syntax highlighting to load
+    on the page's first load: the Alerts page's went from 5.86 to 4.03 s without it (median of
+    6 alternated loads, django-asv's history, load average 6)."""
+    fence = "`" * (max((len(r) for r in re.findall("`+", text)), default=0) + 1)
+    st.markdown(f"{fence} {text} {fence}")

@@ -17,6 +17,7 @@ from dashboard.draw import (
     shown,
     stack_fields,
     stacks,
+    static_table,
     version_key,
 )
 from dashboard.read import comparison, query
@@ -135,9 +136,7 @@ def upgrade_reports(ctx, measured: dict[str, pd.DataFrame]) -> None:
         df = pd.DataFrame(list(table.values()))
         st.caption(f"Each stack's value; where it is not unchanged against {ref}, the verdict "
                    "after a dot.")  # fmt: skip
-        widths = {"metric": 170, "cell": 220}
-        columns = {k: st.column_config.Column(width=w) for k, w in widths.items()}
-        st.dataframe(df, width="stretch", hide_index=True, column_config=columns)
+        static_table(df)
         legend(statuses)
         download(df, "versions of one commit", "versions-commit")
     st.caption(f"{len(ids[ref])} run(s) of {ref}; "
@@ -243,7 +242,7 @@ def machines(ctx):
         "faster for a throughput)."
     )
     table = table[["cell", "unit", ctx["machine"], other, "ratio"]]
-    st.dataframe(table, width="stretch", hide_index=True)
+    static_table(table)
     download(table, "machines, newest commit", "machines-newest")
     _, cell = narrow(cells, "param_key", "cell (the ratio over the commits)", "cell")
     line = query(ctx["path"], ctx["mtime"], ctx["branch"], "series", benchmark=bench,

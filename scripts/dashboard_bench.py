@@ -32,14 +32,14 @@ import tempfile
 import time
 from pathlib import Path
 
-from scripts.screenshots import CHART, browser, serve
+from scripts.screenshots import CHART, TABLE, browser, serve
 
 # what each page shows once it has drawn (a page without data for a machine shows a message):
 # an element, and a text in the main block where the element alone says little
 READY = {
     "Overview": ("[data-testid='stMarkdown']", "Newest run against its lookback"),
-    "Alerts": ("[data-testid='stDataFrame'], [data-testid='stTable'], [data-testid='stAlert']", ""),
-    "Compare": ("[data-testid='stDataFrame'], [data-testid='stAlert']", ""),
+    "Alerts": (TABLE, ""),
+    "Compare": (TABLE, ""),
 }
 OTHER = (f"{CHART}, [data-testid='stAlert']", "")
 # the page is drawn: the script has finished (streamlit's own end-to-end tests wait for this

@@ -30,11 +30,13 @@ REPO = Path(__file__).resolve().parent.parent
 CHROMIUM = "/usr/bin/chromium"
 FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
          "--disable-component-update", "--disable-sync"]  # fmt: skip
+# a page's tables (markdown: dashboard.draw.static_table), or its message where it has none
+TABLE = "[data-testid='stMarkdown'] table, [data-testid='stAlert']"
 # what each page shows once it has rendered: a chart, or the overview's gate line
 READY = {
     "Overview": "text=Newest run against its lookback",
-    "Alerts": "[data-testid='stDataFrame'], [data-testid='stAlert']",
-    "Compare": "[data-testid='stDataFrame']",
+    "Alerts": TABLE,
+    "Compare": TABLE,
 }
 # what each screenshot shows, where the first cell would say little: a series that moved
 SHOW = {
@@ -51,9 +53,17 @@ CHART = "[data-testid='stVegaLiteChart'] canvas, [data-testid='stVegaLiteChart']
 def serve(store: Path, timeout: float = 60, warm: bool = True) -> Iterator[str]:
     """The dashboard's server on ``store`` (``python -m dashboard``, as ``make dashboard``
     starts it); -> its base URL once it answers."""
+    with streamlit_server(["dashboard", "--store", str(store), *([] if warm else ["--no-warm"])],
+                          timeout) as url:  # fmt: skip
+        yield url
+
+
+@contextlib.contextmanager
+def streamlit_server(args: list[str], timeout: float = 60) -> Iterator[str]:
+    """``python -m ARGS`` (a streamlit server: ``dashboard ...``, ``streamlit run ...``) in the
+    repository, headless on a free port; -> its base URL once it answers."""
     port = free_port()
-    cmd = [sys.executable, "-m", "dashboard", "--store", str(store), "--server.headless", "true",
-           "--server.port", str(port), *([] if warm else ["--no-warm"])]  # fmt: skip
+    cmd = [sys.executable, "-m", *args, "--server.headless", "true", "--server.port", str(port)]
     proc = subprocess.Popen(cmd, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                             text=True)  # fmt: skip
     url = f"http://127.0.0.1:{port}"

@@ -6,11 +6,13 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
 from pathlib import Path
 
+import pandas as pd
 import pyarrow as pa
 import pytest
 from conftest import ingest
@@ -68,6 +70,23 @@ def texts(at) -> str:
     return "\n".join(str(getattr(e, "value", "")) for e in at.main)
 
 
+def tables(node) -> list[pd.DataFrame]:
+    """The tables drawn under ``node`` (``dashboard.draw.static_table``: markdown), as text."""
+    found = []
+    for md in node.markdown:
+        lines = md.value.splitlines()
+        if len(lines) > 1 and lines[1].startswith("|---"):
+            rows = [[re.sub(r"\\(.)", r"\1", c.strip().replace("<wbr>", ""))
+                     for c in re.split(r"(?<!\\)\|", x)[1:-1]] for x in lines]  # fmt: skip
+            found.append(pd.DataFrame(rows[2:], columns=rows[0]))
+    return found
+
+
+def commands(node) -> list[str]:
+    """The shell commands drawn under ``node`` (``dashboard.draw.command``: a code span)."""
+    return [m[2] for md in node.markdown if (m := re.fullmatch(r"(`+) (.*) \1", md.value))]
+
+
 def charts(at) -> int:
     return sum(e.type in ("vega_lite_chart", "arrow_vega_lite_chart") for e in at.main)
 
@@ -111,7 +130,7 @@ def test_every_page_renders_with_data(store, page):
         return
     if page == "Compare":  # the headline; the table by severity, hashes in hex
         assert any(w in texts(at) for w in ("PASS", "FAIL", "INCONCLUSIVE"))
-        df = at.dataframe[0].value
+        df = tables(at)[0]
         ranks = [SEVERITY.index(s) for s in df["status"]]
         assert ranks == sorted(ranks) and "change" in df
         # a change in words by its direction, or none
@@ -207,7 +226,7 @@ def test_failed_cells_accepted_changes_and_other_branches(tmp_path):
     store.accept(accepted, "kernel.KernelLatency", "gpu_us", cell, "label", "maintainer")
     at = app(path)  # the failed cell is an alert of main: the dashboard opens on it
     assert at.sidebar.radio[0].value == "Alerts"
-    assert "failed: raised in 1 head run(s)" in list(at.table[0].value["change"])
+    assert "failed: raised in 1 head run(s)" in list(tables(at)[0]["change"])
     at = app(path, page="Overview")
     assert not at.exception
     assert "1 cell(s) failed on the latest commit" in texts(at) and "1 failed" in texts(at)
@@ -286,12 +305,51 @@ def test_real_browser(store_1000, tmp_path, record_property):
         with screenshots.browser() as page:
             screenshots.open_page(page, url, "Dispatch floors", machine="synthetic")
             page.screenshot(path=str(tmp_path / "shot.png"))
+            # a markdown table shows its cells as written: no escape, emphasis or link left
+            screenshots.open_page(page, url, "Compare", machine="synthetic")
+            table = page.locator("[data-testid='stMarkdown'] table").first
+            cells = table.locator("td").all_inner_texts()
+            assert any(re.fullmatch(r"backend=\w+,batch=\d+,.*", c) for c in cells), cells
+            assert not table.locator("em, strong, a").count() and "\\" not in "".join(cells)
     shown = ", ".join(f"{t:.2f}" for t in firsts)
     record_property("measured", f"first page, 1,000 commits, new browser: median "
                                 f"{sorted(firsts)[1]:.2f} s ({shown} s)")  # fmt: skip
     image = Image.open(tmp_path / "shot.png").convert("L")
     assert max(ImageStat.Stat(image).stddev) > 10  # text and lines, not one colour
     assert max(firsts) < 60
+
+
+TRICKY = ["a|b", "*x* [l](u) $1$ :red[r] <b>c</b> &amp; <script>alert(1)</script>", "two\nlines",
+          "backend=padded_sdpa,batch=64,geometry=deit_b"]  # fmt: skip
+
+
+def test_a_table_and_a_command_show_their_text_in_a_browser(tmp_path):
+    """Pipes, markdown, LaTeX, colour directives, HTML, newlines and backticks in a table's
+    cells (``dashboard.draw.static_table``) or a command (``command``) are shown in chromium
+    as the text they were (floats to 4 digits), a row a line; a long cell may wrap."""
+    from scripts import screenshots
+
+    if not os.path.exists(screenshots.CHROMIUM):
+        pytest.skip("no /usr/bin/chromium (apt-get install chromium; .ci/run installs it)")
+    script = tmp_path / "app.py"
+    script.write_text(f"""import sys
+sys.path.insert(0, {str(REPO)!r})
+import pandas as pd
+from dashboard.draw import command, static_table
+static_table(pd.DataFrame({{"cell": {TRICKY!r}, "value": [1.23456, float("nan"), "`q`", 2]}}))
+command("asv run 'a`b' | tee x")
+""")
+    server = screenshots.streamlit_server(["streamlit", "run", str(script)])
+    with server as url, screenshots.browser() as page:
+        page.goto(url)
+        table = page.locator("[data-testid='stMarkdown'] table")
+        table.wait_for(timeout=60_000)
+        cells = table.locator("td").all_inner_texts()
+        tags = table.evaluate("t => [...t.querySelectorAll('td *')].map(e => e.tagName)")
+        code = page.locator("[data-testid='stMarkdown'] code").all_inner_texts()
+    shown = [TRICKY[0], "1.235", TRICKY[1], "-", "two lines", "`q`", TRICKY[3], "2"]
+    assert cells == shown and set(tags) == {"WBR"}, (cells, tags)
+    assert code == ["asv run 'a`b' | tee x"]
 
 
 def test_change_points_on_every_chart(store):
@@ -328,7 +386,7 @@ def test_the_versions_page_judges_the_stacks_of_one_commit(quick_run, tmp_path):
     text = texts(at)
     assert f"**torch 9.9.9, triton {fp['triton']}** against torch {old}" in text
     assert "safe to upgrade" in text  # the same samples: nothing changed
-    table = at.dataframe[0].value
+    table = tables(at)[0]
     new = f"torch 9.9.9, triton {fp['triton']}"
     assert {f"torch {old}, triton {fp['triton']}", new} <= set(table.columns)
     hashes = table[table["metric"] == "cpu.KernelError.output_hash"]
@@ -398,8 +456,10 @@ def test_a_lake_shows_every_machine_and_compares_two(postgres, tmp_path):
     at = app(lake, page="Machines", machine="gpu-a", other="gpu-b",
              benchmark="kernel.KernelLatency", metric="gpu_us")  # fmt: skip
     assert not at.exception, at.exception
-    df = at.dataframe[0].value
-    assert len(df) == 12 and df["ratio"].between(1.9, 2.1).all(), df  # 3 backends x 2 x 2
+    df = tables(at)[0]
+    assert len(df) == 12 and df["ratio"].astype(float).between(1.9, 2.1).all(), (
+        df
+    )  # 3 backends x 2 x 2
     assert charts(at) == 1
 
 
@@ -475,7 +535,7 @@ def test_compare_when_every_verdict_is_info(tmp_path, monkeypatch):
     at = app(tmp_path / "perf.duckdb", page="Compare", machine=synth.MACHINE)
     assert not at.exception, at.exception
     assert "no cell of these commits is judged" in texts(at)
-    assert "--policies FILE" in texts(at) and not at.dataframe
+    assert "--policies FILE" in texts(at) and not tables(at)
 
 
 def test_a_bad_policies_file_stops_the_dashboard(tmp_path):
@@ -621,11 +681,11 @@ def test_the_alerts_page_opens_while_one_is_new_and_its_buttons_change_the_state
     assert at.sidebar.radio[0].value == "Alerts"
     text = texts(at)
     assert f"**m1 at `{sha(STEP)[:12]}`**" in text and "**new**" in text
-    table = at.table[0].value
+    table = tables(at)[0]
     assert set(table["cell"]) == {"kernel.KernelLatency.gpu_us backend=triton",
                                   "kernel.KernelLatency.gpu_us backend=fa2"}  # fmt: skip
     assert table["change"].str.fullmatch(r"(9|10|11)\.\d% slower").all(), list(table["change"])
-    codes = [c.value for c in at.code]
+    codes = commands(at)
     assert any(c.startswith(f"ragbench gate --base {sha(STEP - 1)[:12]}") for c in codes)
     assert any(c.startswith("ragbench bisect --cell") for c in codes)
     at.button(key=f"acknowledged-m1-{sha(STEP)}").click().run()
@@ -673,12 +733,12 @@ def test_another_projects_alert_links_and_measures_that_project(tmp_path):
     assert not at.exception, at.exception
     assert at.sidebar.radio[0].value == "Alerts"
     assert "https://github.com/django/django/compare/" in texts(at)
-    codes = [c.value for c in at.code]
+    codes = commands(at)
     conf = str(REPO / "tests/data/public/asv-django/asv.conf.json")
     assert codes and all(f"--config {conf}" in c for c in codes), codes
     # asv's number 89287 -> 1 at c9eb16a8: those steps listed apart, not alerted as the code's
     (settings,) = [e for e in at.expander if "Measurement setting changed" in e.label]
-    table = settings.table[0].value
+    table = tables(settings)[0]
     assert len(table) and table["setting"].str.contains("asv number").all(), table
     assert (table["commit"] == "c9eb16a87e60").all(), table
 
@@ -699,7 +759,7 @@ def test_a_broken_bound_on_mains_newest_commit_shows_failing_on_every_page(tmp_p
     at = app(path)  # an alert is new: the dashboard opens on it
     assert at.sidebar.radio[0].value == "Alerts"
     assert f"**m1 at `{sha(20)[:12]}`**" in texts(at)
-    assert list(at.table[0].value["change"]) == ["violation: 6418 >= bound 2"]
+    assert list(tables(at)[0]["change"]) == ["violation: 6418 >= bound 2"]
     at = app(path, page="Series", machine="m1", benchmark=ERROR[0], metric=ERROR[1],
              cell="backend=triton dtype=float16")  # fmt: skip
     assert not at.exception, at.exception
@@ -770,7 +830,7 @@ def test_compare_judges_one_environment_at_a_time(django):
         c = compare.compare(compare.cells(s, ids[base]), compare.cells(s, ids[head]),
                             load_policies(POLICIES))  # fmt: skip
         expected = {f"{v.key[0]}.{v.key[1]}": shown(v.head, v.unit) for v in c.verdicts}
-        df = at.dataframe[0].value
+        df = tables(at)[0]
         assert dict(zip(df["metric"], df["head"], strict=True)) == expected
 
 
