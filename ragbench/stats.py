@@ -27,13 +27,21 @@ import math
 import warnings
 
 import numpy as np
-from scipy import stats as _scipy
 
 # asv's own rule (asv/_stats.py ``mann_whitney_u``, "auto"): the exact distribution while no
 # side has more than 20 values (and, for scipy's exact, no ties). scipy's "auto" stops at 8,
 # and its normal approximation never goes below p = 1.8e-4 at 10 values a side (exact:
 # 1.1e-5): under Holm over django-asv's 60 cells (0.01 / 60 = 1.7e-4) no cell could be flagged.
 EXACT_MAX = 20
+
+
+def _scipy():
+    """scipy.stats, imported on first use: its 1-2 s of imports are paid only by a process
+    that computes a test or an interval (not by ``ragbench ingest``, ``verdict``, ``accept``,
+    ``export`` or ``--help``, which run as often as the gate does)."""
+    from scipy import stats
+
+    return stats
 
 
 def _has_ties(x: np.ndarray) -> bool:
@@ -58,7 +66,7 @@ def tied_exact_p(base, head) -> float:
     machine); counted here by dynamic programming over the doubled (integer) midranks, in
     about a millisecond. p = 2 x the smaller tail, at most 1 (scipy's two-sided)."""
     a, b = np.asarray(base, float), np.asarray(head, float)
-    ranks = np.rint(2 * _scipy.rankdata(np.concatenate([a, b]))).astype(int)
+    ranks = np.rint(2 * _scipy().rankdata(np.concatenate([a, b]))).astype(int)
     n, total = len(b), int(ranks.sum())
     counts = np.zeros((n + 1, total + 1))  # [k, s]: subsets of k ranks so far that sum to s
     counts[0, 0] = 1.0
@@ -85,7 +93,7 @@ def mann_whitney(base, head) -> tuple[float, float]:
     method = _method(a, b)
     with warnings.catch_warnings():  # all values tied: the approximation divides by zero
         warnings.simplefilter("ignore", RuntimeWarning)
-        r = _scipy.mannwhitneyu(b, a, alternative="two-sided",
+        r = _scipy().mannwhitneyu(b, a, alternative="two-sided",
                                 method="asymptotic" if method == "tied" else method)  # fmt: skip
     p = tied_exact_p(a, b) if method == "tied" else float(r.pvalue)
     return float(r.statistic), 1.0 if math.isnan(p) else p
@@ -120,7 +128,7 @@ def ratio_interval(base, head, *, confidence=0.95, resamples=1000, seed=0) -> tu
 
     with warnings.catch_warnings(), np.errstate(all="ignore"):
         warnings.simplefilter("ignore")  # a degenerate (constant) resample, said as nan below
-        ci = _scipy.bootstrap(
+        ci = _scipy().bootstrap(
             (a, b), ratio, n_resamples=resamples, confidence_level=confidence,
             method="percentile", vectorized=True, rng=np.random.default_rng(seed),
         ).confidence_interval  # fmt: skip
@@ -147,7 +155,7 @@ def min_detectable(base, head, alpha: float, threshold: float, lower_is_better=T
             return np.array([tied_exact_p(a, row) < alpha for row in scaled])
         with warnings.catch_warnings(), np.errstate(all="ignore"):
             warnings.simplefilter("ignore", RuntimeWarning)
-            r = _scipy.mannwhitneyu(scaled, a[None, :], axis=-1, method=method)
+            r = _scipy().mannwhitneyu(scaled, a[None, :], axis=-1, method=method)
         return np.nan_to_num(r.pvalue, nan=1.0) < alpha
 
     lo, hi = 0.0, 4.0
@@ -169,7 +177,7 @@ def sign_test(ratios) -> float:
     below = sum(1 for r in ratios if r < 1)
     if above + below == 0:
         return 1.0
-    return float(_scipy.binomtest(above, above + below, 0.5).pvalue)
+    return float(_scipy().binomtest(above, above + below, 0.5).pvalue)
 
 
 def median_interval(values, confidence: float) -> tuple[float, float]:
@@ -181,7 +189,7 @@ def median_interval(values, confidence: float) -> tuple[float, float]:
         return -math.inf, math.inf
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # too few values: scipy warns and says nan
-        ci = _scipy.quantile_test(x, q=float(np.median(x)), p=0.5).confidence_interval(confidence)
+        ci = _scipy().quantile_test(x, q=float(np.median(x)), p=0.5).confidence_interval(confidence)
     lo, hi = float(ci.low), float(ci.high)
     return (-math.inf if math.isnan(lo) else lo), (math.inf if math.isnan(hi) else hi)
 
@@ -190,7 +198,7 @@ def robust_z(history, value: float) -> float:
     """(value - median) / (1.4826 MAD) of ``history``; 0 when the history has no spread."""
     h = np.asarray(history, float)
     med = np.median(h)
-    mad = _scipy.median_abs_deviation(h, scale="normal")
+    mad = _scipy().median_abs_deviation(h, scale="normal")
     if mad == 0:
         return 0.0 if value == med else math.copysign(math.inf, value - med)
     return float((value - med) / mad)
@@ -297,7 +305,7 @@ def welch(base: Summary, head: Summary) -> float:
     (mb, sb, nb), (mh, sh, nh) = base, head
     with warnings.catch_warnings(), np.errstate(all="ignore"):
         warnings.simplefilter("ignore", RuntimeWarning)
-        p = _scipy.ttest_ind_from_stats(mh, sh, nh, mb, sb, nb, equal_var=False).pvalue
+        p = _scipy().ttest_ind_from_stats(mh, sh, nh, mb, sb, nb, equal_var=False).pvalue
     return 1.0 if math.isnan(p) else float(p)
 
 
@@ -320,7 +328,7 @@ def summary_ratio_interval(base: Summary, head: Summary, *, confidence: float = 
     if mb <= 0 or mh <= 0 or min(nb, nh) < 2:
         return (math.nan, math.nan)
     se, dof = _log_ratio_se(base, head)
-    t = float(_scipy.t.ppf(0.5 + confidence / 2, dof)) if math.isfinite(dof) else 0.0
+    t = float(_scipy().t.ppf(0.5 + confidence / 2, dof)) if math.isfinite(dof) else 0.0
     ratio = mh / mb
     return (ratio * math.exp(-t * se), ratio * math.exp(t * se))
 
@@ -338,7 +346,7 @@ def summary_min_detectable(base: Summary, head: Summary, alpha: float, threshold
     means, sds = mb * scale, sh * (mb / mh) * scale
     with warnings.catch_warnings(), np.errstate(all="ignore"):
         warnings.simplefilter("ignore", RuntimeWarning)
-        p = _scipy.ttest_ind_from_stats(means, sds, nh, mb, sb, nb, equal_var=False).pvalue
+        p = _scipy().ttest_ind_from_stats(means, sds, nh, mb, sb, nb, equal_var=False).pvalue
     flagged = np.nan_to_num(p, nan=1.0) < alpha
     if not flagged.any():
         return math.inf

@@ -17,17 +17,27 @@ if not HAS_CUDA:
     os.environ.setdefault("TRITON_INTERPRET", "1")
 
 
-# make test runs three workers (pytest -n 3), each taking whole files: the longest file first,
-# so that the other workers take the rest beside it. The files that read the quick asv run
-# (the session fixture quick_run, ~90 s on 2 cores: test_benchmarks, test_store,
+# make test runs three workers (pytest -n 3), each taking whole files in this order: the
+# longest files first (the rehearsal ~14 min at make test's load, the second environments,
+# the fault suite and the store ~6 min each), so that none of them starts late and runs alone
+# at the end (taken in name order, test_envs started 16 minutes in and test_store ran its last
+# 5 minutes alone), then the rest in name order beside them. The files that read the quick
+# asv run (the session fixture quick_run, ~90 s on 2 cores: test_benchmarks, test_store,
 # test_dashboard) share one run of it through the run's temporary folder, whichever workers
 # take them, so they need not be grouped on one worker (which made that worker's files the
 # longest path). (xdist's own --dist loadgroup loses its groups under pytest 9.2.)
-FIRST = "tests/test_rehearsal.py"
+LONGEST = (
+    "tests/test_rehearsal.py",
+    "tests/test_envs.py",
+    "tests/test_faults.py",
+    "tests/test_store.py",
+)
 
 
 def pytest_collection_modifyitems(config, items):
-    items.sort(key=lambda item: item.nodeid.split("::")[0] != FIRST)  # stable: the rest in order
+    first = {name: i for i, name in enumerate(LONGEST)}
+    # stable: the rest in order
+    items.sort(key=lambda item: first.get(item.nodeid.split("::")[0], len(LONGEST)))
     if HAS_CUDA:
         return
     skip = pytest.mark.skip(reason="needs a CUDA device")

@@ -37,6 +37,25 @@ def test_mann_whitney_known_values():
     assert p == pytest.approx(math.erfc(z / math.sqrt(2)))
 
 
+def test_the_commands_start_without_scipy():
+    """scipy.stats is 1-2 s of imports: the command line, and commands that compute no test
+    (verdict, accept, export, a refused store), start without it; the first test loads it."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    code = (
+        "import sys\n"
+        "import ragbench.cli\n"
+        "assert 'scipy.stats' not in sys.modules, 'imported with the command line'\n"
+        "from ragbench import stats\n"
+        "assert stats.mann_whitney([1.0, 2.0, 3.0], [4.0, 5.0, 6.0])[1] < 0.2\n"
+        "assert 'scipy.stats' in sys.modules\n"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True,
+                   cwd=Path(__file__).resolve().parent.parent)  # fmt: skip
+
+
 def test_holm():
     assert stats.holm([0.01, 0.04, 0.03, 0.5]) == pytest.approx([0.04, 0.09, 0.09, 0.5])
     assert stats.holm([]) == [] and stats.holm([0.6, 0.7]) == [1.0, 1.0]
