@@ -1,23 +1,27 @@
 """Each dashboard page's first load and 95th percentile in a real browser, on a store.
 
-    .venv/bin/python -m scripts.dashboard_bench --store STORE [--loads 20] [--machine M]
-                                                [--out FILE.json]
+    .venv/bin/python -m scripts.dashboard_bench --store STORE [--loads 20] [--firsts 5]
+                                                [--machine M] [--out FILE.json]
 
 Starts ``python -m dashboard --store STORE`` as ``make dashboard`` does (its first page computed
 before the server answers; a store file's rollup built or brought up to date first, and timed:
 ``ragbench.store.rollup``), then opens every page the store offers in Debian's chromium through
-playwright, on ``--machine`` (default: the machine with the most runs): once in a new browser
-(the page's own queries not cached yet: its first load), then ``--loads`` times more, each a new
-navigation (a new streamlit session, as a visitor's reload).
+playwright, on ``--machine`` (default: the machine with the most runs): ``--firsts`` times in a
+new browser each (a first visit, its cache empty; the first of them with the page's own
+queries not cached yet either), then ``--loads`` times more in one browser, each a new
+navigation (a new streamlit session, as a visitor's reload). One first load moves by +-0.4 s
+between runs on the 2-core machine: the median of several is the figure.
 Then, in one browser, ``--loads`` rounds of clicking through every page in the sidebar (a
 visitor moving between pages: the script reruns in the open session, the front end stays).
 A load is timed from ``page.goto`` (or the click) until the page has drawn its content (a
 chart, the overview's lookback line, the compare table, or the page's message where it has no
-data) and streamlit's script has finished with no stale element left. Prints a table of each
-page's first load, the median, p95 (nearest rank) and slowest of its reloads and of its
-switches, and the median time the server spent running the page's script
+data) and every chart on it, and streamlit's script has finished with no stale or loading
+element left. Prints a table of each page's first loads (the median and the slowest), the
+median, p95 (nearest rank) and slowest of its reloads and of its switches, and the median time
+the server spent running the page's script
 (``$RAGBENCH_DASHBOARD_TIMING``: the rest of a load is the browser, streamlit's front end and
-the network between them).
+the network between them). Last, the same first loads of two bare streamlit apps
+(``FLOOR_APPS``): streamlit's own floor on this machine, in the same minutes.
 """
 
 from __future__ import annotations
@@ -32,7 +36,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from scripts.screenshots import CHART, TABLE, browser, serve
+from scripts.screenshots import CHART, TABLE, browser, serve, streamlit_server
 
 # what each page shows once it has drawn (a page without data for a machine shows a message):
 # an element, and a text in the main block where the element alone says little
@@ -43,12 +47,15 @@ READY = {
 }
 OTHER = (f"{CHART}, [data-testid='stAlert']", "")
 # the page is drawn: the script has finished (streamlit's own end-to-end tests wait for this
-# state), no element of the previous run is left stale, the main heading is the page's, and
-# its content is there
+# state), no element of the previous run is left stale or still loading, every chart on it
+# is drawn (before, a page whose content was text counted as drawn before its charts), the
+# main heading is the page's, and its content is there
 DRAWN = """([name, ready, text]) => {
   const app = document.querySelector("[data-testid='stApp']");
   if (!app || app.getAttribute("data-test-script-state") !== "notRunning") return false;
-  if (document.querySelector("[data-stale='true']")) return false;
+  if (document.querySelector("[data-stale='true'], [data-testid='stSkeleton']")) return false;
+  for (const chart of document.querySelectorAll("[data-testid='stVegaLiteChart']"))
+    if (!chart.querySelector("canvas, svg")) return false;
   const main = document.querySelector("[data-testid='stMain']");
   const h = main && main.querySelector("h2");
   return !!h && h.textContent.startsWith(name) && !!document.querySelector(ready)
@@ -99,13 +106,13 @@ def pages_of(store: Path) -> tuple[list[str], str]:
 
 
 def bench(store: Path, loads: int, timeout_s: float, only: list[str] | None = None,
-          machine: str | None = None) -> dict:  # fmt: skip
+          machine: str | None = None, firsts_n: int = 5) -> dict:  # fmt: skip
     t0 = time.perf_counter()
     pages, busiest = pages_of(store)  # the rollup, built or brought up to date here
     machine = machine or busiest
     pages = [p for p in pages if not only or p in only]
     figures = {"store": str(store), "rollup_sync_s": round(time.perf_counter() - t0, 2),
-               "machine": machine, "loads": loads, "pages": {},
+               "machine": machine, "loads": loads, "firsts": firsts_n, "pages": {},
                "load_average": " ".join(f"{x:.1f}" for x in os.getloadavg())}  # fmt: skip
     t0 = time.perf_counter()
     # each page run's script time, as the server writes it (dashboard/app.py)
@@ -116,15 +123,18 @@ def bench(store: Path, loads: int, timeout_s: float, only: list[str] | None = No
         for name in pages:
             query = {} if name in EVERY_MACHINE else {"machine": machine}
             log.write_text("")
-            with browser() as page:
-                first = timed(page, url, name, query, int(timeout_s * 1000))
+            firsts = []
+            for _ in range(max(firsts_n, 1)):
+                with browser() as page:
+                    firsts.append(timed(page, url, name, query, int(timeout_s * 1000)))
             with browser() as page:
                 again = [timed(page, url, name, query, int(timeout_s * 1000))
                          for _ in range(loads)]  # fmt: skip
             script = [float(line.split("\t")[1]) for line in log.read_text().splitlines()]
             figures["pages"][name] = {
-                "first": round(first, 2), **summary("reload", again),
-                "script_median": round(statistics.median(script[1:] or [math.nan]), 2),
+                "first": round(firsts[0], 2), "first_median": round(statistics.median(firsts), 2),
+                "first_max": round(max(firsts), 2), **summary("reload", again),
+                "script_median": round(statistics.median(script[firsts_n:] or [math.nan]), 2),
             }  # fmt: skip
             print(f"{name}: {figures['pages'][name]}", file=sys.stderr, flush=True)
         # a visitor moving between pages in one session: each page reached from the one above
@@ -139,7 +149,44 @@ def bench(store: Path, loads: int, timeout_s: float, only: list[str] | None = No
             figures["pages"][name].update(summary("switch", times))
             print(f"{name}: switches {figures['pages'][name]}", file=sys.stderr, flush=True)
     log.unlink()
+    figures["floor"] = floor(firsts_n, timeout_s)
     figures["load_average_after"] = " ".join(f"{x:.1f}" for x in os.getloadavg())
+    return figures
+
+
+# streamlit's own first load, in the same harness: a bare page, and one with a 200-point chart
+FLOOR_APPS = {
+    "a heading and a line of text": 'st.header("Floor")\nst.markdown("text")\n',
+    "the same and one 200-point chart": (
+        'st.header("Floor")\nst.markdown("text")\n'
+        'st.vega_lite_chart({"data": {"values": [{"x": i, "y": i * i} for i in range(200)]},'
+        ' "mark": "line", "encoding": {"x": {"field": "x", "type": "quantitative"},'
+        ' "y": {"field": "y", "type": "quantitative"}}})\n'
+    ),
+}
+
+
+def floor(firsts_n: int, timeout_s: float) -> dict[str, dict[str, float]]:
+    """The median and slowest of ``firsts_n`` first loads (a new browser each) of each bare
+    streamlit app of ``FLOOR_APPS``: what any page of any streamlit app costs here."""
+    figures = {}
+    with tempfile.TemporaryDirectory() as tmp:
+        for what, body in FLOOR_APPS.items():
+            app = Path(tmp) / "floor.py"
+            app.write_text("import streamlit as st\n" + body)
+            ready = (CHART if "chart" in what else "[data-testid='stMarkdown']", "text")
+            with streamlit_server(["streamlit", "run", str(app)], timeout_s) as url:
+                times = []
+                for _ in range(max(firsts_n, 1)):
+                    with browser() as page:
+                        t0 = time.perf_counter()
+                        page.goto(url)
+                        page.wait_for_function(DRAWN, arg=["Floor", *ready],
+                                               timeout=int(timeout_s * 1000))  # fmt: skip
+                        times.append(time.perf_counter() - t0)
+            figures[what] = {"first_median": round(statistics.median(times), 2),
+                             "first_max": round(max(times), 2)}  # fmt: skip
+            print(f"floor, {what}: {figures[what]}", file=sys.stderr, flush=True)
     return figures
 
 
@@ -150,17 +197,21 @@ def summary(kind: str, times: list[float]) -> dict[str, float]:
 
 def markdown(f: dict) -> str:
     rows = [f"store `{f['store']}`, machine `{f['machine']}`; rollup sync {f['rollup_sync_s']} s, "
-            f"server start (first page computed) {f['server_start_s']} s; {f['loads']} loads "
-            f"a page after its first; load average (1, 5, 15 min) {f['load_average']} before, "
+            f"server start (first page computed) {f['server_start_s']} s; {f['firsts']} first "
+            f"loads and {f['loads']} reloads a page; load average (1, 5, 15 min) "
+            f"{f['load_average']} before, "
             f"{f.get('load_average_after', '?')} after", "",
-            "| page | first load s | reload: median / p95 / slowest s "
+            "| page | first load s: median / slowest (the first) "
+            "| reload: median / p95 / slowest s "
             "| switch in the sidebar: median / p95 / slowest s | its script, median s |",
             "|---|---|---|---|---|"]  # fmt: skip
     for name, x in f["pages"].items():
-        rows.append(f"| {name} | {x['first']} | "
+        rows.append(f"| {name} | {x['first_median']} / {x['first_max']} ({x['first']}) | "
                     + " | ".join(" / ".join(str(x[f"{k}_{s}"]) for s in ("median", "p95", "max"))
                                  for k in ("reload", "switch"))
                     + f" | {x['script_median']} |")  # fmt: skip
+    rows += [f"| streamlit alone: {what} | {x['first_median']} / {x['first_max']} | | | |"
+             for what, x in f.get("floor", {}).items()]  # fmt: skip
     return "\n".join(rows)
 
 
@@ -169,6 +220,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--store", type=Path, required=True, help="a store file")
     ap.add_argument("--loads", type=int, default=20,
                     help="reloads of a page after its first; rounds of switches")  # fmt: skip
+    ap.add_argument("--firsts", type=int, default=5,
+                    help="first loads of a page, each in a new browser (default 5)")  # fmt: skip
     ap.add_argument("--timeout", type=float, default=1800, help="seconds a load may take")
     ap.add_argument("--page", action="append", default=None, help="only this page (repeat)")
     ap.add_argument(
@@ -178,7 +231,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     ap.add_argument("--out", type=Path, default=None, help="also write the figures (JSON)")
     args = ap.parse_args(argv)
-    figures = bench(args.store, args.loads, args.timeout, args.page, args.machine)
+    figures = bench(args.store, args.loads, args.timeout, args.page, args.machine, args.firsts)
     print(markdown(figures))
     if args.out:
         args.out.write_text(json.dumps(figures, indent=2) + "\n")
