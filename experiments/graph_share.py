@@ -23,37 +23,16 @@ import argparse
 import json
 import statistics
 import sys
-import types
 from pathlib import Path
 
 import torch
 
 from benchmarks.support import workloads
+from benchmarks.support.bound import gain, share, turns_us
 from ragged.kernels import config
 
 ARMS = ("fa2_graph", "triton_graph", "no_attention_graph")
 PREVIOUS_KEYS = 256  # the short-batch classes' longest max_seqlen before the 257-512 class
-
-
-def import_turns_us():
-    """``bound.turns_us``; where scipy is missing (the GPU machines), with an empty stand-in
-    for ``scipy.stats``, which only ``bound``'s intervals use and nothing here calls."""
-    try:
-        import scipy.stats
-    except ImportError:
-        scipy = types.ModuleType("scipy")
-        scipy.stats = types.ModuleType("scipy.stats")
-        sys.modules.update({"scipy": scipy, "scipy.stats": scipy.stats})
-    from benchmarks.support.bound import turns_us
-
-    return turns_us
-
-
-def point_share(fa2: list[float], triton: list[float], bound: list[float]) -> float:
-    """``bound.share_of_bound``'s point estimate (NaN where the bound gains nothing)."""
-    ratios = lambda a, b: statistics.median(x / y for x, y in zip(a, b, strict=True))  # noqa: E731
-    gain = ratios(fa2, bound) - 1
-    return (ratios(fa2, triton) - 1) / gain if gain > 0 else float("nan")
 
 
 def main(argv=None) -> int:
@@ -71,7 +50,6 @@ def main(argv=None) -> int:
         return 2
     if args.previous:
         config.SHORT_BATCH_KEYS = PREVIOUS_KEYS
-    turns_us = import_turns_us()
     rows = []
     for model_name in args.models:
         model = workloads.build(model_name)
@@ -84,14 +62,15 @@ def main(argv=None) -> int:
                     pipe = workloads.pipeline(model, method, arm)
                     fns[arm] = lambda pipe=pipe, im=images: pipe.forward(im, check_overflow=False)
                 samples = turns_us(fns, args.rounds)
-                share = point_share(*(samples[a] for a in ARMS))
+                arms = [samples[a] for a in ARMS]  # fa2, triton, the bound
+                point = share(*arms) if gain(arms[0], arms[2]) > 0 else float("nan")
                 med = {a: statistics.median(samples[a]) for a in ARMS}
                 rows.append({"model": model_name, "method": method_name, "batch": batch,
-                             "previous": args.previous, "graph_share_of_bound": share,
+                             "previous": args.previous, "graph_share_of_bound": point,
                              "median_us": med, "samples_us": samples})  # fmt: skip
                 print(f"{model_name} {method_name} BS {batch}"
                       f"{' (previous default)' if args.previous else ''}: graph_share_of_bound "
-                      f"{share:.3f}; µs a forward: fa2_graph {med['fa2_graph']:.1f}, "
+                      f"{point:.3f}; µs a forward: fa2_graph {med['fa2_graph']:.1f}, "
                       f"triton_graph {med['triton_graph']:.1f}, no_attention_graph "
                       f"{med['no_attention_graph']:.1f}", flush=True)  # fmt: skip
     if args.out:

@@ -20,7 +20,6 @@ import math
 import time
 
 import numpy as np
-import scipy.stats
 import torch
 
 from ragged.pipeline import PrunedViT, PruneStage
@@ -105,13 +104,9 @@ def share_of_bound(fa2, triton, bound) -> tuple[float, float, float]:
     NaN (all three) where the bound's own gain over fa2 is not resolved: its 95% interval
     reaches 0 or below, so a share of it means nothing (ATS under CUDA graphs: the bucketed
     graph mode runs no faster without attention than with fa2)."""
+    import scipy.stats  # here, not with the module: gain and share run without it
+
     f, t, z = (np.asarray(x, float) for x in (fa2, triton, bound))
-
-    def gain(f, z, axis=-1):
-        return np.median(f / z, axis=axis) - 1
-
-    def share(f, t, z, axis=-1):
-        return (np.median(f / t, axis=axis) - 1) / gain(f, z, axis)
 
     def interval(statistic, *data):
         return scipy.stats.bootstrap(data, statistic, paired=True, vectorized=True,
@@ -122,6 +117,18 @@ def share_of_bound(fa2, triton, bound) -> tuple[float, float, float]:
         return math.nan, math.nan, math.nan
     ci = interval(share, f, t, z)
     return float(share(f, t, z)), float(ci.low), float(ci.high)
+
+
+def gain(fa2, bound, axis=-1):
+    """The bound's speedup over fa2 less 1: the median over rounds of the round's ratio."""
+    return np.median(np.asarray(fa2, float) / np.asarray(bound, float), axis=axis) - 1
+
+
+def share(fa2, triton, bound, axis=-1):
+    """``share_of_bound``'s point estimate, with no interval and no test that the bound's gain
+    is resolved (a machine without scipy: experiments/graph_share.py)."""
+    f, t = np.asarray(fa2, float), np.asarray(triton, float)
+    return (np.median(f / t, axis=axis) - 1) / gain(fa2, bound, axis)
 
 
 def shares(samples: dict[str, list[float]]) -> dict[str, float]:
