@@ -67,8 +67,11 @@ DRAWN = """([name, ready, text]) => {
 EVERY_MACHINE = ("Overview", "Alerts")
 
 
-def drawn(page, name: str, timeout_ms: int) -> None:
-    page.wait_for_function(DRAWN, arg=[name, *READY.get(name, OTHER)], timeout=timeout_ms)
+def drawn(page, name: str, timeout_ms: int, ready: tuple[str, str] | None = None) -> None:
+    """Wait until page ``name`` has drawn (``DRAWN``), its content ``ready`` (default: the
+    page's in ``READY``)."""
+    ready = ready or READY.get(name, OTHER)
+    page.wait_for_function(DRAWN, arg=[name, *ready], timeout=timeout_ms)
 
 
 def timed(page, url: str, name: str, query: dict, timeout_ms: int) -> float:
@@ -181,8 +184,7 @@ def floor(firsts_n: int, timeout_s: float) -> dict[str, dict[str, float]]:
                     with browser() as page:
                         t0 = time.perf_counter()
                         page.goto(url)
-                        page.wait_for_function(DRAWN, arg=["Floor", *ready],
-                                               timeout=int(timeout_s * 1000))  # fmt: skip
+                        drawn(page, "Floor", int(timeout_s * 1000), ready)
                         times.append(time.perf_counter() - t0)
             figures[what] = {"first_median": round(statistics.median(times), 2),
                              "first_max": round(max(times), 2)}  # fmt: skip
