@@ -8,8 +8,9 @@ lengths, 257-512 keys, ``WORKLOADS``) it checks, then times, in one process:
     choice by length and batch, ``kernels.config.choice``, through the fast paths),
   * ``before``: the table's kernel alone (``config.attention_config``: the default path
     before the short-batch classes),
-  * ``previous``: the default path before the sixth session (no class above 256 keys: the
-    table's kernel there; the other classes' kernel as ``current``),
+  * ``previous``: the default path before the seventh session (the loop's class at 17-128
+    keys with PDL after the store instead of after the q load; the other classes' kernel as
+    ``current``),
   * every candidate of ``ragged.kernels.variants.VARIANTS``,
   * FA2 through torch's ``aten._flash_attention_forward`` (where this torch has it),
   * an empty Triton kernel (one program): the launch floor of a CUDA graph's kernel node,
@@ -41,6 +42,7 @@ if "--cpu-smoke" in sys.argv:  # before triton is first imported (ragged imports
     os.environ.setdefault("TRITON_INTERPRET", "1")
 
 import argparse
+import dataclasses
 import json
 import platform
 import random
@@ -56,7 +58,7 @@ from benchmarks.support import harness, workloads
 from experiments import kernel_parts
 from ragged.kernels import attention as kernel_attention
 from ragged.kernels import forward, variants
-from ragged.kernels.config import attention_config, capability_of, choice
+from ragged.kernels.config import PDL_MID, attention_config, capability_of, choice
 from ragged.testing import attention_error_budget, packed_qkv
 
 # (label, batch, prune, lengths): the issue's table, in its order.
@@ -92,7 +94,6 @@ TARGETS = {"1 / 80%": 2.0, "8 / 50%": 3.2}  # µs of GPU time the issue asks for
 LARGE = ("32 / 80%", "64 / 50% mixed", "64 / 0%")  # "no loss above BS 32"
 ARMS: list[str] = []  # --arms: the candidates timed (empty: every variant)
 PARTS: list = []  # --parts: experiments.kernel_parts's arms (floors and candidates), timed too
-PREVIOUS_KEYS = 256  # the short-batch classes' longest max_seqlen before the sixth session
 FLOORS: set[str] = set()  # the --parts arms that are floors (their output is not attention)
 LOSS_TOLERANCE = 1.02  # a variant loses where it is more than 2% slower than current
 
@@ -148,11 +149,11 @@ def arms_of(q, k, v, cu, max_seqlen, *, smoke: bool) -> dict:
         ),
         before,
     )
-    # the default path before the sixth session: above 256 keys the table's kernel (no class)
+    # the default path before the seventh session: the loop's PDL after the store, not mid
     pairs = (cu.shape[0] - 1) * q.shape[1]
     cfg = choice(q.shape[2], max_seqlen, pairs, q.dtype, capability_of(q.get_device()))[0]
-    if max_seqlen > PREVIOUS_KEYS:
-        cfg = None
+    if cfg is not None and cfg.pdl == PDL_MID and cfg.kind == "loop":
+        cfg = dataclasses.replace(cfg, pdl=2)
     previous = torch.empty_like(q)
     arms["previous"] = (
         lambda: kernel_attention.varlen_attention_triton(
@@ -458,8 +459,9 @@ def main(argv=None) -> int:
                    "shared memory, registers and spills")  # fmt: skip
     args = p.parse_args(argv)
     ARMS[:] = args.arms or []
-    if args.parts:
-        PARTS[:] = kernel_parts.PARTS
+    if args.parts:  # --arms picks among them too, where it names any
+        named = [p for p in kernel_parts.PARTS if p.name in ARMS]
+        PARTS[:] = named or kernel_parts.PARTS
         full = kernel_parts.PART_NAMES["full"]
         FLOORS.update(p.name for p in kernel_parts.PARTS if p.part != full)
     if args.compile_only:

@@ -20,6 +20,7 @@ Only ``full`` arms produce attention; the others are floors and are not checked 
 is not attention). Nothing in ``ragged`` imports this module.
 
     python -m experiments.kernel_parts --out parts.json   # = kernel_floor --parts (GPU)
+    python -m experiments.kernel_parts --same-ptx         # the one-tile kernel's A/B in PTX
 """
 
 # ruff: noqa: SIM108  (a verbatim copy of a kernel of ragged/kernels, whose lint ignores it)
@@ -442,6 +443,8 @@ PARTS = (
     *_parts("mma2 onetile m64 w4 pdl late", "onetile", 64, 0, 4, 1, 2, ("dots", "full"),
             mma2=True),
     *_parts("f16exp loop 64x64 w4 s2 pdl late", "loop", 64, 64, 4, 2, 2, ("full",), f16exp=True),
+    # the table's kernel (no PDL: BS 64) with fp16 exp2
+    *_parts("f16exp loop 64x64 w4 s2", "loop", 64, 64, 4, 2, 0, ("full",), f16exp=True),
     *_parts("f16exp onetile m16 w4 pdl", "onetile", 16, 0, 4, 1, 1, ("full",), f16exp=True),
     *_parts("f16exp onetile m64 w4 pdl late", "onetile", 64, 0, 4, 1, 2, ("full",), f16exp=True),
     *_parts("mma2 f16exp loop 64x64 w4 s2 pdl late", "loop", 64, 64, 4, 2, 2, ("full",),
@@ -516,7 +519,46 @@ def run(arm: Part, q, k, v, cu_seqlens, max_seqlen, softmax_scale, out) -> torch
     return out
 
 
+def same_ptx(capability: int = 90) -> int:
+    """Compile ``forward.onetile_kernel`` and ``onetile_before_kernel`` (the same constexprs:
+    the default path's one-tile launches, and the plain kernel) for sm_``capability`` with this
+    Triton, no GPU needed, and print whether their PTX is the same (names and debug lines
+    aside). 0: the same for every launch, 1: not."""
+    import re
+
+    from triton.backends.compiler import GPUTarget
+    from triton.compiler import ASTSource
+
+    names = ["Q", "K", "V", "O", "cu_seqlens", "qk_scale"]
+    names += [f"stride_{t}{a}" for t in "qkvo" for a in "th"] + ["n0", "n1"]
+    signature = dict(zip(names, ["*fp16"] * 4 + ["*i32", "fp32"] + ["i32"] * 10, strict=True))
+
+    def ptx(fn, consts):
+        src = ASTSource(fn, signature | dict.fromkeys(consts, "constexpr"), constexprs=consts)
+        text = triton.compile(src, target=GPUTarget("cuda", capability, 32),
+                              options={"num_warps": 4, "num_stages": 1}).asm["ptx"]  # fmt: skip
+        text = re.split(r"\.section\s+\.debug", text)[0]
+        text = re.sub(r"onetile_\w*kernel", "K", text)
+        return [
+            ln for ln in text.splitlines() if not ln.strip().startswith((".loc", ".file", "//"))
+        ]
+
+    differ = 0
+    for spec, grid3, pdl, keys in ((True, True, 1, 64), (True, True, 2, 128), (False, False, 0, 64),
+                                   (True, True, 1, 128)):  # fmt: skip
+        consts = {"HEAD_DIM": 64, "BLOCK_D": 64, "BLOCK_M": 16, "BLOCK_N": keys,
+                  "IEEE_DOT": False, "SPECULATE": spec, "GRID3": grid3, "PDL": pdl}  # fmt: skip
+        same = ptx(forward.onetile_kernel, consts) == ptx(onetile_before_kernel, consts)
+        differ += not same
+        print(f"onetile_kernel vs onetile_before_kernel, sm_{capability}, triton "
+              f"{triton.__version__}, {keys} keys, SPECULATE {spec}, PDL {pdl}: "
+              f"{'the same PTX' if same else 'DIFFERENT PTX'}")  # fmt: skip
+    return 1 if differ else 0
+
+
 if __name__ == "__main__":
+    if "--same-ptx" in sys.argv:
+        raise SystemExit(same_ptx())
     from experiments import kernel_floor
 
     raise SystemExit(kernel_floor.main(["--parts", *sys.argv[1:]]))
