@@ -27,6 +27,7 @@ is the median over all its replays (``--rounds`` x ``--replays``).
     python -m experiments.kernel_floor --out $OUT/kernel_floor.json   # GPU, ~1-2 min
     python -m experiments.kernel_floor --cpu-smoke                   # interpreter: plumbing
     python -m experiments.kernel_floor --compile-only 89             # ptxas resources, no GPU
+    python -m experiments.kernel_floor --parts ...                    # + experiments.kernel_parts
 
 ``--cpu-smoke`` runs the same plumbing on the Triton interpreter at 2 heads and at most 3
 sequences a workload; its µs are one call's wall time in the interpreter, not GPU time.

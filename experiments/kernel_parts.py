@@ -20,7 +20,7 @@ Only ``full`` arms produce attention; the others are floors and are not checked 
 is not attention). Nothing in ``ragged`` imports this module.
 
     python -m experiments.kernel_parts --out parts.json   # = kernel_floor --parts (GPU)
-    python -m experiments.kernel_parts --same-ptx         # the one-tile kernel's A/B in PTX
+    python -m experiments.kernel_parts --same-ptx [89]    # the one-tile kernel's A/B in PTX
 """
 
 # ruff: noqa: SIM108  (a verbatim copy of a kernel of ragged/kernels, whose lint ignores it)
@@ -544,8 +544,10 @@ def same_ptx(capability: int = 90) -> int:
         ]
 
     differ = 0
+    hopper = capability >= 90  # griddepcontrol (PDL) needs sm_90: compiled without it before
     for spec, grid3, pdl, keys in ((True, True, 1, 64), (True, True, 2, 128), (False, False, 0, 64),
                                    (True, True, 1, 128)):  # fmt: skip
+        pdl = pdl if hopper else 0
         consts = {"HEAD_DIM": 64, "BLOCK_D": 64, "BLOCK_M": 16, "BLOCK_N": keys,
                   "IEEE_DOT": False, "SPECULATE": spec, "GRID3": grid3, "PDL": pdl}  # fmt: skip
         same = ptx(forward.onetile_kernel, consts) == ptx(onetile_before_kernel, consts)
@@ -557,8 +559,9 @@ def same_ptx(capability: int = 90) -> int:
 
 
 if __name__ == "__main__":
-    if "--same-ptx" in sys.argv:
-        raise SystemExit(same_ptx())
+    if "--same-ptx" in sys.argv:  # optionally followed by the SM (default 90)
+        after = sys.argv[sys.argv.index("--same-ptx") + 1 :]
+        raise SystemExit(same_ptx(int(after[0]) if after else 90))
     from experiments import kernel_floor
 
     raise SystemExit(kernel_floor.main(["--parts", *sys.argv[1:]]))

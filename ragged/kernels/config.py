@@ -100,11 +100,12 @@ def attention_config(
 #   BS 1 5.03 vs 6.15, at BS 4 7.15 vs 8.02; 2 x 450 9.12 vs 10.67; 4 ragged up to 512 11.49 vs
 #   11.93; ATS's 4 short sequences in a 289-row bucket 3.41 vs 3.52 (4 stages: within 1%
 #   where the keys fill the tiles, 3.62 on ATS's; specloop's 8 compile-time key tiles lost).
-# The seventh session's sweeps (experiments.kernel_parts, docs/kernel.md "Floors of the grid";
-# µs against the same kernel with PDL after the store, same rounds):
+# The seventh session's two sweeps (experiments.kernel_parts, docs/kernel.md "Floors of the
+# grid"; µs against the same loop with PDL after the store, same rounds, two leases):
 #   17-128 keys, the loop's class: PDL triggered once every program has issued its q load,
-#   before its key tiles (``PDL_MID``): 32 / 80% 3.81 vs 4.01, 8 / 50% 4.24 vs 4.27, 4 / 50%
-#   3.59 vs 3.63, 16 / 50% 5.29 vs 5.35; no loss on any workload measured.
+#   before its key tiles (``PDL_MID``): 32 / 80% 3.81 and 4.02 vs 4.01 and 4.17, 8 / 50% 4.24
+#   and 4.35 vs 4.27 and 4.45, 16 / 50% 5.29 and 5.08 vs 5.35 and 5.16; within the spread
+#   elsewhere (4 / 80% mixed 3.49 vs 3.45).
 PDL_MID = 3  # forward.varlen_fwd_kernel's PDL: the trigger after the q load
 WAVE = 132  # the H100's SMs: one program each
 LATE_WAVES = 3
