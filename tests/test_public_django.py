@@ -124,6 +124,15 @@ def test_gate_stored_on_a_machine_without_the_commit_names_the_machines(store, c
     assert f"pass --machine {MACHINE}" in out, out
 
 
+def test_changepoints_of_a_machine_the_store_lacks_names_the_machines(store, capsys):
+    """``ragbench changepoints --machine`` with a name the store has no runs of: one line,
+    exit 2, naming the machines it has (before: "0 series up to date", exit 0)."""
+    rc, out = ragbench(capsys, "changepoints", "--store", store, "--machine", "ubuntu-lates")
+    assert rc == 2, out
+    assert out.strip().count("\n") == 0, out
+    assert f"its machines: {MACHINE}" in out, out
+
+
 def test_no_cell_name_ends_in_a_space(store, capsys):
     """django's benchmarks have no parameters: their names are printed without the space that
     an empty parameter list left inside backticks and in a quoted cell (``--cell '... '``; an
