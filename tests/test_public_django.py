@@ -205,3 +205,28 @@ def test_results_that_arrive_out_of_order_update_their_series_from_their_window_
         values = [p[7] for p in s.series_points(MACHINE, env, keys=[tuple(key)])]
         stored = [r["position"] for r in found.get((env, *key), [])]
         assert stored == changepoints.change_points(values, settings), key
+
+
+def test_a_result_ingested_without_benchmarks_json_keeps_its_series_unit(tmp_path):
+    """The newest commit's file ingested alone, from a directory without asv's
+    ``benchmarks.json`` (where the units are): its rows have no unit, and main's history
+    still reads every series in seconds, so its steps are "slower", as the rest of the
+    series' (before: the newest run's missing unit made them "higher (worse)", the words of
+    a metric without a unit, beside "slower" for the same benchmark in the same alert)."""
+    from ragbench.history.series import stored_histories
+    from ragbench.policies import load_policies
+
+    data = tmp_path / "django"
+    shutil.copytree(DJANGO, data)
+    files = sorted((data / "results" / MACHINE).glob("*-*.json"),
+                   key=lambda f: json.loads(f.read_text())["date"])  # fmt: skip
+    alone = tmp_path / "alone" / MACHINE
+    alone.mkdir(parents=True)
+    shutil.move(files[-1], alone / files[-1].name)
+    s = Store(tmp_path / "perf.duckdb")
+    ingest(s, [data], branch="main")
+    ingest(s, [alone / files[-1].name], branch="main")
+    newest = s.runs(machine=MACHINE)[0]
+    assert {m["unit"] for m in s.measurements([newest["run_id"]])} == {None}
+    reports = stored_histories(s, MACHINE, load_policies())
+    assert reports and {r.unit for r in reports} == {"seconds"}, {r.unit for r in reports}
