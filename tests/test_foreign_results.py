@@ -435,6 +435,22 @@ def test_a_cell_the_projects_suite_no_longer_has_is_not_re_measured(tmp_path, ca
     assert "No longer in astropy's suite" in text and "Re-measure" not in text, text
 
 
+def test_a_cell_no_longer_in_the_suite_is_named_without_a_trailing_space(tmp_path, capsys):
+    """A cell without parameters that the project's suite dropped is named as every other
+    cell is (before: ```time_units.time_dropped ```, the empty parameters' space inside the
+    backticks, as ``ragbench alerts`` printed django-asv's ``query.QueryAll.time_query_all``
+    and seven more of ubuntu-22.04)."""
+    from ragbench import project
+    from ragbench.commands import alerts as alerts_command
+
+    store = astropy_store(tmp_path, capsys)
+    alert, kept = an_alert(store), project.load(Store(store), "cheetah")
+    dropped = {**alert["cells"][0], "benchmark": "time_units", "metric": "time_dropped"}
+    text = alerts_command.text({**alert, "cells": [dropped, *alert["cells"]]}, None, [], kept)
+    assert "so not measured again: `time_units.time_dropped`" in text, text
+    assert not re.search(r"`[^`\n]* `", text), text
+
+
 def test_a_pytest_benchmark_alert_re_measures_with_pytest(tmp_path):
     """A pytest-benchmark cell's re-measurement names the test as pytest does (the saved
     run's ``fullname``), run by pytest-benchmark at both commits, ingested off main and gated
