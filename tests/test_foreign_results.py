@@ -82,6 +82,9 @@ def test_summary_only_runs_are_judged_by_welchs_t_on_their_summaries(tmp_path, c
     assert "too few samples" not in out
     assert "Welch's t on the summaries" in out and "9987 and 9710 rounds" in out, out
     assert "judged by Welch's t on their summaries" in out, out
+    # base and head are the means the test compared (before: the medians, 2.202e-07 both,
+    # beside "0.4% faster", the means' change)
+    assert re.search(r"\| 2\.622e-07 \| 2\.612e-07 \| 0\.4% faster \|", out), out
 
 
 def test_a_summary_only_slowdown_fails_by_welchs_t(tmp_path, capsys):
