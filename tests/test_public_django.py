@@ -144,6 +144,32 @@ def test_no_cell_name_ends_in_a_space(store, capsys):
     assert patterns and not [p for p in patterns if p.rstrip("$").endswith(" ")], patterns
 
 
+def test_an_alert_links_djangos_diff_and_re_measures_with_its_config(store, capsys):
+    """``ragbench alerts`` on django-asv's results: the alert at c9eb16a8 links django's
+    compare page (built from the config's ``repo``, not this checkout's origin), and its
+    re-measure gate names django-asv's config and environment and selects its one benchmark
+    by the name asv gives it in ``benchmarks.json`` (asv's own parser takes the bisection)."""
+    import shlex
+
+    from asv.commands import make_argparser
+
+    _, out = ragbench(capsys, "alerts", "--store", store, "--machine", MACHINE)
+    block = out[out.index(f"## {MACHINE} at {HEAD}") :].split("\n## ")[0]
+    link = re.search(r"Arrived in \S+: (\S+)", block).group(1)
+    assert re.fullmatch(rf"https://github\.com/django/django/compare/{BASE}\w+\.\.\.{HEAD}\w+",
+                        link), link  # fmt: skip
+    words = shlex.split(re.search(r"Re-measure: `(.+)`", block).group(1))
+    conf = str((DJANGO / "asv.conf.json").resolve())
+    assert words[:4] == ["ragbench", "gate", "--config", conf], words
+    assert words[words.index("--environment") + 1] == ENV, words
+    names = json.loads((DJANGO / "results" / "benchmarks.json").read_text())
+    benches = [words[i + 1] for i, w in enumerate(words) if w == "--bench"]
+    assert benches and all(len([n for n in names if re.search(b, n)]) == 1 for b in benches)
+    find = shlex.split(re.search(r"Bisect the range: `(.+)`", block).group(1))
+    parsed = make_argparser()[0].parse_args(find[1:])
+    assert parsed.range == f"{BASE}..{HEAD}" and parsed.env_spec == ["conda:3.12"], parsed
+
+
 def test_an_older_store_gets_the_settings_of_its_change_points(store, tmp_path):
     """A store of schema 6 (change points and alert cells without settings), opened for
     writing: its stored change points and alert cells get asv's number and repeat from the
