@@ -8,8 +8,9 @@ lengths, 257-512 keys, ``WORKLOADS``) it checks, then times, in one process:
     choice by length and batch, ``kernels.config.choice``, through the fast paths),
   * ``before``: the table's kernel alone (``config.attention_config``: the default path
     before the short-batch classes),
-  * ``previous``: the default path before the sixth session (no class above 256 keys: the
-    table's kernel there; the other classes' kernel as ``current``),
+  * ``previous``: the default path before the seventh session (the loop's class at 17-128
+    keys with PDL after the store instead of after the q load; the other classes' kernel as
+    ``current``),
   * every candidate of ``ragged.kernels.variants.VARIANTS``,
   * FA2 through torch's ``aten._flash_attention_forward`` (where this torch has it),
   * an empty Triton kernel (one program): the launch floor of a CUDA graph's kernel node,
@@ -26,6 +27,7 @@ is the median over all its replays (``--rounds`` x ``--replays``).
     python -m experiments.kernel_floor --out $OUT/kernel_floor.json   # GPU, ~1-2 min
     python -m experiments.kernel_floor --cpu-smoke                   # interpreter: plumbing
     python -m experiments.kernel_floor --compile-only 89             # ptxas resources, no GPU
+    python -m experiments.kernel_floor --parts ...                    # + experiments.kernel_parts
 
 ``--cpu-smoke`` runs the same plumbing on the Triton interpreter at 2 heads and at most 3
 sequences a workload; its µs are one call's wall time in the interpreter, not GPU time.
@@ -41,6 +43,7 @@ if "--cpu-smoke" in sys.argv:  # before triton is first imported (ragged imports
     os.environ.setdefault("TRITON_INTERPRET", "1")
 
 import argparse
+import dataclasses
 import json
 import platform
 import random
@@ -53,9 +56,10 @@ import triton
 
 import ragged
 from benchmarks.support import harness, workloads
+from experiments import kernel_parts
 from ragged.kernels import attention as kernel_attention
 from ragged.kernels import forward, variants
-from ragged.kernels.config import attention_config, capability_of, choice
+from ragged.kernels.config import PDL_MID, attention_config, capability_of, choice
 from ragged.testing import attention_error_budget, packed_qkv
 
 # (label, batch, prune, lengths): the issue's table, in its order.
@@ -90,7 +94,8 @@ CALLS = 20  # calls captured per graph
 TARGETS = {"1 / 80%": 2.0, "8 / 50%": 3.2}  # µs of GPU time the issue asks for
 LARGE = ("32 / 80%", "64 / 50% mixed", "64 / 0%")  # "no loss above BS 32"
 ARMS: list[str] = []  # --arms: the candidates timed (empty: every variant)
-PREVIOUS_KEYS = 256  # the short-batch classes' longest max_seqlen before the sixth session
+PARTS: list = []  # --parts: experiments.kernel_parts's arms (floors and candidates), timed too
+FLOORS: set[str] = set()  # the --parts arms that are floors (their output is not attention)
 LOSS_TOLERANCE = 1.02  # a variant loses where it is more than 2% slower than current
 
 
@@ -145,11 +150,11 @@ def arms_of(q, k, v, cu, max_seqlen, *, smoke: bool) -> dict:
         ),
         before,
     )
-    # the default path before the sixth session: above 256 keys the table's kernel (no class)
+    # the default path before the seventh session: the loop's PDL after the store, not mid
     pairs = (cu.shape[0] - 1) * q.shape[1]
     cfg = choice(q.shape[2], max_seqlen, pairs, q.dtype, capability_of(q.get_device()))[0]
-    if max_seqlen > PREVIOUS_KEYS:
-        cfg = None
+    if cfg is not None and cfg.pdl == PDL_MID and cfg.kind == "loop":
+        cfg = dataclasses.replace(cfg, pdl=2)
     previous = torch.empty_like(q)
     arms["previous"] = (
         lambda: kernel_attention.varlen_attention_triton(
@@ -166,6 +171,16 @@ def arms_of(q, k, v, cu, max_seqlen, *, smoke: bool) -> dict:
         o = torch.empty_like(q)
         arms[variant.name] = (
             lambda variant=variant, o=o: variants.run(variant, q, k, v, cu, max_seqlen, scale, o),
+            o,
+        )
+    for part in PARTS:
+        why = part.why_not(max_seqlen, not smoke)
+        if why:
+            arms[part.name] = why
+            continue
+        o = torch.empty_like(q)
+        arms[part.name] = (
+            lambda part=part, o=o: kernel_parts.run(part, q, k, v, cu, max_seqlen, scale, o),
             o,
         )
     fa2 = getattr(torch.ops.aten, "_flash_attention_forward", None)
@@ -203,6 +218,9 @@ def check(arms: dict, q, k, v, cu) -> dict:
             if isinstance(arm[1], torch.Tensor):
                 arm[1].fill_(float("nan"))
             arm[0]()
+            if name in FLOORS:  # not attention: timed as a floor, never checked
+                result[name] = {"ok": True, "floor": True, "max_abs_err": None, "budget": None}
+                continue
             out = output_of(arm)[:rows]
             err = (out.double() - oracle).abs().max().item() if out.numel() else 0.0
             ok = bool(torch.isfinite(out).all().item()) and err <= budget
@@ -280,7 +298,7 @@ def run_workload(label, batch, prune, mode, args, empty_x, t_start) -> tuple[dic
         checked[n] |= {"median_us": statistics.median(t), "min_us": min(t), "samples_us": t}
     cur = checked["current"].get("median_us")
     others = ("fa2", "empty kernel", "empty kernel pdl", "before", "previous")
-    ours = [n for n in samples if n not in others]
+    ours = [n for n in samples if n not in others and n not in FLOORS]
     best = min(ours, key=lambda n: checked[n]["median_us"]) if ours else None
     print(f"[{time.time() - t_start:6.1f} s] {label}: current {fmt(cur)} µs, best "
           f"{best} {fmt(checked.get(best, {}).get('median_us'))}, fa2 "
@@ -306,6 +324,8 @@ def print_rows(results: list[dict]) -> None:
                 note = f"not run: {a['skipped']}"
             elif "error" in a:
                 note = f"REFUSED: {a['error']}"
+            elif a.get("floor"):
+                note = "a floor: not attention, not checked"
             else:
                 note = f"{a['max_abs_err']:.2e} / {a['budget']:.2e}" + (
                     "" if a["ok"] else " REFUSED (outside the budget)"
@@ -322,6 +342,7 @@ def summary(results: list[dict]) -> dict:
     rows = []
     by_label = {w["label"]: w for w in results}
     variant_names = [v.name for v in variants.VARIANTS if not ARMS or v.name in ARMS]
+    variant_names += [p.name for p in PARTS if p.name not in FLOORS]
     for w in results:
         timed = {n: a["median_us"] for n, a in w["arms"].items() if a.get("median_us") is not None}
         cands = {n: t for n, t in timed.items() if n in variant_names or n == "current"}
@@ -431,11 +452,19 @@ def main(argv=None) -> int:
     p.add_argument("--replays", type=int, default=20, help="replays of each arm a round")
     p.add_argument("--only", nargs="*", help="workload labels to run (default: all)")
     p.add_argument("--arms", nargs="*", help="candidates to time (default: every variant)")
+    p.add_argument("--parts", action="store_true",
+                   help="also time experiments.kernel_parts's arms: the default grids doing "
+                   "less (floors, not checked) and its candidates (checked)")  # fmt: skip
     p.add_argument("--compile-only", type=int, metavar="SM",
                    help="compile the one-tile kernels for sm_SM (no GPU needed), print their "
                    "shared memory, registers and spills")  # fmt: skip
     args = p.parse_args(argv)
     ARMS[:] = args.arms or []
+    if args.parts:  # --arms picks among them too, where it names any
+        named = [p for p in kernel_parts.PARTS if p.name in ARMS]
+        PARTS[:] = named or kernel_parts.PARTS
+        full = kernel_parts.PART_NAMES["full"]
+        FLOORS.update(p.name for p in kernel_parts.PARTS if p.part != full)
     if args.compile_only:
         return compile_only(args.compile_only)
     smoke = args.cpu_smoke

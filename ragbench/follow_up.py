@@ -45,8 +45,9 @@ def environments(alert: dict) -> list[str]:
 def repro_command(alert: dict, project: Project | None = None) -> str | None:
     """The gate that measures exactly the alert's cells: its commit against the one before;
     of ``project`` (another asv project's results) with its config, and in the alert's
-    environment where it has one, the cells its suite no longer has left out (``gone_cells``;
-    None where that is every one)."""
+    environment where it has one (cells in several: one gate an environment, joined by
+    `` ; ``), the cells its suite no longer has left out (``gone_cells``; None where that is
+    every one)."""
     from .discovery import bench_regex
 
     keys = _keys(alert, project)
@@ -54,13 +55,20 @@ def repro_command(alert: dict, project: Project | None = None) -> str | None:
         return None
     if all("::" in k[0] for k in keys):  # pytest node ids: pytest-benchmark's results
         return pytest_command(alert, keys)
+    if project is not None and len(environments(alert)) > 1:
+        # the gate judges one environment (asv measures every one of the config's, and the
+        # gate refuses to pool them): one gate an environment, each with its own cells
+        gates = [repro_command({**alert, "cells": [c for c in alert["cells"]
+                                                   if c.get("environment") == env]}, project)
+                 for env in environments(alert)]  # fmt: skip
+        return " ; ".join(g for g in gates if g) or None
     bench = " ".join(f"--bench {shlex.quote(b)}" for b in bench_regex(keys))
     base = alert["prev_commit_hash"] or f"{alert['commit_hash']}~1"
     config = ""
     if project is not None:
         envs = environments(alert)
         config = f" --config {shlex.quote(project.config)}" + (
-            f" --environment {shlex.quote(envs[0])}" if len(envs) == 1 else ""
+            f" --environment {shlex.quote(envs[0])}" if envs else ""
         )
     return (
         f"ragbench gate{config} --base {base[:12]} --head {alert['commit_hash'][:12]} "

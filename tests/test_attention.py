@@ -171,7 +171,7 @@ def test_the_short_batch_kernels_of_the_default_path_match_oracle(kind, device):
         block_n = max(16, 1 << (max_seqlen - 1).bit_length())
         config = {
             "onetile": AttentionConfig(16, block_n, 4, 1, kind="onetile", pdl=1),
-            "loop": AttentionConfig(64, 64, 4, 2, pdl=2),
+            "loop": AttentionConfig(64, 64, 4, 2, pdl=3),
             "specloop": AttentionConfig(64, 64, 4, 2, kind="specloop", pdl=1),
         }[kind]
         if kind == "onetile" and block_n > 128:

@@ -560,14 +560,18 @@ def test_the_short_batch_classes_hold_over_their_spans(capability):
                         assert cfg is None
     assert choice(64, 40, 12, torch.float16, (9, 0))[0] == AttentionConfig(
         16, 64, 4, 1, kind="onetile", pdl=1)  # BS 1 / 80%  # fmt: skip
-    assert choice(64, 99, 96, torch.float16, (9, 0))[0] == AttentionConfig(64, 64, 4, 2, pdl=2)
+    # BS 8 / 50%: the loop, PDL once every program has issued its q load (pdl 3)
+    assert choice(64, 99, 96, torch.float16, (9, 0))[0] == AttentionConfig(64, 64, 4, 2, pdl=3)
     # 33-64 keys after the one-tile class up to half a wave: specloop, PDL at once (4 / 80%)
     specloop = AttentionConfig(64, 64, 4, 2, kind="specloop", pdl=1)
     for pairs in (34, 48, 66):
         assert choice(64, 40, pairs, torch.float16, (9, 0))[0] == specloop
-    for max_seqlen, pairs in ((40, 96), (99, 48), (20, 96)):  # the loop, PDL after the store
+    # the loop up to 128 keys and three waves, PDL after the q load (32 / 80%: 384 pairs)
+    for max_seqlen, pairs in ((40, 96), (99, 48), (20, 96), (40, 384), (128, 198), (33, 396)):
         assert choice(64, max_seqlen, pairs, torch.float16, (9, 0))[0] == AttentionConfig(
-            64, 64, 4, 2, pdl=2)  # fmt: skip
+            64, 64, 4, 2, pdl=3)  # fmt: skip
+    for max_seqlen, pairs in ((40, 397), (99, 199)):  # past three waves: the table
+        assert choice(64, max_seqlen, pairs, torch.float16, (9, 0))[0] is None
     # 129-256 keys: the loop with 3 stages (BS 1 / 0%)
     assert choice(64, 197, 12, torch.float16, (9, 0))[0] == AttentionConfig(64, 64, 4, 3, pdl=2)
     assert choice(64, 197, 768, torch.float16, (9, 0))[0] is None  # BS 64: the table

@@ -82,6 +82,9 @@ def test_summary_only_runs_are_judged_by_welchs_t_on_their_summaries(tmp_path, c
     assert "too few samples" not in out
     assert "Welch's t on the summaries" in out and "9987 and 9710 rounds" in out, out
     assert "judged by Welch's t on their summaries" in out, out
+    # base and head are the means the test compared (before: the medians, 2.202e-07 both,
+    # beside "0.4% faster", the means' change)
+    assert re.search(r"\| 2\.622e-07 \| 2\.612e-07 \| 0\.4% faster \|", out), out
 
 
 def test_a_summary_only_slowdown_fails_by_welchs_t(tmp_path, capsys):
@@ -243,13 +246,13 @@ if args[0] == "run":
 '''
 
 
-def fake_asv(tmp_path: Path, monkeypatch) -> Path:
-    """``FAKE_ASV`` as the ``asv`` the commands run (first on PYTHONPATH); -> the log its calls
-    are written to, one JSON line each."""
+def fake_asv(tmp_path: Path, monkeypatch, script: str = FAKE_ASV) -> Path:
+    """``script`` (``FAKE_ASV``) as the ``asv`` the commands run (first on PYTHONPATH); -> the
+    log its calls are written to, one JSON line each."""
     fake = tmp_path / "fake"
     (fake / "asv").mkdir(parents=True)
     (fake / "asv" / "__init__.py").write_text("")
-    (fake / "asv" / "__main__.py").write_text(FAKE_ASV)
+    (fake / "asv" / "__main__.py").write_text(script)
     log = tmp_path / "asv.log"
     monkeypatch.setenv("PYTHONPATH", str(fake))
     monkeypatch.setenv("FAKE_ASV_LOG", str(log))
@@ -322,6 +325,80 @@ def test_an_inconclusive_gate_of_another_project_is_settled_by_its_asv(tmp_path,
     assert all(r["conf"]["repo"] == "https://github.com/astropy/astropy.git" for r in runs)
 
 
+DJANGO_ENVS = PUBLIC.parent / "asv-django-envs"  # django-asv's newest 4 commits, 2 Pythons each
+
+FAKE_ASV_ENVS = '''
+"""asv as ``FAKE_ASV``, for a project measured in several environments: ``run`` writes the
+project's real result files of the commit, one an environment, each of the config's
+(``FAKE_ASV_RESULTS`` holds them) or the one ``--environment`` (``conda:3.12``) names."""
+import json, os, pathlib, sys
+
+import json5
+
+args = sys.argv[1:]
+log = pathlib.Path(os.environ["FAKE_ASV_LOG"])
+calls = log.read_text().count("\\n") if log.exists() else 0
+conf = json5.loads(pathlib.Path(args[args.index("--config") + 1]).read_text())
+with log.open("a") as fh:
+    fh.write(json.dumps({"argv": args, "cwd": os.getcwd(), "conf": conf}) + "\\n")
+if args[0] == "run":
+    machine, sha = args[args.index("--machine") + 1], args[-1].removesuffix("^!")
+    spec = args[args.index("--environment") + 1] if "--environment" in args else None
+    src = pathlib.Path(os.environ["FAKE_ASV_RESULTS"])
+    out = pathlib.Path(conf["results_dir"]) / machine
+    out.mkdir(parents=True, exist_ok=True)
+    for f in src.glob(f"{sha[:8]}-*.json"):
+        if spec is not None and f.stem.split("-", 1)[1] != spec.replace(":", "-py"):
+            continue
+        data = json.loads(f.read_text())
+        at = data["result_columns"].index("started_at")
+        for row in data["results"].values():
+            if len(row) > at and row[at] is not None:
+                row[at] += 1000 * calls
+        (out / f.name).write_text(json.dumps(data))
+    (out / "machine.json").write_text((src / "machine.json").read_text())
+    (out.parent / "benchmarks.json").write_text((src.parent / "benchmarks.json").read_text())
+'''
+
+
+def test_an_alert_in_two_environments_re_measures_each_in_its_own(tmp_path, capsys,
+                                                                  monkeypatch):  # fmt: skip
+    """django-asv measures every commit under conda-py3.12 and conda-py3.13, and an alert of
+    its history holds a step in both (its newest, at c9eb16a8). The gate judges one
+    environment (asv measures every one of the config's, and the gate refuses to pool them),
+    so the re-measure is one gate an environment, each with its cells; each, run with asv
+    replaced by one that writes django-asv's real files of the commit it is asked for in the
+    environments it is asked for, gives a verdict (before: one gate without --environment,
+    refused with exit 2 after asv measured both sides in both)."""
+    from ragbench import follow_up, project
+
+    path = tmp_path / "perf.duckdb"
+    code, out = ragbench(capsys, "ingest", "--store", path, "--branch", "main", DJANGO_ENVS)
+    assert code == 0, out
+    kept = project.load(Store(path), "ubuntu-latest")
+    shas = {
+        r["commit_hash"][:8]: r["commit_hash"] for r in Store(path).runs(machine="ubuntu-latest")
+    }
+    cell = {"benchmark": "form_benchmarks.form_clean.benchmark.FormClean",
+            "metric": "time_form_clean", "param_key": "", "found_by": "change point"}  # fmt: skip
+    cells = [{**cell, "environment": e} for e in ("conda-py3.12", "conda-py3.13")]
+    alert = {"machine": "ubuntu-latest", "commit_hash": shas["03988c5a"],
+             "prev_commit_hash": shas["4c4f8fd7"], "cells": cells}  # fmt: skip
+    gates = [shlex.split(g) for g in follow_up.repro_command(alert, kept).split(" ; ")]
+    assert [g[g.index("--environment") + 1] for g in gates if "--environment" in g] == [
+        "conda-py3.12", "conda-py3.13"], gates  # fmt: skip
+    log = fake_asv(tmp_path, monkeypatch, FAKE_ASV_ENVS)
+    monkeypatch.setenv("FAKE_ASV_RESULTS", str(DJANGO_ENVS / "results" / "ubuntu-latest"))
+    for i, words in enumerate(gates):
+        code, out = ragbench(capsys, *words[1:], "--store", tmp_path / f"g{i}.duckdb",
+                             "--rounds", "1")  # fmt: skip
+        verdict = re.search(r"ragbench gate: (PASS|FAIL|INCONCLUSIVE)", out)
+        assert verdict and code == (0 if verdict.group(1) == "PASS" else 1), out
+        assert "time_form_clean" in out, out
+    runs = [c for c in map(json.loads, log.read_text().splitlines()) if c["argv"][0] == "run"]
+    assert runs and all("--environment" in r["argv"] for r in runs), runs
+
+
 def test_a_bisection_with_another_projects_config_is_asvs_own(tmp_path, capsys, monkeypatch):
     """``ragbench bisect --config``: asv's own search (``asv find``) in astropy's directory,
     with its config, over GOOD..BAD, the benchmark by its asv name (asv here replaced as in
@@ -359,6 +436,22 @@ def test_a_cell_the_projects_suite_no_longer_has_is_not_re_measured(tmp_path, ca
     assert follow_up.bisect_command(alone, kept) is None
     text = alerts_command.text(alone, None, [], kept)
     assert "No longer in astropy's suite" in text and "Re-measure" not in text, text
+
+
+def test_a_cell_no_longer_in_the_suite_is_named_without_a_trailing_space(tmp_path, capsys):
+    """A cell without parameters that the project's suite dropped is named as every other
+    cell is (before: ```time_units.time_dropped ```, the empty parameters' space inside the
+    backticks, as ``ragbench alerts`` printed django-asv's ``query.QueryAll.time_query_all``
+    and seven more of ubuntu-22.04)."""
+    from ragbench import project
+    from ragbench.commands import alerts as alerts_command
+
+    store = astropy_store(tmp_path, capsys)
+    alert, kept = an_alert(store), project.load(Store(store), "cheetah")
+    dropped = {**alert["cells"][0], "benchmark": "time_units", "metric": "time_dropped"}
+    text = alerts_command.text({**alert, "cells": [dropped, *alert["cells"]]}, None, [], kept)
+    assert "so not measured again: `time_units.time_dropped`" in text, text
+    assert not re.search(r"`[^`\n]* `", text), text
 
 
 def test_a_pytest_benchmark_alert_re_measures_with_pytest(tmp_path):

@@ -202,3 +202,17 @@ def test_every_dashboard_page_renders_on_public_results(store, page):
         at = page_at(store, page, machine)
         assert not at.exception, (machine, at.exception)
         assert at.sidebar.title[0].value == "astropy performance"
+
+
+def test_cells_without_samples_are_judged_by_asvs_own_intervals(store, capsys):
+    """fcf8c079 -> 22b920c6 in py2.7-numpy1.8 holds asv's time_ci_small and time_ci_big (value
+    3 -> 1, with asv's 99% intervals, no raw samples): each is judged by those intervals as
+    ``asv compare`` does, and the report says which test that was: small's apart, big's
+    overlapping (not significant, so no evidence either way)."""
+    code, out = gate(capsys, store, "fcf8c079", "22b920c6", "--environment", OTHER_ENV)
+    assert code == 1, out
+    assert "judged by asv's 99% confidence intervals as `asv compare` does" in out, out
+    rows = {line.split("`")[1]: line for line in out.splitlines()
+            if line.startswith("| `time_ci_") and "99% intervals" in line}  # fmt: skip
+    assert "asv's 99% intervals do not overlap" in rows["time_ci_small.time_ci_small"], rows
+    assert "asv's 99% intervals overlap (not significant)" in rows["time_ci_big.time_ci_big"]

@@ -124,6 +124,15 @@ def test_gate_stored_on_a_machine_without_the_commit_names_the_machines(store, c
     assert f"pass --machine {MACHINE}" in out, out
 
 
+def test_changepoints_of_a_machine_the_store_lacks_names_the_machines(store, capsys):
+    """``ragbench changepoints --machine`` with a name the store has no runs of: one line,
+    exit 2, naming the machines it has (before: "0 series up to date", exit 0)."""
+    rc, out = ragbench(capsys, "changepoints", "--store", store, "--machine", "ubuntu-lates")
+    assert rc == 2, out
+    assert out.strip().count("\n") == 0, out
+    assert f"its machines: {MACHINE}" in out, out
+
+
 def test_no_cell_name_ends_in_a_space(store, capsys):
     """django's benchmarks have no parameters: their names are printed without the space that
     an empty parameter list left inside backticks and in a quoted cell (``--cell '... '``; an
@@ -133,6 +142,32 @@ def test_no_cell_name_ends_in_a_space(store, capsys):
     assert not re.search(r"`[^`\n]* `", out), re.search(r"`[^`\n]* `", out)
     patterns = re.findall(r"'(\^[^'\n]*)'", out)  # the benchmarks' regexes, quoted
     assert patterns and not [p for p in patterns if p.rstrip("$").endswith(" ")], patterns
+
+
+def test_an_alert_links_djangos_diff_and_re_measures_with_its_config(store, capsys):
+    """``ragbench alerts`` on django-asv's results: the alert at c9eb16a8 links django's
+    compare page (built from the config's ``repo``, not this checkout's origin), and its
+    re-measure gate names django-asv's config and environment and selects its one benchmark
+    by the name asv gives it in ``benchmarks.json`` (asv's own parser takes the bisection)."""
+    import shlex
+
+    from asv.commands import make_argparser
+
+    _, out = ragbench(capsys, "alerts", "--store", store, "--machine", MACHINE)
+    block = out[out.index(f"## {MACHINE} at {HEAD}") :].split("\n## ")[0]
+    link = re.search(r"Arrived in \S+: (\S+)", block).group(1)
+    assert re.fullmatch(rf"https://github\.com/django/django/compare/{BASE}\w+\.\.\.{HEAD}\w+",
+                        link), link  # fmt: skip
+    words = shlex.split(re.search(r"Re-measure: `(.+)`", block).group(1))
+    conf = str((DJANGO / "asv.conf.json").resolve())
+    assert words[:4] == ["ragbench", "gate", "--config", conf], words
+    assert words[words.index("--environment") + 1] == ENV, words
+    names = json.loads((DJANGO / "results" / "benchmarks.json").read_text())
+    benches = [words[i + 1] for i, w in enumerate(words) if w == "--bench"]
+    assert benches and all(len([n for n in names if re.search(b, n)]) == 1 for b in benches)
+    find = shlex.split(re.search(r"Bisect the range: `(.+)`", block).group(1))
+    parsed = make_argparser()[0].parse_args(find[1:])
+    assert parsed.range == f"{BASE}..{HEAD}" and parsed.env_spec == ["conda:3.12"], parsed
 
 
 def test_an_older_store_gets_the_settings_of_its_change_points(store, tmp_path):
@@ -196,3 +231,28 @@ def test_results_that_arrive_out_of_order_update_their_series_from_their_window_
         values = [p[7] for p in s.series_points(MACHINE, env, keys=[tuple(key)])]
         stored = [r["position"] for r in found.get((env, *key), [])]
         assert stored == changepoints.change_points(values, settings), key
+
+
+def test_a_result_ingested_without_benchmarks_json_keeps_its_series_unit(tmp_path):
+    """The newest commit's file ingested alone, from a directory without asv's
+    ``benchmarks.json`` (where the units are): its rows have no unit, and main's history
+    still reads every series in seconds, so its steps are "slower", as the rest of the
+    series' (before: the newest run's missing unit made them "higher (worse)", the words of
+    a metric without a unit, beside "slower" for the same benchmark in the same alert)."""
+    from ragbench.history.series import stored_histories
+    from ragbench.policies import load_policies
+
+    data = tmp_path / "django"
+    shutil.copytree(DJANGO, data)
+    files = sorted((data / "results" / MACHINE).glob("*-*.json"),
+                   key=lambda f: json.loads(f.read_text())["date"])  # fmt: skip
+    alone = tmp_path / "alone" / MACHINE
+    alone.mkdir(parents=True)
+    shutil.move(files[-1], alone / files[-1].name)
+    s = Store(tmp_path / "perf.duckdb")
+    ingest(s, [data], branch="main")
+    ingest(s, [alone / files[-1].name], branch="main")
+    newest = s.runs(machine=MACHINE)[0]
+    assert {m["unit"] for m in s.measurements([newest["run_id"]])} == {None}
+    reports = stored_histories(s, MACHINE, load_policies())
+    assert reports and {r.unit for r in reports} == {"seconds"}, {r.unit for r in reports}

@@ -152,7 +152,8 @@ def text(a: dict, repository: str | None, moved: list[str] = (), project=None) -
     if gone:
         lines += ["", f"No longer in {project.name or 'the project'}'s suite (its asv "
                   f"benchmarks.json), so not measured again: "
-                  + ", ".join(f"`{b}.{m} {k}`" for b, m, k in gone)]  # fmt: skip
+                  + ", ".join(alerts.cell_name({"benchmark": b, "metric": m, "param_key": k})
+                              for b, m, k in gone)]  # fmt: skip
     repro = follow_up.repro_command(a, project)
     lines += ["", f"Re-measure: `{repro}`"] if repro else []
     bisect = follow_up.bisect_command(a, project)

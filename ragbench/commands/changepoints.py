@@ -19,7 +19,8 @@ def add_parser(sub) -> None:
             "the "
             "same settings are kept, the rest computed. An ingest does this for the series it "
             "gave a point; run it once on a store made before, or after changing [main]'s "
-            "settings in the policies. Exit 0 done, 2 unusable input."
+            "settings in the policies. Exit 0 done, 2 unusable input (a --machine the store "
+            "has no runs of names those it has)."
         ),
     )
     store_arg(c, history=True)
@@ -33,6 +34,10 @@ def run(args) -> int:
 
     policies = load_policies(args.policies)
     store = open_store(args, create=False)
+    known = store.machines()
+    if args.machine is not None and args.machine not in known:  # a typo would update nothing
+        raise ValueError(f"no runs of machine {args.machine!r} in the store (its machines: "
+                         f"{', '.join(known) or 'none'})")  # fmt: skip
     t0 = time.perf_counter()
     n = changepoints.rebuild(store, args.machine, policies, log=log)
     log(f"ragbench changepoints: {n} series up to date in {store.name} "

@@ -250,7 +250,8 @@ def histories(rows: list[dict], policies: Policies, last: int = 200, change_poin
     reports = []
     for (key, environment), by_commit in sorted(grouped.items()):
         first = next(iter(by_commit.values()))[0]
-        if _tracked(policies, key, first["unit"]) is None:
+        unit = unit_of([r for runs in by_commit.values() for r in runs])
+        if _tracked(policies, key, unit) is None:
             continue
         points = []
         for (commit, env), runs in by_commit.items():  # rows arrive in commit order
@@ -260,10 +261,17 @@ def histories(rows: list[dict], policies: Policies, last: int = 200, change_poin
                 timing.of(runs[0].get("source"), min_of(runs, "stats_number"),
                           min_of(runs, "stats_repeat")),
             ))  # fmt: skip
-        reports.append(history(points[-last:], key, json.loads(first["params"]), first["unit"],
+        reports.append(history(points[-last:], key, json.loads(first["params"]), unit,
                                policies, change_points, accepted.get(key, ()),
                                environment or None, newest_time))  # fmt: skip
     return reports
+
+
+def unit_of(rows: list[dict]) -> str | None:
+    """A series' unit: that of its newest row that has one (oldest first). An asv result file
+    ingested without its ``benchmarks.json`` two directories up stores no unit, and the
+    series' words and policy stay those of the unit its other runs have."""
+    return next((r["unit"] for r in reversed(rows) if r.get("unit")), None)
 
 
 def min_of(rows: list[dict], column: str):
@@ -300,7 +308,8 @@ def stored_histories(
     for (environment, *key), group in groups.items():
         key = tuple(key)
         newest = group[-1]
-        policy = _tracked(policies, key, newest["unit"])
+        unit = unit_of(group)
+        policy = _tracked(policies, key, unit)
         if policy is None:
             continue
         points = {(r["commit_hash"], r["env_key"]): Point(
@@ -323,7 +332,7 @@ def stored_histories(
         at = [index[(c["commit_hash"], c["env_key"])] for c in cps]
         changes = [Change(i, c["before"], c["after"]) for i, c in zip(at, cps, strict=True)]
         reports.append(_report(
-            key, json.loads(newest["params"]), newest["unit"], policy, conf, ordered, changes,
+            key, json.loads(newest["params"]), unit, policy, conf, ordered, changes,
             [i for i, c in zip(at, cps, strict=True) if c["env_key"] != c["prev_env_key"]],
             sorted(index[(r["commit_hash"], r["env_key"])] for r in group if r["accepted"]),
             [points[(r["commit_hash"], r["env_key"])] for r in group if r["in_lookback"]],

@@ -196,6 +196,7 @@ def compare(
                 by_interval(v, b.ci, h.ci)
             elif (fewest < need or fewest < 2) and usable(b.summary) and usable(h.summary):
                 v.method = WELCH  # no raw samples: the summaries' own test, beside the others'
+                v.base, v.head = b.summary[0], h.summary[0]  # the means it compares, shown
                 v.ratio = ratio_of(h.summary[0], b.summary[0])
                 v.change = bad_change(v.ratio, lower)
                 v.p = stats.welch(b.summary, h.summary)

@@ -100,6 +100,13 @@ def attention_config(
 #   BS 1 5.03 vs 6.15, at BS 4 7.15 vs 8.02; 2 x 450 9.12 vs 10.67; 4 ragged up to 512 11.49 vs
 #   11.93; ATS's 4 short sequences in a 289-row bucket 3.41 vs 3.52 (4 stages: within 1%
 #   where the keys fill the tiles, 3.62 on ATS's; specloop's 8 compile-time key tiles lost).
+# The seventh session's two sweeps (experiments.kernel_parts, docs/kernel.md "Floors of the
+# grid"; µs against the same loop with PDL after the store, same rounds, two leases):
+#   17-128 keys, the loop's class: PDL triggered once every program has issued its q load,
+#   before its key tiles (``PDL_MID``): 32 / 80% 3.81 and 4.02 vs 4.01 and 4.17, 8 / 50% 4.24
+#   and 4.35 vs 4.27 and 4.45, 16 / 50% 5.29 and 5.08 vs 5.35 and 5.16; within the spread
+#   elsewhere (4 / 80% mixed 3.49 vs 3.45).
+PDL_MID = 3  # forward.varlen_fwd_kernel's PDL: the trigger after the q load
 WAVE = 132  # the H100's SMs: one program each
 LATE_WAVES = 3
 SHORT_BATCH_KEYS = 512  # the longest max_seqlen measured
@@ -144,8 +151,11 @@ def short_batch(head_dim: int, max_seqlen: int, pairs: int, dtype: torch.dtype,
         return cfg, (lo, hi), (first, SPECLOOP_PAIRS)
     first = SPECLOOP_PAIRS + 1 if hi == SPECLOOP_KEYS else first
     most = LATE_WAVES * WAVE // -(-hi // 64)
-    if pairs <= most:  # 3 stages where a sequence has 4-8 key tiles (129-512 keys)
-        return AttentionConfig(64, 64, 4, 3 if hi > 128 else 2, pdl=2), (lo, hi), (first, most)
+    if pairs <= most:  # 3 stages where a sequence has 4-8 key tiles (129-512 keys); with 1-2
+        # the next kernel launches once every program issued its q load (PDL_MID)
+        cfg = AttentionConfig(64, 64, 4, 3, pdl=2) if hi > 128 else AttentionConfig(
+            64, 64, 4, 2, pdl=PDL_MID)  # fmt: skip
+        return cfg, (lo, hi), (first, most)
     return None, (lo, hi), (most + 1, MAX_LENGTH)  # the table's, over these pairs only
 
 

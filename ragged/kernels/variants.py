@@ -1,9 +1,9 @@
 """Candidate launch shapes of the ragged attention kernel for short sequences, measured by
-``python -m experiments.kernel_floor``. Four are on ``ragged.varlen_attention``'s path for the
+``python -m experiments.kernel_floor``. Five are on ``ragged.varlen_attention``'s path for the
 short-batch classes where the sweeps showed them faster (``config.short_batch``): ``onetile spec
-3d m16 w4 pdl`` (and ``pdl late``), ``loop 64x64 w4 s2 pdl late`` (and its 3-stage ``loop
-64x64 w4 s3 pdl late`` at 129-512 keys) and ``specloop 64x64 w4 s2 pdl`` (33-64 keys, up to half
-a wave of pairs); the others are not.
+3d m16 w4 pdl`` (and ``pdl late``), ``loop 64x64 w4 s2 pdl mid`` (17-128 keys; ``loop 64x64 w4
+s2 pdl late`` before it), ``loop 64x64 w4 s3 pdl late`` (129-512 keys) and ``specloop 64x64 w4
+s2 pdl`` (33-64 keys, up to half a wave of pairs); the others are not.
 
 At BS 1 / 80% pruning (40 tokens, 12 heads) the default kernel costs ~1.9 µs more than an empty
 kernel (H100): a chain of dependent latencies, not arithmetic. What each variant changes:
@@ -41,7 +41,8 @@ kernel (H100): a chain of dependent latencies, not arithmetic. What each variant
     then. On the interpreter (no such instruction) it runs without it: the same arithmetic.
     ``... pdl late``: the same, but the next kernel may launch only once every program has
     stored its output (or had none): its programs then wait for less time, holding no SM
-    slot that this kernel's programs could still use.
+    slot that this kernel's programs could still use. ``... pdl mid`` (the loop): between
+    the two, once every program has issued its q load (or had none), before its key tiles.
 
 Each variant is checked against ``ragged.reference`` before it is timed
 (tests/test_attention.py on the interpreter, the sweep on the GPU).
@@ -86,7 +87,8 @@ class Variant:
     speculate: bool = False  # onetile: load from the uniform-length guess of the start first
     grid3: bool = False  # onetile: grid (query tiles, heads, sequences), no index divisions
     # A programmatic dependent launch (sm_90 and later): 0 none, 1 (True) the next kernel may
-    # launch at once, 2 once every program stored its output
+    # launch at once, 2 once every program stored its output, 3 (the loop only) once every
+    # program issued its q load
     pdl: int = 0
     max_keys: int = 0  # onetile: the longest max_seqlen it takes (0: the rules of ``applies``)
     # specloop (``forward.specloop_kernel``): rows a program walks at a time (0: block_m), the
@@ -193,6 +195,11 @@ VARIANTS = (
     Variant("loop 64x64 w4 s3 pdl", "loop", 64, 64, 4, 3, pdl=True),
     spec("specloop 64x64 w4 s3 pdl", 64, 64, 4, 3, pdl=1),
     spec("specloop 64x64 w4 s4 pdl late", 64, 64, 4, 4),
+    # The seventh session's: the loop with PDL triggered between the two, once every program
+    # has issued its q load (the default at 17-128 keys since; forward.varlen_fwd_kernel's
+    # PDL 3), and with 3 stages (129-512 keys)
+    Variant("loop 64x64 w4 s2 pdl mid", "loop", 64, 64, 4, 2, pdl=3),
+    Variant("loop 64x64 w4 s3 pdl mid", "loop", 64, 64, 4, 3, pdl=3),
 )
 
 

@@ -1,0 +1,567 @@
+"""Where the attention kernel's GPU time goes at short batches: the grids of the default path's
+kernels (and of other tile shapes) doing less, timed with the kernels in one process by
+``experiments.kernel_floor --parts`` (docs/kernel.md, "Floors of the grid", 2026-11-27).
+
+Each arm is a copy of a kernel of ``ragged/kernels/forward.py`` with one switch, ``PART``:
+
+  * ``zeros`` (0): the program reads its sequence's bounds from cu_seqlens and stores zeros
+    to its rows: the launch, the grid and the dependent cu_seqlens round;
+  * ``loads`` (1): as the kernel, q, k and v tiles loaded (every key tile the kernel loads)
+    and a sum of them stored, no dot and no softmax: the load-store floor of that grid;
+  * ``dots`` (2): both dots (q k^T, then the scores as fp16 times v), no softmax;
+  * ``full`` (3): the kernel (checked against the oracle like any candidate).
+
+and candidates on top of the full kernel: ``mma2`` (Triton's Ampere ``mma.sync`` with register
+operands instead of Hopper's ``wgmma`` from shared memory: compiled with ``DISABLE_MMA_V3``),
+``f16exp`` (the softmax's exp2 as ``ex2.approx.f16x2``: two at once, p already fp16), ``h2``
+(one program for two heads of a query tile: every load of both issued before either computes).
+
+Only ``full`` arms produce attention; the others are floors and are not checked (their output
+is not attention). Nothing in ``ragged`` imports this module.
+
+    python -m experiments.kernel_parts --out parts.json   # = kernel_floor --parts (GPU)
+    python -m experiments.kernel_parts --same-ptx [89]    # the one-tile kernel's A/B in PTX
+"""
+
+# ruff: noqa: SIM108  (a verbatim copy of a kernel of ragged/kernels, whose lint ignores it)
+from __future__ import annotations
+
+import os
+import sys
+
+if "--cpu-smoke" in sys.argv:  # before triton is first imported (as kernel_floor does)
+    os.environ.setdefault("TRITON_INTERPRET", "1")
+
+from dataclasses import dataclass
+
+import torch
+import triton
+import triton.language as tl
+
+from ragged.kernels import attention, forward
+
+PART_NAMES = {"zeros": 0, "loads": 1, "dots": 2, "full": 3}  # a Part's ``part``
+ZEROS, LOADS, DOTS, FULL = (tl.constexpr(i) for i in range(4))  # the same, in the kernels
+
+
+@triton.jit
+def _exp2(x, F16EXP: tl.constexpr):
+    """2^x: ``ex2.approx.f16x2`` on x rounded to fp16 (two an instruction, fp16 out) where
+    F16EXP, else the kernel's fp32 ``exp2``."""
+    if F16EXP:
+        return tl.inline_asm_elementwise("ex2.approx.f16x2 $0, $1;", "=r,r", [x.to(tl.float16)],
+                                         dtype=tl.float16, is_pure=True, pack=2)  # fmt: skip
+    else:
+        return tl.math.exp2(x)
+
+
+@triton.jit(
+    do_not_specialize=["cu_seqlens", "num_heads", "num_m_blocks"],
+    do_not_specialize_on_alignment=["cu_seqlens"],
+)
+def loop_parts_kernel(
+    Q, K, V, O, cu_seqlens, qk_scale,
+    stride_qt, stride_qh, stride_kt, stride_kh, stride_vt, stride_vh, stride_ot, stride_oh,
+    num_heads, num_m_blocks,
+    HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_M: tl.constexpr,
+    BLOCK_N: tl.constexpr, PDL: tl.constexpr, PART: tl.constexpr, MMA2: tl.constexpr,
+    F16EXP: tl.constexpr,
+):  # fmt: skip
+    """``forward.varlen_fwd_kernel`` (fp16, 1-D grid) doing ``PART`` of its work. ``MMA2`` only
+    tells the cache apart (the launcher compiles it with DISABLE_MMA_V3). ``PDL`` 3: the next
+    kernel may launch once every program has issued its q load (between 1 and 2)."""
+    if PDL == 1:
+        forward.gdc_launch_dependents()
+    pid = tl.program_id(0)
+    m_block = pid % num_m_blocks
+    seq_head = pid // num_m_blocks
+    head = seq_head % num_heads
+    seq = seq_head // num_heads
+    if PDL:
+        forward.gdc_wait()
+    seq_start = tl.load(cu_seqlens + seq)
+    seq_len = tl.load(cu_seqlens + seq + 1) - seq_start
+    m_start = m_block * BLOCK_M
+    if m_start < seq_len:
+        offs_m = m_start + tl.arange(0, BLOCK_M)
+        offs_n = tl.arange(0, BLOCK_N)
+        offs_d = tl.arange(0, BLOCK_D)
+        d_ok = offs_d < HEAD_DIM
+        m_ok = offs_m < seq_len
+        row0 = seq_start.to(tl.int64)
+        head64 = head.to(tl.int64)
+        acc = tl.zeros([BLOCK_M, BLOCK_D], dtype=tl.float32)
+        if PART != ZEROS:
+            q_ptrs = Q + (row0 + offs_m[:, None]) * stride_qt + head64 * stride_qh + offs_d[None, :]
+            q = tl.load(q_ptrs, mask=m_ok[:, None] & d_ok[None, :], other=0.0)
+            k_base = K + row0 * stride_kt + head64 * stride_kh
+            v_base = V + row0 * stride_vt + head64 * stride_vh
+            m_i = tl.full([BLOCK_M], float("-inf"), dtype=tl.float32)
+            l_i = tl.zeros([BLOCK_M], dtype=tl.float32)
+            ksum = tl.zeros([BLOCK_D, BLOCK_N], dtype=tl.float32)
+            vsum = tl.zeros([BLOCK_N, BLOCK_D], dtype=tl.float32)
+            if PDL == 3:  # the next kernel may launch once every program issued its q load
+                forward.gdc_launch_dependents()
+            for n_start in range(0, seq_len, BLOCK_N):
+                offs_kn = n_start + offs_n
+                n_ok = offs_kn < seq_len
+                k = tl.load(k_base + offs_kn[None, :] * stride_kt + offs_d[:, None],
+                            mask=n_ok[None, :] & d_ok[:, None], other=0.0)  # fmt: skip
+                v = tl.load(v_base + offs_kn[:, None] * stride_vt + offs_d[None, :],
+                            mask=n_ok[:, None] & d_ok[None, :], other=0.0)  # fmt: skip
+                if PART == LOADS:
+                    ksum += k.to(tl.float32)
+                    vsum += v.to(tl.float32)
+                elif PART == DOTS:
+                    s = tl.dot(q, k)
+                    acc += tl.dot(s.to(v.dtype), v)
+                else:
+                    s = tl.dot(q, k)
+                    s = tl.where(n_ok[None, :], s * qk_scale, float("-inf"))
+                    m_new = tl.maximum(m_i, tl.max(s, 1))
+                    p = _exp2(s - m_new[:, None], F16EXP)
+                    alpha = tl.math.exp2(m_i - m_new)
+                    l_i = l_i * alpha + tl.sum(p.to(tl.float32), 1)
+                    acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v)
+                    m_i = m_new
+            if PART == LOADS:
+                acc = q.to(tl.float32) + tl.sum(ksum, 1)[None, :] + tl.sum(vsum, 0)[None, :]
+            elif PART == FULL:
+                acc = acc / l_i[:, None]
+        o_ptrs = O + (row0 + offs_m[:, None]) * stride_ot + head64 * stride_oh + offs_d[None, :]
+        tl.store(o_ptrs, acc.to(O.dtype.element_ty), mask=m_ok[:, None] & d_ok[None, :])
+    if PDL == 2:
+        forward.gdc_launch_dependents()
+
+
+@triton.jit
+def _onetile_loads(Q, K, V, head, row, offs_m, offs_n, offs_d, m_ok, n_ok, d_ok, stride_qt,
+                   stride_qh, stride_kt, stride_kh, stride_vt, stride_vh):  # fmt: skip
+    head64 = head.to(tl.int64)
+    q = tl.load(Q + head64 * stride_qh + (row + offs_m[:, None]) * stride_qt + offs_d[None, :],
+                mask=m_ok[:, None] & d_ok[None, :], other=0.0)  # fmt: skip
+    k = tl.load(K + head64 * stride_kh + (row + offs_n[None, :]) * stride_kt + offs_d[:, None],
+                mask=n_ok[None, :] & d_ok[:, None], other=0.0)  # fmt: skip
+    v = tl.load(V + head64 * stride_vh + (row + offs_n[:, None]) * stride_vt + offs_d[None, :],
+                mask=n_ok[:, None] & d_ok[None, :], other=0.0)  # fmt: skip
+    return q, k, v
+
+
+@triton.jit
+def _onetile_finish(q, k, v, O, head, row0, g0, seq_len, offs_m, offs_n, offs_d, d_ok, qk_scale,
+                    Q, K, V, stride_qt, stride_qh, stride_kt, stride_kh, stride_vt, stride_vh,
+                    stride_ot, stride_oh, BLOCK_D: tl.constexpr, PART: tl.constexpr,
+                    F16EXP: tl.constexpr):  # fmt: skip
+    """The one-tile kernel after its speculative loads: again from the true start where the
+    guess was wrong, then ``PART`` of the arithmetic, then the store."""
+    m_ok = offs_m < seq_len
+    n_ok = offs_n < seq_len
+    if PART == ZEROS:
+        acc = q.to(tl.float32)  # q is zeros here
+    else:
+        if row0 != g0:
+            q, k, v = _onetile_loads(Q, K, V, head, row0, offs_m, offs_n, offs_d, m_ok, n_ok,
+                                     d_ok, stride_qt, stride_qh, stride_kt, stride_kh, stride_vt,
+                                     stride_vh)  # fmt: skip
+        v = tl.where(n_ok[:, None], v, 0.0)
+        if PART == LOADS:
+            acc = (q.to(tl.float32) + tl.sum(k.to(tl.float32), 1)[None, :]
+                   + tl.sum(v.to(tl.float32), 0)[None, :])  # fmt: skip
+        elif PART == DOTS:
+            acc = tl.dot(tl.dot(q, k).to(v.dtype), v)
+        else:
+            s = tl.dot(q, k)
+            s = tl.where(n_ok[None, :], s * qk_scale, float("-inf"))
+            m = tl.max(s, 1)
+            p = _exp2(s - m[:, None], F16EXP)
+            acc = tl.dot(p.to(v.dtype), v) / tl.sum(p.to(tl.float32), 1)[:, None]
+    o_ptrs = O + (row0 + offs_m[:, None]) * stride_ot + head.to(tl.int64) * stride_oh
+    tl.store(o_ptrs + offs_d[None, :], acc.to(O.dtype.element_ty),
+             mask=m_ok[:, None] & d_ok[None, :])  # fmt: skip
+
+
+@triton.jit(do_not_specialize=["cu_seqlens", "n0", "n1"],
+            do_not_specialize_on_alignment=["cu_seqlens"])  # fmt: skip
+def onetile_parts_kernel(
+    Q, K, V, O, cu_seqlens, qk_scale,
+    stride_qt, stride_qh, stride_kt, stride_kh, stride_vt, stride_vh, stride_ot, stride_oh,
+    n0, n1,
+    HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_M: tl.constexpr,
+    BLOCK_N: tl.constexpr, PDL: tl.constexpr, PART: tl.constexpr, MMA2: tl.constexpr,
+    F16EXP: tl.constexpr, HEADS: tl.constexpr,
+):  # fmt: skip
+    """``forward.onetile_kernel`` as the default path runs it (3-D grid, speculative start)
+    doing ``PART`` of its work; ``HEADS`` (1 or 2) heads a program, grid (query tiles,
+    heads / HEADS, sequences), both heads' loads issued before either computes."""
+    if PDL == 1:
+        forward.gdc_launch_dependents()
+    m_block = tl.program_id(0)
+    head = tl.program_id(1) * HEADS
+    seq = tl.program_id(2)
+    offs_m = m_block * BLOCK_M + tl.arange(0, BLOCK_M)
+    offs_n = tl.arange(0, BLOCK_N)
+    offs_d = tl.arange(0, BLOCK_D)
+    d_ok = offs_d < HEAD_DIM
+    if PDL:
+        forward.gdc_wait()
+    g0 = seq.to(tl.int64) * n1
+    gm_ok = g0 + offs_m < n0
+    gn_ok = g0 + offs_n < n0
+    if PART != ZEROS:
+        q, k, v = _onetile_loads(Q, K, V, head, g0, offs_m, offs_n, offs_d, gm_ok, gn_ok, d_ok,
+                                 stride_qt, stride_qh, stride_kt, stride_kh, stride_vt,
+                                 stride_vh)  # fmt: skip
+        if HEADS == 2:
+            q2, k2, v2 = _onetile_loads(Q, K, V, head + 1, g0, offs_m, offs_n, offs_d, gm_ok,
+                                        gn_ok, d_ok, stride_qt, stride_qh, stride_kt,
+                                        stride_kh, stride_vt, stride_vh)  # fmt: skip
+    else:
+        q = tl.zeros([BLOCK_M, BLOCK_D], dtype=tl.float16)
+        k = tl.zeros([BLOCK_D, BLOCK_N], dtype=tl.float16)
+        v = tl.zeros([BLOCK_N, BLOCK_D], dtype=tl.float16)
+        q2, k2, v2 = q, k, v
+    seq_start = tl.load(cu_seqlens + seq)
+    seq_len = tl.load(cu_seqlens + seq + 1) - seq_start
+    if m_block * BLOCK_M < seq_len:
+        row0 = seq_start.to(tl.int64)
+        _onetile_finish(q, k, v, O, head, row0, g0, seq_len, offs_m, offs_n, offs_d, d_ok,
+                        qk_scale, Q, K, V, stride_qt, stride_qh, stride_kt, stride_kh,
+                        stride_vt, stride_vh, stride_ot, stride_oh, BLOCK_D, PART,
+                        F16EXP)  # fmt: skip
+        if HEADS == 2:
+            _onetile_finish(q2, k2, v2, O, head + 1, row0, g0, seq_len, offs_m, offs_n, offs_d,
+                            d_ok, qk_scale, Q, K, V, stride_qt, stride_qh, stride_kt, stride_kh,
+                            stride_vt, stride_vh, stride_ot, stride_oh, BLOCK_D, PART,
+                            F16EXP)  # fmt: skip
+    if PDL == 2:
+        forward.gdc_launch_dependents()
+
+
+# ``forward.onetile_kernel`` as it was before its three ``_load_qkv`` calls became two (a
+# verbatim copy, renamed): the A/B of that change in one process (arm "onetile before ...").
+@triton.jit
+def _load_qkv_before(q_head, k_head, v_head, row0, offs_m, offs_n, offs_d, m_ok, n_ok, d_ok,
+              stride_qt, stride_kt, stride_vt):  # fmt: skip
+    """q [BLOCK_M, BLOCK_D], k^T [BLOCK_D, BLOCK_N] and v [BLOCK_N, BLOCK_D] of the rows from
+    ``row0`` on (one head's pointers), masked rows and columns 0; issued together."""
+    q = tl.load(q_head + (row0 + offs_m[:, None]) * stride_qt + offs_d[None, :],
+                mask=m_ok[:, None] & d_ok[None, :], other=0.0)  # fmt: skip
+    k = tl.load(k_head + (row0 + offs_n[None, :]) * stride_kt + offs_d[:, None],
+                mask=n_ok[None, :] & d_ok[:, None], other=0.0)  # fmt: skip
+    v = tl.load(v_head + (row0 + offs_n[:, None]) * stride_vt + offs_d[None, :],
+                mask=n_ok[:, None] & d_ok[None, :], other=0.0)  # fmt: skip
+    return q, k, v
+
+
+@triton.jit(do_not_specialize=["cu_seqlens", "n0", "n1"],
+            do_not_specialize_on_alignment=["cu_seqlens"])  # fmt: skip
+def onetile_before_kernel(
+    Q, K, V, O, cu_seqlens, qk_scale,
+    stride_qt, stride_qh, stride_kt, stride_kh, stride_vt, stride_vh, stride_ot, stride_oh,
+    n0, n1,
+    HEAD_DIM: tl.constexpr,
+    BLOCK_D: tl.constexpr,
+    BLOCK_M: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    IEEE_DOT: tl.constexpr,
+    SPECULATE: tl.constexpr,
+    GRID3: tl.constexpr,
+    PDL: tl.constexpr,
+):  # fmt: skip
+    """One program per (query tile, sequence, head); every key of the sequence in one tile
+    (the launcher guarantees max_seqlen <= BLOCK_N). The attention kernel's parameters, its
+    last two ints (``n0``, ``n1``) being (num_heads, num_m_blocks) on the 1-D grid and
+    (total_tokens, guess_len) on the 3-D grid (which needs neither of the first two).
+
+    ``SPECULATE`` (3-D grid only): q, k and v are loaded from the rows the sequence would
+    start at were all
+    lengths ``guess_len`` (total_tokens // batch: exact for uniform batches) in the same load
+    round as cu_seqlens, and loaded again from the true start only where the guess was wrong:
+    uniform batches lose the dependent round, any batch stays exact.
+
+    ``GRID3``: a 3-D grid (query tile, head, sequence) instead of the flattened one: the
+    sequence index, which the first load's address needs, without two integer divisions.
+
+    ``PDL``: launched as a programmatic dependent launch: wait for the previous kernel just
+    before the first load, and let the next kernel launch at once (1) or after the store (2)."""
+    if PDL == 1:
+        forward.gdc_launch_dependents()
+    if GRID3:  # grid (query tiles, heads, sequences): no division before the first load
+        m_block = tl.program_id(0)
+        head = tl.program_id(1)
+        seq = tl.program_id(2)
+    else:
+        pid = tl.program_id(0)
+        m_block = pid % n1
+        seq_head = pid // n1
+        head = seq_head % n0
+        seq = seq_head // n0
+    # Independent of the sequence bounds: computed while their load is in flight.
+    offs_m = m_block * BLOCK_M + tl.arange(0, BLOCK_M)
+    offs_n = tl.arange(0, BLOCK_N)
+    offs_d = tl.arange(0, BLOCK_D)
+    d_ok = offs_d < HEAD_DIM
+    head64 = head.to(tl.int64)
+    q_head = Q + head64 * stride_qh
+    k_head = K + head64 * stride_kh
+    v_head = V + head64 * stride_vh
+    if PDL:  # everything above is address arithmetic; every load comes after this
+        forward.gdc_wait()
+
+    if SPECULATE:  # issued before the sequence bounds are known
+        g0 = seq.to(tl.int64) * n1  # guess_len
+        gm_ok = g0 + offs_m < n0  # total_tokens
+        gn_ok = g0 + offs_n < n0
+        q, k, v = _load_qkv_before(
+            q_head,
+            k_head,
+            v_head,
+            g0,
+            offs_m,
+            offs_n,
+            offs_d,
+            gm_ok,
+            gn_ok,
+            d_ok,
+            stride_qt,
+            stride_kt,
+            stride_vt,
+        )
+    seq_start = tl.load(cu_seqlens + seq)
+    seq_end = tl.load(cu_seqlens + seq + 1)
+    seq_len = seq_end - seq_start
+    if m_block * BLOCK_M < seq_len:
+        row0 = seq_start.to(tl.int64)
+        m_ok = offs_m < seq_len
+        n_ok = offs_n < seq_len
+        if SPECULATE:
+            if row0 != g0:  # a wrong guess: the loads of the plain kernel
+                q, k, v = _load_qkv_before(
+                    q_head,
+                    k_head,
+                    v_head,
+                    row0,
+                    offs_m,
+                    offs_n,
+                    offs_d,
+                    m_ok,
+                    n_ok,
+                    d_ok,
+                    stride_qt,
+                    stride_kt,
+                    stride_vt,
+                )
+            # Rows past the sequence hold the next sequence's values: zero them so that a
+            # non-finite value there cannot reach this sequence through p * v (p is 0 there).
+            v = tl.where(n_ok[:, None], v, 0.0)
+        else:
+            q, k, v = _load_qkv_before(
+                q_head,
+                k_head,
+                v_head,
+                row0,
+                offs_m,
+                offs_n,
+                offs_d,
+                m_ok,
+                n_ok,
+                d_ok,
+                stride_qt,
+                stride_kt,
+                stride_vt,
+            )
+        if IEEE_DOT:
+            s = tl.dot(q, k, input_precision="ieee")
+        else:
+            s = tl.dot(q, k)
+        s = tl.where(n_ok[None, :], s * qk_scale, float("-inf"))
+        m = tl.max(s, 1)
+        p = tl.math.exp2(s - m[:, None])
+        l_i = tl.sum(p, 1)
+        if IEEE_DOT:
+            acc = tl.dot(p.to(v.dtype), v, input_precision="ieee")
+        else:
+            acc = tl.dot(p.to(v.dtype), v)
+        acc = acc / l_i[:, None]
+        o_ptrs = O + (row0 + offs_m[:, None]) * stride_ot + head64 * stride_oh + offs_d[None, :]
+        tl.store(o_ptrs, acc.to(O.dtype.element_ty), mask=m_ok[:, None] & d_ok[None, :])
+    if PDL == 2:
+        forward.gdc_launch_dependents()
+
+
+@dataclass(frozen=True)
+class Part:
+    """One arm: ``kind`` "loop" (``loop_parts_kernel``, block_m x block_n tiles), "onetile"
+    (``onetile_parts_kernel``: block_m query rows, every key in one tile of
+    ``next_power_of_2(max_seqlen)`` columns, up to 128), doing ``part`` of the work, or
+    "before" (``onetile_before_kernel``, the default path's one-tile launch: always full)."""
+
+    name: str
+    kind: str
+    block_m: int
+    block_n: int
+    num_warps: int
+    num_stages: int
+    pdl: int
+    part: int
+    mma2: bool = False
+    f16exp: bool = False
+    heads: int = 1
+
+    def why_not(self, max_seqlen: int, on_gpu: bool) -> str | None:
+        """Why this arm cannot run a batch of ``max_seqlen`` here (None: it can)."""
+        if self.kind != "loop" and max_seqlen > 128:
+            return f"max_seqlen {max_seqlen}: over one 128-key tile"
+        if self.f16exp and not on_gpu:
+            return "inline PTX: not in the interpreter"
+        return None
+
+
+def _parts(shape: str, kind, bm, bn, w, s, pdl, parts=("zeros", "loads", "dots", "full"), **kw):
+    return [Part(f"{shape} {p}", kind, bm, bn, w, s, pdl, PART_NAMES[p], **kw) for p in parts]
+
+
+# fmt: off
+PARTS = (
+    # the grids of the default path at BS 8 / 50% (and 32 / 80%) and at BS 1 / 80%
+    *_parts("floor loop 64x64 w4 s2 pdl late", "loop", 64, 64, 4, 2, 2),
+    *_parts("floor loop 64x64 w4 s2", "loop", 64, 64, 4, 2, 0),
+    *_parts("floor onetile m16 w4 pdl", "onetile", 16, 0, 4, 1, 1),
+    *_parts("floor onetile m16 w4", "onetile", 16, 0, 4, 1, 0, ("zeros", "loads", "full")),
+    # other grids for 65-128 keys: one key tile (no loop), one program a pair, 8 warps, 1 stage
+    *_parts("floor loop 64x128 w4 s1 pdl late", "loop", 64, 128, 4, 1, 2),
+    *_parts("floor loop 64x64 w4 s1 pdl late", "loop", 64, 64, 4, 1, 2, ("loads", "full")),
+    *_parts("floor loop 128x128 w8 s1 pdl late", "loop", 128, 128, 8, 1, 2),
+    *_parts("floor loop 128x64 w8 s2 pdl late", "loop", 128, 64, 8, 2, 2),
+    *_parts("floor onetile m64 w4 pdl late", "onetile", 64, 0, 4, 1, 2),
+    *_parts("floor onetile m128 w8 pdl late", "onetile", 128, 0, 8, 1, 2),
+    *_parts("floor onetile m32 w4 pdl late", "onetile", 32, 0, 4, 1, 2, ("zeros", "loads")),
+    # candidates: Ampere's mma.sync, fp16 exp2, two heads a program
+    *_parts("mma2 loop 64x64 w4 s2 pdl late", "loop", 64, 64, 4, 2, 2, ("dots", "full"),
+            mma2=True),
+    *_parts("mma2 loop 64x128 w4 s1 pdl late", "loop", 64, 128, 4, 1, 2, ("full",), mma2=True),
+    *_parts("mma2 onetile m64 w4 pdl late", "onetile", 64, 0, 4, 1, 2, ("dots", "full"),
+            mma2=True),
+    *_parts("f16exp loop 64x64 w4 s2 pdl late", "loop", 64, 64, 4, 2, 2, ("full",), f16exp=True),
+    # the table's kernel (no PDL: BS 64) with fp16 exp2
+    *_parts("f16exp loop 64x64 w4 s2", "loop", 64, 64, 4, 2, 0, ("full",), f16exp=True),
+    *_parts("f16exp onetile m16 w4 pdl", "onetile", 16, 0, 4, 1, 1, ("full",), f16exp=True),
+    *_parts("f16exp onetile m64 w4 pdl late", "onetile", 64, 0, 4, 1, 2, ("full",), f16exp=True),
+    *_parts("mma2 f16exp loop 64x64 w4 s2 pdl late", "loop", 64, 64, 4, 2, 2, ("full",),
+            mma2=True, f16exp=True),
+    *_parts("mma2 f16exp onetile m64 w4 pdl late", "onetile", 64, 0, 4, 1, 2, ("full",),
+            mma2=True, f16exp=True),
+    *_parts("mma2 loop 128x64 w8 s2 pdl late", "loop", 128, 64, 8, 2, 2, ("full",), mma2=True),
+    *_parts("pdl mid loop 64x64 w4 s2", "loop", 64, 64, 4, 2, 3, ("full",)),
+    *_parts("pdl mid mma2 loop 64x64 w4 s2", "loop", 64, 64, 4, 2, 3, ("full",), mma2=True),
+    *_parts("h2 onetile m16 w4 pdl", "onetile", 16, 0, 4, 1, 1, ("loads", "full"), heads=2),
+    *_parts("h2 onetile m64 w4 pdl late", "onetile", 64, 0, 4, 1, 2, ("loads", "full"), heads=2),
+    # the A/B of forward.onetile_kernel's loads in one call site (the after: the variants
+    # "onetile spec 3d m16 w4 pdl" and "... pdl late", and current at 1 / 80% and 1 / 50%)
+    Part("onetile before m16 w4 pdl", "before", 16, 0, 4, 1, 1, 3),
+    Part("onetile before m16 w4 pdl late", "before", 16, 0, 4, 1, 2, 3),
+)
+# fmt: on
+
+
+def run(arm: Part, q, k, v, cu_seqlens, max_seqlen, softmax_scale, out) -> torch.Tensor:
+    """Launch ``arm`` on a packed fp16 batch (q, k, v, out [T, heads, 64]) -> out. Capturable
+    in a CUDA graph (no host synchronisation); ValueError where it does not apply."""
+    why = arm.why_not(max_seqlen, q.is_cuda)
+    if why:
+        raise ValueError(f"{arm.name}: {why}")
+    total, heads, head_dim = q.shape
+    batch = cu_seqlens.shape[0] - 1
+    if heads % arm.heads:
+        raise ValueError(f"{arm.name}: {heads} heads not a multiple of {arm.heads}")
+    pdl = arm.pdl if q.is_cuda else 0
+    num_m_blocks, programs = attention.grid_of(max_seqlen, arm.block_m, batch, heads)
+    if programs == 0:
+        return out
+    strides = (q.stride(0), q.stride(1), k.stride(0), k.stride(1), v.stride(0), v.stride(1),
+               out.stride(0), out.stride(1))  # fmt: skip
+    common = {"HEAD_DIM": head_dim, "BLOCK_D": max(16, triton.next_power_of_2(head_dim)),
+              "BLOCK_M": arm.block_m, "PDL": pdl, "PART": arm.part, "MMA2": arm.mma2,
+              "F16EXP": arm.f16exp, "num_warps": arm.num_warps,
+              "num_stages": arm.num_stages}  # fmt: skip
+    if pdl:
+        common["launch_pdl"] = True
+    old = os.environ.get("DISABLE_MMA_V3")
+    if arm.mma2:  # read by Triton's compiler (and its cache key) at the first call
+        os.environ["DISABLE_MMA_V3"] = "1"
+    try:
+        scale = softmax_scale * attention.LOG2E
+        if arm.kind == "loop":
+            loop_parts_kernel[(programs,)](q, k, v, out, cu_seqlens, scale, *strides, heads,
+                                           num_m_blocks, BLOCK_N=arm.block_n, **common)  # fmt: skip
+        elif arm.kind == "before":
+            onetile_before_kernel[(num_m_blocks, heads, batch)](
+                q, k, v, out, cu_seqlens, scale, *strides, total,
+                attention.guess_len(total, batch, max_seqlen), HEAD_DIM=head_dim,
+                BLOCK_D=common["BLOCK_D"], BLOCK_M=arm.block_m,
+                BLOCK_N=max(16, triton.next_power_of_2(max_seqlen)), IEEE_DOT=False,
+                SPECULATE=True, GRID3=True, PDL=pdl, num_warps=arm.num_warps,
+                num_stages=arm.num_stages, **({"launch_pdl": True} if pdl else {}),
+            )  # fmt: skip
+        else:
+            grid = (num_m_blocks, heads // arm.heads, batch)
+            onetile_parts_kernel[grid](
+                q, k, v, out, cu_seqlens, scale, *strides, total,
+                attention.guess_len(total, batch, max_seqlen),
+                BLOCK_N=max(16, triton.next_power_of_2(max_seqlen)), HEADS=arm.heads, **common,
+            )  # fmt: skip
+    finally:
+        if arm.mma2:
+            if old is None:
+                os.environ.pop("DISABLE_MMA_V3", None)
+            else:
+                os.environ["DISABLE_MMA_V3"] = old
+    return out
+
+
+def same_ptx(capability: int = 90) -> int:
+    """Compile ``forward.onetile_kernel`` and ``onetile_before_kernel`` (the same constexprs:
+    the default path's one-tile launches, and the plain kernel) for sm_``capability`` with this
+    Triton, no GPU needed, and print whether their PTX is the same (names and debug lines
+    aside). 0: the same for every launch, 1: not."""
+    import re
+
+    from triton.backends.compiler import GPUTarget
+    from triton.compiler import ASTSource
+
+    names = ["Q", "K", "V", "O", "cu_seqlens", "qk_scale"]
+    names += [f"stride_{t}{a}" for t in "qkvo" for a in "th"] + ["n0", "n1"]
+    signature = dict(zip(names, ["*fp16"] * 4 + ["*i32", "fp32"] + ["i32"] * 10, strict=True))
+
+    def ptx(fn, consts):
+        src = ASTSource(fn, signature | dict.fromkeys(consts, "constexpr"), constexprs=consts)
+        text = triton.compile(src, target=GPUTarget("cuda", capability, 32),
+                              options={"num_warps": 4, "num_stages": 1}).asm["ptx"]  # fmt: skip
+        text = re.split(r"\.section\s+\.debug", text)[0]
+        text = re.sub(r"onetile_\w*kernel", "K", text)
+        return [
+            ln for ln in text.splitlines() if not ln.strip().startswith((".loc", ".file", "//"))
+        ]
+
+    differ = 0
+    hopper = capability >= 90  # griddepcontrol (PDL) needs sm_90: compiled without it before
+    for spec, grid3, pdl, keys in ((True, True, 1, 64), (True, True, 2, 128), (False, False, 0, 64),
+                                   (True, True, 1, 128)):  # fmt: skip
+        pdl = pdl if hopper else 0
+        consts = {"HEAD_DIM": 64, "BLOCK_D": 64, "BLOCK_M": 16, "BLOCK_N": keys,
+                  "IEEE_DOT": False, "SPECULATE": spec, "GRID3": grid3, "PDL": pdl}  # fmt: skip
+        same = ptx(forward.onetile_kernel, consts) == ptx(onetile_before_kernel, consts)
+        differ += not same
+        print(f"onetile_kernel vs onetile_before_kernel, sm_{capability}, triton "
+              f"{triton.__version__}, {keys} keys, SPECULATE {spec}, PDL {pdl}: "
+              f"{'the same PTX' if same else 'DIFFERENT PTX'}")  # fmt: skip
+    return 1 if differ else 0
+
+
+if __name__ == "__main__":
+    if "--same-ptx" in sys.argv:  # optionally followed by the SM (default 90)
+        after = sys.argv[sys.argv.index("--same-ptx") + 1 :]
+        raise SystemExit(same_ptx(int(after[0]) if after else 90))
+    from experiments import kernel_floor
+
+    raise SystemExit(kernel_floor.main(["--parts", *sys.argv[1:]]))
