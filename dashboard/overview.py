@@ -14,6 +14,7 @@ from dashboard import draws, svg
 from dashboard.draw import environment, environment_of, environments_of, legend, worse_by
 from dashboard.read import LOOKBACK_COMMITS, comparison, histories, query
 from ragbench.gate.report import sensitivity_line
+from ragbench.history import alerting
 from ragbench.store import FAILED
 from ragbench.verdicts.comparison import Comparison
 from ragbench.verdicts.status import Headline, Status
@@ -127,8 +128,7 @@ def open_alerts(ctx, machine: str) -> None:
             if a["machine"] == machine and a["state"] in OPEN]  # fmt: skip
     if mine:
         new = sum(a["state"] == "new" for a in mine)
-        cells = "; ".join(f"`{c['benchmark']}.{c['metric']} {c['param_key']}` at "
-                          f"{a['commit_hash'][:12]}"
+        cells = "; ".join(f"{alerting.cell_name(c)} at {a['commit_hash'][:12]}"
                           for a in mine[:3] for c in a["cells"][:2])  # fmt: skip
         st.error(f"{len(mine)} open alert(s) of main on this machine, {new} new (the Alerts "
                  f"page): {cells}")  # fmt: skip

@@ -939,3 +939,27 @@ def test_the_machines_page_draws_a_ratio_line_per_environment(django):
     (chart,) = charts(at.main)
     stacks = pd.Series([p["stack"] for p in items(chart, "point")]).value_counts()
     assert sorted(stacks.items()) == [("conda-py3.10", 2), ("conda-py3.9", 2)]
+
+
+@pytest.fixture(scope="module")
+def public_django(tmp_path_factory) -> Path:
+    """django-asv's public sample (tests/data/public/asv-django: ubuntu-latest's newest 100
+    commits of conda-py3.12), ingested as main's history, its alerts open."""
+    path = tmp_path_factory.mktemp("public-django") / "perf.duckdb"
+    ingest(Store(path), [REPO / "tests" / "data" / "public" / "asv-django"], branch="main")
+    return path
+
+
+def test_no_page_names_a_cell_with_a_trailing_space(public_django):
+    """django's benchmarks have no parameters: every page names their cells without the space
+    an empty parameter list left inside backticks (the Overview's open alerts did)."""
+    seen = 0
+    for page in PAGES:
+        at = app(public_django, page=page, machine="ubuntu-latest")
+        assert not at.exception, (page, at.exception)
+        # the code spans' text (a span's one space inside each end is markdown's, not text)
+        spans = [s[1:-1] if s[0] == s[-1] == " " else s
+                 for _, s in re.findall(r"(`+)([^`\n]+?)\1(?!`)", texts(at))]  # fmt: skip
+        assert not [s for s in spans if s != s.strip()], (page, spans)
+        seen += len(spans)
+    assert seen > 20
