@@ -34,8 +34,9 @@ def show(spec: dict, where=None) -> None:
     where = where or st
     try:
         drawn = svg(spec_json(spec))
-    except ValueError as e:  # vl-convert's: the spec's JavaScript error, in its first line
-        where.error(f"{spec.get('title', 'A chart')}: not drawn ({str(e).splitlines()[-1]})")
+    except ValueError as e:  # vl-convert's: "... conversion failed:", then vega's own error
+        why = [*str(e).splitlines(), ""][1] or str(e)
+        where.error(f"{spec.get('title', 'A chart')}: not drawn ({why.strip()})")
         return
     where.markdown(f'<div class="{CLASS}">{drawn}</div>', unsafe_allow_html=True)
 

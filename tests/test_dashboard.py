@@ -386,6 +386,29 @@ def test_a_chart_names_each_point_on_hover_and_links_only_to_web_pages(template,
         assert links == [] and "url:" not in " ".join(hovers)
 
 
+def test_a_chart_vega_cannot_draw_is_one_line_on_the_page():
+    """A spec vega fails on (here an expression that does not parse) is one line in the page
+    where the chart would be, not a traceback."""
+
+    class Page:
+        def __init__(self):
+            self.shown = []
+
+        def error(self, text):
+            self.shown.append(("error", text))
+
+        def markdown(self, text, **_):
+            self.shown.append(("markdown", text))
+
+    page = Page()
+    svg.show({"title": "drift", "data": {"values": [{"x": 1}]}, "mark": "point",
+              "transform": [{"calculate": "datum.x +", "as": "y"}],
+              "encoding": {"x": {"field": "y", "type": "quantitative"}}}, page)  # fmt: skip
+    ((kind, text),) = page.shown
+    assert kind == "error" and text.startswith("drift: not drawn (") and "\n" not in text, text
+    assert "conversion failed" not in text
+
+
 def test_a_chart_shows_its_text_as_written_in_a_browser(tmp_path):
     """Markdown, LaTeX, colour directives, HTML and entities in a chart's title, legend and
     hover text are shown in chromium as the text they were: no element is made of them."""
