@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import re
 import shlex
+from pathlib import Path
 
 from .policies import Policies
 from .project import Project
@@ -42,14 +43,43 @@ def environments(alert: dict) -> list[str]:
     return list(dict.fromkeys(c["environment"] for c in alert["cells"] if c.get("environment")))
 
 
+def not_re_measured(alert: dict, project: Project | None) -> dict[str, str]:
+    """The alert's environments of ``project`` (another asv project's results) that no gate
+    can measure again, each with the reason in words: a name that asv's ``--environment``
+    spec cannot be derived from (``asv_environments.spec``), or one without the type (asv
+    before 0.5 named it so) where the project's config has no ``environment_type`` to build
+    it with (or cannot be read here to say)."""
+    from . import asv_environments
+    from .project import asv_config
+
+    if project is None:
+        return {}
+    config = f"its config {project.config} has no environment_type"
+    try:
+        kind = asv_config(Path(project.config)).get("environment_type")
+    except (OSError, ValueError):
+        kind, config = None, f"its config {project.config} cannot be read here for one"
+    out = {}
+    for env in environments(alert):
+        try:
+            asv_environments.spec(env, kind if isinstance(kind, str) else None, config)
+        except ValueError as exc:
+            out[env] = str(exc)
+    return out
+
+
 def repro_command(alert: dict, project: Project | None = None) -> str | None:
     """The gate that measures exactly the alert's cells: its commit against the one before;
     of ``project`` (another asv project's results) with its config, and in the alert's
     environment where it has one (cells in several: one gate an environment, joined by
-    `` ; ``), the cells its suite no longer has left out (``gone_cells``; None where that is
-    every one)."""
+    `` ; ``), the cells its suite no longer has left out (``gone_cells``), and those of an
+    environment no gate can measure again (``not_re_measured``); None where that is every
+    one."""
     from .discovery import bench_regex
 
+    skip = not_re_measured(alert, project)
+    if skip:
+        alert = {**alert, "cells": [c for c in alert["cells"] if c.get("environment") not in skip]}
     keys = _keys(alert, project)
     if not keys:
         return None

@@ -99,11 +99,12 @@ ASTROPY = PUBLIC / "asv-astropy"  # asv's astropy results, its config beside the
 BASE, HEAD = "e29770c2", "42100650"  # two commits of py2.7-Cython-numpy1.8 on "cheetah"
 
 
-def astropy_store(tmp_path: Path, capsys, *more) -> Path:
-    """astropy's results ingested as main's history (its config above them)."""
+def astropy_store(tmp_path: Path, capsys, *more, root: Path = ASTROPY) -> Path:
+    """astropy's results ingested as main's history (its config above them; ``root``: a copy
+    of them, ``typed_astropy``)."""
     path = tmp_path / "perf.duckdb"
     code, out = ragbench(capsys, "ingest", "--store", path, "--branch", "main", *more,
-                         ASTROPY / "results")  # fmt: skip
+                         root / "results")  # fmt: skip
     assert code == 0, out
     return path
 
@@ -160,11 +161,25 @@ def test_the_store_keeps_the_project_its_asv_results_are_of(tmp_path, capsys):
     assert code == 0 and project.load(Store(path), "cheetah").name == "astropy", out
 
 
+def typed_astropy(tmp_path: Path, kind: str = "virtualenv") -> Path:
+    """astropy's results and config copied, the config given the ``environment_type`` (``kind``)
+    that asv 0.5 and later require of it (asv's fixture names none: asv's tests pass -E);
+    nothing else changed."""
+    import shutil
+
+    root = tmp_path / "astropy"
+    shutil.copytree(ASTROPY, root)
+    conf = root / "asv.conf.json"
+    conf.write_text(conf.read_text().replace("{", f'{{\n    "environment_type": "{kind}",', 1))
+    return root
+
+
 def test_an_alert_of_another_project_links_and_measures_that_project(tmp_path, capsys):
-    """An alert of astropy's results: its link is astropy's compare page (before: this
-    checkout's origin), the re-measure gate names astropy's config and environment and
-    selects the benchmark by its asv name (asv's own parser takes it), and the bisection is
-    asv's own ``asv find`` in that config (this checkout has none of its commits)."""
+    """An alert of astropy's results (its config given an environment_type: ``typed_astropy``):
+    its link is astropy's compare page (before: this checkout's origin), the re-measure gate
+    names astropy's config and environment and selects the benchmark by its asv name (asv's
+    own parser takes it), and the bisection is asv's own ``asv find`` in that config (this
+    checkout has none of its commits)."""
     import shlex
 
     from asv.commands import make_argparser
@@ -173,7 +188,8 @@ def test_an_alert_of_another_project_links_and_measures_that_project(tmp_path, c
     from ragbench.commands import alerts as alerts_command
     from ragbench.commands.gate import add_parser
 
-    store = astropy_store(tmp_path, capsys)
+    root = typed_astropy(tmp_path)
+    store = astropy_store(tmp_path, capsys, root=root)
     alert, kept = an_alert(store), project.load(Store(store), "cheetah")
     text = alerts_command.text(alert, "https://github.com/ragged/ragged", [], kept)
     assert (f"https://github.com/astropy/astropy/compare/{alert['prev_commit_hash']}..."
@@ -181,7 +197,7 @@ def test_an_alert_of_another_project_links_and_measures_that_project(tmp_path, c
     assert "ragged/ragged" not in text
     repro = follow_up.repro_command(alert, kept)
     words = shlex.split(repro)
-    conf = str((ASTROPY / "asv.conf.json").resolve())
+    conf = str((root / "asv.conf.json").resolve())
     assert words[:4] == ["ragbench", "gate", "--config", conf], repro
     import argparse
 
@@ -424,7 +440,7 @@ def test_a_cell_the_projects_suite_no_longer_has_is_not_re_measured(tmp_path, ca
     from ragbench import follow_up, project
     from ragbench.commands import alerts as alerts_command
 
-    store = astropy_store(tmp_path, capsys)
+    store = astropy_store(tmp_path, capsys, root=typed_astropy(tmp_path))
     alert, kept = an_alert(store), project.load(Store(store), "cheetah")
     dropped = {**alert["cells"][0], "benchmark": "time_units", "metric": "time_dropped"}
     both = {**alert, "cells": [dropped, *alert["cells"]]}
@@ -496,3 +512,176 @@ def test_this_suites_own_results_in_a_clone_follow_this_checkout(tmp_path):
     with Store(tmp_path / "perf.duckdb") as s:
         assert len(ingest(s, [root / "results" / "asv"]).stored) == 2
         assert project.load(s, synth.MACHINE) is None
+
+
+LEGACY = "py2.7-Cython-numpy1.8"  # astropy's environment as asv before 0.5 named it
+
+FAKE_ASV_NAMED = '''
+"""asv as ``FAKE_ASV``, naming its environments as asv 0.5 and later do: ``run`` writes the
+project's real result file of the commit once for each environment ``FAKE_ASV_NAMES`` lists
+(the environments of the config's matrix, named by asv's own rule) that ``--environment``
+(``TYPE:X.Y``) selects (those of that type and Python), the file's env_name that name."""
+import json, os, pathlib, sys
+
+import json5
+
+args = sys.argv[1:]
+log = pathlib.Path(os.environ["FAKE_ASV_LOG"])
+calls = log.read_text().count("\\n") if log.exists() else 0
+conf = json5.loads(pathlib.Path(args[args.index("--config") + 1]).read_text())
+with log.open("a") as fh:
+    fh.write(json.dumps({"argv": args, "cwd": os.getcwd(), "conf": conf}) + "\\n")
+if args[0] == "run":
+    machine, sha = args[args.index("--machine") + 1], args[-1].removesuffix("^!")
+    spec = args[args.index("--environment") + 1] if "--environment" in args else None
+    src = pathlib.Path(os.environ["FAKE_ASV_RESULTS"])
+    data = json.loads(sorted(src.glob(f"{sha[:8]}-*.json"))[0].read_text())
+    at = data["result_columns"].index("started_at")
+    for row in data["results"].values():
+        if len(row) > at and row[at] is not None:
+            row[at] += 1000 * calls
+    out = pathlib.Path(conf["results_dir"]) / machine
+    out.mkdir(parents=True, exist_ok=True)
+    prefix = spec.replace(":", "-py") if spec else ""
+    for name in json.loads(os.environ["FAKE_ASV_NAMES"]):
+        if name == prefix or name.startswith(prefix + "-") or not spec:
+            (out / f"{sha[:8]}-{name}.json").write_text(json.dumps({**data, "env_name": name}))
+    (out / "machine.json").write_text((src / "machine.json").read_text())
+    (out.parent / "benchmarks.json").write_text((src.parent / "benchmarks.json").read_text())
+'''
+
+
+def asv_name(kind: str, python: str, requirements: dict) -> str:
+    """An environment's name by asv's own rule (``asv.environment.get_env_name``: the type,
+    the Python, the requirements in order; a requirement without a version by its name)."""
+    from asv.environment import get_env_name
+
+    return get_env_name(kind, python, {k: v or "" for k, v in requirements.items()}, {})
+
+
+def named_asv(tmp_path: Path, monkeypatch, results: Path, names: list[str]) -> Path:
+    """``FAKE_ASV_NAMED`` as the ``asv`` the commands run, writing ``results``' files under
+    ``names``; -> its log."""
+    log = fake_asv(tmp_path, monkeypatch, FAKE_ASV_NAMED)
+    monkeypatch.setenv("FAKE_ASV_RESULTS", str(results))
+    monkeypatch.setenv("FAKE_ASV_NAMES", json.dumps(names))
+    return log
+
+
+def asv_runs(log: Path) -> list[list[str]]:
+    """The arguments of each ``asv run`` the stand-in was called with."""
+    return [c["argv"] for c in map(json.loads, log.read_text().splitlines())
+            if c["argv"][0] == "run"]  # fmt: skip
+
+
+def test_a_legacy_environments_alert_is_re_measured_in_the_configs_type(tmp_path, capsys,
+                                                                        monkeypatch):  # fmt: skip
+    """astropy's environment ``py2.7-Cython-numpy1.8`` was named by asv before 0.5, without
+    its type; asv since then names it with the type it builds it with. The alert's re-measure
+    gate, run (asv replaced by one that names environments as asv 0.6 does), measures with
+    the config's type (``-E virtualenv:2.7``) and judges asv's environment of that name under
+    that type, ``virtualenv-py2.7-Cython-numpy1.8`` (the files' own requirements named by
+    asv's rule), not another the matrix gives (before: refused at once, exit 2, "not an asv
+    environment's name")."""
+    from ragbench import follow_up, project
+
+    root = typed_astropy(tmp_path)
+    store = astropy_store(tmp_path, capsys, root=root)
+    alert, kept = an_alert(store), project.load(Store(store), "cheetah")
+    words = shlex.split(follow_up.repro_command(alert, kept))
+    assert words[words.index("--environment") + 1] == LEGACY, words
+    data = json.loads((root / "results" / "cheetah" / f"{BASE}-{LEGACY}.json").read_text())
+    own = asv_name("virtualenv", data["python"], data["requirements"])
+    other = asv_name("virtualenv", "2.7", {"Cython": "", "jinja2": "", "numpy": "1.8"})
+    assert (own, other) == (f"virtualenv-{LEGACY}", "virtualenv-py2.7-Cython-jinja2-numpy1.8")
+    log = named_asv(tmp_path, monkeypatch, root / "results" / "cheetah", [other, own])
+    code, out = ragbench(capsys, *words[1:], "--store", tmp_path / "g.duckdb", "--rounds", "1")
+    verdict = re.search(r"ragbench gate: (PASS|FAIL|INCONCLUSIVE)", out)
+    assert verdict and code == (0 if verdict.group(1) == "PASS" else 1), out
+    assert f"environment {own}." in out and "jinja2" not in out, out
+    runs = asv_runs(log)
+    assert runs and all(r[r.index("--environment") + 1] == "virtualenv:2.7" for r in runs), runs
+
+
+def test_a_legacy_environment_asv_no_longer_builds_is_refused_naming_what_it_built(
+        tmp_path, capsys, monkeypatch):  # fmt: skip
+    """astropy's config's matrix now adds jinja2: asv builds ``py2.7-Cython-numpy1.8`` no more,
+    only ``virtualenv-py2.7-Cython-jinja2-numpy1.8``. The gate of that environment refuses in
+    one line naming what asv measured, exit 2 (before: refused before measuring, "not an asv
+    environment's name", naming nothing that could be passed)."""
+    root = typed_astropy(tmp_path)
+    built = asv_name("virtualenv", "2.7", {"Cython": "", "jinja2": "", "numpy": "1.8"})
+    named_asv(tmp_path, monkeypatch, root / "results" / "cheetah", [built])
+    code, out = ragbench(capsys, "gate", "--store", tmp_path / "g.duckdb", "--machine",
+                         "cheetah", "--config", root / "asv.conf.json", "--environment",
+                         LEGACY, "--base", BASE, "--head", HEAD, "--rounds", "1")  # fmt: skip
+    last = out.strip().splitlines()[-1]  # after asv's progress, the one line of the refusal
+    assert code == 2 and last.startswith("ragbench gate: error: "), out
+    assert f"--environment '{LEGACY}': asv (-E virtualenv:2.7" in last, out
+    assert f"measured base in {built}, none of that name" in last, out
+
+
+def test_a_legacy_environment_without_the_configs_type_prints_why_not_a_command(
+        tmp_path, capsys, monkeypatch):  # fmt: skip
+    """astropy's own config names no environment_type, which asv needs to build
+    ``py2.7-Cython-numpy1.8`` (a name without the type): the alert prints no re-measure
+    command but one line saying why and what to pass, and the gate given that name refuses in
+    one line, exit 2, before asv measures anything (before: the alert printed a gate that
+    refused it, "not an asv environment's name")."""
+    from ragbench import follow_up, project
+    from ragbench.commands import alerts as alerts_command
+
+    store = astropy_store(tmp_path, capsys)
+    alert, kept = an_alert(store), project.load(Store(store), "cheetah")
+    assert follow_up.repro_command(alert, kept) is None
+    text = alerts_command.text(alert, None, [], kept)
+    assert "Re-measure:" not in text, text
+    why = (f"Not re-measured in {LEGACY}: the name has no environment type (asv before 0.5 "
+           f"named it so) and its config {kept.config} has no environment_type: pass "
+           f"--environment with the type asv is to build it with, conda-{LEGACY} or "
+           f"virtualenv-{LEGACY}")  # fmt: skip
+    assert why in text, text
+    log = named_asv(tmp_path, monkeypatch, ASTROPY / "results" / "cheetah", [LEGACY])
+    code, out = ragbench(capsys, "gate", "--store", tmp_path / "g.duckdb", "--machine",
+                         "cheetah", "--config", ASTROPY / "asv.conf.json", "--environment",
+                         LEGACY, "--base", BASE, "--head", HEAD)  # fmt: skip
+    assert code == 2 and len(out.strip().splitlines()) == 1, out
+    assert "has no environment_type" in out and f"virtualenv-{LEGACY}" in out, out
+    assert not log.exists() or not asv_runs(log), out
+
+
+DJANGO = PUBLIC / "asv-django"  # django-asv's ubuntu-latest, conda-py3.12
+NIGHT = ("2cace96be6d6", "c9eb16a87e60")
+
+
+def test_a_matrix_environment_is_measured_and_judged_alone(tmp_path, capsys, monkeypatch):
+    """No public sample has a matrix: django-asv's real files of one night are written by
+    asv (replaced) under two matrix entries of conda-py3.12, named by asv's rule
+    (``conda-py3.12-numpy1.26``, ``conda-py3.12-numpy2.0``). An alert in one re-measures with
+    ``--environment`` that name; the gate measures ``-E conda:3.12`` (both entries) and judges
+    that one alone; given ``conda-py3.12``, which asv measured none of, it refuses in one line
+    naming the two (before: the name refused at once, "not an asv environment's name")."""
+    from ragbench import follow_up, project
+
+    names = [asv_name("conda", "3.12", {"numpy": v}) for v in ("1.26", "2.0")]
+    assert names == ["conda-py3.12-numpy1.26", "conda-py3.12-numpy2.0"]
+    kept = project.read(DJANGO / "asv.conf.json")
+    cell = {"benchmark": "form_benchmarks.form_clean.benchmark.FormClean",
+            "metric": "time_form_clean", "param_key": "", "found_by": "change point",
+            "environment": names[0]}  # fmt: skip
+    alert = {"machine": "ubuntu-latest", "commit_hash": NIGHT[1], "prev_commit_hash": NIGHT[0],
+             "cells": [cell]}  # fmt: skip
+    words = shlex.split(follow_up.repro_command(alert, kept))
+    assert words[words.index("--environment") + 1] == names[0], words
+    log = named_asv(tmp_path, monkeypatch, DJANGO / "results" / "ubuntu-latest", names)
+    code, out = ragbench(capsys, *words[1:], "--store", tmp_path / "g.duckdb", "--rounds", "1")
+    verdict = re.search(r"ragbench gate: (PASS|FAIL|INCONCLUSIVE)", out)
+    assert verdict and code == (0 if verdict.group(1) == "PASS" else 1), out
+    assert f"environment {names[0]}." in out and names[1] not in out, out
+    assert all(r[r.index("--environment") + 1] == "conda:3.12" for r in asv_runs(log))
+    code, out = ragbench(capsys, *words[1 : words.index("--environment")], "--environment",
+                         "conda-py3.12", *words[words.index("--environment") + 2 :], "--store",
+                         tmp_path / "h.duckdb", "--rounds", "1")  # fmt: skip
+    last = out.strip().splitlines()[-1]  # after asv's progress, the one line of the refusal
+    assert code == 2 and last.startswith("ragbench gate: error: "), out
+    assert f"measured base in {names[0]}, {names[1]}, none of that name" in last, out

@@ -156,6 +156,9 @@ def text(a: dict, repository: str | None, moved: list[str] = (), project=None) -
                               for b, m, k in gone)]  # fmt: skip
     repro = follow_up.repro_command(a, project)
     lines += ["", f"Re-measure: `{repro}`"] if repro else []
+    skipped = follow_up.not_re_measured(a, project)  # no gate can measure these again
+    lines += [""] if skipped and not repro else []
+    lines += [f"Not re-measured in {env}: {why}" for env, why in skipped.items()]
     bisect = follow_up.bisect_command(a, project)
     if bisect:
         lines.append(f"Bisect the range: `{bisect}`")

@@ -57,8 +57,9 @@ def add_parser(sub) -> None:
     g.add_argument("--environment", default=None, metavar="ENV",
                    help="--stored: compare the runs of this environment only (asv's env_name, "
                    "pytest-benchmark's 'python 3.12, <CPU>', or an env_key); with --config: "
-                   "measure in this one of the project's asv environments (conda-py3.12, or "
-                   "asv's spec conda:3.12)")  # fmt: skip
+                   "measure in this one of the project's asv environments, as the store "
+                   "names it (conda-py3.12-numpy1.26; asv measures TYPE:X.Y, the gate judges "
+                   "that one), or asv's spec conda:3.12")  # fmt: skip
     g.add_argument("--config", type=Path, default=None, metavar="ASV_CONF",
                    help="another asv project's asv.conf.json: base and head are its commits, "
                    "each measured by asv with that config (asv builds them from its repo), "

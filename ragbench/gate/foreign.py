@@ -15,32 +15,36 @@ from .revisions import RANGE
 
 @dataclass(frozen=True)
 class Foreign:
-    """Another asv project the gate measures (``--config``): its config, and asv's
-    ``--environment`` spec of the environment to measure in (None: the config's own)."""
+    """Another asv project the gate measures (``--config``): its config, asv's
+    ``--environment`` spec of the environments to measure in (None: the config's own), and
+    ``environment``, the name of the one of those to judge (None: a spec was given, or
+    nothing)."""
 
     config: Path
     asv_environment: str | None = None
+    environment: str | None = None
 
 
 def foreign(config: Path, environment: str | None) -> Foreign:
     """The project ``--config`` names, checked (GateError, one line, where it is no asv
-    config); ``environment``: an environment as the store names it (asv's ``conda-py3.12``)
-    or asv's own spec (``conda:3.12``)."""
-    from ..follow_up import asv_environment
+    config); ``environment``: an environment as the store names it (asv's ``conda-py3.12``,
+    ``conda-py3.12-numpy1.26``, ``py2.7-Cython-numpy1.8``: ``asv_environments.spec``, a name
+    without the type built with the config's ``environment_type``), or asv's own spec
+    (``conda:3.12``); GateError, one line, where no spec can be derived from it."""
+    from .. import asv_environments
 
     try:
         project.read(config)
+        kind = project.asv_config(Path(config)).get("environment_type")
     except (OSError, ValueError) as exc:
         raise GateError(f"--config {config}: {exc}") from None
-    spec = None
-    if environment is not None:
-        spec = environment if ":" in environment else asv_environment(environment)
-        if spec is None:
-            raise GateError(
-                f"--environment {environment!r}: not an asv environment's name "
-                "(TYPE-pyX.Y, as conda-py3.12) nor asv's spec (conda:3.12)"
-            )
-    return Foreign(Path(config).resolve(), spec)
+    if environment is None or ":" in environment:
+        return Foreign(Path(config).resolve(), environment)
+    try:
+        spec = asv_environments.spec(environment, kind if isinstance(kind, str) else None)
+    except ValueError as exc:
+        raise GateError(f"--environment {environment!r}: {exc}") from None
+    return Foreign(Path(config).resolve(), spec, environment)
 
 
 def not_here(store: Store | None, machine: str, ref: str, exc: Exception) -> GateError:

@@ -333,8 +333,7 @@ def _measured(store: Store, result: GateResult, o: GateOptions, policies: Polici
                         machine=machine, bench=o.bench, log=log,
                         environments=o.environments, other=other)  # fmt: skip
         if other is not None:  # the commits asv measured, one environment a side
-            ids = _one_environment(store, ids, o.environment, o.across_environments, *refs,
-                                   machine, other)  # fmt: skip
+            ids = _one_environment(store, ids, o.across_environments, *refs, machine, other)
             base, head = (store.runs(label=f"{gate_id}:{side}:0")[0]["commit_hash"]
                           for side in ("base", "head"))  # fmt: skip
             result.base, result.head = base, head
@@ -350,15 +349,17 @@ def _measured(store: Store, result: GateResult, o: GateOptions, policies: Polici
                                            log=log, environments=o.environments,
                                            other=other)  # fmt: skip
             if other is not None:
-                runs = _one_environment(store, runs, o.environment, o.across_environments,
-                                        *refs, machine, other)  # fmt: skip
+                runs = _one_environment(store, runs, o.across_environments, *refs, machine,
+                                        other)  # fmt: skip
             again = {side: compare.cells(store, runs[side]) for side in runs}
             result.rechecked = remeasured(comparison, pooled, again, policies)
         result.comparison = comparison
         _finish(store, result, [ids["base"], ids["head"]], o, policies,
                 lambda prefix: contextlib.nullcontext(tmp), log, rounds=rounds)  # fmt: skip
-        result.base_runs = store.runs(label=f"{gate_id}:base:%")
-        result.head_runs = store.runs(label=f"{gate_id}:head:%")
+        judged = set(ids["base"] + ids["head"])  # another project's: its one environment's
+        result.base_runs, result.head_runs = (
+            [r for r in store.runs(label=f"{gate_id}:{side}:%")
+             if other is None or r["run_id"] in judged] for side in ("base", "head"))  # fmt: skip
 
 
 def _finish(store: Store, result: GateResult, ids: list[list[str]], o: GateOptions,
@@ -389,20 +390,44 @@ def _beside(result: GateResult, o: GateOptions, policies: Policies, workdir,
             _drift(result, policies, mode=o.mode, bench=o.bench, work=Path(tmp), log=log)
 
 
-def _one_environment(store: Store, ids: dict[str, list[str]], environment: str | None,
-                     across: bool, base_ref: str, head_ref: str, machine: str,
+def _one_environment(store: Store, ids: dict[str, list[str]], across: bool, base_ref: str,
+                     head_ref: str, machine: str,
                      other: Foreign) -> dict[str, list[str]]:  # fmt: skip
-    """Another project's measured runs of each side in one environment (asv measures every
-    environment of its config, unless ``environment`` named one): all where they share one,
-    else (``across`` aside) GateError naming ``--environment`` (``like_with_like``)."""
-    labelled = {r["run_id"]: r for r in store.runs(label="gate:%", machine=machine)}
-    runs = {side: [labelled[i] for i in ids[side] if i in labelled] for side in ids}
+    """Another project's measured runs of each side in one environment: those of the one
+    ``--environment`` names (``of_environment``), else all where they share one (asv measures
+    every environment of its config), else (``across`` aside) GateError naming
+    ``--environment`` (``like_with_like``)."""
+    runs = of_environment(store, ids, machine, other)
     command = (f"ragbench gate --config {shlex.quote(str(other.config))} --base "
                f"{shlex.quote(base_ref)} --head {shlex.quote(head_ref)} --machine "
                f"{shlex.quote(machine)}")  # fmt: skip
     base_runs, head_runs = like_with_like(runs["base"], runs["head"], environment=None,
                                            across=across, command=command)  # fmt: skip
     return {"base": [r["run_id"] for r in base_runs], "head": [r["run_id"] for r in head_runs]}
+
+
+def of_environment(store: Store, ids: dict[str, list[str]], machine: str,
+                   other: Foreign) -> dict[str, list[dict]]:  # fmt: skip
+    """Another project's measured runs of each side (``ids``), those of ``other.environment``
+    alone where it names one: asv's spec measures every environment of that type and Python
+    that the config's matrix has (``ragbench.asv_environments``). GateError, one line naming
+    the environments asv measured, where a side has none of that name."""
+    from ..asv_environments import is_measured_as
+
+    labelled = {r["run_id"]: r for r in store.runs(label="gate:%", machine=machine)}
+    runs = {side: [labelled[i] for i in ids[side] if i in labelled] for side in ids}
+    name, spec = other.environment, other.asv_environment
+    if name is None or spec is None:
+        return runs
+    for side in runs:
+        kept = [r for r in runs[side] if is_measured_as(r.get("environment"), name, spec)]
+        if runs[side] and not kept:
+            measured = sorted({str(r.get("environment")) for r in runs[side]})
+            raise GateError(f"--environment {name!r}: asv (-E {spec}, {other.config}) measured "
+                            f"{side} in {', '.join(measured)}, none of that name: pass one of "
+                            "those as --environment, or a config whose matrix has it")  # fmt: skip
+        runs[side] = kept
+    return runs
 
 
 def rerun_gate(store: Store, ref: str, *, policies: Policies, machine: str,
@@ -441,7 +466,7 @@ def rerun_gate(store: Store, ref: str, *, policies: Policies, machine: str,
                         rerun_of=gate["gate_id"])  # fmt: skip
     if other is not None:
         result.config, result.environment = str(other.config), environment
-    verdicts = []
+    verdicts, judged = [], set()  # judged: the runs of the settle's cells kept
     label = f"gate:{head[:8]}-{base[:8]}-{int(time.time())}:settle"
     with tempfile.TemporaryDirectory(prefix="ragbench-settle-", dir=work_dir) as tmp:
         if plan.cells:
@@ -449,6 +474,10 @@ def rerun_gate(store: Store, ref: str, *, policies: Policies, machine: str,
                             lambda side, r: f"{label}-{side}:{r}", Path(tmp), what="settle",
                             mode=mode, machine=machine, bench=bench_regex(plan.cells),
                             log=log, other=other)  # fmt: skip
+            if other is not None:  # the environment the gate judged, as it kept it
+                ids = {side: [r["run_id"] for r in runs] for side, runs in
+                       of_environment(store, ids, machine, other).items()}  # fmt: skip
+            judged = set(ids["base"] + ids["head"])
             wanted = set(plan.cells)
             pooled = [{k: c for k, c in compare.cells(store, ids[side]).items() if k in wanted}
                       for side in ("base", "head")]  # fmt: skip
@@ -470,8 +499,9 @@ def rerun_gate(store: Store, ref: str, *, policies: Policies, machine: str,
              if (k := (c["benchmark"], c["metric"], c["param_key"])) not in settled]  # fmt: skip
     result.comparison = Comparison(verdicts + stand, float(policies.gate.get("alpha", 0.01)))
     _plan(result, plan.rounds, plan.processes, flagged=False)
-    result.base_runs = store.runs(label=f"{label}-base:%")
-    result.head_runs = store.runs(label=f"{label}-head:%")
+    result.base_runs, result.head_runs = (
+        [r for r in store.runs(label=f"{label}-{side}:%") if other is None or r["run_id"] in judged]
+        for side in ("base", "head"))  # fmt: skip
     result.seconds = time.perf_counter() - t0
     return result
 
