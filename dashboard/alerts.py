@@ -8,7 +8,7 @@ import pandas as pd
 import streamlit as st
 
 from dashboard import draws
-from dashboard.draw import command, download, shown, static_table
+from dashboard.draw import command, download, markdown_text, shown, static_table
 from dashboard.read import asv_project, policies, store
 from ragbench import follow_up
 from ragbench.history import alerting as alerts
@@ -204,6 +204,8 @@ def alert_box(ctx, a: dict, repository: str | None, moved: list[str]) -> None:
         repro = follow_up.repro_command(a, of)
         if repro:
             command(repro)
+        for env, why in follow_up.not_re_measured(a, of).items():  # no gate measures these
+            st.caption(markdown_text(f"Not re-measured in {env}: {why}"))
         bisect = follow_up.bisect_command(a, of)
         if bisect:
             st.caption("Several commits between? Find the first that shows it:")

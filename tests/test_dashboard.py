@@ -832,6 +832,27 @@ def test_another_projects_alert_links_and_measures_that_project(tmp_path):
     assert (table["commit"] == "c9eb16a87e60").all(), table
 
 
+def test_an_alert_no_gate_can_re_measure_says_why(foreign, tmp_path):
+    """An alert of astropy's in an environment asv named before 0.5 (``py2.7-Cython-numpy1.8``:
+    no type), whose config names no environment_type: the Alerts page prints no re-measure
+    command but the reason, as ``ragbench alerts`` does."""
+    path = tmp_path / "perf.duckdb"
+    shutil.copyfile(foreign, path)
+    with Store(path) as s:
+        base, head = [r["commit_hash"] for r in s.runs(machine="cheetah")][-2:]
+        row = {"branch": "main", "machine": "cheetah", "commit_hash": head}
+        s.save_alerts([{**row, "prev_commit_hash": base, "state": "new"}],
+                      [{**row, "environment": "py2.7-Cython-numpy1.8", "benchmark": "time_units",
+                        "metric": "time_unit_parse", "param_key": "", "unit": "seconds",
+                        "kind": "latency", "before": 1.0, "after": 2.0,
+                        "found_by": "change point"}])  # fmt: skip
+    at = app(path, page="Alerts")
+    assert not at.exception, at.exception
+    (why,) = [c.value for c in at.caption if c.value.startswith("Not re\\-measured in")]
+    assert "py2\\.7\\-Cython" in why and "environment\\_type" in why, why
+    assert not [c for c in commands(at) if c.startswith("ragbench gate")], commands(at)
+
+
 def test_a_broken_bound_on_mains_newest_commit_shows_failing_on_every_page(tmp_path):
     """The kernel's error ratio 6,418 against its bound of 2 on main's newest two commits: the
     Overview fails (no PASS with 0 bound violations) and names the open alert, the Alerts page
