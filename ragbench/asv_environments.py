@@ -6,7 +6,9 @@ requirements and variables (``conda-py3.12``, ``conda-py3.12-numpy1.26``,
 
 asv's ``--environment`` takes a spec, ``TYPE:X.Y``, which selects every environment of that
 type and Python that the config's matrix has: a gate measures with the spec of the name it is
-given (``spec``) and keeps, of what asv measured, the runs of that name (``is_measured_as``)."""
+given (``spec``) and keeps, of what asv measured, the runs of that name (``is_measured_as``).
+asv's bisection (``asv find``) searches the first environment ``-E`` selects, so it is given
+the one that selects that environment alone (``selector``), asv 0.6 taking a name as well."""
 
 from __future__ import annotations
 
@@ -44,3 +46,54 @@ def is_measured_as(measured: str | None, name: str, asv_spec: str) -> bool:
     m = NAME.fullmatch(name)
     legacy = m is not None and m.group("type") is None
     return measured == name or (legacy and measured == f"{asv_spec.split(':')[0]}-{name}")
+
+
+def selector(name: str, config: str) -> str:
+    """asv's ``-E`` that selects the environment ``name`` alone, as asv 0.6 reads the config
+    ``config`` (``asv.environment.get_environments``, which ``asv find`` searches the first
+    of): the spec ``TYPE:X.Y`` where the config's matrix has that one alone of its type and
+    Python (``conda-py3.12`` -> ``conda:3.12``), else the name itself, which asv 0.6 takes
+    where the config's ``environment_type`` builds it (``conda-py3.12-numpy1.26``); a name
+    without the type (asv before 0.5) as the config's type names it now. ValueError, one line
+    without the name, where neither selects it: the config builds no environment of that name
+    (or asv would search another), or it cannot be read here."""
+    from pathlib import Path
+
+    from .project import asv_config
+
+    try:
+        conf = asv_config(Path(config))
+    except (OSError, ValueError):
+        raise ValueError(f"its config {config} cannot be read here to find asv's environment "
+                         "of that name") from None  # fmt: skip
+    kind = conf.get("environment_type") if isinstance(conf.get("environment_type"), str) else None
+    if not kind and NAME.fullmatch(name):
+        raise ValueError(f"its config {config} has no environment_type, without which asv 0.6 "
+                         "builds no environment")  # fmt: skip
+    asv_spec = spec(name, kind)  # ValueError where the name is not of asv's form
+    full = name if NAME.fullmatch(name).group("type") else f"{kind}-{name}"
+    chosen = selected(conf, asv_spec)
+    if chosen == [full]:
+        return asv_spec
+    if selected(conf, full) == [full]:
+        return full
+    built = ", ".join(chosen) or "no environment"
+    raise ValueError(f"asv (-E {asv_spec}) builds {built} from {config}, and no environment "
+                     f"{full}: asv find would search another, or none")  # fmt: skip
+
+
+def selected(conf: dict, asv_spec: str) -> list[str]:
+    """The names of the environments asv 0.6's ``-E asv_spec`` selects of the config ``conf``
+    (an ``asv.conf.json`` as read), in asv's order; none where asv knows no such one.
+    ValueError, one line, where asv cannot read the config's matrix."""
+    from asv.config import Config
+    from asv.environment import EnvironmentUnavailable, get_environments
+
+    c = Config()
+    c.__dict__.update(conf)
+    try:
+        return [e.name for e in get_environments(c, [asv_spec], verbose=False)]
+    except EnvironmentUnavailable:  # asv's: a BaseException
+        return []
+    except Exception as exc:  # asv's own reading of a config it would refuse
+        raise ValueError(f"asv reads no environments from it: {exc}") from None

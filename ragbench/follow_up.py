@@ -168,28 +168,41 @@ def bisect_command(alert: dict, project: Project | None = None) -> str | None:
     )
 
 
-def asv_environment(env_name: str) -> str | None:
-    """asv's ``--environment`` spec of one of its environments' names: ``conda-py3.12`` ->
-    ``conda:3.12`` (the type and the Python; a matrix's requirements are not in the spec, so
-    a name that holds them gives None)."""
-    m = re.fullmatch(r"([a-z]+)-py(\d+(?:\.\d+)*)", env_name or "")
-    return f"{m.group(1)}:{m.group(2)}" if m else None
+def not_bisected(alert: dict, project: Project | None) -> dict[str, str]:
+    """The alert's environments of ``project`` (another asv project's results) that asv's
+    bisection cannot select alone, each with the reason in words
+    (``asv_environments.selector``): ``asv find`` searches the first environment its ``-E``
+    selects, and another one's answer would not be this alert's."""
+    from .asv_environments import selector
+
+    out = {}
+    for env in environments(alert) if project is not None else []:
+        try:
+            selector(env, project.config)
+        except ValueError as exc:
+            out[env] = str(exc)
+    return out
 
 
 def asv_find_command(alert: dict, project: Project) -> str | None:
     """asv's own bisection of the alert's first cell's benchmark in ``project``'s checkout:
     ``asv find --config CONF --machine M [-E ENV] PREV..COMMIT '^name$'`` (asv searches a
-    benchmark, all its parameters together; a throughput's drop with ``--invert``), of the
-    first cell its suite still has; None where it has none."""
+    benchmark, all its parameters together; a throughput's drop with ``--invert``), ``ENV``
+    what selects the cell's environment alone (``asv_environments.selector``: ``conda:3.12``,
+    or asv 0.6's name of a matrix entry), of the first cell its suite still has in an
+    environment asv can select so; None where it has none (``not_bisected`` says why)."""
+    from .asv_environments import selector
     from .discovery import asv_name
 
     gone = gone_cells(alert, project)
-    here = [c for c in alert["cells"] if (c["benchmark"], c["metric"], c["param_key"]) not in gone]
+    skip = not_bisected(alert, project)
+    here = [c for c in alert["cells"] if (c["benchmark"], c["metric"], c["param_key"]) not in gone
+            and c.get("environment") not in skip]  # fmt: skip
     if not here:
         return None
     c = here[0]
     name = "^" + re.escape(asv_name((c["benchmark"], c["metric"], c["param_key"]))) + "$"
-    env = asv_environment(c.get("environment") or "")
+    env = selector(c["environment"], project.config) if c.get("environment") else None
     invert = c.get("after") is not None and c.get("before") is not None and (
         c["after"] < c["before"]
     )  # fmt: skip

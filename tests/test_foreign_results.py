@@ -174,12 +174,22 @@ def typed_astropy(tmp_path: Path, kind: str = "virtualenv") -> Path:
     return root
 
 
+def astropy_as_then(tmp_path: Path) -> Path:
+    """``typed_astropy`` with its matrix as when its results were measured (without jinja2,
+    which its config adds since): asv builds ``virtualenv-py2.7-Cython-numpy1.8`` of it."""
+    root = typed_astropy(tmp_path)
+    conf = root / "asv.conf.json"
+    conf.write_text(conf.read_text().replace('"jinja2": [],', "", 1))
+    return root
+
+
 def test_an_alert_of_another_project_links_and_measures_that_project(tmp_path, capsys):
     """An alert of astropy's results (its config given an environment_type: ``typed_astropy``):
     its link is astropy's compare page (before: this checkout's origin), the re-measure gate
     names astropy's config and environment and selects the benchmark by its asv name (asv's
     own parser takes it), and the bisection is asv's own ``asv find`` in that config (this
-    checkout has none of its commits)."""
+    checkout has none of its commits) where asv can select the cell's environment: astropy's
+    config builds it no more, so the alert says why instead."""
     import shlex
 
     from asv.commands import make_argparser
@@ -210,7 +220,14 @@ def test_an_alert_of_another_project_links_and_measures_that_project(tmp_path, c
     (bench,) = args.bench
     names = json.loads((ASTROPY / "results" / "benchmarks.json").read_text())
     assert [n for n in names if re.search(bench, n)] == ["time_units.time_unit_parse"]
-    find = shlex.split(follow_up.bisect_command(alert, kept))
+    # astropy's config's matrix now adds jinja2: asv builds the alert's environment no more,
+    # and its bisection would search another (test_matrix_bisection_selects_the_alerts_environment)
+    assert follow_up.bisect_command(alert, kept) is None
+    assert (f"Not bisected in py2.7-Cython-numpy1.8: asv (-E virtualenv:2.7) builds "
+            f"virtualenv-py2.7-Cython-jinja2-numpy1.8 from {conf}, and no environment "
+            "virtualenv-py2.7-Cython-numpy1.8") in text, text  # fmt: skip
+    plain = {**alert, "cells": [{**alert["cells"][0], "environment": ""}]}
+    find = shlex.split(follow_up.bisect_command(plain, kept))
     assert find[:4] == ["asv", "find", "--config", conf], find
     asv_args = make_argparser()[0].parse_args(find[1:])
     assert asv_args.range == f"{alert['prev_commit_hash'][:12]}..{alert['commit_hash'][:12]}"
@@ -440,7 +457,7 @@ def test_a_cell_the_projects_suite_no_longer_has_is_not_re_measured(tmp_path, ca
     from ragbench import follow_up, project
     from ragbench.commands import alerts as alerts_command
 
-    store = astropy_store(tmp_path, capsys, root=typed_astropy(tmp_path))
+    store = astropy_store(tmp_path, capsys, root=astropy_as_then(tmp_path))
     alert, kept = an_alert(store), project.load(Store(store), "cheetah")
     dropped = {**alert["cells"][0], "benchmark": "time_units", "metric": "time_dropped"}
     both = {**alert, "cells": [dropped, *alert["cells"]]}
@@ -685,3 +702,113 @@ def test_a_matrix_environment_is_measured_and_judged_alone(tmp_path, capsys, mon
     last = out.strip().splitlines()[-1]  # after asv's progress, the one line of the refusal
     assert code == 2 and last.startswith("ragbench gate: error: "), out
     assert f"measured base in {names[0]}, {names[1]}, none of that name" in last, out
+
+
+def matrix_django(tmp_path: Path) -> Path:
+    """django-asv's config copied, its matrix given numpy 1.26 and 2.0 (``conda-py3.12`` then
+    builds ``conda-py3.12-numpy1.26`` and ``conda-py3.12-numpy2.0``); nothing else changed."""
+    conf = tmp_path / "django" / "asv.conf.json"
+    conf.parent.mkdir(parents=True)
+    text = (DJANGO / "asv.conf.json").read_text()
+    conf.write_text(text.replace('"pythons"', '"matrix": {"numpy": ["1.26", "2.0"]},\n    '
+                                 '"pythons"', 1))  # fmt: skip
+    return conf
+
+
+def django_alert(environment: str) -> dict:
+    """An alert of django-asv's ubuntu-latest over one real night, its cell (a real benchmark,
+    its values made up: 20% slower) in ``environment``."""
+    cell = {"benchmark": "form_benchmarks.form_clean.benchmark.FormClean",
+            "metric": "time_form_clean", "param_key": "", "environment": environment,
+            "unit": "seconds", "kind": "latency", "before": 0.001, "after": 0.0012,
+            "ratio_lo": None, "ratio_hi": None}  # fmt: skip
+    return {"machine": "ubuntu-latest", "commit_hash": NIGHT[1], "prev_commit_hash": NIGHT[0],
+            "commit_time": None, "state": "new", "reason": None, "fixed_by": None,
+            "cells": [{**cell, "found_by": "change point"}]}  # fmt: skip
+
+
+def asv_selects(conf: Path, find: list[str]) -> list[str]:
+    """The environments asv 0.6 itself (``get_environments``, as ``asv find`` calls it, which
+    searches the first) selects with the ``-E`` of the ``asv find`` command ``find``."""
+    from asv.commands import make_argparser
+    from asv.config import Config
+    from asv.environment import get_environments
+
+    args = make_argparser()[0].parse_args(find[1:])
+    return [e.name for e in get_environments(Config.load(conf), args.env_spec, verbose=False)]
+
+
+def test_matrix_bisection_selects_the_alerts_environment(tmp_path, capsys, monkeypatch):
+    """The alert's ``asv find`` selects its environment alone, as asv 0.6 itself reads ``-E``:
+    django-asv's ``conda-py3.12`` by ``conda:3.12``; with a matrix (``matrix_django``) its
+    ``conda-py3.12-numpy1.26`` by that name (``conda:3.12`` would select both entries and asv
+    search the first); astropy's pre-0.5 ``py2.7-Cython-numpy1.8``, its config typed and its
+    matrix as then (no jinja2), by ``virtualenv:2.7``. ``ragbench bisect --environment`` of
+    the matrix name runs ``asv find -E conda-py3.12-numpy1.26`` (asv replaced). Before: the
+    printed commands had no ``-E`` (asv searched the first of all its environments) and
+    ``ragbench bisect`` refused the matrix name, "not an asv environment's name"."""
+    from ragbench import follow_up, project
+
+    conf = matrix_django(tmp_path)
+    for config, env, flag in (
+        (DJANGO / "asv.conf.json", "conda-py3.12", "conda:3.12"),
+        (conf, "conda-py3.12-numpy1.26", "conda-py3.12-numpy1.26"),
+    ):
+        kept = project.read(config)
+        find = shlex.split(follow_up.bisect_command(django_alert(env), kept))
+        assert find[find.index("-E") + 1] == flag, find
+        assert asv_selects(config, find) == [env], find
+    root = astropy_as_then(tmp_path)
+    store = astropy_store(tmp_path, capsys, root=root)
+    alert, kept = an_alert(store), project.load(Store(store), "cheetah")
+    find = shlex.split(follow_up.bisect_command(alert, kept))
+    assert find[find.index("-E") + 1] == "virtualenv:2.7", find
+    assert asv_selects(root / "asv.conf.json", find) == [f"virtualenv-{LEGACY}"], find
+    log = fake_asv(tmp_path, monkeypatch)
+    code, out = ragbench(capsys, "bisect", "--config", conf, "--environment",
+                         "conda-py3.12-numpy1.26", "--cell",
+                         "form_benchmarks.form_clean.benchmark.FormClean.time_form_clean",
+                         "--good", NIGHT[0], "--bad", NIGHT[1])  # fmt: skip
+    assert code == 0, out
+    (call,) = [c for c in map(json.loads, log.read_text().splitlines()) if c["argv"][0] == "find"]
+    assert call["argv"][call["argv"].index("-E") + 1] == "conda-py3.12-numpy1.26", call
+
+
+def test_a_bisection_asv_cannot_select_alone_prints_why(tmp_path, capsys, monkeypatch):
+    """Where asv's ``-E`` cannot select the alert's environment alone, the alert prints no
+    ``asv find`` but one line saying why, and ``ragbench bisect --environment`` refuses in one
+    line, exit 2, before asv runs: django-asv's config builds no ``conda-py3.12-numpy1.26``;
+    with a matrix it builds no ``conda-py3.12`` (``conda:3.12`` selects both entries); astropy's
+    own config names no environment_type, without which asv 0.6 builds none. Before: each
+    printed an ``asv find`` without ``-E``, searching another environment (or refused by
+    asv), and ``ragbench bisect`` refused the matrix name as no environment's name at all."""
+    from ragbench import follow_up, project
+    from ragbench.commands import alerts as alerts_command
+
+    conf = matrix_django(tmp_path)
+    plain = str((DJANGO / "asv.conf.json").resolve())
+    log = fake_asv(tmp_path, monkeypatch)
+    for config, env, why in (
+        (plain, "conda-py3.12-numpy1.26", f"asv (-E conda:3.12) builds conda-py3.12 from "
+         f"{plain}, and no environment conda-py3.12-numpy1.26"),
+        (str(conf), "conda-py3.12", f"asv (-E conda:3.12) builds conda-py3.12-numpy1.26, "
+         f"conda-py3.12-numpy2.0 from {conf}, and no environment conda-py3.12"),
+    ):  # fmt: skip
+        kept = project.read(Path(config))
+        assert follow_up.bisect_command(django_alert(env), kept) is None
+        text = alerts_command.text(django_alert(env), None, [], kept)
+        assert f"Not bisected in {env}: {why}" in text and "Bisect" not in text, text
+        code, out = ragbench(capsys, "bisect", "--config", config, "--environment", env,
+                             "--cell", "form_benchmarks.form_clean.benchmark.FormClean."
+                             "time_form_clean", "--good", NIGHT[0], "--bad", NIGHT[1])  # fmt: skip
+        assert code == 2 and len(out.strip().splitlines()) == 1, out
+        assert f"--environment '{env}': {why}" in out, out
+        assert not log.exists(), out
+    store = astropy_store(tmp_path, capsys)
+    alert, kept = an_alert(store), project.load(Store(store), "cheetah")
+    assert follow_up.bisect_command(alert, kept) is None
+    text = alerts_command.text(alert, None, [], kept)
+    assert (
+        f"Not bisected in {LEGACY}: its config {kept.config} has no environment_type, "
+        "without which asv 0.6 builds no environment"
+    ) in text, text

@@ -162,6 +162,11 @@ def text(a: dict, repository: str | None, moved: list[str] = (), project=None) -
     bisect = follow_up.bisect_command(a, project)
     if bisect:
         lines.append(f"Bisect the range: `{bisect}`")
+    elif project is not None and a["prev_commit_hash"]:  # asv find cannot select these alone
+        left = {**a, "cells": [c for c in a["cells"] if (c["benchmark"], c["metric"],
+                                                         c["param_key"]) not in gone]}  # fmt: skip
+        lines += [f"Not bisected in {env}: " + ("as above" if skipped.get(env) == why else why)
+                  for env, why in follow_up.not_bisected(left, project).items()]  # fmt: skip
     return "\n".join(lines) + "\n"
 
 

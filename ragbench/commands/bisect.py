@@ -52,7 +52,9 @@ def add_parser(sub) -> None:
                    "together) and names the commit it finds")  # fmt: skip
     b.add_argument("--environment", default=None, metavar="ENV",
                    help="with --config: the project's asv environment to search in "
-                   "(conda-py3.12, or asv's spec conda:3.12)")  # fmt: skip
+                   "as the store names it (conda-py3.12, conda-py3.12-numpy1.26, a pre-0.5 "
+                   "py2.7-Cython-numpy1.8: asv's -E that selects it alone), or asv's spec "
+                   "(conda:3.12)")  # fmt: skip
     b.set_defaults(func=run)
 
 
@@ -85,8 +87,8 @@ def asv_find(args) -> int:
     import sys
 
     from .. import runner as suite
+    from ..asv_environments import selector
     from ..discovery import asv_name
-    from ..follow_up import asv_environment
     from ..project import read
 
     conf = read(args.config)  # ValueError, one line, where it is no asv config
@@ -102,11 +104,13 @@ def asv_find(args) -> int:
     words = ["find", "--config", conf.config]
     if args.machine:
         words += ["--machine", args.machine]
-    if args.environment:
-        spec = args.environment if ":" in args.environment else asv_environment(args.environment)
-        if spec is None:
-            raise ValueError(f"--environment {args.environment!r}: not an asv environment's "
-                             "name (conda-py3.12) nor asv's spec (conda:3.12)")  # fmt: skip
+    if args.environment:  # asv's spec as given; a name, what selects that one alone
+        spec = args.environment
+        if ":" not in spec:
+            try:
+                spec = selector(spec, conf.config)
+            except ValueError as exc:
+                raise ValueError(f"--environment {spec!r}: {exc}") from None
         words += ["-E", spec]
     words += [f"{args.good}..{args.bad}", "^" + re.escape(asv_name(key)) + "$"]
     cwd = Path(conf.config).parent
