@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import re
 import shlex
-from pathlib import Path
 
 from .policies import Policies
 from .project import Project
@@ -45,24 +44,16 @@ def environments(alert: dict) -> list[str]:
 
 def not_re_measured(alert: dict, project: Project | None) -> dict[str, str]:
     """The alert's environments of ``project`` (another asv project's results) that no gate
-    can measure again, each with the reason in words: a name that asv's ``--environment``
-    spec cannot be derived from (``asv_environments.spec``), or one without the type (asv
-    before 0.5 named it so) where the project's config has no ``environment_type`` to build
-    it with (or cannot be read here to say)."""
-    from . import asv_environments
-    from .project import asv_config
+    can measure again, each with the reason in words (``asv_environments.measured_with``, asv
+    0.6's own reading of the config): asv's spec of the name builds no environment of that
+    name from the project's config (its matrix has another), or asv builds none of it (no
+    ``environment_type``), or the config cannot be read here to say."""
+    from .asv_environments import measured_with
 
-    if project is None:
-        return {}
-    config = f"its config {project.config} has no environment_type"
-    try:
-        kind = asv_config(Path(project.config)).get("environment_type")
-    except (OSError, ValueError):
-        kind, config = None, f"its config {project.config} cannot be read here for one"
     out = {}
-    for env in environments(alert):
+    for env in environments(alert) if project is not None else []:
         try:
-            asv_environments.spec(env, kind if isinstance(kind, str) else None, config)
+            measured_with(env, project.config)
         except ValueError as exc:
             out[env] = str(exc)
     return out

@@ -183,13 +183,32 @@ def astropy_as_then(tmp_path: Path) -> Path:
     return root
 
 
+def astropy_both(tmp_path: Path) -> Path:
+    """``typed_astropy`` with jinja2 in its matrix installed or not (asv's ``null``): asv
+    builds ``virtualenv-py2.7-Cython-jinja2-numpy1.8`` and ``virtualenv-py2.7-Cython-numpy1.8``
+    of it, the second the environment its results were measured in."""
+    root = typed_astropy(tmp_path)
+    conf = root / "asv.conf.json"
+    conf.write_text(conf.read_text().replace('"jinja2": [],', '"jinja2": ["", null],', 1))
+    return root
+
+
+def asv_builds(config: Path, asv_spec: str) -> list[str]:
+    """The environments asv 0.6 itself builds of ``config`` with ``-E asv_spec``
+    (``get_environments``, as ``asv run`` calls it)."""
+    from asv.config import Config
+    from asv.environment import get_environments
+
+    return [e.name for e in get_environments(Config.load(config), [asv_spec], verbose=False)]
+
+
 def test_an_alert_of_another_project_links_and_measures_that_project(tmp_path, capsys):
     """An alert of astropy's results (its config given an environment_type: ``typed_astropy``):
     its link is astropy's compare page (before: this checkout's origin), the re-measure gate
-    names astropy's config and environment and selects the benchmark by its asv name (asv's
-    own parser takes it), and the bisection is asv's own ``asv find`` in that config (this
-    checkout has none of its commits) where asv can select the cell's environment: astropy's
-    config builds it no more, so the alert says why instead."""
+    names astropy's config and selects the benchmark by its asv name (asv's own parser takes
+    it), and the bisection is asv's own ``asv find`` in that config (this checkout has none
+    of its commits), each where asv can build the cell's environment: astropy's config builds
+    it no more (its matrix adds jinja2), so the alert says why instead of either."""
     import shlex
 
     from asv.commands import make_argparser
@@ -205,17 +224,23 @@ def test_an_alert_of_another_project_links_and_measures_that_project(tmp_path, c
     assert (f"https://github.com/astropy/astropy/compare/{alert['prev_commit_hash']}..."
             f"{alert['commit_hash']}") in text, text  # fmt: skip
     assert "ragged/ragged" not in text
-    repro = follow_up.repro_command(alert, kept)
-    words = shlex.split(repro)
     conf = str((root / "asv.conf.json").resolve())
+    assert follow_up.repro_command(alert, kept) is None and "Re-measure" not in text, text
+    assert (
+        f"Not re-measured in {LEGACY}: asv (-E virtualenv:2.7) builds "
+        f"virtualenv-py2.7-Cython-jinja2-numpy1.8 from {conf}, and no environment "
+        f"virtualenv-{LEGACY}: the gate would measure another, or none"
+    ) in text, text
+    plain = {**alert, "cells": [{**alert["cells"][0], "environment": ""}]}
+    repro = follow_up.repro_command(plain, kept)
+    words = shlex.split(repro)
     assert words[:4] == ["ragbench", "gate", "--config", conf], repro
     import argparse
 
     parser = argparse.ArgumentParser()
     add_parser(parser.add_subparsers())
     args = parser.parse_args(words[1:])
-    assert (args.config, args.environment, args.machine) == (
-        Path(conf), "py2.7-Cython-numpy1.8", "cheetah")  # fmt: skip
+    assert (args.config, args.environment, args.machine) == (Path(conf), None, "cheetah")
 
     (bench,) = args.bench
     names = json.loads((ASTROPY / "results" / "benchmarks.json").read_text())
@@ -226,7 +251,6 @@ def test_an_alert_of_another_project_links_and_measures_that_project(tmp_path, c
     assert (f"Not bisected in py2.7-Cython-numpy1.8: asv (-E virtualenv:2.7) builds "
             f"virtualenv-py2.7-Cython-jinja2-numpy1.8 from {conf}, and no environment "
             "virtualenv-py2.7-Cython-numpy1.8") in text, text  # fmt: skip
-    plain = {**alert, "cells": [{**alert["cells"][0], "environment": ""}]}
     find = shlex.split(follow_up.bisect_command(plain, kept))
     assert find[:4] == ["asv", "find", "--config", conf], find
     asv_args = make_argparser()[0].parse_args(find[1:])
@@ -595,14 +619,15 @@ def test_a_legacy_environments_alert_is_re_measured_in_the_configs_type(tmp_path
                                                                         monkeypatch):  # fmt: skip
     """astropy's environment ``py2.7-Cython-numpy1.8`` was named by asv before 0.5, without
     its type; asv since then names it with the type it builds it with. The alert's re-measure
-    gate, run (asv replaced by one that names environments as asv 0.6 does), measures with
-    the config's type (``-E virtualenv:2.7``) and judges asv's environment of that name under
+    gate (its config typed, its matrix building that one and one with jinja2: ``astropy_both``),
+    run (asv replaced by one that names environments as asv 0.6 does), measures with the
+    config's type (``-E virtualenv:2.7``) and judges asv's environment of that name under
     that type, ``virtualenv-py2.7-Cython-numpy1.8`` (the files' own requirements named by
-    asv's rule), not another the matrix gives (before: refused at once, exit 2, "not an asv
+    asv's rule), not the other the matrix gives (before: refused at once, exit 2, "not an asv
     environment's name")."""
     from ragbench import follow_up, project
 
-    root = typed_astropy(tmp_path)
+    root = astropy_both(tmp_path)
     store = astropy_store(tmp_path, capsys, root=root)
     alert, kept = an_alert(store), project.load(Store(store), "cheetah")
     words = shlex.split(follow_up.repro_command(alert, kept))
@@ -611,6 +636,7 @@ def test_a_legacy_environments_alert_is_re_measured_in_the_configs_type(tmp_path
     own = asv_name("virtualenv", data["python"], data["requirements"])
     other = asv_name("virtualenv", "2.7", {"Cython": "", "jinja2": "", "numpy": "1.8"})
     assert (own, other) == (f"virtualenv-{LEGACY}", "virtualenv-py2.7-Cython-jinja2-numpy1.8")
+    assert asv_builds(root / "asv.conf.json", "virtualenv:2.7") == [other, own]
     log = named_asv(tmp_path, monkeypatch, root / "results" / "cheetah", [other, own])
     code, out = ragbench(capsys, *words[1:], "--store", tmp_path / "g.duckdb", "--rounds", "1")
     verdict = re.search(r"ragbench gate: (PASS|FAIL|INCONCLUSIVE)", out)
@@ -640,11 +666,14 @@ def test_a_legacy_environment_asv_no_longer_builds_is_refused_naming_what_it_bui
 
 def test_a_legacy_environment_without_the_configs_type_prints_why_not_a_command(
         tmp_path, capsys, monkeypatch):  # fmt: skip
-    """astropy's own config names no environment_type, which asv needs to build
-    ``py2.7-Cython-numpy1.8`` (a name without the type): the alert prints no re-measure
-    command but one line saying why and what to pass, and the gate given that name refuses in
-    one line, exit 2, before asv measures anything (before: the alert printed a gate that
-    refused it, "not an asv environment's name")."""
+    """astropy's own config names no environment_type, without which asv 0.6 builds no
+    environment ("Environment type must be specified"), ``py2.7-Cython-numpy1.8`` (a name
+    without the type) and ``virtualenv-py2.7-Cython-numpy1.8`` alike: the alert prints no
+    re-measure command but one line saying why and what can (a config that names the type),
+    and the gate given either name refuses so in one line, exit 2, before asv measures
+    anything. Before: the advice was to pass --environment with the type
+    (``virtualenv-py2.7-Cython-numpy1.8``), and for that name the alert printed a gate, which
+    ran asv on a config it refuses."""
     from ragbench import follow_up, project
     from ragbench.commands import alerts as alerts_command
 
@@ -653,18 +682,28 @@ def test_a_legacy_environment_without_the_configs_type_prints_why_not_a_command(
     assert follow_up.repro_command(alert, kept) is None
     text = alerts_command.text(alert, None, [], kept)
     assert "Re-measure:" not in text, text
-    why = (f"Not re-measured in {LEGACY}: the name has no environment type (asv before 0.5 "
-           f"named it so) and its config {kept.config} has no environment_type: pass "
-           f"--environment with the type asv is to build it with, conda-{LEGACY} or "
-           f"virtualenv-{LEGACY}")  # fmt: skip
-    assert why in text, text
+    untyped = ("has no environment_type, without which asv 0.6 builds no environment: name "
+               "the type the results were measured with in it, or in a copy beside it given "
+               "as --config (\"environment_type\": ")  # fmt: skip
+    why = f"Not re-measured in {LEGACY}: its config {kept.config} {untyped}"
+    assert why + '"conda" or "virtualenv")' in text, text
+    assert "pass --environment" not in text, text
+    typed = f"virtualenv-{LEGACY}"
+    one = {**alert, "cells": [{**alert["cells"][0], "environment": typed}]}
+    assert follow_up.repro_command(one, kept) is None
+    text = alerts_command.text(one, None, [], kept)
+    assert "Re-measure:" not in text, text
+    why = f"Not re-measured in {typed}: its config {kept.config} {untyped}"
+    assert why + '"virtualenv")' in text, text
     log = named_asv(tmp_path, monkeypatch, ASTROPY / "results" / "cheetah", [LEGACY])
-    code, out = ragbench(capsys, "gate", "--store", tmp_path / "g.duckdb", "--machine",
-                         "cheetah", "--config", ASTROPY / "asv.conf.json", "--environment",
-                         LEGACY, "--base", BASE, "--head", HEAD)  # fmt: skip
-    assert code == 2 and len(out.strip().splitlines()) == 1, out
-    assert "has no environment_type" in out and f"virtualenv-{LEGACY}" in out, out
-    assert not log.exists() or not asv_runs(log), out
+    for env, kind in ((LEGACY, '"conda" or "virtualenv")'), (typed, '"virtualenv")')):
+        code, out = ragbench(capsys, "gate", "--store", tmp_path / "g.duckdb", "--machine",
+                             "cheetah", "--config", ASTROPY / "asv.conf.json", "--environment",
+                             env, "--base", BASE, "--head", HEAD)  # fmt: skip
+        assert code == 2 and len(out.strip().splitlines()) == 1, out
+        assert f"--environment '{env}': its config {ASTROPY / 'asv.conf.json'} {untyped}" in out
+        assert out.strip().endswith(kind) and "pass --environment" not in out, out
+        assert not log.exists() or not asv_runs(log), out
 
 
 DJANGO = PUBLIC / "asv-django"  # django-asv's ubuntu-latest, conda-py3.12
@@ -674,15 +713,18 @@ NIGHT = ("2cace96be6d6", "c9eb16a87e60")
 def test_a_matrix_environment_is_measured_and_judged_alone(tmp_path, capsys, monkeypatch):
     """No public sample has a matrix: django-asv's real files of one night are written by
     asv (replaced) under two matrix entries of conda-py3.12, named by asv's rule
-    (``conda-py3.12-numpy1.26``, ``conda-py3.12-numpy2.0``). An alert in one re-measures with
-    ``--environment`` that name; the gate measures ``-E conda:3.12`` (both entries) and judges
-    that one alone; given ``conda-py3.12``, which asv measured none of, it refuses in one line
-    naming the two (before: the name refused at once, "not an asv environment's name")."""
+    (``conda-py3.12-numpy1.26``, ``conda-py3.12-numpy2.0``), as asv builds them of its config
+    given that matrix (``matrix_django``). An alert in one re-measures with ``--environment``
+    that name; the gate measures ``-E conda:3.12`` (both entries) and judges that one alone;
+    given ``conda-py3.12``, which asv measured none of, it refuses in one line naming the two
+    (before: the name refused at once, "not an asv environment's name")."""
     from ragbench import follow_up, project
 
     names = [asv_name("conda", "3.12", {"numpy": v}) for v in ("1.26", "2.0")]
     assert names == ["conda-py3.12-numpy1.26", "conda-py3.12-numpy2.0"]
-    kept = project.read(DJANGO / "asv.conf.json")
+    conf = matrix_django(tmp_path)
+    assert asv_builds(conf, "conda:3.12") == names
+    kept = project.read(conf)
     cell = {"benchmark": "form_benchmarks.form_clean.benchmark.FormClean",
             "metric": "time_form_clean", "param_key": "", "found_by": "change point",
             "environment": names[0]}  # fmt: skip
@@ -807,8 +849,46 @@ def test_a_bisection_asv_cannot_select_alone_prints_why(tmp_path, capsys, monkey
     store = astropy_store(tmp_path, capsys)
     alert, kept = an_alert(store), project.load(Store(store), "cheetah")
     assert follow_up.bisect_command(alert, kept) is None
+    why = follow_up.not_bisected(alert, kept)[LEGACY]
+    assert why.startswith(
+        f"its config {kept.config} has no environment_type, without which asv 0.6 builds no "
+        "environment: "
+    ), why
     text = alerts_command.text(alert, None, [], kept)
-    assert (
-        f"Not bisected in {LEGACY}: its config {kept.config} has no environment_type, "
-        "without which asv 0.6 builds no environment"
-    ) in text, text
+    assert f"Not re-measured in {LEGACY}: {why}" in text, text  # the same reason, said once
+    assert f"Not bisected in {LEGACY}: as above" in text, text
+
+
+def test_a_re_measure_asv_cannot_build_prints_why(tmp_path, capsys, monkeypatch):
+    """The gate measures ``--environment ENV`` with asv's spec ``TYPE:X.Y`` and judges the runs
+    of ENV alone, so it can measure only an environment that spec builds from the config as
+    asv 0.6 itself reads it (``get_environments``). Where it builds none of that name, the
+    alert prints no gate but ``Not re-measured in ENV: why``: django-asv's config builds
+    ``conda-py3.12`` alone, no ``conda-py3.12-numpy1.26``; with a matrix (``matrix_django``)
+    it builds the two numpy entries, no ``conda-py3.12``. The gate the alert printed before,
+    run with asv replaced by one building what asv 0.6 builds of that config, measures those
+    and refuses, exit 2, naming them."""
+    from ragbench import follow_up, project
+    from ragbench.commands import alerts as alerts_command
+
+    matrix = str(matrix_django(tmp_path).resolve())
+    plain = str((DJANGO / "asv.conf.json").resolve())
+    named_asv(tmp_path, monkeypatch, DJANGO / "results" / "ubuntu-latest", [])
+    for config, env in ((plain, "conda-py3.12-numpy1.26"), (matrix, "conda-py3.12")):
+        built = asv_builds(Path(config), "conda:3.12")
+        assert env not in built and built, built
+        kept = project.read(Path(config))
+        alert = django_alert(env)
+        assert follow_up.repro_command(alert, kept) is None
+        why = (f"asv (-E conda:3.12) builds {', '.join(built)} from {config}, and no "
+               f"environment {env}: the gate would measure another, or none")  # fmt: skip
+        assert follow_up.not_re_measured(alert, kept) == {env: why}
+        text = alerts_command.text(alert, None, [], kept)
+        assert f"Not re-measured in {env}: {why}" in text and "Re-measure" not in text, text
+        monkeypatch.setenv("FAKE_ASV_NAMES", json.dumps(built))
+        code, out = ragbench(capsys, "gate", "--config", config, "--environment", env,
+                             "--base", NIGHT[0], "--head", NIGHT[1], "--machine",
+                             "ubuntu-latest", "--store", tmp_path / f"{env}.duckdb",
+                             "--rounds", "1")  # fmt: skip
+        last = out.strip().splitlines()[-1]
+        assert code == 2 and f"measured base in {', '.join(built)}, none of that name" in last

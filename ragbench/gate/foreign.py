@@ -30,7 +30,9 @@ def foreign(config: Path, environment: str | None) -> Foreign:
     config); ``environment``: an environment as the store names it (asv's ``conda-py3.12``,
     ``conda-py3.12-numpy1.26``, ``py2.7-Cython-numpy1.8``: ``asv_environments.spec``, a name
     without the type built with the config's ``environment_type``), or asv's own spec
-    (``conda:3.12``); GateError, one line, where no spec can be derived from it."""
+    (``conda:3.12``); GateError, one line, where no spec can be derived from it, or the
+    config names no ``environment_type``, without which asv 0.6 builds no environment
+    (``asv_environments.untyped``: what can)."""
     from .. import asv_environments
 
     try:
@@ -38,10 +40,15 @@ def foreign(config: Path, environment: str | None) -> Foreign:
         kind = project.asv_config(Path(config)).get("environment_type")
     except (OSError, ValueError) as exc:
         raise GateError(f"--config {config}: {exc}") from None
-    if environment is None or ":" in environment:
+    if environment is None:
+        return Foreign(Path(config).resolve())
+    if not kind or not isinstance(kind, str):
+        why = asv_environments.untyped(environment, str(config))
+        raise GateError(f"--environment {environment!r}: {why}")
+    if ":" in environment:
         return Foreign(Path(config).resolve(), environment)
     try:
-        spec = asv_environments.spec(environment, kind if isinstance(kind, str) else None)
+        spec = asv_environments.spec(environment, kind)
     except ValueError as exc:
         raise GateError(f"--environment {environment!r}: {exc}") from None
     return Foreign(Path(config).resolve(), spec, environment)
