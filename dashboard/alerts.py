@@ -204,9 +204,10 @@ def alert_box(ctx, a: dict, repository: str | None, moved: list[str]) -> None:
         repro = follow_up.repro_command(a, of)
         if repro:
             command(repro)
-        for env, why in follow_up.not_re_measured(a, of).items():  # no gate measures these
-            st.caption(markdown_text(f"Not re-measured in {env}: {why}"))
         bisect = follow_up.bisect_command(a, of)
+        measured, bisected = follow_up.not_followed(a, of, bisect)
+        for line in measured + bisected:  # what no command printed here can follow up
+            st.caption(markdown_text(line))
         if bisect:
             st.caption("Several commits between? Find the first that shows it:")
             command(bisect)

@@ -850,6 +850,8 @@ def test_an_alert_no_gate_can_re_measure_says_why(foreign, tmp_path):
     assert not at.exception, at.exception
     (why,) = [c.value for c in at.caption if c.value.startswith("Not re\\-measured in")]
     assert "py2\\.7\\-Cython" in why and "environment\\_type" in why, why
+    (bisect,) = [c.value for c in at.caption if c.value.startswith("Not bisected in")]
+    assert bisect.endswith("as above"), bisect  # asv find cannot build it either
     assert not [c for c in commands(at) if c.startswith("ragbench gate")], commands(at)
 
 
