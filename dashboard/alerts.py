@@ -8,7 +8,7 @@ import pandas as pd
 import streamlit as st
 
 from dashboard import draws
-from dashboard.draw import command, download, shown, static_table
+from dashboard.draw import command, download, markdown_text, shown, static_table
 from dashboard.read import asv_project, policies, store
 from ragbench import follow_up
 from ragbench.history import alerting as alerts
@@ -205,6 +205,9 @@ def alert_box(ctx, a: dict, repository: str | None, moved: list[str]) -> None:
         if repro:
             command(repro)
         bisect = follow_up.bisect_command(a, of)
+        measured, bisected = follow_up.not_followed(a, of, bisect)
+        for line in measured + bisected:  # what no command printed here can follow up
+            st.caption(markdown_text(line))
         if bisect:
             st.caption("Several commits between? Find the first that shows it:")
             command(bisect)

@@ -9,16 +9,19 @@ import re
 import pandas as pd
 import streamlit as st
 
+from dashboard import svg
 from dashboard.read import line_change_points, query
 from ragbench.markdown import number
 from ragbench.verdicts.status import MEANING
 
 
 def commit_link(df: pd.DataFrame) -> pd.DataFrame:
+    """``df`` with ``commit`` (a hash's 12 digits) and, where ``$RAGBENCH_COMMIT_URL`` is a web
+    page's template, ``url`` (a point's link; vega refuses any other scheme)."""
     df = df.copy()
     df["commit"] = df["commit_hash"].str[:12]
-    template = os.environ.get("RAGBENCH_COMMIT_URL")
-    if template:
+    template = os.environ.get("RAGBENCH_COMMIT_URL", "")
+    if re.match(r"https?://", template, re.IGNORECASE):
         df["url"] = [template.format(c) for c in df["commit_hash"]]
     return df
 
@@ -50,8 +53,7 @@ def chart(
              *(c for c in ("q25", "q75", *stack_fields(df)) if c in df)]  # fmt: skip
     spec = chart_spec(df[drawn], y, color, title, tuple(rules or ()), change_points, y_title,
                       log)  # fmt: skip
-    # a fresh top level (streamlit moves the datasets out of the dict it is given)
-    st.vega_lite_chart(spec={**spec, "datasets": dict(spec["datasets"])}, width="stretch")
+    svg.show(spec)
     download(lambda: numbered(commit_link(df)), title, key)
 
 
@@ -61,8 +63,8 @@ def chart(
 # script, every visit.
 @st.cache_resource(max_entries=256, show_spinner=False)
 def chart_spec(df, y, color, title, rules, change_points, y_title, log) -> dict:
-    """The Vega-Lite spec of ``chart``: its data as named frames under ``datasets`` (streamlit
-    sends them as Arrow), the lines thinned (``thinned``)."""
+    """The Vega-Lite spec of ``chart``: its data as named frames under ``datasets`` (drawn by
+    ``dashboard.svg``), the lines thinned (``thinned``)."""
     import altair as alt  # 0.4 s of imports, paid only once a page draws a chart
 
     full = numbered(commit_link(df))
@@ -86,12 +88,14 @@ def chart_spec(df, y, color, title, rules, change_points, y_title, log) -> dict:
     scale = alt.Scale(type="log") if log else alt.Scale(zero=False)
     # a log axis spans decades: every tick in one notation ("3e-5", "1e-7"), where ".3g"
     # mixed "0.0000300" and "3.00e-7" on one axis
-    y_format = ".0e" if log else ".3g"
+    # mixed "0.0000300" and "3.00e-7" on one axis; the ticks' format only (an axis format would
+    # also be the hover's: 3 digits, "5.12e+3" for 5,123 img/s)
+    ticks = f"format(datum.value, '{'.0e' if log else '.3g'}')"
     enc = {
         "x": alt.X(
             "commit #:Q", title="commit (oldest first)", axis=alt.Axis(format="d", tickMinStep=1)
         ),
-        "y": alt.Y(f"{y}:Q", title=y_title or y, scale=scale, axis=alt.Axis(format=y_format)),
+        "y": alt.Y(f"{y}:Q", title=y_title or y, scale=scale, axis=alt.Axis(labelExpr=ticks)),
         "tooltip": tooltip,
     }
     if color:

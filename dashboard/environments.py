@@ -6,7 +6,7 @@ from __future__ import annotations
 import pandas as pd
 import streamlit as st
 
-from dashboard import draws
+from dashboard import draws, svg
 from dashboard.draw import (
     chart,
     download,
@@ -164,7 +164,7 @@ def stack_heatmap(ctx) -> None:
     grid = grid.agg(["median", "count"]).reset_index()
     grid = grid.rename(columns={"median": "value", "count": "runs"})
     spec = heatmap_spec(grid, x, y, tuple(fields), f"{bench}.{metric} {cell}")
-    st.vega_lite_chart(spec={**spec, "datasets": dict(spec["datasets"])}, width="stretch")
+    svg.show(spec)
     download(grid, "versions", "versions")
 
 

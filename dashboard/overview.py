@@ -10,10 +10,11 @@ from urllib.parse import urlencode
 import pandas as pd
 import streamlit as st
 
-from dashboard import draws
+from dashboard import draws, svg
 from dashboard.draw import environment, environment_of, environments_of, legend, worse_by
 from dashboard.read import LOOKBACK_COMMITS, comparison, histories, query
 from ragbench.gate.report import sensitivity_line
+from ragbench.history import alerting
 from ragbench.store import FAILED
 from ragbench.verdicts.comparison import Comparison
 from ragbench.verdicts.status import Headline, Status
@@ -127,14 +128,13 @@ def open_alerts(ctx, machine: str) -> None:
             if a["machine"] == machine and a["state"] in OPEN]  # fmt: skip
     if mine:
         new = sum(a["state"] == "new" for a in mine)
-        cells = "; ".join(f"`{c['benchmark']}.{c['metric']} {c['param_key']}` at "
-                          f"{a['commit_hash'][:12]}"
+        cells = "; ".join(f"{alerting.cell_name(c)} at {a['commit_hash'][:12]}"
                           for a in mine[:3] for c in a["cells"][:2])  # fmt: skip
         st.error(f"{len(mine)} open alert(s) of main on this machine, {new} new (the Alerts "
                  f"page): {cells}")  # fmt: skip
 
 
-# small charts of flagged series on the overview, at most, the newest machine's first: each is a
+# small charts of flagged series on the overview, at most, the newest machine's first: each was a
 # Vega view for the browser to draw, and django-asv's four machines drew 24 a load
 SPARKLINES = 6
 
@@ -148,7 +148,7 @@ def sparklines(reports) -> None:
         spec = sparkline_spec(f"{where}{r.key[1]} {r.key[2]}"[:60], r.unit,
                               tuple(p.value for p in r.points),
                               tuple(p.commit_hash[:12] for p in r.points))  # fmt: skip
-        col.vega_lite_chart(spec={**spec, "datasets": dict(spec["datasets"])}, width="stretch")
+        svg.show(spec, col)
 
 
 # kept per series and points, as the charts' specs (dashboard/draw.py chart_spec): Altair built
@@ -163,7 +163,7 @@ def sparkline_spec(title: str, unit: str | None, values: tuple, commits: tuple) 
         x=alt.X("commit #:Q", title=None, axis=alt.Axis(format="d")),
         y=alt.Y("value:Q", title=unit, scale=alt.Scale(zero=False)),
         tooltip=["commit:N", alt.Tooltip("value:Q", format=".4g")],
-    ).properties(title=title, height=120).to_dict()  # fmt: skip
+    ).properties(title=title, height=120, width=280).to_dict()  # fmt: skip
     spec.pop("$schema", None)
     return {**spec, "datasets": {"points": df}}
 

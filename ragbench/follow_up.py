@@ -159,6 +159,24 @@ def bisect_command(alert: dict, project: Project | None = None) -> str | None:
     )
 
 
+def not_followed(
+    alert: dict, project: Project | None, bisect: str | None
+) -> tuple[list[str], list[str]]:
+    """The lines for the alert's environments that its printed follow-ups leave out: "Not
+    re-measured in ENV: why" (``not_re_measured``), and where ``bisect`` (its
+    ``bisect_command``) is None, "Not bisected in ENV: why" of the cells its project's suite
+    still has ("as above" where the reason is the re-measure's)."""
+    skipped = not_re_measured(alert, project)
+    measured = [f"Not re-measured in {env}: {why}" for env, why in skipped.items()]
+    if bisect is not None or project is None or not alert["prev_commit_hash"]:
+        return measured, []
+    gone = gone_cells(alert, project)
+    cells = [c for c in alert["cells"] if (c["benchmark"], c["metric"], c["param_key"]) not in gone]
+    left = {**alert, "cells": cells}
+    return measured, [f"Not bisected in {env}: " + ("as above" if skipped.get(env) == why else why)
+                      for env, why in not_bisected(left, project).items()]  # fmt: skip
+
+
 def not_bisected(alert: dict, project: Project | None) -> dict[str, str]:
     """The alert's environments of ``project`` (another asv project's results) that asv's
     bisection cannot select alone, each with the reason in words

@@ -24,6 +24,7 @@ import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
+from dashboard.svg import CLASS
 from scripts.pgserver import free_port
 
 REPO = Path(__file__).resolve().parent.parent
@@ -46,7 +47,7 @@ SHOW = {
     "Machines": {"machine": "synthetic", "other": "synthetic-ada",
                  "benchmark": "kernel.KernelLatency", "metric": "gpu_us"},
 }  # fmt: skip
-CHART = "[data-testid='stVegaLiteChart'] canvas, [data-testid='stVegaLiteChart'] svg"
+CHART = f"div.{CLASS} svg"  # a chart, drawn on the server (dashboard.svg)
 
 
 @contextlib.contextmanager

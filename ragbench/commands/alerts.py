@@ -156,17 +156,11 @@ def text(a: dict, repository: str | None, moved: list[str] = (), project=None) -
                               for b, m, k in gone)]  # fmt: skip
     repro = follow_up.repro_command(a, project)
     lines += ["", f"Re-measure: `{repro}`"] if repro else []
-    skipped = follow_up.not_re_measured(a, project)  # no gate can measure these again
-    lines += [""] if skipped and not repro else []
-    lines += [f"Not re-measured in {env}: {why}" for env, why in skipped.items()]
     bisect = follow_up.bisect_command(a, project)
-    if bisect:
-        lines.append(f"Bisect the range: `{bisect}`")
-    elif project is not None and a["prev_commit_hash"]:  # asv find cannot select these alone
-        left = {**a, "cells": [c for c in a["cells"] if (c["benchmark"], c["metric"],
-                                                         c["param_key"]) not in gone]}  # fmt: skip
-        lines += [f"Not bisected in {env}: " + ("as above" if skipped.get(env) == why else why)
-                  for env, why in follow_up.not_bisected(left, project).items()]  # fmt: skip
+    measured, bisected = follow_up.not_followed(a, project, bisect)
+    lines += [""] if measured and not repro else []
+    lines += measured
+    lines += [f"Bisect the range: `{bisect}`"] if bisect else bisected
     return "\n".join(lines) + "\n"
 
 
