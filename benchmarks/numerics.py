@@ -13,54 +13,9 @@ from .support import grids as G
 from .support import measure as _measure
 from .support import suite as S
 
-
-class _Drift(S.Grid):
-    """Metrics of a drift table (cpu.py has one too)."""
-
-    table = "drift"
-
-    def track_max_abs_diff(self, cache, *params):
-        return self.metric("max_abs_diff")
-
-    track_max_abs_diff.unit = "logit"
-
-    def track_mean_abs_diff(self, cache, *params):
-        return self.metric("mean_abs_diff")
-
-    track_mean_abs_diff.unit = "logit"
-
-    def track_top1_agreement(self, cache, *params):
-        """Share of images whose top-1 class matches the reference's."""
-        return self.metric("top1_agreement")
-
-    track_top1_agreement.unit = "fraction"
-
-    def track_output_hash(self, cache, *params):
-        return self.metric("output_hash")
-
-    track_output_hash.unit = "hash"
-
-
-class _KernelError(S.Grid):
-    """Metrics of a kernel-error table (cpu.py has one too)."""
-
-    table = "error"
-
-    def track_max_abs_error(self, cache, *params):
-        return self.metric("max_abs_error")
-
-    track_max_abs_error.unit = "abs"
-
-    def track_error_ratio(self, cache, *params):
-        """The error over eager PyTorch's at the same dtype (the tests allow 2)."""
-        return self.metric("error_ratio")
-
-    track_error_ratio.unit = "x eager"
-
-    def track_output_hash(self, cache, *params):
-        return self.metric("output_hash")
-
-    track_output_hash.unit = "hash"
+# the bases keep their private names here: asv hashes ``class Drift(_Drift):`` into its version
+from .support.metrics import DriftMetrics as _Drift
+from .support.metrics import KernelErrorMetrics as _KernelError
 
 
 @S.versioned

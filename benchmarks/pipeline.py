@@ -14,14 +14,8 @@ from .support import grids as G
 from .support import measure as _measure
 from .support import suite as S
 
-
-class _ImgPerS(S.Grid):
-    """The img/s metric of a throughput table (cpu.py has one too)."""
-
-    unit = "img/s"
-
-    def track_img_per_s(self, cache, *params):
-        return self.metric("img_per_s")
+# the base keeps its private name here: asv hashes ``class Methods(_ImgPerS):`` into its version
+from .support.metrics import ImgPerSMetric as _ImgPerS
 
 
 @S.versioned

@@ -4,7 +4,7 @@
 
 Each fresh process measures the triton call at the dispatch floor's workload (BS 1, 80%
 pruned, ``grids.GEOMETRIES``) as the kernel table does (``call_us`` and ``host_us`` medians)
-and then ``kernel.AnchoredFloor``'s ratios to the anchor revision (``measure._anchored``, the
+and then ``kernel.AnchoredFloor``'s ratios to the anchor revision (``measure.anchor_table``, the
 code the suite runs). The spread of each over the processes (max / min of their medians) is
 what a history of that metric would see for a commit that did not change.
 """
@@ -37,7 +37,7 @@ def child() -> dict:
             "floor_us": harness.call_us(fn, 200).median,
             "host_us": harness.host_us(fn).median,
         }
-    for (geometry,), cell in _measure._anchored(workloads).items():
+    for (geometry,), cell in _measure.anchor_table(workloads).items():
         if "skip" in cell:
             raise RuntimeError(cell["skip"])
         out[geometry] |= {k: statistics.median(v) for k, v in cell.items()}

@@ -47,13 +47,14 @@ def impl(request, monkeypatch):
 
 @pytest.fixture
 def no_ready():
-    """``_ready`` emptied for the test, then given its entries back: emptied in place, as the
-    Python paths (``attention._ready``) and the C++ ones (``kernels.kept._ready``) read one dict."""
-    saved = dict(attention._ready)
-    attention._ready.clear()
+    """``ready_spans`` emptied for the test, then given its entries back: emptied in place, as
+    the Python paths (``attention.ready_spans``) and the C++ ones (``kernels.kept.ready_spans``)
+    read one dict."""
+    saved = dict(attention.ready_spans)
+    attention.ready_spans.clear()
     yield
-    attention._ready.clear()
-    attention._ready.update(saved)
+    attention.ready_spans.clear()
+    attention.ready_spans.update(saved)
 
 
 @pytest.fixture
@@ -71,7 +72,7 @@ def recorder(impl, no_ready, monkeypatch):
         scale = (1.0 / (q.shape[2] ** 0.5)) * attention.LOG2E
         span = (*plan.span, lambda *args: calls.append(args), plan.config.block_m, scale, None,
                 *pairs, plan.grid3)  # fmt: skip
-        attention._ready[key] = (*attention._ready.get(key, ()), span)
+        attention.ready_spans[key] = (*attention.ready_spans.get(key, ()), span)
 
     return calls, ready
 
@@ -253,7 +254,7 @@ def test_rejected_calls_still_get_the_checked_path_s_errors(recorder):
 def test_only_a_directly_launched_plan_is_remembered(no_ready):
     q, k, v, cu, max_seqlen = packed_qkv(LENGTHS, 2, 16)
     ragged.varlen_attention(q, k, v, cu, max_seqlen, validate=False)
-    assert attention._ready == {}  # the interpreter launches nothing directly
+    assert attention.ready_spans == {}  # the interpreter launches nothing directly
     attention.forget_plans()
     assert attention._plans == {}
 

@@ -73,7 +73,8 @@ def _cpp(fast) -> bool:
             == attention.layout_call.func.__module__
             == "ragged_fastpath"
         )
-        assert all(span[5] is not None for spans in attention._ready.values() for span in spans)
+        kept = [span for spans in attention.ready_spans.values() for span in spans]
+        assert all(span[5] is not None for span in kept)
     return fast == "cpp"
 
 

@@ -110,21 +110,6 @@ def test_the_kernel_modules_import_each_other_without_a_circle():
         "attention", "tuning", "attention"]  # fmt: skip
 
 
-# Private names that stay imported across modules, each with its reason.
-PRIVATE_KEPT = {
-    # asv takes every public class of a benchmark module for a benchmark: the bases that cpu's
-    # subset shares with numerics and pipeline stay private, or asv would find them twice
-    ("benchmarks.cpu", "benchmarks.numerics._Drift"),
-    ("benchmarks.cpu", "benchmarks.numerics._KernelError"),
-    ("benchmarks.cpu", "benchmarks.pipeline._ImgPerS"),
-    # the C++ fast path reads this dict by its name (ragged/kernels/fastpath.cpp)
-    ("ragged.kernels.attention", "ragged.kernels.kept._ready"),
-    # asv hashes setup_cache's source into the benchmarks' version: measure.kernels calls
-    # _anchored, so renaming it would start new series for every kernel benchmark
-    ("experiments.anchor_spread", "benchmarks.support.measure._anchored"),
-}
-
-
 def test_the_house_has_no_import_circle_and_no_upward_import():
     """Every import of ragged, benchmarks, ragbench and dashboard, at module level and inside
     functions: no circle among modules, and no module imports a layer above its own (ragged
@@ -140,20 +125,18 @@ def test_the_house_has_no_import_circle_and_no_upward_import():
 
 def test_no_private_name_is_imported_across_modules():
     """No module (nor script or experiment) imports another's private name, nor a private module
-    of a package it is not in; the few kept are named with their reason above."""
+    of a package it is not in."""
     from scripts import import_graph
 
-    found = set(import_graph.private_imports(REPO))
-    assert found - PRIVATE_KEPT == set()
+    assert list(import_graph.private_imports(REPO)) == []
 
 
 def test_no_private_attribute_is_reached_across_modules():
     """Nor does any reach another module's private name through the module an import bound
-    (``from . import launch`` then ``launch._raw_stream``); the few kept are named above."""
+    (``from . import launch`` then ``launch._raw_stream``)."""
     from scripts import import_graph
 
-    found = set(import_graph.private_attributes(REPO))
-    assert found - PRIVATE_KEPT == set()
+    assert list(import_graph.private_attributes(REPO)) == []
 
 
 def test_the_house_checks_fail_on_a_planted_circle_an_upward_and_a_private_import(tmp_path):

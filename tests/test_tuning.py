@@ -46,11 +46,11 @@ def test_a_device_without_a_table_is_swept_once_and_the_sweep_is_used(fake_gpu, 
     table = tuning.config_for(64, 197, torch.float16, 0)
     assert (table.block_m, table.block_n) == (64, 64)  # the table until it is swept
     attention._plans[("sentinel",)] = None
-    attention._ready[("sentinel",)] = None
+    attention.ready_spans[("sentinel",)] = None
     path = tuning.tune(0, timer=timer)
     assert path == tmp_path / f"Fake-GPU-48SM-triton{triton.__version__}.json"
     assert ("sentinel",) not in attention._plans  # plans made with the table are re-planned
-    assert ("sentinel",) not in attention._ready  # and the fast path forgets them too
+    assert ("sentinel",) not in attention.ready_spans  # and the fast path forgets them too
     doc = json.loads(path.read_text())
     assert doc["device"] == "Fake GPU 48SM" and set(doc["classes"]) == set(tuning.CLASSES)
     swept = tuning.config_for(64, 197, torch.float16, 0)

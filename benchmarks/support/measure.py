@@ -105,7 +105,7 @@ ANCHOR_ENV = "RAGBENCH_ANCHOR"  # the anchor's source tree (ragbench.runner chec
 ANCHOR_ROUNDS = 40
 
 
-def _anchored(W) -> dict:
+def anchor_table(W) -> dict:
     """Table ``anchor``: the triton call at the dispatch floor's workload over the same call of
     the anchor revision (``harness.ANCHOR``), in interleaved rounds of this process; per-round
     ratios of ``call_us`` (``floor_ratio``) and ``host_us`` (``host_ratio``)."""
@@ -143,6 +143,11 @@ def _anchored(W) -> dict:
             "host_ratio": [x / y for x, y in zip(c["host_us"], a["host_us"], strict=True)],
         }
     return cells
+
+
+# ``kernels`` calls it by this name: asv hashes setup_cache's source into the version of every
+# kernel benchmark, so a rename there would restart their series
+_anchored = anchor_table
 
 
 def promises(self) -> dict:

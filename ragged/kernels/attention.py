@@ -35,7 +35,7 @@ from .config import (
     length_span,
 )
 from .forward import onetile_kernel, specloop_kernel, varlen_fwd_kernel
-from .kept import KeptLaunch, _ready
+from .kept import KeptLaunch, ready_spans
 from .launch import Launcher, specializable
 
 LOG2E = 1.4426950408889634
@@ -236,14 +236,14 @@ def forget_plans() -> None:
     _launcher._cache.clear()
     _onetile_launcher._cache.clear()
     _specloop_launcher._cache.clear()
-    _ready.clear()
+    ready_spans.clear()
     epoch += 1
 
 
 def ready_entry(device_index, dtype, head_dim, max_seqlen, pairs) -> tuple | None:
-    """The ``_ready`` span that serves this max_seqlen and batch x heads: (lo, hi, direct,
+    """The ``ready_spans`` span that serves this max_seqlen and batch x heads: (lo, hi, direct,
     block_m, default scale, spec, pairs_lo, pairs_hi, grid3), or None."""
-    for span in _ready.get((device_index, dtype, head_dim), ()):
+    for span in ready_spans.get((device_index, dtype, head_dim), ()):
         if span[0] <= max_seqlen <= span[1] and span[6] <= pairs <= span[7]:
             return span
     return None
@@ -291,7 +291,7 @@ def remember(q: torch.Tensor, max_seqlen: int, cu_seqlens: torch.Tensor) -> None
         if each_direct is not None and ready_entry(*key, each.span[0], each.pairs[0]) is None:
             span = (*each.span, each_direct, each.config.block_m, scale,
                     launch_spec(each_direct), *each.pairs, each.grid3)  # fmt: skip
-            _ready[key] = (*_ready.get(key, ()), span)
+            ready_spans[key] = (*ready_spans.get(key, ()), span)
 
 
 # The attention kernels' runtime parameter types after their four data pointers, as
@@ -320,7 +320,7 @@ def launch_ready(q, k, v, cu_seqlens, max_seqlen, softmax_scale, out):
     or launches through the Launcher).
 
     The same checks as ``ragged.attention.check_types`` and ``Launcher.launch`` hold when it
-    launches; the ones a ``_ready`` entry implies (dtype, head_dim range, a CUDA device,
+    launches; the ones a ``ready_spans`` entry implies (dtype, head_dim range, a CUDA device,
     ``max_seqlen >= 0``) are its key, written by ``remember`` after a checked call. One
     function, each shape and stride read once: see docs/kernel.md for what it saves.
     """

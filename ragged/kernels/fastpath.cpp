@@ -9,7 +9,7 @@
 // the kernel goes to cuLaunchKernel directly. Measured figures: docs/kernel.md.
 //
 // What the Python side keeps (read on every call from the context, so a monkeypatch holds):
-//   kernels.kept._ready  {(device, dtype, head_dim):
+//   kernels.kept.ready_spans  {(device, dtype, head_dim):
 //                         ((lo, hi, direct, block_m, default_scale x log2 e, spec), ...)}
 //                        (each span: every max_seqlen from lo to hi launches that kernel)
 //   kernels.launch            SINGLE_DEVICE, current_device, raw_stream, _runtime_knobs
@@ -263,12 +263,12 @@ bool grid_of(bool grid3, int64_t max_seqlen, int64_t block_m, int64_t batch, int
   return true;
 }
 
-// The span of a _ready value (a tuple of (lo, hi, direct, block_m, scale, spec, pairs_lo,
+// The span of a ready_spans value (a tuple of (lo, hi, direct, block_m, scale, spec, pairs_lo,
 // pairs_hi, grid3)) that holds max_seqlen and pairs: its index + 1, 0 for none, -1 with an
 // error set.
 int find_span(PyObject *spans, long long max_seqlen, long long pairs) {
   if (!PyTuple_Check(spans)) {
-    PyErr_SetString(PyExc_TypeError, "a _ready value is a tuple of spans");
+    PyErr_SetString(PyExc_TypeError, "a ready_spans value is a tuple of spans");
     return -1;
   }
   for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(spans); ++i) {
@@ -562,9 +562,9 @@ PyModuleDef module_def = {PyModuleDef_HEAD_INIT, "ragged_fastpath", nullptr, -1,
 }  // namespace
 
 PyMODINIT_FUNC PyInit_ragged_fastpath(void) {
-  const char *names[] = {"_ready",     "SINGLE_DEVICE",  "current_device",
-                         "raw_stream", "_runtime_knobs", "launch_enter_hook",
-                         "calls",      "_launch",        "cu_seqlens",
+  const char *names[] = {"ready_spans", "SINGLE_DEVICE",  "current_device",
+                         "raw_stream",  "_runtime_knobs", "launch_enter_hook",
+                         "calls",       "_launch",        "cu_seqlens",
                          "max_seqlen"};
   PyObject **slots[] = {&s_ready, &s_single, &s_current, &s_stream,       &s_knobs,
                         &s_enter, &s_calls,  &s_launch,  &s_cu_seqlens, &s_max_seqlen};

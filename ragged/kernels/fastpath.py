@@ -12,9 +12,9 @@ paths (``kernels.attention.launch_ready`` and ``kept_launch``) run instead, with
 ``RAGGED_FASTPATH=0`` turns it off.
 
 The module reads the fast paths' state where the Python paths keep it (``kernels.kept``'s
-``_ready``, ``kernels.launch``'s device and hook queries), so both decide alike; tests run every
-case through both (tests/test_fast_path.py). It imports those two, never ``kernels.attention``
-(which imports it).
+``ready_spans``, ``kernels.launch``'s device and hook queries), so both decide alike; tests run
+every case through both (tests/test_fast_path.py). It imports those two, never
+``kernels.attention`` (which imports it).
 """
 
 from __future__ import annotations

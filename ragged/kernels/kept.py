@@ -18,7 +18,7 @@ import torch
 # ``attention.launch_ready`` needs to skip the plan, the Launcher and
 # their checks, for calls of the table's config that passed ``ragged.attention``'s checks once
 # (``attention.remember``). fastpath.cpp reads it too.
-_ready: dict[tuple, tuple] = {}
+ready_spans: dict[tuple, tuple] = {}
 
 
 class KeptLaunch(NamedTuple):
