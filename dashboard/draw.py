@@ -87,7 +87,6 @@ def chart_spec(df, y, color, title, rules, change_points, y_title, log) -> dict:
         tooltip.append(f"{color}:N")
     scale = alt.Scale(type="log") if log else alt.Scale(zero=False)
     # a log axis spans decades: every tick in one notation ("3e-5", "1e-7"), where ".3g"
-    # mixed "0.0000300" and "3.00e-7" on one axis
     # mixed "0.0000300" and "3.00e-7" on one axis; the ticks' format only (an axis format would
     # also be the hover's: 3 digits, "5.12e+3" for 5,123 img/s)
     ticks = f"format(datum.value, '{'.0e' if log else '.3g'}')"
