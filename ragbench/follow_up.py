@@ -50,10 +50,16 @@ def not_re_measured(alert: dict, project: Project | None) -> dict[str, str]:
     ``environment_type``), or the config cannot be read here to say."""
     from .asv_environments import measured_with
 
+    return refused(alert, project, measured_with)
+
+
+def refused(alert: dict, project: Project | None, check) -> dict[str, str]:
+    """The alert's environments of ``project`` that ``check(env, config)`` (an
+    ``asv_environments`` reading of the project's config) refuses, each with its one line."""
     out = {}
     for env in environments(alert) if project is not None else []:
         try:
-            measured_with(env, project.config)
+            check(env, project.config)
         except ValueError as exc:
             out[env] = str(exc)
     return out
@@ -184,13 +190,7 @@ def not_bisected(alert: dict, project: Project | None) -> dict[str, str]:
     selects, and another one's answer would not be this alert's."""
     from .asv_environments import selector
 
-    out = {}
-    for env in environments(alert) if project is not None else []:
-        try:
-            selector(env, project.config)
-        except ValueError as exc:
-            out[env] = str(exc)
-    return out
+    return refused(alert, project, selector)
 
 
 def asv_find_command(alert: dict, project: Project) -> str | None:
