@@ -15,6 +15,8 @@ where the config has no ``environment_type`` (``untyped``)."""
 
 from __future__ import annotations
 
+import functools
+import json
 import re
 
 NAME = re.compile(r"(?:(?P<type>[a-z][a-z0-9_]*)-)?py(?P<python>\d+(?:\.\d+)*)(?:-(?P<rest>.+))?")
@@ -131,14 +133,23 @@ def selected(conf: dict, asv_spec: str) -> list[str]:
     """The names of the environments asv 0.6's ``-E asv_spec`` selects of the config ``conf``
     (an ``asv.conf.json`` as read), in asv's order; none where asv knows no such one.
     ValueError, one line, where asv cannot read the config's matrix."""
+    return list(selected_of(json.dumps(conf, sort_keys=True, default=str), asv_spec))
+
+
+# kept per config and spec: asv's get_environments takes 4-5 ms, and an alert's re-measure
+# and bisection lines asked it the same questions again (31 calls a visit of django-asv's
+# Alerts page: its warm script 0.11-0.13 -> 0.07 s)
+@functools.lru_cache(maxsize=256)
+def selected_of(conf: str, asv_spec: str) -> tuple[str, ...]:
+    """``selected`` of the config as JSON."""
     from asv.config import Config
     from asv.environment import EnvironmentUnavailable, get_environments
 
     c = Config()
-    c.__dict__.update(conf)
+    c.__dict__.update(json.loads(conf))
     try:
-        return [e.name for e in get_environments(c, [asv_spec], verbose=False)]
+        return tuple(e.name for e in get_environments(c, [asv_spec], verbose=False))
     except EnvironmentUnavailable:  # asv's: a BaseException
-        return []
+        return ()
     except Exception as exc:  # asv's own reading of a config it would refuse
         raise ValueError(f"asv reads no environments from it: {exc}") from None
