@@ -270,11 +270,10 @@ def test_a_gate_of_another_projects_commits_names_its_config(tmp_path, capsys):
     assert len(out.strip().splitlines()) == 1, out
 
 
-FAKE_ASV = '''
-"""asv as far as ``ragbench gate`` and ``bisect --config`` call it: ``machine`` does nothing,
-``run`` writes the project's real result file of the commit it is given (``SHA^!``), its start
-times moved by the calls so far (a new run each time), into the config's results directory;
-``find`` names the last commit of its range. Each call logged with its config."""
+# What every stand-in asv below does first: each call logged with its config (one JSON line in
+# $FAKE_ASV_LOG); ``moved`` gives a result file's start times moved by the calls so far (a new
+# run each time), ``described`` writes the machine's and the suite's files beside the results.
+FAKE_ASV_START = """
 import json, os, pathlib, sys
 
 import json5
@@ -285,22 +284,42 @@ calls = log.read_text().count("\\n") if log.exists() else 0
 conf = json5.loads(pathlib.Path(args[args.index("--config") + 1]).read_text())
 with log.open("a") as fh:
     fh.write(json.dumps({"argv": args, "cwd": os.getcwd(), "conf": conf}) + "\\n")
+
+
+def moved(data):
+    at = data["result_columns"].index("started_at")
+    for row in data["results"].values():
+        if len(row) > at and row[at] is not None:
+            row[at] += 1000 * calls
+    return data
+
+
+def described(out, src):
+    (out / "machine.json").write_text((src / "machine.json").read_text())
+    (out.parent / "benchmarks.json").write_text((src.parent / "benchmarks.json").read_text())
+"""
+
+FAKE_ASV = (
+    '''
+"""asv as far as ``ragbench gate`` and ``bisect --config`` call it: ``machine`` does nothing,
+``run`` writes the project's real result file of the commit it is given (``SHA^!``), its start
+times moved by the calls so far (a new run each time), into the config's results directory;
+``find`` names the last commit of its range. Each call logged with its config."""
+'''
+    + FAKE_ASV_START
+    + """
 if args[0] == "find":
     print(f"Greatest regression found: {args[-2].split('..')[1][:8]}")
 if args[0] == "run":
     machine, sha = args[args.index("--machine") + 1], args[-1].removesuffix("^!")
     src = pathlib.Path(os.environ["FAKE_ASV_RESULTS"])
     data = json.loads(next(src.glob(f"{sha[:8]}-py2.7-Cython-numpy1.8.json")).read_text())
-    at = data["result_columns"].index("started_at")
-    for row in data["results"].values():
-        if len(row) > at and row[at] is not None:
-            row[at] += 1000 * calls
     out = pathlib.Path(conf["results_dir"]) / machine
     out.mkdir(parents=True, exist_ok=True)
-    (out / f"{sha[:8]}-py2.7-Cython-numpy1.8.json").write_text(json.dumps(data))
-    (out / "machine.json").write_text((src / "machine.json").read_text())
-    (out.parent / "benchmarks.json").write_text((src.parent / "benchmarks.json").read_text())
-'''
+    (out / f"{sha[:8]}-py2.7-Cython-numpy1.8.json").write_text(json.dumps(moved(data)))
+    described(out, src)
+"""
+)
 
 
 def fake_asv(tmp_path: Path, monkeypatch, script: str = FAKE_ASV) -> Path:
@@ -384,20 +403,14 @@ def test_an_inconclusive_gate_of_another_project_is_settled_by_its_asv(tmp_path,
 
 DJANGO_ENVS = PUBLIC.parent / "asv-django-envs"  # django-asv's newest 4 commits, 2 Pythons each
 
-FAKE_ASV_ENVS = '''
+FAKE_ASV_ENVS = (
+    '''
 """asv as ``FAKE_ASV``, for a project measured in several environments: ``run`` writes the
 project's real result files of the commit, one an environment, each of the config's
 (``FAKE_ASV_RESULTS`` holds them) or the one ``--environment`` (``conda:3.12``) names."""
-import json, os, pathlib, sys
-
-import json5
-
-args = sys.argv[1:]
-log = pathlib.Path(os.environ["FAKE_ASV_LOG"])
-calls = log.read_text().count("\\n") if log.exists() else 0
-conf = json5.loads(pathlib.Path(args[args.index("--config") + 1]).read_text())
-with log.open("a") as fh:
-    fh.write(json.dumps({"argv": args, "cwd": os.getcwd(), "conf": conf}) + "\\n")
+'''
+    + FAKE_ASV_START
+    + """
 if args[0] == "run":
     machine, sha = args[args.index("--machine") + 1], args[-1].removesuffix("^!")
     spec = args[args.index("--environment") + 1] if "--environment" in args else None
@@ -407,15 +420,10 @@ if args[0] == "run":
     for f in src.glob(f"{sha[:8]}-*.json"):
         if spec is not None and f.stem.split("-", 1)[1] != spec.replace(":", "-py"):
             continue
-        data = json.loads(f.read_text())
-        at = data["result_columns"].index("started_at")
-        for row in data["results"].values():
-            if len(row) > at and row[at] is not None:
-                row[at] += 1000 * calls
-        (out / f.name).write_text(json.dumps(data))
-    (out / "machine.json").write_text((src / "machine.json").read_text())
-    (out.parent / "benchmarks.json").write_text((src.parent / "benchmarks.json").read_text())
-'''
+        (out / f.name).write_text(json.dumps(moved(json.loads(f.read_text()))))
+    described(out, src)
+"""
+)
 
 
 def test_an_alert_in_two_environments_re_measures_each_in_its_own(tmp_path, capsys,
@@ -557,39 +565,29 @@ def test_this_suites_own_results_in_a_clone_follow_this_checkout(tmp_path):
 
 LEGACY = "py2.7-Cython-numpy1.8"  # astropy's environment as asv before 0.5 named it
 
-FAKE_ASV_NAMED = '''
+FAKE_ASV_NAMED = (
+    '''
 """asv as ``FAKE_ASV``, naming its environments as asv 0.5 and later do: ``run`` writes the
 project's real result file of the commit once for each environment ``FAKE_ASV_NAMES`` lists
 (the environments of the config's matrix, named by asv's own rule) that ``--environment``
 (``TYPE:X.Y``) selects (those of that type and Python), the file's env_name that name."""
-import json, os, pathlib, sys
-
-import json5
-
-args = sys.argv[1:]
-log = pathlib.Path(os.environ["FAKE_ASV_LOG"])
-calls = log.read_text().count("\\n") if log.exists() else 0
-conf = json5.loads(pathlib.Path(args[args.index("--config") + 1]).read_text())
-with log.open("a") as fh:
-    fh.write(json.dumps({"argv": args, "cwd": os.getcwd(), "conf": conf}) + "\\n")
+'''
+    + FAKE_ASV_START
+    + """
 if args[0] == "run":
     machine, sha = args[args.index("--machine") + 1], args[-1].removesuffix("^!")
     spec = args[args.index("--environment") + 1] if "--environment" in args else None
     src = pathlib.Path(os.environ["FAKE_ASV_RESULTS"])
-    data = json.loads(sorted(src.glob(f"{sha[:8]}-*.json"))[0].read_text())
-    at = data["result_columns"].index("started_at")
-    for row in data["results"].values():
-        if len(row) > at and row[at] is not None:
-            row[at] += 1000 * calls
+    data = moved(json.loads(sorted(src.glob(f"{sha[:8]}-*.json"))[0].read_text()))
     out = pathlib.Path(conf["results_dir"]) / machine
     out.mkdir(parents=True, exist_ok=True)
     prefix = spec.replace(":", "-py") if spec else ""
     for name in json.loads(os.environ["FAKE_ASV_NAMES"]):
         if name == prefix or name.startswith(prefix + "-") or not spec:
             (out / f"{sha[:8]}-{name}.json").write_text(json.dumps({**data, "env_name": name}))
-    (out / "machine.json").write_text((src / "machine.json").read_text())
-    (out.parent / "benchmarks.json").write_text((src.parent / "benchmarks.json").read_text())
-'''
+    described(out, src)
+"""
+)
 
 
 def asv_name(kind: str, python: str, requirements: dict) -> str:
