@@ -16,11 +16,24 @@ operands instead of Hopper's ``wgmma`` from shared memory: compiled with ``DISAB
 ``f16exp`` (the softmax's exp2 as ``ex2.approx.f16x2``: two at once, p already fp16), ``h2``
 (one program for two heads of a query tile: every load of both issued before either computes).
 
+The eighth session (docs/kernel.md, "Why the loads cost what they do") added: ``loadsum`` (4),
+every load of ``full`` summed elementwise in one layout, the loads' floor without the
+cross-thread sums that ``loads`` pays; the TMA copies of the loop and the one-tile kernel
+(``loop_tma_kernel``, ``onetile_tma_kernel``: q, k and v through host tensor descriptors);
+the loop with other eviction policies, cache modifiers and layout hints on its loads (the same
+PTX, it turned out); and ``probe_kernel``, programs pulling N KB each from L2 with 16-byte loads
+(the inputs unused): what L2 delivers to a grid of that size. ``--load-report`` counts the
+global loads and stores of the default path's kernels in PTX and SASS without a GPU, compiled
+as the launch path specializes them; ``--live-report`` (GPU) those Triton's JIT compiled for
+``ragged.varlen_attention``.
+
 Only ``full`` arms produce attention; the others are floors and are not checked (their output
 is not attention). Nothing in ``ragged`` imports this module.
 
     python -m experiments.kernel_parts --out parts.json   # = kernel_floor --parts (GPU)
     python -m experiments.kernel_parts --same-ptx [89]    # the one-tile kernel's A/B in PTX
+    python -m experiments.kernel_parts --load-report [90] # loads/stores in PTX and SASS, no GPU
+    python -m experiments.kernel_parts --live-report      # the same, as the launch path compiled
 """
 
 # ruff: noqa: SIM108  (a verbatim copy of a kernel of ragged/kernels, whose lint ignores it)
@@ -40,8 +53,8 @@ import triton.language as tl
 
 from ragged.kernels import attention, forward
 
-PART_NAMES = {"zeros": 0, "loads": 1, "dots": 2, "full": 3}  # a Part's ``part``
-ZEROS, LOADS, DOTS, FULL = (tl.constexpr(i) for i in range(4))  # the same, in the kernels
+PART_NAMES = {"zeros": 0, "loads": 1, "dots": 2, "full": 3, "loadsum": 4}  # a Part's ``part``
+ZEROS, LOADS, DOTS, FULL, LOADSUM = (tl.constexpr(i) for i in range(5))  # the same, in kernels
 
 
 @triton.jit
@@ -65,11 +78,16 @@ def loop_parts_kernel(
     num_heads, num_m_blocks,
     HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_M: tl.constexpr,
     BLOCK_N: tl.constexpr, PDL: tl.constexpr, PART: tl.constexpr, MMA2: tl.constexpr,
-    F16EXP: tl.constexpr,
+    F16EXP: tl.constexpr, KV_EVICT: tl.constexpr = "", KV_CACHE: tl.constexpr = "",
+    HINTS: tl.constexpr = False,
 ):  # fmt: skip
     """``forward.varlen_fwd_kernel`` (fp16, 1-D grid) doing ``PART`` of its work. ``MMA2`` only
     tells the cache apart (the launcher compiles it with DISABLE_MMA_V3). ``PDL`` 3: the next
-    kernel may launch once every program has issued its q load (between 1 and 2)."""
+    kernel may launch once every program has issued its q load (between 1 and 2).
+    ``KV_EVICT`` / ``KV_CACHE``: the k and v loads' ``eviction_policy`` / ``cache_modifier``
+    ("": the kernel's); ``HINTS``: ``tl.multiple_of`` / ``tl.max_contiguous`` on the offsets.
+    ``LOADSUM``: q, k and v loaded as ``FULL`` loads them (k untransposed) and summed
+    elementwise, in one layout: the loads' floor without the cross-thread sums of ``LOADS``."""
     if PDL == 1:
         forward.gdc_launch_dependents()
     pid = tl.program_id(0)
@@ -86,12 +104,35 @@ def loop_parts_kernel(
         offs_m = m_start + tl.arange(0, BLOCK_M)
         offs_n = tl.arange(0, BLOCK_N)
         offs_d = tl.arange(0, BLOCK_D)
+        if HINTS:
+            offs_d = tl.max_contiguous(tl.multiple_of(offs_d, BLOCK_D), BLOCK_D)
         d_ok = offs_d < HEAD_DIM
         m_ok = offs_m < seq_len
         row0 = seq_start.to(tl.int64)
         head64 = head.to(tl.int64)
         acc = tl.zeros([BLOCK_M, BLOCK_D], dtype=tl.float32)
-        if PART != ZEROS:
+        if PART == LOADSUM:  # every load of FULL, summed elementwise in one layout
+            q_rows = Q + (row0 + offs_m[:, None]) * stride_qt + head64 * stride_qh
+            acc += tl.load(q_rows + offs_d[None, :], mask=m_ok[:, None], other=0.0).to(tl.float32)
+            kvsum = tl.zeros([BLOCK_N, BLOCK_D], dtype=tl.float32)
+            for n_start in range(0, seq_len, BLOCK_N):
+                offs_kn = n_start + tl.arange(0, BLOCK_N)
+                n_ok = offs_kn < seq_len
+                kv_off = offs_kn[:, None] * stride_kt + offs_d[None, :]
+                k = tl.load(K + row0 * stride_kt + head64 * stride_kh + kv_off,
+                            mask=n_ok[:, None], other=0.0, eviction_policy=KV_EVICT,
+                            cache_modifier=KV_CACHE)  # fmt: skip
+                v = tl.load(V + row0 * stride_vt + head64 * stride_vh + offs_kn[:, None]
+                            * stride_vt + offs_d[None, :], mask=n_ok[:, None], other=0.0,
+                            eviction_policy=KV_EVICT, cache_modifier=KV_CACHE)  # fmt: skip
+                kvsum += k.to(tl.float32) + v.to(tl.float32)
+            if BLOCK_M == BLOCK_N:
+                acc += kvsum
+            else:  # one program a pair: one sum at the end
+                acc += tl.sum(kvsum, 0)[None, :]
+            if PDL == 3:
+                forward.gdc_launch_dependents()
+        elif PART != ZEROS:
             q_ptrs = Q + (row0 + offs_m[:, None]) * stride_qt + head64 * stride_qh + offs_d[None, :]
             q = tl.load(q_ptrs, mask=m_ok[:, None] & d_ok[None, :], other=0.0)
             k_base = K + row0 * stride_kt + head64 * stride_kh
@@ -106,9 +147,11 @@ def loop_parts_kernel(
                 offs_kn = n_start + offs_n
                 n_ok = offs_kn < seq_len
                 k = tl.load(k_base + offs_kn[None, :] * stride_kt + offs_d[:, None],
-                            mask=n_ok[None, :] & d_ok[:, None], other=0.0)  # fmt: skip
+                            mask=n_ok[None, :] & d_ok[:, None], other=0.0,
+                            eviction_policy=KV_EVICT, cache_modifier=KV_CACHE)  # fmt: skip
                 v = tl.load(v_base + offs_kn[:, None] * stride_vt + offs_d[None, :],
-                            mask=n_ok[:, None] & d_ok[None, :], other=0.0)  # fmt: skip
+                            mask=n_ok[:, None] & d_ok[None, :], other=0.0,
+                            eviction_policy=KV_EVICT, cache_modifier=KV_CACHE)  # fmt: skip
                 if PART == LOADS:
                     ksum += k.to(tl.float32)
                     vsum += v.to(tl.float32)
@@ -389,12 +432,187 @@ def onetile_before_kernel(
         forward.gdc_launch_dependents()
 
 
+# TMA (Hopper's bulk tensor copies) for q, k and v: host-built tensor descriptors over the
+# [T, heads x head_dim] view of each input (``tma_desc``), a tile of BLOCK rows x head_dim
+# columns at (row, head x head_dim). Rows past a sequence's end are the next sequence's (the
+# descriptor's bounds are the whole batch's: rows past T come as zeros): the scores mask them,
+# and with ``VZERO`` v's are zeroed too (exact for any input); without it a non-finite value
+# in the next sequence's v reaches this one (0 x inf). The store stays a masked pointer store.
+@triton.jit(do_not_specialize=["cu_seqlens", "num_heads", "num_m_blocks"],
+            do_not_specialize_on_alignment=["cu_seqlens"])  # fmt: skip
+def loop_tma_kernel(
+    QD, KD, VD, O, cu_seqlens, qk_scale, stride_ot, stride_oh, num_heads, num_m_blocks,
+    HEAD_DIM: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, PDL: tl.constexpr,
+    PART: tl.constexpr, VZERO: tl.constexpr,
+):  # fmt: skip
+    """``loop_parts_kernel`` (the loop, 1-D grid) with q, k and v loaded through TMA
+    descriptors; ``PART`` ``loadsum``, ``dots`` or ``full``."""
+    if PDL == 1:
+        forward.gdc_launch_dependents()
+    pid = tl.program_id(0)
+    m_block = pid % num_m_blocks
+    seq_head = pid // num_m_blocks
+    head = seq_head % num_heads
+    seq = seq_head // num_heads
+    if PDL:
+        forward.gdc_wait()
+    seq_start = tl.load(cu_seqlens + seq)
+    seq_len = tl.load(cu_seqlens + seq + 1) - seq_start
+    m_start = m_block * BLOCK_M
+    if m_start < seq_len:
+        col = head * HEAD_DIM
+        offs_m = m_start + tl.arange(0, BLOCK_M)
+        offs_d = tl.arange(0, HEAD_DIM)
+        m_ok = offs_m < seq_len
+        q = QD.load([seq_start + m_start, col])
+        if PDL == 3:
+            forward.gdc_launch_dependents()
+        m_i = tl.full([BLOCK_M], float("-inf"), dtype=tl.float32)
+        l_i = tl.zeros([BLOCK_M], dtype=tl.float32)
+        acc = tl.zeros([BLOCK_M, HEAD_DIM], dtype=tl.float32)
+        kvsum = tl.zeros([BLOCK_N, HEAD_DIM], dtype=tl.float32)
+        if PART == LOADSUM:
+            acc += q.to(tl.float32)
+        for n_start in range(0, seq_len, BLOCK_N):
+            k = KD.load([seq_start + n_start, col])  # [BLOCK_N, HEAD_DIM]
+            v = VD.load([seq_start + n_start, col])
+            n_ok = n_start + tl.arange(0, BLOCK_N) < seq_len
+            if PART == LOADSUM:
+                kvsum += k.to(tl.float32) + v.to(tl.float32)
+            elif PART == DOTS:
+                acc += tl.dot(tl.dot(q, tl.trans(k)).to(v.dtype), v)
+            else:
+                if VZERO:
+                    v = tl.where(n_ok[:, None], v, 0.0)
+                s = tl.dot(q, tl.trans(k))
+                s = tl.where(n_ok[None, :], s * qk_scale, float("-inf"))
+                m_new = tl.maximum(m_i, tl.max(s, 1))
+                p = tl.math.exp2(s - m_new[:, None])
+                alpha = tl.math.exp2(m_i - m_new)
+                l_i = l_i * alpha + tl.sum(p, 1)
+                acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v)
+                m_i = m_new
+        if PART == FULL:
+            acc = acc / l_i[:, None]
+        elif PART == LOADSUM:
+            if BLOCK_M == BLOCK_N:
+                acc += kvsum
+            else:  # one program a pair: one sum at the end
+                acc += tl.sum(kvsum, 0)[None, :]
+        o_ptrs = (O + (seq_start.to(tl.int64) + offs_m[:, None]) * stride_ot
+                  + head.to(tl.int64) * stride_oh + offs_d[None, :])  # fmt: skip
+        tl.store(o_ptrs, acc.to(O.dtype.element_ty), mask=m_ok[:, None])
+    if PDL == 2:
+        forward.gdc_launch_dependents()
+
+
+@triton.jit(do_not_specialize=["cu_seqlens", "n0", "n1"],
+            do_not_specialize_on_alignment=["cu_seqlens"])  # fmt: skip
+def onetile_tma_kernel(
+    QD, KD, VD, O, cu_seqlens, qk_scale, stride_ot, stride_oh, n0, n1,
+    HEAD_DIM: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, PDL: tl.constexpr,
+    PART: tl.constexpr,
+):  # fmt: skip
+    """``onetile_parts_kernel`` (3-D grid, the speculative start from row seq x guess_len;
+    ``n0``, ``n1`` = total_tokens, guess_len) with q, k and v loaded through TMA descriptors
+    (rows past T are zeros); loaded again from the true start where the guess was wrong; v's
+    rows past the sequence zeroed as in the kernel. ``PART`` ``loadsum`` or ``full``."""
+    if PDL == 1:
+        forward.gdc_launch_dependents()
+    m_block = tl.program_id(0)
+    head = tl.program_id(1)
+    seq = tl.program_id(2)
+    col = head * HEAD_DIM
+    offs_m = m_block * BLOCK_M + tl.arange(0, BLOCK_M)
+    offs_n = tl.arange(0, BLOCK_N)
+    offs_d = tl.arange(0, HEAD_DIM)
+    if PDL:
+        forward.gdc_wait()
+    g0 = seq * n1
+    q = QD.load([g0 + m_block * BLOCK_M, col])
+    k = KD.load([g0, col])
+    v = VD.load([g0, col])
+    seq_start = tl.load(cu_seqlens + seq)
+    seq_len = tl.load(cu_seqlens + seq + 1) - seq_start
+    if m_block * BLOCK_M < seq_len:
+        if seq_start != g0:
+            q = QD.load([seq_start + m_block * BLOCK_M, col])
+            k = KD.load([seq_start, col])
+            v = VD.load([seq_start, col])
+        m_ok = offs_m < seq_len
+        n_ok = offs_n < seq_len
+        v = tl.where(n_ok[:, None], v, 0.0)
+        if PART != FULL:  # the loads, summed
+            acc = (q.to(tl.float32) + tl.sum(k.to(tl.float32), 0)[None, :]
+                   + tl.sum(v.to(tl.float32), 0)[None, :])  # fmt: skip
+        else:
+            s = tl.dot(q, tl.trans(k))
+            s = tl.where(n_ok[None, :], s * qk_scale, float("-inf"))
+            m = tl.max(s, 1)
+            p = tl.math.exp2(s - m[:, None])
+            acc = tl.dot(p.to(v.dtype), v) / tl.sum(p, 1)[:, None]
+        o_ptrs = (O + (seq_start.to(tl.int64) + offs_m[:, None]) * stride_ot
+                  + head.to(tl.int64) * stride_oh + offs_d[None, :])  # fmt: skip
+        tl.store(o_ptrs, acc.to(O.dtype.element_ty), mask=m_ok[:, None])
+    if PDL == 2:
+        forward.gdc_launch_dependents()
+
+
+def tma_desc(t: torch.Tensor, rows: int):
+    """A host TMA descriptor over ``t`` [T, heads, head_dim] (unit stride in head_dim, heads
+    adjacent) seen as [T, heads x head_dim], tiles of ``rows`` x head_dim."""
+    from triton.tools.tensor_descriptor import TensorDescriptor
+
+    total, heads, head_dim = t.shape
+    return TensorDescriptor(t, [total, heads * head_dim], [t.stride(0), 1], [rows, head_dim])
+
+
+@triton.jit
+def probe_kernel(X, O, PDL: tl.constexpr, ROWS: tl.constexpr, TILES: tl.constexpr):
+    """A bandwidth and latency probe, no attention: each program reads its own TILES x ROWS x
+    64 fp16 (TILES x 8 KB at 64 rows) of ``X`` with 16-byte loads, every load issued before
+    the first sum (an unrolled loop of independent loads), and stores ROWS x 64 of their sum:
+    what a grid of this many programs pays to pull this many bytes each from L2."""
+    pid = tl.program_id(0)
+    if PDL:
+        forward.gdc_wait()
+    offs = tl.arange(0, ROWS)[:, None] * 64 + tl.arange(0, 64)[None, :]
+    base = X + pid.to(tl.int64) * (TILES * ROWS * 64)
+    acc = tl.zeros([ROWS, 64], dtype=tl.float32)
+    for t in tl.static_range(TILES):
+        acc += tl.load(base + t * ROWS * 64 + offs).to(tl.float32)
+    tl.store(O + pid.to(tl.int64) * (ROWS * 64) + offs, acc.to(tl.float16))
+    if PDL == 2:
+        forward.gdc_launch_dependents()
+
+
+_probe_buffers: dict = {}  # device -> (X, O): one pair for every probe arm, made outside capture
+
+
+def _run_probe(arm: Part, device, pdl: int) -> None:
+    """``probe_kernel`` on ``arm.block_m`` programs of ``arm.block_n`` 8 KB tiles each."""
+    if device not in _probe_buffers:
+        g = torch.Generator(device="cpu").manual_seed(0)
+        x = torch.randn(256 * 8 * 64 * 64, generator=g).to(dtype=torch.float16, device=device)
+        _probe_buffers[device] = (x, torch.empty(256 * 64 * 64, dtype=torch.float16,
+                                                 device=device))  # fmt: skip
+    x, o = _probe_buffers[device]
+    if arm.block_m > 256 or arm.block_n > 8:
+        raise ValueError(f"{arm.name}: at most 256 programs of 8 tiles")
+    probe_kernel[(arm.block_m,)](x, o, PDL=pdl, ROWS=64, TILES=arm.block_n,
+                                 num_warps=arm.num_warps, num_stages=1,
+                                 **({"launch_pdl": True} if pdl else {}))  # fmt: skip
+
+
 @dataclass(frozen=True)
 class Part:
     """One arm: ``kind`` "loop" (``loop_parts_kernel``, block_m x block_n tiles), "onetile"
     (``onetile_parts_kernel``: block_m query rows, every key in one tile of
     ``next_power_of_2(max_seqlen)`` columns, up to 128), doing ``part`` of the work, or
-    "before" (``onetile_before_kernel``, the default path's one-tile launch: always full)."""
+    "before" (``onetile_before_kernel``, the default path's one-tile launch: always full).
+    ``tma``: the loop or one-tile kernel loading q, k and v through TMA descriptors
+    (``loop_tma_kernel``, ``onetile_tma_kernel``; ``vzero`` False: the loop's v rows past the
+    sequence not zeroed); ``kv_evict``, ``kv_cache``, ``hints``: ``loop_parts_kernel``'s."""
 
     name: str
     kind: str
@@ -407,13 +625,20 @@ class Part:
     mma2: bool = False
     f16exp: bool = False
     heads: int = 1
+    tma: bool = False
+    vzero: bool = True
+    kv_evict: str = ""
+    kv_cache: str = ""
+    hints: bool = False
 
     def why_not(self, max_seqlen: int, on_gpu: bool) -> str | None:
         """Why this arm cannot run a batch of ``max_seqlen`` here (None: it can)."""
-        if self.kind != "loop" and max_seqlen > 128:
+        if self.kind not in ("loop", "probe") and max_seqlen > 128:
             return f"max_seqlen {max_seqlen}: over one 128-key tile"
         if self.f16exp and not on_gpu:
             return "inline PTX: not in the interpreter"
+        if self.tma and on_gpu and torch.cuda.get_device_capability() < (9, 0):
+            return "TMA needs sm_90"
         return None
 
 
@@ -460,6 +685,34 @@ PARTS = (
     # "onetile spec 3d m16 w4 pdl" and "... pdl late", and current at 1 / 80% and 1 / 50%)
     Part("onetile before m16 w4 pdl", "before", 16, 0, 4, 1, 1, 3),
     Part("onetile before m16 w4 pdl late", "before", 16, 0, 4, 1, 2, 3),
+    # the eighth session: the default loop's own grid (PDL after the q load) doing less, its
+    # loads elementwise (no cross-thread sums), and its q, k, v loads through TMA or with
+    # other cache hints; the one-tile kernel through TMA
+    *_parts("floor loop 64x64 w4 s2 pdl mid", "loop", 64, 64, 4, 2, 3,
+            ("zeros", "loads", "loadsum", "dots", "full")),
+    *_parts("tma loop 64x64 w4 s2 pdl mid", "loop", 64, 64, 4, 2, 3, ("loadsum", "dots", "full"),
+            tma=True),
+    *_parts("tma vraw loop 64x64 w4 s2 pdl mid", "loop", 64, 64, 4, 2, 3, ("full",), tma=True,
+            vzero=False),
+    *_parts("tma loop 64x64 w4 s3 pdl mid", "loop", 64, 64, 4, 3, 3, ("full",), tma=True),
+    *_parts("tma loop 64x64 w4 s2", "loop", 64, 64, 4, 2, 0, ("full",), tma=True),
+    *_parts("tma vraw loop 64x64 w4 s2", "loop", 64, 64, 4, 2, 0, ("full",), tma=True,
+            vzero=False),
+    *_parts("tma onetile m16 w4 pdl", "onetile", 16, 0, 4, 1, 1, ("loads", "full"), tma=True),
+    *_parts("tma onetile m16 w4 pdl late", "onetile", 16, 0, 4, 1, 2, ("full",), tma=True),
+    *_parts("evict last loop 64x64 w4 s2 pdl mid", "loop", 64, 64, 4, 2, 3, ("full",),
+            kv_evict="evict_last"),
+    *_parts("cache ca loop 64x64 w4 s2 pdl mid", "loop", 64, 64, 4, 2, 3, ("full",),
+            kv_cache=".ca"),
+    *_parts("hints loop 64x64 w4 s2 pdl mid", "loop", 64, 64, 4, 2, 3, ("full",), hints=True),
+    # one program a pair (K and V read once): the loads' floor, and the kernel through TMA
+    *_parts("floor loop 128x64 w8 s2 pdl mid", "loop", 128, 64, 8, 2, 3, ("loadsum",)),
+    *_parts("tma loop 128x64 w8 s2 pdl mid", "loop", 128, 64, 8, 2, 3, ("loadsum", "full"),
+            tma=True),
+    # probes (the inputs unused): programs x 8 KB tiles each, PDL after the store
+    *(Part(f"probe {p} x {8 * t} KB", "probe", p, t, 4, 1, 2, PART_NAMES["loadsum"])
+      for p, t in ((36, 1), (36, 2), (132, 1), (132, 4), (192, 1), (192, 2), (192, 4),
+                   (192, 8), (96, 5), (96, 1), (66, 8), (132, 8))),
 )
 # fmt: on
 
@@ -491,9 +744,16 @@ def run(arm: Part, q, k, v, cu_seqlens, max_seqlen, softmax_scale, out) -> torch
         os.environ["DISABLE_MMA_V3"] = "1"
     try:
         scale = softmax_scale * attention.LOG2E
+        if arm.kind == "probe":
+            _run_probe(arm, q.device, pdl)
+            return out
+        if arm.tma:
+            return _run_tma(arm, q, k, v, cu_seqlens, max_seqlen, scale, out, pdl)
         if arm.kind == "loop":
             loop_parts_kernel[(programs,)](q, k, v, out, cu_seqlens, scale, *strides, heads,
-                                           num_m_blocks, BLOCK_N=arm.block_n, **common)  # fmt: skip
+                                           num_m_blocks, BLOCK_N=arm.block_n, KV_EVICT=arm.kv_evict,
+                                           KV_CACHE=arm.kv_cache, HINTS=arm.hints,
+                                           **common)  # fmt: skip
         elif arm.kind == "before":
             onetile_before_kernel[(num_m_blocks, heads, batch)](
                 q, k, v, out, cu_seqlens, scale, *strides, total,
@@ -516,6 +776,33 @@ def run(arm: Part, q, k, v, cu_seqlens, max_seqlen, softmax_scale, out) -> torch
                 os.environ.pop("DISABLE_MMA_V3", None)
             else:
                 os.environ["DISABLE_MMA_V3"] = old
+    return out
+
+
+def _run_tma(arm: Part, q, k, v, cu_seqlens, max_seqlen, scale, out, pdl) -> torch.Tensor:
+    """``loop_tma_kernel`` (1-D grid) or ``onetile_tma_kernel`` (3-D grid) -> out."""
+    total, heads, head_dim = q.shape
+    batch = cu_seqlens.shape[0] - 1
+    if head_dim not in (16, 32, 64, 128) or any(t.stride(1) != head_dim for t in (q, k, v)):
+        raise ValueError(f"{arm.name}: needs heads adjacent and a power-of-two head_dim")
+    num_m_blocks, programs = attention.grid_of(max_seqlen, arm.block_m, batch, heads)
+    keys = arm.block_n or max(16, triton.next_power_of_2(max_seqlen))
+    launch = {"num_warps": arm.num_warps, "num_stages": arm.num_stages}
+    if pdl:
+        launch["launch_pdl"] = True
+    qd, kd, vd = tma_desc(q, arm.block_m), tma_desc(k, keys), tma_desc(v, keys)
+    if arm.kind == "loop":
+        loop_tma_kernel[(programs,)](
+            qd, kd, vd, out, cu_seqlens, scale, out.stride(0), out.stride(1), heads,
+            num_m_blocks, HEAD_DIM=head_dim, BLOCK_M=arm.block_m, BLOCK_N=keys, PDL=pdl,
+            PART=arm.part, VZERO=arm.vzero, **launch,
+        )  # fmt: skip
+    else:
+        onetile_tma_kernel[(num_m_blocks, heads, batch)](
+            qd, kd, vd, out, cu_seqlens, scale, out.stride(0), out.stride(1), total,
+            attention.guess_len(total, batch, max_seqlen), HEAD_DIM=head_dim,
+            BLOCK_M=arm.block_m, BLOCK_N=keys, PDL=pdl, PART=arm.part, **launch,
+        )  # fmt: skip
     return out
 
 
@@ -558,7 +845,164 @@ def same_ptx(capability: int = 90) -> int:
     return 1 if differ else 0
 
 
+# Load and store instructions counted in the compiled kernels (``load_report``): PTX mnemonics
+# and SASS opcodes, the widths that tell 16-byte accesses from 2-byte ones.
+PTX_OPS = r"(?:ld|st)\.global(?:\.[\w:]+)*|cp\.async(?:\.[\w:]+)*|ld\.shared(?:\.[\w:]+)*"
+SASS_OPS = (r"LDG\.[\w.]+|STG\.[\w.]+|LDGSTS\.[\w.]+|UTMALDG[\w.]*|UBLKCP[\w.]*|"
+            r"LDSM\.[\w.]+|STS(?:\.\d+)?\b|HGMMA\.[\w.]+|SYNCS\.[\w.]+")  # fmt: skip
+
+
+def _count(pattern: str, text: str) -> dict[str, int]:
+    import collections
+    import re
+
+    return dict(sorted(collections.Counter(re.findall(pattern, text)).items()))
+
+
+def load_report(capability: int = 90) -> int:
+    """Compile the default path's kernels as its launch path specializes them (q, k, v, out
+    16-byte aligned; every stride a multiple of 16, as ``launch.specializable`` and the fast
+    paths require; cu_seqlens and the last two ints not specialized) for sm_``capability``
+    with this Triton, no GPU needed, and print their global loads and stores per kernel, in
+    PTX and SASS; then the same kernels without the alignment facts, and this module's TMA,
+    eviction, cache and hint candidates. 0: printed; 1: a kernel failed to compile."""
+    import subprocess
+    import tempfile
+    from pathlib import Path
+
+    from triton.backends.compiler import GPUTarget
+    from triton.compiler import ASTSource
+
+    names = ["Q", "K", "V", "O", "cu_seqlens", "qk_scale"]
+    names += [f"stride_{t}{a}" for t in "qkvo" for a in "th"]
+    ptr_sig = ["*fp16"] * 4 + ["*i32", "fp32"] + ["i32"] * 10
+    aligned = [*range(4), *range(6, 14)]  # the pointers and the eight strides
+    cuobjdump = Path(triton.__file__).parent / "backends" / "nvidia" / "bin" / "cuobjdump"
+    common = {"HEAD_DIM": 64, "BLOCK_D": 64}
+    loop = common | {"BLOCK_M": 64, "BLOCK_N": 64, "IEEE_DOT": False, "DELAY_CYCLES": 0}
+    one = common | {"BLOCK_M": 16, "IEEE_DOT": False, "SPECULATE": True, "GRID3": True}
+    parts = common | {"BLOCK_M": 64, "BLOCK_N": 64, "PDL": 3, "PART": 3, "MMA2": False,
+                      "F16EXP": False}  # fmt: skip
+    spec = loop | {"SUB_M": 64, "KEYS": 64, "SPECULATE": True, "FOLD": False,
+                   "FULL_SKIP": False, "V_SPEC": False, "PDL": 1}  # fmt: skip
+    spec.pop("DELAY_CYCLES")
+    # (label, kernel, constexprs, warps, stages, aligned, pointer kernel?)
+    kernels = [
+        ("loop 64x64 w4 s2 pdl mid (17-128 keys)", forward.varlen_fwd_kernel, loop | {"PDL": 3},
+         4, 2),
+        ("loop 64x64 w4 s3 pdl late (129-512 keys)", forward.varlen_fwd_kernel,
+         loop | {"PDL": 2}, 4, 3),
+        ("loop 64x64 w4 s2 (the table: BS 64)", forward.varlen_fwd_kernel, loop | {"PDL": 0}, 4,
+         2),
+        ("onetile m16 64 keys pdl (BS 1 / 80%)", forward.onetile_kernel,
+         one | {"BLOCK_N": 64, "PDL": 1}, 4, 1),
+        ("onetile m16 128 keys pdl late (BS 1 / 50%)", forward.onetile_kernel,
+         one | {"BLOCK_N": 128, "PDL": 2}, 4, 1),
+        ("specloop 64x64 w4 s2 pdl (33-64 keys)", forward.specloop_kernel, spec, 4, 2),
+        ("evict last loop 64x64 w4 s2 pdl mid", loop_parts_kernel,
+         parts | {"KV_EVICT": "evict_last", "KV_CACHE": "", "HINTS": False}, 4, 2),
+        ("cache ca loop 64x64 w4 s2 pdl mid", loop_parts_kernel,
+         parts | {"KV_EVICT": "", "KV_CACHE": ".ca", "HINTS": False}, 4, 2),
+        ("hints loop 64x64 w4 s2 pdl mid", loop_parts_kernel,
+         parts | {"KV_EVICT": "", "KV_CACHE": "", "HINTS": True}, 4, 2),
+        ("loop_parts_kernel full pdl mid (the default's copy)", loop_parts_kernel,
+         parts | {"KV_EVICT": "", "KV_CACHE": "", "HINTS": False}, 4, 2),
+    ]  # fmt: skip
+    failed = 0
+
+    def compiled(fn, signature, consts, attrs, warps, stages, pdl):
+        src = ASTSource(fn, signature | dict.fromkeys(consts, "constexpr"), constexprs=consts,
+                        attrs=attrs)  # fmt: skip
+        options = {"num_warps": warps, "num_stages": stages}
+        if pdl:
+            options["launch_pdl"] = True
+        return triton.compile(src, target=GPUTarget("cuda", capability, 32), options=options)
+
+    def show(label, k):
+        with tempfile.NamedTemporaryFile(suffix=".cubin") as f:
+            f.write(k.asm["cubin"])
+            f.flush()
+            sass = subprocess.run([str(cuobjdump), "-sass", f.name], capture_output=True,
+                                  text=True).stdout  # fmt: skip
+        print(f"{label}: shared {k.metadata.shared} B")
+        print(f"    PTX  {_count(PTX_OPS, k.asm['ptx'])}")
+        print(f"    SASS {_count(SASS_OPS, sass)}", flush=True)
+
+    print(f"triton {triton.__version__}, sm_{capability}; counts are static instructions a thread")
+    for align in (True, False):
+        print(f"\n## {'as the launch path specializes' if align else 'no alignment facts'}")
+        for label, fn, consts, warps, stages in kernels:
+            if not align and fn not in (forward.varlen_fwd_kernel, forward.onetile_kernel):
+                continue
+            signature = dict(zip(fn.arg_names, [*ptr_sig, "i32", "i32"], strict=False))
+            attrs = {(i,): [["tt.divisibility", 16]] for i in aligned} if align else {}
+            try:
+                k = compiled(fn, signature, consts, attrs, warps, stages, consts.get("PDL", 0))
+            except Exception as exc:  # a compiler error: reported, the others still run
+                print(f"{label}: FAILED: {type(exc).__name__}: {str(exc)[:200]}")
+                failed += 1
+                continue
+            show(label, k)
+    print("\n## TMA candidates (host descriptors)")
+    for label, fn, block_q, keys, consts, stages in (
+        ("tma loop 64x64 w4 s2 pdl mid", loop_tma_kernel, 64, 64,
+         {"BLOCK_M": 64, "BLOCK_N": 64, "PDL": 3, "PART": 3, "VZERO": True}, 2),
+        ("tma onetile m16 64 keys pdl", onetile_tma_kernel, 16, 64,
+         {"BLOCK_M": 16, "BLOCK_N": 64, "PDL": 1, "PART": 3}, 1),
+    ):  # fmt: skip
+        args = fn.arg_names
+        signature = {args[0]: f"tensordesc<fp16[{block_q}, 64]>",
+                     args[1]: f"tensordesc<fp16[{keys}, 64]>",
+                     args[2]: f"tensordesc<fp16[{keys}, 64]>", args[3]: "*fp16",
+                     args[4]: "*i32", args[5]: "fp32"}  # fmt: skip
+        signature |= dict.fromkeys(args[6:10], "i32")
+        attrs = {(3,): [["tt.divisibility", 16]], (6,): [["tt.divisibility", 16]],
+                 (7,): [["tt.divisibility", 16]]}  # fmt: skip
+        consts = {"HEAD_DIM": 64} | consts
+        try:
+            k = compiled(fn, signature, consts, attrs, 4, stages, consts["PDL"])
+        except Exception as exc:  # a compiler error: reported, the others still run
+            print(f"{label}: FAILED: {type(exc).__name__}: {str(exc)[:300]}")
+            failed += 1
+            continue
+        show(label, k)
+    return 1 if failed else 0
+
+
+def live_report() -> int:
+    """On the GPU: call ``ragged.varlen_attention`` (its fast paths) at BS 1 / 80% and 8 / 50%
+    and print the global loads and stores of every kernel Triton's JIT compiled for it (the
+    specialization the launch path actually got), from the compiled kernels' PTX."""
+    import ragged
+    from benchmarks.support import workloads
+    from ragged.testing import packed_qkv
+
+    for batch, prune in ((1, 0.8), (8, 0.5)):
+        lengths = workloads.kernel_lengths(batch, prune, "uniform")
+        q, k, v, cu, ms = packed_qkv(lengths, 12, 64, dtype=torch.float16, device="cuda")
+        for _ in range(3):  # the first call plans and compiles; the later take the fast paths
+            ragged.varlen_attention(q, k, v, cu, ms)
+    torch.cuda.synchronize()
+    print(f"triton {triton.__version__}, {torch.cuda.get_device_name()}: the kernels compiled "
+          "by ragged.varlen_attention (every class of head_dim 64, fp16)")  # fmt: skip
+    for fn in (forward.varlen_fwd_kernel, forward.onetile_kernel, forward.specloop_kernel):
+        for cache in fn.device_caches.values():
+            for compiled in cache[0].values():
+                consts = dict(compiled.src.constants)
+                attrs = getattr(compiled.src, "attrs", {})
+                print(f"{fn.__name__} {consts} aligned args {sorted(attrs)}")
+                md = compiled.metadata
+                print(f"    warps {md.num_warps} stages {md.num_stages} shared {md.shared} B")
+                print(f"    PTX  {_count(PTX_OPS, compiled.asm['ptx'])}", flush=True)
+    return 0
+
+
 if __name__ == "__main__":
+    if "--live-report" in sys.argv:
+        raise SystemExit(live_report())
+    if "--load-report" in sys.argv:  # optionally followed by the SM (default 90)
+        after = sys.argv[sys.argv.index("--load-report") + 1 :]
+        raise SystemExit(load_report(int(after[0]) if after else 90))
     if "--same-ptx" in sys.argv:  # optionally followed by the SM (default 90)
         after = sys.argv[sys.argv.index("--same-ptx") + 1 :]
         raise SystemExit(same_ptx(int(after[0]) if after else 90))
