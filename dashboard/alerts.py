@@ -216,7 +216,8 @@ def alert_box(ctx, a: dict, repository: str | None, moved: list[str]) -> None:
 
 def buttons(ctx, a: dict) -> None:
     """The alert's state changes, in a popover: its widgets are drawn only when it is opened
-    (four alerts' reasons and buttons were a tenth of the page's first load)."""
+    (django-asv's four alerts' reasons and buttons: 0.08 s of the page's
+    1.9 s first load, medians of 10 side by side)."""
     key = f"{a['machine']}-{a['commit_hash']}"
     with st.popover(f"Change the state ({a['state']})"):
         reason = st.text_input("reason (for Expected)", key=f"reason-{key}")
