@@ -445,10 +445,11 @@ def show(path: str | Path) -> None:
     every = page in ("Overview", "Alerts")  # pages of every machine
     # the machine of the newest run first (the runs are newest first): a runner retired years
     # ago is no page's default
-    machine = None if every else pick("machine", list(latest.index), "machine",
-                                      default=latest.index[0])  # fmt: skip
-    if machine:
-        st.sidebar.caption(environment(latest.loc[machine]))
+    with st.sidebar:  # the machine under the page picker, its GPU and stack below it
+        machine = None if every else pick("machine", list(latest.index), "machine",
+                                          default=latest.index[0])  # fmt: skip
+        if machine:
+            st.caption(environment(latest.loc[machine]))
     mine = runs if machine is None else runs[runs["machine"] == machine]
     times = pd.to_datetime(mine["commit_time"]).dt.date
     since, until = times.min(), times.max()

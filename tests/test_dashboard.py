@@ -197,7 +197,10 @@ def test_the_filters_sit_in_a_popover_and_a_line_says_what_they_apply(store):
     inside = {type(w).__name__ for w in popover.children.values()}
     assert {"DateInput", "Multiselect", "Checkbox"} <= inside
     captions = [c.value for c in at.sidebar.caption]
-    assert "branch (the history): main" in captions and not at.sidebar.selectbox
+    assert "branch (the history): main" in captions
+    # the machine is picked in the sidebar, above its GPU and stack, not on the page
+    assert [s.key for s in at.sidebar.selectbox] == ["machine"]
+    assert "machine" not in [s.key for s in at.main.selectbox]
     assert not [c for c in captions if c.startswith("filtered:")]
     torch = at.sidebar.multiselect[0]
     assert torch.label == "torch"
