@@ -420,10 +420,12 @@ def show(path: str | Path) -> None:
     branches = query(str(path), mtime, "", "branches")
     named = [b for b in branches if b is not None]
     default = history_branch() if history_branch() in named else (named or [history_branch()])[0]
-    branch = st.sidebar.selectbox(
-        "branch (the history)", named or [default], index=(named or [default]).index(default),
-        key="branch",
-    )  # fmt: skip
+    if len(named) > 1:
+        branch = st.sidebar.selectbox("branch (the history)", named, index=named.index(default),
+                                      key="branch")  # fmt: skip
+    else:  # nothing to choose: a line, not a select box (0.05 s of a bare app's first load)
+        branch = default
+        st.sidebar.caption(f"branch (the history): {branch}")
     runs = query(str(path), mtime, branch, "runs")
     if runs.empty:
         st.title(heading)
@@ -443,27 +445,39 @@ def show(path: str | Path) -> None:
     every = page in ("Overview", "Alerts")  # pages of every machine
     # the machine of the newest run first (the runs are newest first): a runner retired years
     # ago is no page's default
-    machine = None if every else pick("machine", list(latest.index), "machine",
-                                      default=latest.index[0])  # fmt: skip
-    if machine:
-        st.sidebar.caption(environment(latest.loc[machine]))
+    with st.sidebar:  # the machine under the page picker, its GPU and stack below it
+        machine = None if every else pick("machine", list(latest.index), "machine",
+                                          default=latest.index[0])  # fmt: skip
+        if machine:
+            st.caption(environment(latest.loc[machine]))
     mine = runs if machine is None else runs[runs["machine"] == machine]
     times = pd.to_datetime(mine["commit_time"]).dt.date
-    with st.sidebar:
-        since, until = times.min(), times.max()
+    since, until = times.min(), times.max()
+    fields = stack_fields(mine)
+    # the filters a visit rarely changes, in a popover: its widgets are drawn only when it is
+    # opened, so a first load fetches and runs none of their scripts (a date range, a
+    # multiselect and a checkbox took 0.12 s of a bare app's first load)
+    with st.sidebar.popover("Filters", width="stretch"):
         picked = st.date_input("commit dates", (since, until), min_value=since, max_value=until)
         if isinstance(picked, tuple) and len(picked) == 2:
             since, until = picked
         # a filter per environment field the runs name (torch and triton for this suite,
         # python for an asv project's environments)
-        envs = {f: st.multiselect(f, sorted(mine[f].dropna().unique()))
-                for f in stack_fields(mine)}  # fmt: skip
+        envs = {f: st.multiselect(f, sorted(mine[f].dropna().unique())) for f in fields}
         overlay = ours and st.checkbox("the paper's figures (RTX 4000 Ada)", value=False)
         st.checkbox(
             f"mark change points on every chart (E-Divisive, newest {CHANGE_POINT_COMMITS} "
             "commits; seconds on first use)", value=False, key="mark_change_points",
         )  # fmt: skip
-        st.caption(f"store: {store.name}")
+    # what the closed popover applies, in a line
+    applied = [f"{f} {', '.join(map(str, v))}" for f, v in envs.items() if v]
+    if (since, until) != (times.min(), times.max()):
+        applied.insert(0, f"commits {since} to {until}")
+    applied += ["the paper's figures"] if overlay else []
+    applied += ["change points marked"] if st.session_state.get("mark_change_points") else []
+    if applied:
+        st.sidebar.caption("filtered: " + "; ".join(applied))
+    st.sidebar.caption(f"store: {store.name}")
     ctx = {
         "path": str(path),
         "mtime": mtime,

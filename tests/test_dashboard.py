@@ -94,8 +94,8 @@ def charts(node) -> list[str]:
 
 def items(chart: str, role: str) -> list[dict[str, str]]:
     """The items of ``chart`` of the mark ``role`` (``point``, ``rule mark``, ``rect mark``),
-    each as the fields its hover text names (Vega's ``aria-label``: "field: value; ...")."""
-    labels = re.findall(rf'aria-label="([^"]*)"[^>]*?aria-roledescription="{role}"', chart)
+    each as the fields its hover text names (its ``<title>``: "field: value; ...")."""
+    labels = re.findall(rf'aria-roledescription="{role}"[^>]*><title>([^<]*)</title>', chart)
     return [dict(part.split(": ", 1) for part in html.unescape(label).split("; "))
             for label in labels]  # fmt: skip
 
@@ -186,6 +186,28 @@ def test_series_link_and_change_points(store):
     (row,) = [r for r in items(chart, "rule mark") if "stack change" in r]
     assert row["commit #"] == "31" and "torch 2.10" in row["stack change"]
     assert "-> torch 2.11" in row["stack change"]
+
+
+def test_the_filters_sit_in_a_popover_and_a_line_says_what_they_apply(store):
+    """The rarely changed filters are in a popover (drawn only when opened: a first load
+    fetches none of their scripts); a line under it names what they apply, and a store of one
+    branch names it in a line instead of a select box."""
+    at = app(store, page="Dispatch floors", machine="synthetic")
+    (popover,) = [b for b in at.sidebar.children.values() if getattr(b, "type", "") == "popover"]
+    inside = {type(w).__name__ for w in popover.children.values()}
+    assert {"DateInput", "Multiselect", "Checkbox"} <= inside
+    captions = [c.value for c in at.sidebar.caption]
+    assert "branch (the history): main" in captions
+    # the machine is picked in the sidebar, above its GPU and stack, not on the page
+    assert [s.key for s in at.sidebar.selectbox] == ["machine"]
+    assert "machine" not in [s.key for s in at.main.selectbox]
+    assert not [c for c in captions if c.startswith("filtered:")]
+    torch = at.sidebar.multiselect[0]
+    assert torch.label == "torch"
+    torch.select(torch.options[0]).run()
+    assert not at.exception
+    (line,) = [c.value for c in at.sidebar.caption if c.value.startswith("filtered:")]
+    assert line == f"filtered: torch {torch.options[0]}"
 
 
 def test_paper_overlay(store):
