@@ -7,6 +7,14 @@ import sys
 from pathlib import Path
 
 import pytest
+
+# One thread a process, before torch is imported here or in any process a test starts (they
+# inherit it): make test runs three workers on two cores, each starting more processes, and
+# torch's OpenMP threads (two here) then spin waiting for one another. 20 forwards of DeiT-Ti
+# at BS 2 took 9.7-10.0 s of CPU with two threads, 1.4 s with one, on the loaded 2-core
+# machine. What the tests check does not depend on it; make demo and bench set nothing.
+os.environ.setdefault("OMP_NUM_THREADS", "1")
+
 import torch
 
 REPO = Path(__file__).resolve().parent.parent
