@@ -53,6 +53,7 @@ from dashboard.draw import (
     stack_fields,
     stacks,
     static_table,
+    version_key,
 )
 from dashboard.read import (
     CHANGE_POINT_COMMITS,
@@ -463,7 +464,8 @@ def show(path: str | Path) -> None:
             since, until = picked
         # a filter per environment field the runs name (torch and triton for this suite,
         # python for an asv project's environments)
-        envs = {f: st.multiselect(f, sorted(mine[f].dropna().unique())) for f in fields}
+        envs = {f: st.multiselect(f, sorted(mine[f].dropna().unique(), key=version_key))
+                for f in fields}  # fmt: skip
         overlay = ours and st.checkbox("the paper's figures (RTX 4000 Ada)", value=False)
         st.checkbox(
             f"mark change points on every chart (E-Divisive, newest {CHANGE_POINT_COMMITS} "

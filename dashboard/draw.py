@@ -360,8 +360,9 @@ def environment(run, skip: tuple[str, ...] = ()) -> str:
 
 
 def version_key(stack: str) -> tuple:
-    """Order stacks by their torch, then triton version (2.9 before 2.10)."""
-    return tuple(int(n) if n.isdigit() else 0 for n in re.findall(r"\d+|\?", stack))
+    """Order stacks by their torch, then triton version, or versions alone (2.9 before 2.10,
+    Python 3.9 before 3.10)."""
+    return tuple(int(n) if n.isdigit() else 0 for n in re.findall(r"\d+|\?", str(stack)))
 
 
 # The environments a page keeps apart, as ragbench's history and gate do: another harness's

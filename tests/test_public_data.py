@@ -180,6 +180,10 @@ def test_hosted_ci_runners_are_one_machine_and_each_python_an_environment(tmp_pa
     assert store.machines() == ["ubuntu-latest"]
     environments = sorted(r["environment"] for r in store.runs())
     assert [e.split(",")[0] for e in environments] == ["python 3.10", "python 3.8", "python 3.9"]
+    # the dashboard's filter offers them in version order, not as text sorts them
+    at = page_at(path, "Series", "ubuntu-latest")
+    (python,) = [m for m in at.sidebar.multiselect if m.label == "python"]
+    assert python.options == ["3.8.12", "3.9.7", "3.10.0"]
 
 
 def page_at(store: Path, page: str, machine: str):
