@@ -18,10 +18,15 @@ from .project import Project
 
 
 def _keys(alert: dict, project: Project | None = None) -> list[tuple[str, str, str]]:
-    """The alert's cells' keys; of ``project``, those its suite still has (``gone``)."""
+    """The alert's cells' keys; of ``project``, those its suite still has (``live_cells``)."""
+    return [(c["benchmark"], c["metric"], c["param_key"]) for c in live_cells(alert, project)]
+
+
+def live_cells(alert: dict, project: Project | None) -> list[dict]:
+    """The alert's cells; of ``project``, those whose benchmark its suite still has (not
+    ``gone_cells``)."""
     gone = gone_cells(alert, project)
-    out = [(c["benchmark"], c["metric"], c["param_key"]) for c in alert["cells"]]
-    return [k for k in out if k not in gone]
+    return [c for c in alert["cells"] if (c["benchmark"], c["metric"], c["param_key"]) not in gone]
 
 
 def gone_cells(alert: dict, project: Project | None) -> list[tuple[str, str, str]]:
@@ -176,9 +181,7 @@ def not_followed(
     measured = [f"Not re-measured in {env}: {why}" for env, why in skipped.items()]
     if bisect is not None or project is None or not alert["prev_commit_hash"]:
         return measured, []
-    gone = gone_cells(alert, project)
-    cells = [c for c in alert["cells"] if (c["benchmark"], c["metric"], c["param_key"]) not in gone]
-    left = {**alert, "cells": cells}
+    left = {**alert, "cells": live_cells(alert, project)}
     return measured, [f"Not bisected in {env}: " + ("as above" if skipped.get(env) == why else why)
                       for env, why in not_bisected(left, project).items()]  # fmt: skip
 
@@ -203,10 +206,8 @@ def asv_find_command(alert: dict, project: Project) -> str | None:
     from .asv_environments import selector
     from .discovery import asv_name
 
-    gone = gone_cells(alert, project)
     skip = not_bisected(alert, project)
-    here = [c for c in alert["cells"] if (c["benchmark"], c["metric"], c["param_key"]) not in gone
-            and c.get("environment") not in skip]  # fmt: skip
+    here = [c for c in live_cells(alert, project) if c.get("environment") not in skip]
     if not here:
         return None
     c = here[0]
