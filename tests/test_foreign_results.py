@@ -297,6 +297,16 @@ def moved(data):
 def described(out, src):
     (out / "machine.json").write_text((src / "machine.json").read_text())
     (out.parent / "benchmarks.json").write_text((src.parent / "benchmarks.json").read_text())
+
+
+# run's commit (SHA^!) and --environment (None: not given), where the project's real files
+# are, and the machine's results directory (made)
+def run_args():
+    sha = args[-1].removesuffix("^!")
+    spec = args[args.index("--environment") + 1] if "--environment" in args else None
+    out = pathlib.Path(conf["results_dir"]) / args[args.index("--machine") + 1]
+    out.mkdir(parents=True, exist_ok=True)
+    return sha, spec, pathlib.Path(os.environ["FAKE_ASV_RESULTS"]), out
 """
 
 FAKE_ASV = (
@@ -311,11 +321,8 @@ times moved by the calls so far (a new run each time), into the config's results
 if args[0] == "find":
     print(f"Greatest regression found: {args[-2].split('..')[1][:8]}")
 if args[0] == "run":
-    machine, sha = args[args.index("--machine") + 1], args[-1].removesuffix("^!")
-    src = pathlib.Path(os.environ["FAKE_ASV_RESULTS"])
+    sha, _, src, out = run_args()
     data = json.loads(next(src.glob(f"{sha[:8]}-py2.7-Cython-numpy1.8.json")).read_text())
-    out = pathlib.Path(conf["results_dir"]) / machine
-    out.mkdir(parents=True, exist_ok=True)
     (out / f"{sha[:8]}-py2.7-Cython-numpy1.8.json").write_text(json.dumps(moved(data)))
     described(out, src)
 """
@@ -412,11 +419,7 @@ project's real result files of the commit, one an environment, each of the confi
     + FAKE_ASV_START
     + """
 if args[0] == "run":
-    machine, sha = args[args.index("--machine") + 1], args[-1].removesuffix("^!")
-    spec = args[args.index("--environment") + 1] if "--environment" in args else None
-    src = pathlib.Path(os.environ["FAKE_ASV_RESULTS"])
-    out = pathlib.Path(conf["results_dir"]) / machine
-    out.mkdir(parents=True, exist_ok=True)
+    sha, spec, src, out = run_args()
     for f in src.glob(f"{sha[:8]}-*.json"):
         if spec is not None and f.stem.split("-", 1)[1] != spec.replace(":", "-py"):
             continue
@@ -575,12 +578,8 @@ project's real result file of the commit once for each environment ``FAKE_ASV_NA
     + FAKE_ASV_START
     + """
 if args[0] == "run":
-    machine, sha = args[args.index("--machine") + 1], args[-1].removesuffix("^!")
-    spec = args[args.index("--environment") + 1] if "--environment" in args else None
-    src = pathlib.Path(os.environ["FAKE_ASV_RESULTS"])
+    sha, spec, src, out = run_args()
     data = moved(json.loads(sorted(src.glob(f"{sha[:8]}-*.json"))[0].read_text()))
-    out = pathlib.Path(conf["results_dir"]) / machine
-    out.mkdir(parents=True, exist_ok=True)
     prefix = spec.replace(":", "-py") if spec else ""
     for name in json.loads(os.environ["FAKE_ASV_NAMES"]):
         if name == prefix or name.startswith(prefix + "-") or not spec:
