@@ -356,10 +356,19 @@ def _measured(store: Store, result: GateResult, o: GateOptions, policies: Polici
         result.comparison = comparison
         _finish(store, result, [ids["base"], ids["head"]], o, policies,
                 lambda prefix: contextlib.nullcontext(tmp), log, rounds=rounds)  # fmt: skip
-        judged = set(ids["base"] + ids["head"])  # another project's: its one environment's
-        result.base_runs, result.head_runs = (
-            [r for r in store.runs(label=f"{gate_id}:{side}:%")
-             if other is None or r["run_id"] in judged] for side in ("base", "head"))  # fmt: skip
+        result.base_runs, result.head_runs = side_runs(
+            store, lambda side: f"{gate_id}:{side}:%", other, ids["base"] + ids["head"]
+        )
+
+
+def side_runs(store: Store, label: Callable[[str], str], other: Foreign | None,
+              judged) -> tuple[list[dict], list[dict]]:  # fmt: skip
+    """The runs of the base and the head side (``label(side)``: their label pattern); of
+    another project (``other``), only those ``judged`` (run ids: its one environment's)."""
+    judged = set(judged)
+    return tuple([r for r in store.runs(label=label(side))
+                  if other is None or r["run_id"] in judged]
+                 for side in ("base", "head"))  # fmt: skip
 
 
 def _finish(store: Store, result: GateResult, ids: list[list[str]], o: GateOptions,
@@ -499,9 +508,9 @@ def rerun_gate(store: Store, ref: str, *, policies: Policies, machine: str,
              if (k := (c["benchmark"], c["metric"], c["param_key"])) not in settled]  # fmt: skip
     result.comparison = Comparison(verdicts + stand, float(policies.gate.get("alpha", 0.01)))
     _plan(result, plan.rounds, plan.processes, flagged=False)
-    result.base_runs, result.head_runs = (
-        [r for r in store.runs(label=f"{label}-{side}:%") if other is None or r["run_id"] in judged]
-        for side in ("base", "head"))  # fmt: skip
+    result.base_runs, result.head_runs = side_runs(
+        store, lambda side: f"{label}-{side}:%", other, judged
+    )
     result.seconds = time.perf_counter() - t0
     return result
 
