@@ -808,6 +808,10 @@ PARTS = (
             poly=True),
     *_parts("lean poly loop 64x64 w4 s2 pdl mid", "loop", 64, 64, 4, 2, 3, ("full",),
             ffma=True, lastmask=True, skip0=True, rcp=True, poly=True),
+    # the 129-512 keys class's loop (3 stages, PDL after the store) and its leaner softmax
+    *_parts("floor loop 64x64 w4 s3 pdl late", "loop", 64, 64, 4, 3, 2, ("full",)),
+    *_parts("lean loop 64x64 w4 s3 pdl late", "loop", 64, 64, 4, 3, 2, ("full",), ffma=True,
+            lastmask=True, skip0=True, rcp=True),
     # the one-tile kernel of BS 1 (PDL at once up to 64 keys, after the store to 128) with the
     # scale in the fma and the reciprocal (it has no loop: no mask to skip, no rescale)
     *_parts("lean onetile m16 w4 pdl", "onetile", 16, 0, 4, 1, 1, ("full",), ffma=True,
@@ -991,13 +995,15 @@ def load_report(capability: int = 90) -> int:
     aligned = [*range(4), *range(6, 14)]  # the pointers and the eight strides
     cuobjdump = Path(triton.__file__).parent / "backends" / "nvidia" / "bin" / "cuobjdump"
     common = {"HEAD_DIM": 64, "BLOCK_D": 64}
-    loop = common | {"BLOCK_M": 64, "BLOCK_N": 64, "IEEE_DOT": False, "DELAY_CYCLES": 0}
+    loop = common | {"BLOCK_M": 64, "BLOCK_N": 64, "IEEE_DOT": False, "DELAY_CYCLES": 0,
+                     "GRID3": False, "LEAN": False}  # fmt: skip
     one = common | {"BLOCK_M": 16, "IEEE_DOT": False, "SPECULATE": True, "GRID3": True}
     parts = common | {"BLOCK_M": 64, "BLOCK_N": 64, "PDL": 3, "PART": 3, "MMA2": False,
                       "F16EXP": False}  # fmt: skip
     spec = loop | {"SUB_M": 64, "KEYS": 64, "SPECULATE": True, "FOLD": False,
                    "FULL_SKIP": False, "V_SPEC": False, "PDL": 1}  # fmt: skip
-    spec.pop("DELAY_CYCLES")
+    for name in ("DELAY_CYCLES", "GRID3", "LEAN"):  # the loop's alone
+        spec.pop(name)
     # (label, kernel, constexprs, warps, stages, aligned, pointer kernel?)
     kernels = [
         ("loop 64x64 w4 s2 pdl mid (17-128 keys)", forward.varlen_fwd_kernel, loop | {"PDL": 3},
