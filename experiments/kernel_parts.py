@@ -27,6 +27,11 @@ global loads and stores of the default path's kernels in PTX and SASS without a 
 as the launch path specializes them; ``--live-report`` (GPU) those Triton's JIT compiled for
 ``ragged.varlen_attention``.
 
+The ninth session (docs/kernel.md, "Fewer instructions a key tile") added switches of
+``loop_parts_kernel`` that cut the softmax's instructions (``FFMA``, ``LASTMASK``, ``SKIP0``,
+``RCP``; all four: "lean"), its 3-D grid (``GRID3``), half its exp2 by a cubic on the FMA
+units (``POLY``), and "lean" one-tile arms (``LEAN``: the scale in the fma, the reciprocal).
+
 Only ``full`` arms produce attention; the others are floors and are not checked (their output
 is not attention). Nothing in ``ragged`` imports this module.
 
@@ -34,6 +39,7 @@ is not attention). Nothing in ``ragged`` imports this module.
     python -m experiments.kernel_parts --same-ptx [89]    # the one-tile kernel's A/B in PTX
     python -m experiments.kernel_parts --load-report [90] # loads/stores in PTX and SASS, no GPU
     python -m experiments.kernel_parts --live-report      # the same, as the launch path compiled
+    python -m experiments.kernel_parts --regs-report [90] # the loop classes' registers, no GPU
 """
 
 # ruff: noqa: SIM108  (a verbatim copy of a kernel of ragged/kernels, whose lint ignores it)
@@ -1087,6 +1093,51 @@ def load_report(capability: int = 90) -> int:
     return 1 if failed else 0
 
 
+def regs_report(capability: int = 90) -> int:
+    """Compile the loop kernel as the default path's classes launch it, before and after the
+    ninth session (the 1-D and 3-D grid with PDL after the q load, the table's kernel with and
+    without ``LEAN``, the 3-stage class with and without it) for sm_``capability``, no GPU
+    needed, and print registers and stack a thread (``cuobjdump -res-usage``) and shared
+    memory: 128 threads a program fit 4 an SM at 128 registers, 3 at 129-168."""
+    import re
+    import subprocess
+    import tempfile
+    from pathlib import Path
+
+    from triton.backends.compiler import GPUTarget
+    from triton.compiler import ASTSource
+
+    fn = forward.varlen_fwd_kernel
+    types = ["*fp16"] * 4 + ["*i32", "fp32"] + ["i32"] * 10
+    signature = dict(zip(fn.arg_names, types, strict=False))
+    attrs = {(i,): [["tt.divisibility", 16]] for i in (*range(4), *range(6, 14))}
+    cuobjdump = Path(triton.__file__).parent / "backends" / "nvidia" / "bin" / "cuobjdump"
+    loop = {"HEAD_DIM": 64, "BLOCK_D": 64, "BLOCK_M": 64, "BLOCK_N": 64, "IEEE_DOT": False,
+            "DELAY_CYCLES": 0}  # fmt: skip
+    print(f"triton {triton.__version__}, sm_{capability}, forward.varlen_fwd_kernel 64x64 w4")
+    for label, pdl, stages, grid3, lean in (
+        ("17-128 keys, PDL after the q load, 1-D grid", 3, 2, False, False),
+        ("65-128 keys up to 99 pairs, 3-D grid", 3, 2, True, False),
+        ("the table", 0, 2, False, False),
+        ("the table, LEAN (TABLE_LEAN)", 0, 2, False, True),
+        ("129-512 keys, 3 stages, PDL after the store", 2, 3, False, False),
+        ("129-512 keys, 3 stages, PDL after the store, LEAN", 2, 3, False, True),
+    ):
+        consts = loop | {"PDL": pdl, "GRID3": grid3, "LEAN": lean}
+        src = ASTSource(fn, signature | dict.fromkeys(consts, "constexpr"), constexprs=consts,
+                        attrs=attrs)  # fmt: skip
+        options = {"num_warps": 4, "num_stages": stages} | ({"launch_pdl": True} if pdl else {})
+        k = triton.compile(src, target=GPUTarget("cuda", capability, 32), options=options)
+        with tempfile.NamedTemporaryFile(suffix=".cubin") as f:
+            f.write(k.asm["cubin"])
+            f.flush()
+            res = subprocess.run([str(cuobjdump), "-res-usage", f.name], capture_output=True,
+                                 text=True).stdout  # fmt: skip
+        m = re.search(r"REG:\d+ STACK:\d+", res)
+        print(f"{label}: {m.group(0) if m else '?'}, shared {k.metadata.shared} B", flush=True)
+    return 0
+
+
 def live_report() -> int:
     """On the GPU: call ``ragged.varlen_attention`` (its fast paths) at BS 1 / 80% and 8 / 50%
     and print the global loads and stores of every kernel Triton's JIT compiled for it (the
@@ -1118,6 +1169,9 @@ def live_report() -> int:
 if __name__ == "__main__":
     if "--live-report" in sys.argv:
         raise SystemExit(live_report())
+    if "--regs-report" in sys.argv:  # optionally followed by the SM (default 90)
+        after = sys.argv[sys.argv.index("--regs-report") + 1 :]
+        raise SystemExit(regs_report(int(after[0]) if after else 90))
     if "--load-report" in sys.argv:  # optionally followed by the SM (default 90)
         after = sys.argv[sys.argv.index("--load-report") + 1 :]
         raise SystemExit(load_report(int(after[0]) if after else 90))

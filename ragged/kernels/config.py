@@ -110,13 +110,16 @@ def attention_config(
 #   before its key tiles (``PDL_MID``): 32 / 80% 3.81 and 4.02 vs 4.01 and 4.17, 8 / 50% 4.24
 #   and 4.35 vs 4.27 and 4.45, 16 / 50% 5.29 and 5.08 vs 5.35 and 5.16; within the spread
 #   elsewhere (4 / 80% mixed 3.49 vs 3.45).
-# The ninth session's sweep (experiments.kernel_parts, docs/kernel.md "Fewer instructions a key
-# tile"; µs against copies of the kernels they replace, same rounds):
+# The ninth session's two sweeps (experiments.kernel_parts, docs/kernel.md "Fewer instructions
+# a key tile"; µs against copies of the kernels they replace, same rounds, two leases):
 #   65-128 keys up to one and a half waves of two-tile programs (GRID3_PAIRS): the loop on the
-#   3-D grid (no integer divisions before the cu_seqlens load): 8 / 50% 4.17 vs 4.36, 4 / 50%
-#   3.36 vs 3.54 (at 384 programs it lost: 32 / 80% 4.16 vs 3.89, 16 / 50% 5.86 vs 5.35);
+#   3-D grid (no integer divisions before the cu_seqlens load): 8 / 50% 4.17 and 4.03 vs 4.36
+#   and 4.23, 4 / 50% 3.36 and 3.43 vs 3.54 and 3.66 (at 384 programs, with 128 registers
+#   instead of 136, it lost: 32 / 80% 4.16 vs 3.89, 16 / 50% 5.86 vs 5.35);
 #   the table's spans of these head dims and dtypes: the loop's leaner softmax (LEAN), the
-#   same registers (128) and occupancy: 64 / 0% 55.40 vs 57.53, 64 / 50% mixed 25.67 vs 26.79.
+#   same registers (128): 64 / 0% 55.40 and 55.89 vs 57.53 and 58.06, 64 / 50% mixed 25.67
+#   and 24.91 vs 26.79 and 26.00; the default path before -> after, 8 / 50% 4.21 -> 4.06,
+#   64 / 0% 58.34 -> 55.72, 64 / 80% 7.42 -> 6.83, 8 x 577 35.56 -> 34.04.
 PDL_MID = 3  # forward.varlen_fwd_kernel's PDL: the trigger after the q load
 WAVE = 132  # the H100's SMs: one program each
 LATE_WAVES = 3
