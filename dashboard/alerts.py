@@ -8,7 +8,7 @@ import pandas as pd
 import streamlit as st
 
 from dashboard import draws
-from dashboard.draw import command, download, markdown_text, shown, static_table
+from dashboard.draw import Pickers, chose, command, download, markdown_text, shown, static_table
 from dashboard.read import asv_project, policies, store
 from ragbench import follow_up
 from ragbench.history import alerting as alerts
@@ -100,12 +100,15 @@ def alerts_page(ctx):
         stale_series(ctx)
         return
     counts = pd.Series([a["state"] for a in found]).value_counts()
-    states = st.multiselect("states", list(alerts.STATES), default=list(alerts.OPEN),
-                            key="alert-states")  # fmt: skip
+    pickers = Pickers("Pick the alerts")
+    with pickers:
+        states = st.multiselect("states", list(alerts.STATES), default=list(alerts.OPEN),
+                                key="alert-states")  # fmt: skip
+        chose("states", ", ".join(states) or "none")
     st.caption(", ".join(f"{n} {s}" for s, n in counts.items()) + " in all; newest commit first")
     repository = follow_up.repository_url(ctx["policies"])
     chosen = [a for a in found if a["state"] in states]
-    shown = shown_alerts(chosen)
+    shown = shown_alerts(chosen, pickers)
     moved = moves_shown(ctx, shown)
     for a in shown:
         alert_box(ctx, a, repository, moved.get((a["machine"], a["commit_hash"]), []))
@@ -119,9 +122,9 @@ def alerts_page(ctx):
 ALERTS_SHOWN = 4
 
 
-def shown_alerts(chosen: list[dict]) -> list[dict]:
+def shown_alerts(chosen: list[dict], pickers: Pickers) -> list[dict]:
     """The alerts drawn: all where they are few, else one page of ``ALERTS_SHOWN`` (newest
-    first), picked on the page, with every alert listed in one line each."""
+    first), picked in ``pickers``, with every alert listed in one line each."""
     if len(chosen) <= ALERTS_SHOWN:
         return chosen
     pages = [chosen[i : i + ALERTS_SHOWN] for i in range(0, len(chosen), ALERTS_SHOWN)]
@@ -132,7 +135,9 @@ def shown_alerts(chosen: list[dict]) -> list[dict]:
             f"{i}. {a['machine']} at `{a['commit_hash'][:12]}`: **{a['state']}**, "
             f"{len(a['cells'])} cell(s)" + (f" in {env}" if (env := environments(a)) else "")
             for i, a in enumerate(chosen, 1)))  # fmt: skip
-    name = st.selectbox("alerts shown", names, index=0, key="alert-page")
+    with pickers:
+        name = st.selectbox("alerts shown", names, index=0, key="alert-page")
+        chose("alerts shown", name)
     return pages[names.index(name)]
 
 

@@ -36,8 +36,10 @@ from dashboard import (
     paper,
 )
 from dashboard.draw import (
+    Pickers,
     cell_params,
     chart,
+    chose,
     download,
     environment,
     environment_of,
@@ -88,7 +90,8 @@ def dispatch_floors(ctx):
     if df.empty:
         st.info("No dispatch-floor runs on this machine (a GPU suite measures them).")
         return
-    df, _ = narrow(df, "geometry", "geometry", "geometry")
+    with Pickers("Pick the geometry"):
+        df, _ = narrow(df, "geometry", "geometry", "geometry")
     for metric in ("call_us", "gpu_us", "dispatch_us"):
         rules = (
             [
@@ -108,7 +111,10 @@ def speedups(ctx):
         "triton (or another candidate) against each other backend or pipeline in the "
         "same run and cell: >1 means the candidate is faster"
     )
-    candidate = st.selectbox("candidate", catalogue.candidates(), key="candidate")
+    pickers = Pickers("Pick the speedups")
+    with pickers:
+        candidate = pick("candidate", catalogue.candidates(), "candidate",
+                         default=catalogue.candidates()[0])  # fmt: skip
     # the pickers from the machine's catalogue of cells, then one cell's speedups (every
     # speedup of a machine over years: millions of rows)
     cells = query(ctx["path"], ctx["mtime"], ctx["branch"], "cells", machine=ctx["machine"])
@@ -116,9 +122,11 @@ def speedups(ctx):
     if cells.empty:
         st.info("No speedups for this candidate on this machine.")
         return
-    cells, bench = narrow(cells, "benchmark", "benchmark", "benchmark")
-    cells, metric = narrow(cells, "metric", "metric", "metric")
-    _, cell = narrow(cells, "group_key", "cell (model, batch size, pruning method ...)", "cell")
+    with pickers:
+        cells, bench = narrow(cells, "benchmark", "benchmark", "benchmark")
+        cells, metric = narrow(cells, "metric", "metric", "metric")
+        _, cell = narrow(cells, "group_key", "cell (model, batch size, pruning method ...)",
+                         "cell")  # fmt: skip
     df = filtered(
         query(ctx["path"], ctx["mtime"], ctx["branch"], "speedups", candidate=candidate,
               machine=ctx["machine"], benchmark=bench, metric=metric, group_key=cell),
@@ -129,7 +137,9 @@ def speedups(ctx):
         return
     baselines = sorted(df["baseline"].unique())
     chosen = [b for b in catalogue.DEFAULT_BASELINES if b in baselines] or baselines
-    chosen = st.multiselect("against", baselines, default=chosen, key="baselines")
+    with pickers:
+        chosen = st.multiselect("against", baselines, default=chosen, key="baselines")
+        chose("against", ", ".join(chosen))
     df = df[df["baseline"].isin(chosen)]
     rules = []
     if ctx["paper"]:
@@ -164,8 +174,9 @@ def numeric_drift(ctx):
     if df.empty:
         st.info("No drift runs on this machine.")
         return
-    df, bench = narrow(df, "benchmark", "benchmark", "benchmark")
-    df, _ = narrow(df, "group_key", "model and method", "cell")
+    with Pickers("Pick the series"):
+        df, bench = narrow(df, "benchmark", "benchmark", "benchmark")
+        df, _ = narrow(df, "group_key", "model and method", "cell")
     bound = ctx["policies"].for_metric(bench, "max_abs_diff")
     rules = [(f"bound {bound.max}", bound.max, "red")] if bound.max is not None else []
     if ctx["paper"]:
@@ -198,11 +209,13 @@ def compare(ctx):
     runs = ctx["runs"][ctx["runs"]["machine"] == ctx["machine"]]
     # one environment at a time, as `ragbench gate --stored --environment` (two Pythons'
     # samples pooled, or one against the other, read as a change of the code)
-    env = pick_environment(environments_of(runs), "compare-environment")
+    pickers = Pickers("Pick the commits")
+    with pickers:
+        env = pick_environment(environments_of(runs), "compare-environment")
     if env:
         runs = runs[environment_of(runs) == env]
         st.caption(f"Runs of the environment `{env}` only; another environment is another "
-                   "comparison (the picker above).")  # fmt: skip
+                   "comparison.")  # fmt: skip
     # one row a commit, newest first (a mask a commit took 40 s over 10,000 commits)
     commits = runs.drop_duplicates("commit_hash")[["commit_hash", "commit_time"]]
     if len(commits) < 2:
@@ -217,9 +230,12 @@ def compare(ctx):
     label = dict(zip(offered["commit_hash"],
                      offered["commit_hash"].str[:12] + " (" + offered["commit_time"].astype(str)
                      + ")", strict=True))  # fmt: skip
-    col1, col2 = st.columns(2)
-    base = col1.selectbox("base", list(label), index=1, format_func=label.get, key="base")
-    head = col2.selectbox("head", list(label), index=0, format_func=label.get, key="head")
+    with pickers:
+        col1, col2 = st.columns(2)
+        base = col1.selectbox("base", list(label), index=1, format_func=label.get, key="base")
+        head = col2.selectbox("head", list(label), index=0, format_func=label.get, key="head")
+        chose("base", label[base])
+        chose("head", label[head])
     if len(dated) > COMMIT_CHOICES:
         st.caption(f"The newest {COMMIT_CHOICES} of the {len(dated)} commits in the sidebar's "
                    "commit dates: narrow the dates to pick an older one.")  # fmt: skip
@@ -286,7 +302,8 @@ def stack_moved(runs: pd.DataFrame, base: str, head: str) -> str | None:
 @draws("Series")
 def series(ctx):
     st.header("Series")
-    picked = pick_series(ctx)
+    pickers = Pickers("Pick the series")
+    picked = pick_series(ctx, pickers)
     if picked is None:
         return
     df, bench, metric, cell = picked
@@ -295,7 +312,8 @@ def series(ctx):
     # one line per environment, as ragbench's history keeps them apart (asv's Pythons: one
     # line across them zigzagged between environments)
     envs = environments_of(df.iloc[::-1])  # the newest run's first
-    env = pick_environment(envs, "series-environment", every=True)
+    with pickers:
+        env = pick_environment(envs, "series-environment", every=True)
     if env is not None:
         df = df[df["environment"] == env]
     several = env is None and len(envs) > 1
@@ -446,11 +464,11 @@ def show(path: str | Path) -> None:
     every = page in ("Overview", "Alerts")  # pages of every machine
     # the machine of the newest run first (the runs are newest first): a runner retired years
     # ago is no page's default
-    with st.sidebar:  # the machine under the page picker, its GPU and stack below it
-        machine = None if every else pick("machine", list(latest.index), "machine",
-                                          default=latest.index[0])  # fmt: skip
-        if machine:
-            st.caption(environment(latest.loc[machine]))
+    machine = None
+    if not every:  # the machine under the page picker, its GPU and stack below it
+        with Pickers("Machine", st.sidebar, width="stretch"):
+            machine = pick("machine", list(latest.index), "machine", default=latest.index[0])
+        st.sidebar.caption(environment(latest.loc[machine]))
     mine = runs if machine is None else runs[runs["machine"] == machine]
     times = pd.to_datetime(mine["commit_time"]).dt.date
     since, until = times.min(), times.max()

@@ -18,6 +18,7 @@ import pytest
 from conftest import ingest
 
 from dashboard import PAGES, SEVERITY, svg
+from dashboard.draw import escaped
 from ragbench import synth
 from ragbench.store import Store
 from ragbench.suite_views import SUITE_VIEWS
@@ -193,8 +194,7 @@ def test_the_filters_sit_in_a_popover_and_a_line_says_what_they_apply(store):
     fetches none of their scripts); a line under it names what they apply, and a store of one
     branch names it in a line instead of a select box."""
     at = app(store, page="Dispatch floors", machine="synthetic")
-    (popover,) = [b for b in at.sidebar.children.values() if getattr(b, "type", "") == "popover"]
-    inside = {type(w).__name__ for w in popover.children.values()}
+    inside = {type(w).__name__ for w in popovers(at.sidebar)["Filters"].children.values()}
     assert {"DateInput", "Multiselect", "Checkbox"} <= inside
     captions = [c.value for c in at.sidebar.caption]
     assert "branch (the history): main" in captions
@@ -208,6 +208,48 @@ def test_the_filters_sit_in_a_popover_and_a_line_says_what_they_apply(store):
     assert not at.exception
     (line,) = [c.value for c in at.sidebar.caption if c.value.startswith("filtered:")]
     assert line == f"filtered: torch {torch.options[0]}"
+
+
+def popovers(node) -> dict[str, object]:
+    """The popovers under ``node`` (a block of the app's tree), by label."""
+    return {b.proto.popover.label: b for b in node if getattr(b, "type", "") == "popover"}
+
+
+def outside_popovers(node) -> list:
+    """The select boxes and multiselects under ``node`` that no popover holds."""
+    inside = {id(w) for p in popovers(node).values() for w in p}
+    kinds = ("Selectbox", "Multiselect")
+    return [w for w in node if type(w).__name__ in kinds and id(w) not in inside]
+
+
+def test_every_page_keeps_its_pickers_in_a_popover_and_a_line_says_what_they_chose(store):
+    """No page's first view draws a select box or a multiselect outside a popover (their
+    scripts load only when one is opened); the line under a page's pickers names each choice
+    and follows a change, and the sidebar's names the machine."""
+    for page in PAGES:
+        at = app(store, page=page, machine="synthetic")
+        assert not at.exception, page
+        assert not outside_popovers(at.main) + outside_popovers(at.sidebar), page
+    at = app(store, page="Series", machine="synthetic")
+    assert [s.key for s in popovers(at.sidebar)["Machine"].selectbox] == ["machine"]
+    assert "machine: synthetic" in [c.value for c in at.sidebar.caption]
+    picked = popovers(at.main)["Pick the series"]
+    assert [s.key for s in picked.selectbox] == ["benchmark", "metric", "cell"]
+
+    def line() -> str:
+        (found,) = [c.value for c in at.main.caption if c.value.startswith("benchmark: ")]
+        return found
+
+    def chosen() -> str:
+        return " · ".join(f"{s.label}: {escaped(s.value)}" for s in picked.selectbox)
+
+    assert line() == chosen()
+    bench = picked.selectbox[0]
+    other = next(o for o in bench.options if o != bench.value)
+    bench.select(other).run()
+    assert not at.exception
+    picked = popovers(at.main)["Pick the series"]
+    assert picked.selectbox[0].value == other and line() == chosen()
 
 
 def test_paper_overlay(store):
