@@ -8,9 +8,9 @@ lengths, 257-512 keys, ``WORKLOADS``) it checks, then times, in one process:
     choice by length and batch, ``kernels.config.choice``, through the fast paths),
   * ``before``: the table's kernel alone (``config.attention_config``: the default path
     before the short-batch classes),
-  * ``previous``: the default path before the seventh session (the loop's class at 17-128
-    keys with PDL after the store instead of after the q load; the other classes' kernel as
-    ``current``),
+  * ``previous``: the default path before the ninth session (the loop's class at 65-128
+    keys on the 1-D grid, the table's spans without the leaner softmax; the other classes'
+    kernel as ``current``),
   * every candidate of ``ragged.kernels.variants.VARIANTS``,
   * FA2 through torch's ``aten._flash_attention_forward`` (where this torch has it),
   * an empty Triton kernel (one program): the launch floor of a CUDA graph's kernel node,
@@ -59,7 +59,7 @@ from benchmarks.support import harness, workloads
 from experiments import kernel_parts
 from ragged.kernels import attention as kernel_attention
 from ragged.kernels import forward, variants
-from ragged.kernels.config import PDL_MID, attention_config, capability_of, choice
+from ragged.kernels.config import TABLE_LEAN, attention_config, capability_of, choice
 from ragged.testing import attention_error_budget, packed_qkv
 
 # (label, batch, prune, lengths): the issue's table, in its order.
@@ -88,6 +88,9 @@ WORKLOADS = (
     ("384 4 ats", 4, None, ([44, 45, 39, 38], 289)),
     ("2 / 450", 2, None, ([450] * 2, 0)),
     ("4 / 512 mixed", 4, None, ([512, 300, 420, 260], 0)),
+    # past three waves at 17-128 keys, and past 512 keys (DeiT-B 384 unpruned): the table's
+    ("64 / 80%", 64, 0.8, "uniform"),
+    ("8 / 577", 8, None, ([577] * 8, 0)),
 )
 HEADS, HEAD_DIM = 12, 64
 CALLS = 20  # calls captured per graph
@@ -150,11 +153,12 @@ def arms_of(q, k, v, cu, max_seqlen, *, smoke: bool) -> dict:
         ),
         before,
     )
-    # the default path before the seventh session: the loop's PDL after the store, not mid
+    # the default path before the ninth session: the loop's class at 65-128 keys on the 1-D
+    # grid, the table's spans without the leaner softmax
     pairs = (cu.shape[0] - 1) * q.shape[1]
     cfg = choice(q.shape[2], max_seqlen, pairs, q.dtype, capability_of(q.get_device()))[0]
-    if cfg is not None and cfg.pdl == PDL_MID and cfg.kind == "loop":
-        cfg = dataclasses.replace(cfg, pdl=2)
+    if cfg is not None and cfg.kind == "loop":
+        cfg = None if cfg == TABLE_LEAN else dataclasses.replace(cfg, grid3=False, lean=False)
     previous = torch.empty_like(q)
     arms["previous"] = (
         lambda: kernel_attention.varlen_attention_triton(

@@ -27,6 +27,11 @@ global loads and stores of the default path's kernels in PTX and SASS without a 
 as the launch path specializes them; ``--live-report`` (GPU) those Triton's JIT compiled for
 ``ragged.varlen_attention``.
 
+The ninth session (docs/kernel.md, "Fewer instructions a key tile") added switches of
+``loop_parts_kernel`` that cut the softmax's instructions (``FFMA``, ``LASTMASK``, ``SKIP0``,
+``RCP``; all four: "lean"), its 3-D grid (``GRID3``), half its exp2 by a cubic on the FMA
+units (``POLY``), and "lean" one-tile arms (``LEAN``: the scale in the fma, the reciprocal).
+
 Only ``full`` arms produce attention; the others are floors and are not checked (their output
 is not attention). Nothing in ``ragged`` imports this module.
 
@@ -34,6 +39,7 @@ is not attention). Nothing in ``ragged`` imports this module.
     python -m experiments.kernel_parts --same-ptx [89]    # the one-tile kernel's A/B in PTX
     python -m experiments.kernel_parts --load-report [90] # loads/stores in PTX and SASS, no GPU
     python -m experiments.kernel_parts --live-report      # the same, as the launch path compiled
+    python -m experiments.kernel_parts --regs-report [90] # the loop classes' registers, no GPU
 """
 
 # ruff: noqa: SIM108  (a verbatim copy of a kernel of ragged/kernels, whose lint ignores it)
@@ -68,6 +74,29 @@ def _exp2(x, F16EXP: tl.constexpr):
         return tl.math.exp2(x)
 
 
+@triton.jit
+def _exp2_poly(x):
+    """2^x on the FMA and integer units, no MUFU (FlashAttention-3/4's trick): the integer
+    part by the 1.5 x 2^23 rounding add, 2^fraction by a cubic, the integer added into the
+    exponent bits. x below -126 gives a value under 2^-125 where exp2 gives 0 (flushed in fp16)."""
+    x = tl.maximum(x, -126.0)
+    t = x + 12582912.0  # 1.5 x 2^23: the sum's low mantissa bits hold round(x)
+    f = x - (t - 12582912.0)
+    p = 0.05517166 * f + 0.24261112  # minimax cubic for 2^f on [-0.5, 0.5]: relative error
+    p = p * f + 0.69326097  # 7.5e-5 at most (p, rounded to fp16 for the second dot, carries
+    p = p * f + 0.99992806  # up to 2.4e-4 of its own)
+    bits = p.to(tl.int32, bitcast=True) + (t.to(tl.int32, bitcast=True) << 23)
+    return bits.to(tl.float32, bitcast=True)
+
+
+@triton.jit
+def _exp2_half_poly(x, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
+    """2^x, the even columns on MUFU (``exp2``), the odd ones by ``_exp2_poly``: a column
+    pair sits in one thread's registers, so the split and the join move no data."""
+    a, b = tl.split(tl.reshape(x, [BLOCK_M, BLOCK_N // 2, 2]))
+    return tl.reshape(tl.join(tl.math.exp2(a), _exp2_poly(b)), [BLOCK_M, BLOCK_N])
+
+
 @triton.jit(
     do_not_specialize=["cu_seqlens", "num_heads", "num_m_blocks"],
     do_not_specialize_on_alignment=["cu_seqlens"],
@@ -79,7 +108,9 @@ def loop_parts_kernel(
     HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_M: tl.constexpr,
     BLOCK_N: tl.constexpr, PDL: tl.constexpr, PART: tl.constexpr, MMA2: tl.constexpr,
     F16EXP: tl.constexpr, KV_EVICT: tl.constexpr = "", KV_CACHE: tl.constexpr = "",
-    HINTS: tl.constexpr = False,
+    HINTS: tl.constexpr = False, FFMA: tl.constexpr = False, LASTMASK: tl.constexpr = False,
+    SKIP0: tl.constexpr = False, RCP: tl.constexpr = False, GRID3: tl.constexpr = False,
+    POLY: tl.constexpr = False,
 ):  # fmt: skip
     """``forward.varlen_fwd_kernel`` (fp16, 1-D grid) doing ``PART`` of its work. ``MMA2`` only
     tells the cache apart (the launcher compiles it with DISABLE_MMA_V3). ``PDL`` 3: the next
@@ -87,14 +118,26 @@ def loop_parts_kernel(
     ``KV_EVICT`` / ``KV_CACHE``: the k and v loads' ``eviction_policy`` / ``cache_modifier``
     ("": the kernel's); ``HINTS``: ``tl.multiple_of`` / ``tl.max_contiguous`` on the offsets.
     ``LOADSUM``: q, k and v loaded as ``FULL`` loads them (k untransposed) and summed
-    elementwise, in one layout: the loads' floor without the cross-thread sums of ``LOADS``."""
+    elementwise, in one layout: the loads' floor without the cross-thread sums of ``LOADS``.
+    The ninth session's (fewer instructions a key tile, each exact): ``FFMA`` the scale in the
+    exponent's fma (the mask and the row max on the raw scores, the max scaled once a row);
+    ``LASTMASK`` the key mask only on a tile that crosses the sequence's end; ``SKIP0`` no
+    rescale (alpha, acc x alpha, l x alpha) on the first key tile; ``RCP`` one reciprocal a row
+    and a multiply for the final division; ``GRID3`` a 3-D grid (query tile, head, sequence: no
+    integer divisions before the cu_seqlens load); ``POLY`` every second exp2 by a polynomial
+    on the FMA units (``_exp2_poly``), the others on MUFU."""
     if PDL == 1:
         forward.gdc_launch_dependents()
-    pid = tl.program_id(0)
-    m_block = pid % num_m_blocks
-    seq_head = pid // num_m_blocks
-    head = seq_head % num_heads
-    seq = seq_head // num_heads
+    if GRID3:
+        m_block = tl.program_id(0)
+        head = tl.program_id(1)
+        seq = tl.program_id(2)
+    else:
+        pid = tl.program_id(0)
+        m_block = pid % num_m_blocks
+        seq_head = pid // num_m_blocks
+        head = seq_head % num_heads
+        seq = seq_head // num_heads
     if PDL:
         forward.gdc_wait()
     seq_start = tl.load(cu_seqlens + seq)
@@ -158,6 +201,36 @@ def loop_parts_kernel(
                 elif PART == DOTS:
                     s = tl.dot(q, k)
                     acc += tl.dot(s.to(v.dtype), v)
+                elif FFMA or LASTMASK or SKIP0 or POLY:
+                    s = tl.dot(q, k)
+                    if LASTMASK:  # a tile inside the sequence has no key to mask
+                        if n_start + BLOCK_N > seq_len:
+                            s = tl.where(n_ok[None, :], s, float("-inf"))
+                    else:
+                        s = tl.where(n_ok[None, :], s, float("-inf"))
+                    if FFMA:  # qk_scale > 0: max(s) x scale is max(s x scale), rounded alike
+                        m_new = tl.maximum(m_i, tl.max(s, 1) * qk_scale)
+                        x = tl.fma(s, qk_scale, -m_new[:, None])
+                    else:
+                        s = s * qk_scale
+                        m_new = tl.maximum(m_i, tl.max(s, 1))
+                        x = s - m_new[:, None]
+                    if POLY:
+                        p = _exp2_half_poly(x, BLOCK_M, BLOCK_N)
+                    else:
+                        p = tl.math.exp2(x)
+                    if SKIP0:  # on the first tile m_i is -inf: alpha 0, acc and l_i 0
+                        if n_start > 0:
+                            alpha = tl.math.exp2(m_i - m_new)
+                            l_i = l_i * alpha
+                            acc = acc * alpha[:, None]
+                    else:
+                        alpha = tl.math.exp2(m_i - m_new)
+                        l_i = l_i * alpha
+                        acc = acc * alpha[:, None]
+                    l_i += tl.sum(p, 1)
+                    acc = tl.dot(p.to(v.dtype), v, acc)
+                    m_i = m_new
                 else:
                     s = tl.dot(q, k)
                     s = tl.where(n_ok[None, :], s * qk_scale, float("-inf"))
@@ -170,7 +243,10 @@ def loop_parts_kernel(
             if PART == LOADS:
                 acc = q.to(tl.float32) + tl.sum(ksum, 1)[None, :] + tl.sum(vsum, 0)[None, :]
             elif PART == FULL:
-                acc = acc / l_i[:, None]
+                if RCP:
+                    acc = acc * (1.0 / l_i)[:, None]
+                else:
+                    acc = acc / l_i[:, None]
         o_ptrs = O + (row0 + offs_m[:, None]) * stride_ot + head64 * stride_oh + offs_d[None, :]
         tl.store(o_ptrs, acc.to(O.dtype.element_ty), mask=m_ok[:, None] & d_ok[None, :])
     if PDL == 2:
@@ -194,9 +270,11 @@ def _onetile_loads(Q, K, V, head, row, offs_m, offs_n, offs_d, m_ok, n_ok, d_ok,
 def _onetile_finish(q, k, v, O, head, row0, g0, seq_len, offs_m, offs_n, offs_d, d_ok, qk_scale,
                     Q, K, V, stride_qt, stride_qh, stride_kt, stride_kh, stride_vt, stride_vh,
                     stride_ot, stride_oh, BLOCK_D: tl.constexpr, PART: tl.constexpr,
-                    F16EXP: tl.constexpr):  # fmt: skip
+                    F16EXP: tl.constexpr, LEAN: tl.constexpr = False):  # fmt: skip
     """The one-tile kernel after its speculative loads: again from the true start where the
-    guess was wrong, then ``PART`` of the arithmetic, then the store."""
+    guess was wrong, then ``PART`` of the arithmetic, then the store. ``LEAN``: the scale in
+    the exponent's fma and one reciprocal a row for the division (the loop's ``FFMA``,
+    ``RCP``)."""
     m_ok = offs_m < seq_len
     n_ok = offs_n < seq_len
     if PART == ZEROS:
@@ -212,6 +290,10 @@ def _onetile_finish(q, k, v, O, head, row0, g0, seq_len, offs_m, offs_n, offs_d,
                    + tl.sum(v.to(tl.float32), 0)[None, :])  # fmt: skip
         elif PART == DOTS:
             acc = tl.dot(tl.dot(q, k).to(v.dtype), v)
+        elif LEAN:
+            s = tl.where(n_ok[None, :], tl.dot(q, k), float("-inf"))
+            p = tl.math.exp2(tl.fma(s, qk_scale, -(tl.max(s, 1) * qk_scale)[:, None]))
+            acc = tl.dot(p.to(v.dtype), v) * (1.0 / tl.sum(p, 1))[:, None]
         else:
             s = tl.dot(q, k)
             s = tl.where(n_ok[None, :], s * qk_scale, float("-inf"))
@@ -231,7 +313,7 @@ def onetile_parts_kernel(
     n0, n1,
     HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_M: tl.constexpr,
     BLOCK_N: tl.constexpr, PDL: tl.constexpr, PART: tl.constexpr, MMA2: tl.constexpr,
-    F16EXP: tl.constexpr, HEADS: tl.constexpr,
+    F16EXP: tl.constexpr, HEADS: tl.constexpr, LEAN: tl.constexpr = False,
 ):  # fmt: skip
     """``forward.onetile_kernel`` as the default path runs it (3-D grid, speculative start)
     doing ``PART`` of its work; ``HEADS`` (1 or 2) heads a program, grid (query tiles,
@@ -270,7 +352,7 @@ def onetile_parts_kernel(
         _onetile_finish(q, k, v, O, head, row0, g0, seq_len, offs_m, offs_n, offs_d, d_ok,
                         qk_scale, Q, K, V, stride_qt, stride_qh, stride_kt, stride_kh,
                         stride_vt, stride_vh, stride_ot, stride_oh, BLOCK_D, PART,
-                        F16EXP)  # fmt: skip
+                        F16EXP, LEAN)  # fmt: skip
         if HEADS == 2:
             _onetile_finish(q2, k2, v2, O, head + 1, row0, g0, seq_len, offs_m, offs_n, offs_d,
                             d_ok, qk_scale, Q, K, V, stride_qt, stride_qh, stride_kt, stride_kh,
@@ -612,7 +694,8 @@ class Part:
     "before" (``onetile_before_kernel``, the default path's one-tile launch: always full).
     ``tma``: the loop or one-tile kernel loading q, k and v through TMA descriptors
     (``loop_tma_kernel``, ``onetile_tma_kernel``; ``vzero`` False: the loop's v rows past the
-    sequence not zeroed); ``kv_evict``, ``kv_cache``, ``hints``: ``loop_parts_kernel``'s."""
+    sequence not zeroed); ``kv_evict``, ``kv_cache``, ``hints``, ``ffma``, ``lastmask``,
+    ``skip0``, ``rcp``, ``grid3``, ``poly``: ``loop_parts_kernel``'s (upper-cased)."""
 
     name: str
     kind: str
@@ -630,6 +713,12 @@ class Part:
     kv_evict: str = ""
     kv_cache: str = ""
     hints: bool = False
+    ffma: bool = False
+    lastmask: bool = False
+    skip0: bool = False
+    rcp: bool = False
+    grid3: bool = False
+    poly: bool = False
 
     def why_not(self, max_seqlen: int, on_gpu: bool) -> str | None:
         """Why this arm cannot run a batch of ``max_seqlen`` here (None: it can)."""
@@ -709,6 +798,36 @@ PARTS = (
     *_parts("floor loop 128x64 w8 s2 pdl mid", "loop", 128, 64, 8, 2, 3, ("loadsum",)),
     *_parts("tma loop 128x64 w8 s2 pdl mid", "loop", 128, 64, 8, 2, 3, ("loadsum", "full"),
             tma=True),
+    # the ninth session: the default loop (PDL after the q load) with fewer instructions a key
+    # tile, each change alone and together, and half its exp2 on the FMA units
+    *_parts("ffma loop 64x64 w4 s2 pdl mid", "loop", 64, 64, 4, 2, 3, ("full",), ffma=True),
+    *_parts("lastmask loop 64x64 w4 s2 pdl mid", "loop", 64, 64, 4, 2, 3, ("full",),
+            lastmask=True),
+    *_parts("skip0 loop 64x64 w4 s2 pdl mid", "loop", 64, 64, 4, 2, 3, ("full",), skip0=True),
+    *_parts("rcp loop 64x64 w4 s2 pdl mid", "loop", 64, 64, 4, 2, 3, ("full",), rcp=True),
+    *_parts("grid3 loop 64x64 w4 s2 pdl mid", "loop", 64, 64, 4, 2, 3, ("full",), grid3=True),
+    *_parts("lean loop 64x64 w4 s2 pdl mid", "loop", 64, 64, 4, 2, 3, ("full",), ffma=True,
+            lastmask=True, skip0=True, rcp=True),
+    *_parts("lean grid3 loop 64x64 w4 s2 pdl mid", "loop", 64, 64, 4, 2, 3, ("full",),
+            ffma=True, lastmask=True, skip0=True, rcp=True, grid3=True),
+    *_parts("poly loop 64x64 w4 s2 pdl mid", "loop", 64, 64, 4, 2, 3, ("full",), ffma=True,
+            poly=True),
+    *_parts("lean poly loop 64x64 w4 s2 pdl mid", "loop", 64, 64, 4, 2, 3, ("full",),
+            ffma=True, lastmask=True, skip0=True, rcp=True, poly=True),
+    # the 129-512 keys class's loop (3 stages, PDL after the store) and its leaner softmax
+    *_parts("floor loop 64x64 w4 s3 pdl late", "loop", 64, 64, 4, 3, 2, ("full",)),
+    *_parts("lean loop 64x64 w4 s3 pdl late", "loop", 64, 64, 4, 3, 2, ("full",), ffma=True,
+            lastmask=True, skip0=True, rcp=True),
+    # the one-tile kernel of BS 1 (PDL at once up to 64 keys, after the store to 128) with the
+    # scale in the fma and the reciprocal (it has no loop: no mask to skip, no rescale)
+    *_parts("lean onetile m16 w4 pdl", "onetile", 16, 0, 4, 1, 1, ("full",), ffma=True,
+            rcp=True),
+    *_parts("lean onetile m16 w4 pdl late", "onetile", 16, 0, 4, 1, 2, ("full",), ffma=True,
+            rcp=True),
+    *_parts("floor onetile m16 w4 pdl late", "onetile", 16, 0, 4, 1, 2, ("full",)),
+    # the table's kernel (no PDL: BS 64) made lean: where the large classes would take it
+    *_parts("lean loop 64x64 w4 s2", "loop", 64, 64, 4, 2, 0, ("full",), ffma=True,
+            lastmask=True, skip0=True, rcp=True),
     # probes (the inputs unused): programs x 8 KB tiles each, PDL after the store
     *(Part(f"probe {p} x {8 * t} KB", "probe", p, t, 4, 1, 2, PART_NAMES["loadsum"])
       for p, t in ((36, 1), (36, 2), (132, 1), (132, 4), (192, 1), (192, 2), (192, 4),
@@ -750,10 +869,12 @@ def run(arm: Part, q, k, v, cu_seqlens, max_seqlen, softmax_scale, out) -> torch
         if arm.tma:
             return _run_tma(arm, q, k, v, cu_seqlens, max_seqlen, scale, out, pdl)
         if arm.kind == "loop":
-            loop_parts_kernel[(programs,)](q, k, v, out, cu_seqlens, scale, *strides, heads,
-                                           num_m_blocks, BLOCK_N=arm.block_n, KV_EVICT=arm.kv_evict,
-                                           KV_CACHE=arm.kv_cache, HINTS=arm.hints,
-                                           **common)  # fmt: skip
+            grid = (num_m_blocks, heads, batch) if arm.grid3 else (programs,)
+            loop_parts_kernel[grid](q, k, v, out, cu_seqlens, scale, *strides, heads,
+                                    num_m_blocks, BLOCK_N=arm.block_n, KV_EVICT=arm.kv_evict,
+                                    KV_CACHE=arm.kv_cache, HINTS=arm.hints, FFMA=arm.ffma,
+                                    LASTMASK=arm.lastmask, SKIP0=arm.skip0, RCP=arm.rcp,
+                                    GRID3=arm.grid3, POLY=arm.poly, **common)  # fmt: skip
         elif arm.kind == "before":
             onetile_before_kernel[(num_m_blocks, heads, batch)](
                 q, k, v, out, cu_seqlens, scale, *strides, total,
@@ -768,7 +889,8 @@ def run(arm: Part, q, k, v, cu_seqlens, max_seqlen, softmax_scale, out) -> torch
             onetile_parts_kernel[grid](
                 q, k, v, out, cu_seqlens, scale, *strides, total,
                 attention.guess_len(total, batch, max_seqlen),
-                BLOCK_N=max(16, triton.next_power_of_2(max_seqlen)), HEADS=arm.heads, **common,
+                BLOCK_N=max(16, triton.next_power_of_2(max_seqlen)), HEADS=arm.heads,
+                LEAN=arm.ffma and arm.rcp, **common,
             )  # fmt: skip
     finally:
         if arm.mma2:
@@ -879,13 +1001,15 @@ def load_report(capability: int = 90) -> int:
     aligned = [*range(4), *range(6, 14)]  # the pointers and the eight strides
     cuobjdump = Path(triton.__file__).parent / "backends" / "nvidia" / "bin" / "cuobjdump"
     common = {"HEAD_DIM": 64, "BLOCK_D": 64}
-    loop = common | {"BLOCK_M": 64, "BLOCK_N": 64, "IEEE_DOT": False, "DELAY_CYCLES": 0}
+    loop = common | {"BLOCK_M": 64, "BLOCK_N": 64, "IEEE_DOT": False, "DELAY_CYCLES": 0,
+                     "GRID3": False, "LEAN": False}  # fmt: skip
     one = common | {"BLOCK_M": 16, "IEEE_DOT": False, "SPECULATE": True, "GRID3": True}
     parts = common | {"BLOCK_M": 64, "BLOCK_N": 64, "PDL": 3, "PART": 3, "MMA2": False,
                       "F16EXP": False}  # fmt: skip
     spec = loop | {"SUB_M": 64, "KEYS": 64, "SPECULATE": True, "FOLD": False,
                    "FULL_SKIP": False, "V_SPEC": False, "PDL": 1}  # fmt: skip
-    spec.pop("DELAY_CYCLES")
+    for name in ("DELAY_CYCLES", "GRID3", "LEAN"):  # the loop's alone
+        spec.pop(name)
     # (label, kernel, constexprs, warps, stages, aligned, pointer kernel?)
     kernels = [
         ("loop 64x64 w4 s2 pdl mid (17-128 keys)", forward.varlen_fwd_kernel, loop | {"PDL": 3},
@@ -969,6 +1093,51 @@ def load_report(capability: int = 90) -> int:
     return 1 if failed else 0
 
 
+def regs_report(capability: int = 90) -> int:
+    """Compile the loop kernel as the default path's classes launch it, before and after the
+    ninth session (the 1-D and 3-D grid with PDL after the q load, the table's kernel with and
+    without ``LEAN``, the 3-stage class with and without it) for sm_``capability``, no GPU
+    needed, and print registers and stack a thread (``cuobjdump -res-usage``) and shared
+    memory: 128 threads a program fit 4 an SM at 128 registers, 3 at 129-168."""
+    import re
+    import subprocess
+    import tempfile
+    from pathlib import Path
+
+    from triton.backends.compiler import GPUTarget
+    from triton.compiler import ASTSource
+
+    fn = forward.varlen_fwd_kernel
+    types = ["*fp16"] * 4 + ["*i32", "fp32"] + ["i32"] * 10
+    signature = dict(zip(fn.arg_names, types, strict=False))
+    attrs = {(i,): [["tt.divisibility", 16]] for i in (*range(4), *range(6, 14))}
+    cuobjdump = Path(triton.__file__).parent / "backends" / "nvidia" / "bin" / "cuobjdump"
+    loop = {"HEAD_DIM": 64, "BLOCK_D": 64, "BLOCK_M": 64, "BLOCK_N": 64, "IEEE_DOT": False,
+            "DELAY_CYCLES": 0}  # fmt: skip
+    print(f"triton {triton.__version__}, sm_{capability}, forward.varlen_fwd_kernel 64x64 w4")
+    for label, pdl, stages, grid3, lean in (
+        ("17-128 keys, PDL after the q load, 1-D grid", 3, 2, False, False),
+        ("65-128 keys up to 99 pairs, 3-D grid", 3, 2, True, False),
+        ("the table", 0, 2, False, False),
+        ("the table, LEAN (TABLE_LEAN)", 0, 2, False, True),
+        ("129-512 keys, 3 stages, PDL after the store", 2, 3, False, False),
+        ("129-512 keys, 3 stages, PDL after the store, LEAN", 2, 3, False, True),
+    ):
+        consts = loop | {"PDL": pdl, "GRID3": grid3, "LEAN": lean}
+        src = ASTSource(fn, signature | dict.fromkeys(consts, "constexpr"), constexprs=consts,
+                        attrs=attrs)  # fmt: skip
+        options = {"num_warps": 4, "num_stages": stages} | ({"launch_pdl": True} if pdl else {})
+        k = triton.compile(src, target=GPUTarget("cuda", capability, 32), options=options)
+        with tempfile.NamedTemporaryFile(suffix=".cubin") as f:
+            f.write(k.asm["cubin"])
+            f.flush()
+            res = subprocess.run([str(cuobjdump), "-res-usage", f.name], capture_output=True,
+                                 text=True).stdout  # fmt: skip
+        m = re.search(r"REG:\d+ STACK:\d+", res)
+        print(f"{label}: {m.group(0) if m else '?'}, shared {k.metadata.shared} B", flush=True)
+    return 0
+
+
 def live_report() -> int:
     """On the GPU: call ``ragged.varlen_attention`` (its fast paths) at BS 1 / 80% and 8 / 50%
     and print the global loads and stores of every kernel Triton's JIT compiled for it (the
@@ -1000,6 +1169,9 @@ def live_report() -> int:
 if __name__ == "__main__":
     if "--live-report" in sys.argv:
         raise SystemExit(live_report())
+    if "--regs-report" in sys.argv:  # optionally followed by the SM (default 90)
+        after = sys.argv[sys.argv.index("--regs-report") + 1 :]
+        raise SystemExit(regs_report(int(after[0]) if after else 90))
     if "--load-report" in sys.argv:  # optionally followed by the SM (default 90)
         after = sys.argv[sys.argv.index("--load-report") + 1 :]
         raise SystemExit(load_report(int(after[0]) if after else 90))

@@ -60,7 +60,7 @@ class Plan:
     constexprs: dict
     device_index: int  # -1 on the CPU (the interpreter)
     launcher: Launcher  # the loop kernel's, the one-tile kernel's or specloop's (config.kind)
-    grid3: bool  # the 3-D grid (query tiles, heads, sequences) of onetile and specloop
+    grid3: bool  # the 3-D grid (query tiles, heads, sequences): onetile, specloop, cfg.grid3
     pdl: int  # a programmatic dependent launch (config.pdl; 0 on the CPU)
     span: tuple  # (lo, hi): the max_seqlens this plan serves
     pairs: tuple  # (lo, hi): the batch x heads it serves
@@ -105,10 +105,12 @@ def _make_plan(device_index, dtype, head_dim, max_seqlen, pairs, config) -> Plan
                        "PDL": pdl}  # fmt: skip
         launcher = _specloop_launcher
     else:
-        constexprs |= {"DELAY_CYCLES": cfg.delay_cycles, "PDL": pdl}
+        constexprs |= {"DELAY_CYCLES": cfg.delay_cycles, "PDL": pdl, "GRID3": cfg.grid3,
+                       "LEAN": cfg.lean}  # fmt: skip
         launcher = _launcher
-    plan = _plan_of[key] = Plan(cfg, constexprs, device_index, launcher, onetile or specloop,
-                                pdl, span, pair_span)  # fmt: skip
+    plan = _plan_of[key] = Plan(cfg, constexprs, device_index, launcher,
+                                onetile or specloop or cfg.grid3, pdl, span,
+                                pair_span)  # fmt: skip
     return plan
 
 

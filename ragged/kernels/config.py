@@ -41,6 +41,10 @@ class AttentionConfig:
     # A programmatic dependent launch (sm_90 and later): 0 none, 1 the next kernel may launch
     # at once, 2 once every program stored its tile (attention.py's PDL constexpr)
     pdl: int = 0
+    # The loop on the 3-D grid (query tiles, heads, sequences) and with its leaner softmax
+    # (forward.varlen_fwd_kernel's GRID3 and LEAN)
+    grid3: bool = False
+    lean: bool = False
 
 
 @functools.lru_cache(maxsize=1024)
@@ -106,6 +110,16 @@ def attention_config(
 #   before its key tiles (``PDL_MID``): 32 / 80% 3.81 and 4.02 vs 4.01 and 4.17, 8 / 50% 4.24
 #   and 4.35 vs 4.27 and 4.45, 16 / 50% 5.29 and 5.08 vs 5.35 and 5.16; within the spread
 #   elsewhere (4 / 80% mixed 3.49 vs 3.45).
+# The ninth session's two sweeps (experiments.kernel_parts, docs/kernel.md "Fewer instructions
+# a key tile"; µs against copies of the kernels they replace, same rounds, two leases):
+#   65-128 keys up to one and a half waves of two-tile programs (GRID3_PAIRS): the loop on the
+#   3-D grid (no integer divisions before the cu_seqlens load): 8 / 50% 4.17 and 4.03 vs 4.36
+#   and 4.23, 4 / 50% 3.36 and 3.43 vs 3.54 and 3.66 (at 384 programs, with 128 registers
+#   instead of 136, it lost: 32 / 80% 4.16 vs 3.89, 16 / 50% 5.86 vs 5.35);
+#   the table's spans of these head dims and dtypes: the loop's leaner softmax (LEAN), the
+#   same registers (128): 64 / 0% 55.40 and 55.89 vs 57.53 and 58.06, 64 / 50% mixed 25.67
+#   and 24.91 vs 26.79 and 26.00; the default path before -> after, 8 / 50% 4.21 -> 4.06,
+#   64 / 0% 58.34 -> 55.72, 64 / 80% 7.42 -> 6.83, 8 x 577 35.56 -> 34.04.
 PDL_MID = 3  # forward.varlen_fwd_kernel's PDL: the trigger after the q load
 WAVE = 132  # the H100's SMs: one program each
 LATE_WAVES = 3
@@ -113,6 +127,8 @@ SHORT_BATCH_KEYS = 512  # the longest max_seqlen measured
 ONETILE_KEYS = 128  # one tile of keys: 256 columns spill (ptxas, docs/kernel.md)
 SPECLOOP_KEYS = 64  # specloop's bucket: 33-64 keys (the only one where it won twice)
 SPECLOOP_PAIRS = WAVE // 2  # and its pairs (won at 48: 4 / 80%; lost at 96: 8 / 80%)
+GRID3_PAIRS = 3 * WAVE // 4  # 65-128 keys: 1.5 waves of two-tile programs (99 pairs; 8 / 50%: 96)
+TABLE_LEAN = AttentionConfig(64, 64, 4, 2, lean=True)  # the table's tile, its leaner softmax
 
 
 def pow2_span(max_seqlen: int) -> tuple[int, int]:
@@ -126,7 +142,8 @@ def short_batch(head_dim: int, max_seqlen: int, pairs: int, dtype: torch.dtype,
     """(config, (lo, hi), (pairs_lo, pairs_hi)) of the short-batch classes above for a batch
     of ``pairs`` (sequence, head) pairs whose longest sequence is ``max_seqlen``: every
     max_seqlen in [lo, hi] and pair count in [pairs_lo, pairs_hi] gets ``config`` (None: the
-    table's); None where they do not apply (before sm_90: no programmatic dependent launch;
+    table's; ``TABLE_LEAN``: the table's tile with the leaner softmax); None where they do not
+    apply (before sm_90: no programmatic dependent launch;
     other dtypes, head dims and lengths: not measured)."""
     block_d = max(16, triton.next_power_of_2(head_dim))
     if (
@@ -135,7 +152,7 @@ def short_batch(head_dim: int, max_seqlen: int, pairs: int, dtype: torch.dtype,
     ):  # fmt: skip
         return None
     if max_seqlen > SHORT_BATCH_KEYS:  # the table's, above the classes' lengths only
-        return None, (SHORT_BATCH_KEYS + 1, MAX_LENGTH), (0, MAX_LENGTH)
+        return TABLE_LEAN, (SHORT_BATCH_KEYS + 1, MAX_LENGTH), (0, MAX_LENGTH)
     if pairs < 1:  # an empty grid: nothing launches
         return None, (max_seqlen, max_seqlen), (pairs, pairs)
     lo, hi = pow2_span(max_seqlen)
@@ -150,13 +167,20 @@ def short_batch(head_dim: int, max_seqlen: int, pairs: int, dtype: torch.dtype,
         cfg = AttentionConfig(64, 64, 4, 2, kind="specloop", pdl=1)
         return cfg, (lo, hi), (first, SPECLOOP_PAIRS)
     first = SPECLOOP_PAIRS + 1 if hi == SPECLOOP_KEYS else first
+    if hi == 2 * 64 and pairs <= GRID3_PAIRS:  # two key tiles, up to 1.5 waves: the 3-D grid
+        return (
+            AttentionConfig(64, 64, 4, 2, pdl=PDL_MID, grid3=True),
+            (lo, hi),
+            (first, GRID3_PAIRS),
+        )
+    first = GRID3_PAIRS + 1 if hi == 2 * 64 else first
     most = LATE_WAVES * WAVE // -(-hi // 64)
     if pairs <= most:  # 3 stages where a sequence has 4-8 key tiles (129-512 keys); with 1-2
         # the next kernel launches once every program issued its q load (PDL_MID)
         cfg = AttentionConfig(64, 64, 4, 3, pdl=2) if hi > 128 else AttentionConfig(
             64, 64, 4, 2, pdl=PDL_MID)  # fmt: skip
         return cfg, (lo, hi), (first, most)
-    return None, (lo, hi), (most + 1, MAX_LENGTH)  # the table's, over these pairs only
+    return TABLE_LEAN, (lo, hi), (most + 1, MAX_LENGTH)  # the table's tile, over these pairs
 
 
 def shape_class(head_dim: int, max_seqlen: int, dtype: torch.dtype) -> str:

@@ -47,17 +47,29 @@ def varlen_fwd_kernel(
     IEEE_DOT: tl.constexpr,
     DELAY_CYCLES: tl.constexpr,
     PDL: tl.constexpr,
+    GRID3: tl.constexpr = False,
+    LEAN: tl.constexpr = False,
 ):  # fmt: skip
     # PDL (variants.py): a programmatic dependent launch; 1: the next kernel may launch at once,
     # 2: once every program has stored its tile (or had nothing to do), 3: once every program
     # has issued its q load (or had nothing to do), before its key tiles. 0/False: none.
+    # GRID3: the 3-D grid (query tile, head, sequence) of the other kernels, no integer
+    # divisions before the cu_seqlens load (the last two ints then unused). LEAN: the same
+    # softmax in fewer instructions a key tile (docs/kernel.md, ninth session): the scale in
+    # the exponent's fma, the key mask only on the tile that crosses the sequence's end, no
+    # rescale on the first tile, one reciprocal a row for the division.
     if PDL == 1:
         gdc_launch_dependents()
-    pid = tl.program_id(0)
-    m_block = pid % num_m_blocks
-    seq_head = pid // num_m_blocks
-    head = seq_head % num_heads
-    seq = seq_head // num_heads
+    if GRID3:
+        m_block = tl.program_id(0)
+        head = tl.program_id(1)
+        seq = tl.program_id(2)
+    else:
+        pid = tl.program_id(0)
+        m_block = pid % num_m_blocks
+        seq_head = pid // num_m_blocks
+        head = seq_head % num_heads
+        seq = seq_head // num_heads
     if PDL:  # the kernel before this one has finished writing what it reads
         gdc_wait()
 
@@ -102,19 +114,38 @@ def varlen_fwd_kernel(
                 s = tl.dot(q, k, input_precision="ieee")
             else:
                 s = tl.dot(q, k)
-            s = tl.where(n_ok[None, :], s * qk_scale, float("-inf"))
-            m_new = tl.maximum(m_i, tl.max(s, 1))
-            p = tl.math.exp2(s - m_new[:, None])
-            alpha = tl.math.exp2(m_i - m_new)
-            l_i = l_i * alpha + tl.sum(p, 1)
-            if IEEE_DOT:
-                pv = tl.dot(p.to(v.dtype), v, input_precision="ieee")
+            if LEAN:
+                if n_start + BLOCK_N > seq_len:  # only this tile has keys past the end
+                    s = tl.where(n_ok[None, :], s, float("-inf"))
+                # qk_scale > 0: max(s) x scale is max(s x scale), rounded alike
+                m_new = tl.maximum(m_i, tl.max(s, 1) * qk_scale)
+                p = tl.math.exp2(tl.fma(s, qk_scale, -m_new[:, None]))
+                if n_start > 0:  # on the first tile m_i is -inf: alpha 0, acc and l_i 0
+                    alpha = tl.math.exp2(m_i - m_new)
+                    l_i = l_i * alpha
+                    acc = acc * alpha[:, None]
+                l_i += tl.sum(p, 1)
+                if IEEE_DOT:
+                    acc = tl.dot(p.to(v.dtype), v, acc, input_precision="ieee")
+                else:
+                    acc = tl.dot(p.to(v.dtype), v, acc)
             else:
-                pv = tl.dot(p.to(v.dtype), v)
-            acc = acc * alpha[:, None] + pv
+                s = tl.where(n_ok[None, :], s * qk_scale, float("-inf"))
+                m_new = tl.maximum(m_i, tl.max(s, 1))
+                p = tl.math.exp2(s - m_new[:, None])
+                alpha = tl.math.exp2(m_i - m_new)
+                l_i = l_i * alpha + tl.sum(p, 1)
+                if IEEE_DOT:
+                    pv = tl.dot(p.to(v.dtype), v, input_precision="ieee")
+                else:
+                    pv = tl.dot(p.to(v.dtype), v)
+                acc = acc * alpha[:, None] + pv
             m_i = m_new
 
-        acc = acc / l_i[:, None]
+        if LEAN:
+            acc = acc * (1.0 / l_i)[:, None]
+        else:
+            acc = acc / l_i[:, None]
         o_ptrs = O + (row0 + offs_m[:, None]) * stride_ot + head64 * stride_oh + offs_d[None, :]
         tl.store(o_ptrs, acc.to(O.dtype.element_ty), mask=m_ok[:, None] & d_ok[None, :])
     if PDL == 2:
