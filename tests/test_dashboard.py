@@ -918,7 +918,17 @@ def test_another_projects_alert_links_and_measures_that_project(tmp_path):
     conf = str(REPO / "tests/data/public/asv-django/asv.conf.json")
     assert codes and all(f"--config {conf}" in c for c in codes), codes
     # asv's number 89287 -> 1 at c9eb16a8: those steps listed apart, not alerted as the code's
+    # the steps' table and the line of every alert are drawn once their expanders are opened
     (settings,) = [e for e in at.expander if "Measurement setting changed" in e.label]
+    (listed,) = [e for e in at.expander if e.label.startswith("All 5 alerts")]
+    assert not tables(settings) and not listed.markdown
+    at.session_state["settings-steps"] = at.session_state["alerts-listed"] = True
+    at.run()
+    (settings,) = [e for e in at.expander if "Measurement setting changed" in e.label]
+    (listed,) = [e for e in at.expander if e.label.startswith("All 5 alerts")]
+    assert (
+        listed.markdown[0].value.count("\n") == 4 and "ubuntu-latest at" in listed.markdown[0].value
+    )
     table = tables(settings)[0]
     assert len(table) and table["setting"].str.contains("asv number").all(), table
     assert (table["commit"] == "c9eb16a87e60").all(), table
