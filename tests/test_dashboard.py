@@ -165,7 +165,9 @@ def test_every_page_renders_with_data(store, page):
         return
     if page == "Compare":  # the headline; the table by severity, hashes in hex
         assert any(w in texts(at) for w in ("PASS", "FAIL", "INCONCLUSIVE"))
-        df = tables(at)[0]
+        at.session_state["compare-unchanged"] = True  # the unchanged cells' table, opened
+        at.run()
+        df = pd.concat(tables(at))
         ranks = [SEVERITY.index(s) for s in df["status"]]
         assert ranks == sorted(ranks) and "change" in df
         # a change in words by its direction, or none
@@ -1030,6 +1032,10 @@ def test_compare_judges_one_environment_at_a_time(django):
     for env in ("conda-py3.12", "conda-py3.13"):
         at = app(django, page="Compare", machine="ubuntu-latest", environment=env)
         assert not at.exception, at.exception
+        (folded,) = [e for e in at.expander if e.label.endswith("unchanged cell(s)")]
+        assert not tables(folded)  # drawn once opened
+        at.session_state["compare-unchanged"] = True
+        at.run()
         picker = at.selectbox(key="compare-environment")
         assert picker.value == env and {"conda-py3.12", "conda-py3.13"} <= set(picker.options)
         ids = {c: list(runs[(runs["commit_hash"] == c) & (runs["environment"] == env)]["run_id"])
@@ -1038,7 +1044,7 @@ def test_compare_judges_one_environment_at_a_time(django):
         c = compare.compare(compare.cells(s, ids[base]), compare.cells(s, ids[head]),
                             load_policies(POLICIES))  # fmt: skip
         expected = {f"{v.key[0]}.{v.key[1]}": shown(v.head, v.unit) for v in c.verdicts}
-        df = tables(at)[0]
+        df = pd.concat(tables(at))  # the changed cells', then the unchanged cells' table
         assert dict(zip(df["metric"], df["head"], strict=True)) == expected
 
 
