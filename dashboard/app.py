@@ -488,7 +488,7 @@ def show(path: str | Path) -> None:
     # the machine of the newest run first (the runs are newest first): a runner retired years
     # ago is no page's default
     machine = None
-    if not every:  # the machine under the page picker, its GPU and stack below it
+    if not every:  # the machine under the pages, its GPU and stack below it
         with Pickers("Machine", st.sidebar, width="stretch"):
             machine = pick("machine", list(latest.index), "machine", default=latest.index[0])
         st.sidebar.caption(environment(latest.loc[machine]))
