@@ -6,6 +6,14 @@ from ragbench.verdicts.status import Status
 # landing page while an alert is new.
 PAGES = ["Overview", "Alerts", "Dispatch floors", "Speedups", "Numeric drift", "Compare",
          "Versions", "Machines", "Series"]  # fmt: skip
+
+
+def url_path(page: str) -> str:
+    """A page's path under the app's root (streamlit's navigation): ``Dispatch floors`` ->
+    ``dispatch-floors``."""
+    return page.lower().replace(" ", "-")
+
+
 # page name -> the function that draws it (app.py checks that every page has one)
 RENDER: dict[str, object] = {}
 

@@ -8,7 +8,16 @@ import pandas as pd
 import streamlit as st
 
 from dashboard import draws
-from dashboard.draw import command, download, markdown_text, shown, static_table
+from dashboard.draw import (
+    Pickers,
+    chose,
+    command,
+    download,
+    folded,
+    markdown_text,
+    shown,
+    static_table,
+)
 from dashboard.read import asv_project, policies, store
 from ragbench import follow_up
 from ragbench.history import alerting as alerts
@@ -45,8 +54,11 @@ def settings_steps(ctx) -> None:
             for a in found for c in a["cells"]]  # fmt: skip
     if not rows:
         return
-    with st.expander(f"Measurement setting changed: {len(rows)} step(s) at {len(found)} "
-                     "commit(s), not alerted as the code's"):  # fmt: skip
+    box = folded(f"Measurement setting changed: {len(rows)} step(s) at {len(found)} commit(s), "
+                 "not alerted as the code's", "settings-steps")  # fmt: skip
+    if box is None:
+        return
+    with box:
         st.caption("The harness timed these cells otherwise on either side of the step: the "
                    "step is the measurement's until the same settings show it.")  # fmt: skip
         # a static table (an interactive grid is the browser's heaviest element to load), of
@@ -100,12 +112,15 @@ def alerts_page(ctx):
         stale_series(ctx)
         return
     counts = pd.Series([a["state"] for a in found]).value_counts()
-    states = st.multiselect("states", list(alerts.STATES), default=list(alerts.OPEN),
-                            key="alert-states")  # fmt: skip
+    pickers = Pickers("Pick the alerts")
+    with pickers:
+        states = st.multiselect("states", list(alerts.STATES), default=list(alerts.OPEN),
+                                key="alert-states")  # fmt: skip
+        chose("states", ", ".join(states) or "none")
     st.caption(", ".join(f"{n} {s}" for s, n in counts.items()) + " in all; newest commit first")
     repository = follow_up.repository_url(ctx["policies"])
     chosen = [a for a in found if a["state"] in states]
-    shown = shown_alerts(chosen)
+    shown = shown_alerts(chosen, pickers)
     moved = moves_shown(ctx, shown)
     for a in shown:
         alert_box(ctx, a, repository, moved.get((a["machine"], a["commit_hash"]), []))
@@ -119,20 +134,23 @@ def alerts_page(ctx):
 ALERTS_SHOWN = 4
 
 
-def shown_alerts(chosen: list[dict]) -> list[dict]:
+def shown_alerts(chosen: list[dict], pickers: Pickers) -> list[dict]:
     """The alerts drawn: all where they are few, else one page of ``ALERTS_SHOWN`` (newest
-    first), picked on the page, with every alert listed in one line each."""
+    first), picked in ``pickers``, with every alert listed in one line each."""
     if len(chosen) <= ALERTS_SHOWN:
         return chosen
     pages = [chosen[i : i + ALERTS_SHOWN] for i in range(0, len(chosen), ALERTS_SHOWN)]
     names = [f"{i * ALERTS_SHOWN + 1}-{i * ALERTS_SHOWN + len(p)} of {len(chosen)}"
              for i, p in enumerate(pages)]  # fmt: skip
-    with st.expander(f"All {len(chosen)} alerts of these states, one line each"):
-        st.markdown("\n".join(
+    box = folded(f"All {len(chosen)} alerts of these states, one line each", "alerts-listed")
+    if box is not None:
+        box.markdown("\n".join(
             f"{i}. {a['machine']} at `{a['commit_hash'][:12]}`: **{a['state']}**, "
             f"{len(a['cells'])} cell(s)" + (f" in {env}" if (env := environments(a)) else "")
             for i, a in enumerate(chosen, 1)))  # fmt: skip
-    name = st.selectbox("alerts shown", names, index=0, key="alert-page")
+    with pickers:
+        name = st.selectbox("alerts shown", names, index=0, key="alert-page")
+        chose("alerts shown", name)
     return pages[names.index(name)]
 
 
@@ -149,7 +167,9 @@ def stale_series(ctx) -> None:
     for m in ctx["runs"]["machine"].drop_duplicates():
         stale = [r for r in histories(ctx["path"], ctx["mtime"], ctx["branch"], m, alerts.LAST,
                                       False) if r.stale]  # fmt: skip
-        if stale:
+        box = stale and folded(f"{m}: {len(stale)} stale series (not judged)",
+                               f"stale-series-{m}")  # fmt: skip
+        if box:
             # one row per environment and last point (a dropped environment's series stop
             # together): a row a series drew 300-odd static rows on django-asv's page, 2-3 s
             # of the browser's a load
@@ -160,7 +180,7 @@ def stale_series(ctx) -> None:
                                  for r in stale])  # fmt: skip
             grouped = rows.groupby(["environment", "last point", "of"], sort=False)["series"]
             table = grouped.agg(named_series).reset_index()
-            with st.expander(f"{m}: {len(stale)} stale series (not judged)"):
+            with box:
                 static_table(table)
                 st.download_button(f"Download the {len(stale)} stale series", rows.to_csv(
                     index=False), file_name=f"stale-{m}.csv", key=f"stale-{m}")  # fmt: skip

@@ -34,16 +34,20 @@ from dashboard import (
     environments,  # noqa: F401  (its pages register themselves on import)
     overview,  # noqa: F401  (its page registers itself on import)
     paper,
+    url_path,
 )
 from dashboard.draw import (
+    Pickers,
     cell_params,
     chart,
+    chose,
     download,
     environment,
     environment_of,
     environments_of,
     failed_commits,
     filtered,
+    folded,
     legend,
     narrow,
     pick,
@@ -88,7 +92,8 @@ def dispatch_floors(ctx):
     if df.empty:
         st.info("No dispatch-floor runs on this machine (a GPU suite measures them).")
         return
-    df, _ = narrow(df, "geometry", "geometry", "geometry")
+    with Pickers("Pick the geometry"):
+        df, _ = narrow(df, "geometry", "geometry", "geometry")
     for metric in ("call_us", "gpu_us", "dispatch_us"):
         rules = (
             [
@@ -108,7 +113,10 @@ def speedups(ctx):
         "triton (or another candidate) against each other backend or pipeline in the "
         "same run and cell: >1 means the candidate is faster"
     )
-    candidate = st.selectbox("candidate", catalogue.candidates(), key="candidate")
+    pickers = Pickers("Pick the speedups")
+    with pickers:
+        candidate = pick("candidate", catalogue.candidates(), "candidate",
+                         default=catalogue.candidates()[0])  # fmt: skip
     # the pickers from the machine's catalogue of cells, then one cell's speedups (every
     # speedup of a machine over years: millions of rows)
     cells = query(ctx["path"], ctx["mtime"], ctx["branch"], "cells", machine=ctx["machine"])
@@ -116,9 +124,11 @@ def speedups(ctx):
     if cells.empty:
         st.info("No speedups for this candidate on this machine.")
         return
-    cells, bench = narrow(cells, "benchmark", "benchmark", "benchmark")
-    cells, metric = narrow(cells, "metric", "metric", "metric")
-    _, cell = narrow(cells, "group_key", "cell (model, batch size, pruning method ...)", "cell")
+    with pickers:
+        cells, bench = narrow(cells, "benchmark", "benchmark", "benchmark")
+        cells, metric = narrow(cells, "metric", "metric", "metric")
+        _, cell = narrow(cells, "group_key", "cell (model, batch size, pruning method ...)",
+                         "cell")  # fmt: skip
     df = filtered(
         query(ctx["path"], ctx["mtime"], ctx["branch"], "speedups", candidate=candidate,
               machine=ctx["machine"], benchmark=bench, metric=metric, group_key=cell),
@@ -129,7 +139,9 @@ def speedups(ctx):
         return
     baselines = sorted(df["baseline"].unique())
     chosen = [b for b in catalogue.DEFAULT_BASELINES if b in baselines] or baselines
-    chosen = st.multiselect("against", baselines, default=chosen, key="baselines")
+    with pickers:
+        chosen = st.multiselect("against", baselines, default=chosen, key="baselines")
+        chose("against", ", ".join(chosen))
     df = df[df["baseline"].isin(chosen)]
     rules = []
     if ctx["paper"]:
@@ -164,8 +176,9 @@ def numeric_drift(ctx):
     if df.empty:
         st.info("No drift runs on this machine.")
         return
-    df, bench = narrow(df, "benchmark", "benchmark", "benchmark")
-    df, _ = narrow(df, "group_key", "model and method", "cell")
+    with Pickers("Pick the series"):
+        df, bench = narrow(df, "benchmark", "benchmark", "benchmark")
+        df, _ = narrow(df, "group_key", "model and method", "cell")
     bound = ctx["policies"].for_metric(bench, "max_abs_diff")
     rules = [(f"bound {bound.max}", bound.max, "red")] if bound.max is not None else []
     if ctx["paper"]:
@@ -198,11 +211,13 @@ def compare(ctx):
     runs = ctx["runs"][ctx["runs"]["machine"] == ctx["machine"]]
     # one environment at a time, as `ragbench gate --stored --environment` (two Pythons'
     # samples pooled, or one against the other, read as a change of the code)
-    env = pick_environment(environments_of(runs), "compare-environment")
+    pickers = Pickers("Pick the commits")
+    with pickers:
+        env = pick_environment(environments_of(runs), "compare-environment")
     if env:
         runs = runs[environment_of(runs) == env]
         st.caption(f"Runs of the environment `{env}` only; another environment is another "
-                   "comparison (the picker above).")  # fmt: skip
+                   "comparison.")  # fmt: skip
     # one row a commit, newest first (a mask a commit took 40 s over 10,000 commits)
     commits = runs.drop_duplicates("commit_hash")[["commit_hash", "commit_time"]]
     if len(commits) < 2:
@@ -217,9 +232,12 @@ def compare(ctx):
     label = dict(zip(offered["commit_hash"],
                      offered["commit_hash"].str[:12] + " (" + offered["commit_time"].astype(str)
                      + ")", strict=True))  # fmt: skip
-    col1, col2 = st.columns(2)
-    base = col1.selectbox("base", list(label), index=1, format_func=label.get, key="base")
-    head = col2.selectbox("head", list(label), index=0, format_func=label.get, key="head")
+    with pickers:
+        col1, col2 = st.columns(2)
+        base = col1.selectbox("base", list(label), index=1, format_func=label.get, key="base")
+        head = col2.selectbox("head", list(label), index=0, format_func=label.get, key="head")
+        chose("base", label[base])
+        chose("head", label[head])
     if len(dated) > COMMIT_CHOICES:
         st.caption(f"The newest {COMMIT_CHOICES} of the {len(dated)} commits in the sidebar's "
                    "commit dates: narrow the dates to pick an older one.")  # fmt: skip
@@ -266,7 +284,15 @@ def compare(ctx):
         f"**{headline}**: " + ", ".join(f"{n} {s}" for s, n in df["status"].value_counts().items())
     )
     numbered = df.assign(note=[f"[{notes.index(n) + 1}]" if n else "" for n in df["note"]])
-    static_table(numbered)
+    same = numbered["status"] == Status.UNCHANGED
+    if not same.all():
+        static_table(numbered[~same])
+    # the unchanged cells, most of a comparison (62 of django-asv's 66), drawn once opened: a
+    # table's rows are most of what a first load draws (a bare app's 400-row table: 0.7 s)
+    box = folded(f"{same.sum()} unchanged cell(s)", "compare-unchanged") if same.any() else None
+    if box is not None:
+        with box:
+            static_table(numbered[same])
     if notes:
         st.caption("  \n".join(f"[{i}] {n}" for i, n in enumerate(notes, 1)))
     legend(df["status"])
@@ -286,7 +312,8 @@ def stack_moved(runs: pd.DataFrame, base: str, head: str) -> str | None:
 @draws("Series")
 def series(ctx):
     st.header("Series")
-    picked = pick_series(ctx)
+    pickers = Pickers("Pick the series")
+    picked = pick_series(ctx, pickers)
     if picked is None:
         return
     df, bench, metric, cell = picked
@@ -295,7 +322,8 @@ def series(ctx):
     # one line per environment, as ragbench's history keeps them apart (asv's Pythons: one
     # line across them zigzagged between environments)
     envs = environments_of(df.iloc[::-1])  # the newest run's first
-    env = pick_environment(envs, "series-environment", every=True)
+    with pickers:
+        env = pick_environment(envs, "series-environment", every=True)
     if env is not None:
         df = df[df["environment"] == env]
     several = env is None and len(envs) > 1
@@ -404,6 +432,20 @@ def main() -> None:
         st.error(f"The results store cannot be read: {exc}")
 
 
+def navigate(pages: list[str], wanted: str) -> str:
+    """The page to draw: streamlit's navigation over ``pages``, in the sidebar, each page at
+    its own path (``url_path``: ``/series``); the app's root opens ``wanted`` (``?page=Series``,
+    the landing page), or the first page where it is none of them. The menu is part of
+    streamlit's own script, where a radio of the pages fetched and ran its own on every first
+    load (django-asv's pages side by side under load: Compare 2.32 -> 1.97 s, Series 2.07 ->
+    1.94, Overview 2.08 -> 1.94). The warm-up runs without a browser, where no page is chosen:
+    it draws ``wanted``."""
+    current = wanted if wanted in pages else pages[0]
+    chosen = st.navigation([st.Page(lambda: None, title=p, url_path=url_path(p),
+                                    default=p == current) for p in pages])  # fmt: skip
+    return current if warm_page() else chosen.title
+
+
 def show(path: str | Path) -> None:
     """The sidebar and the chosen page over the store at ``path`` (a file or a lake)."""
     t0 = time.perf_counter()
@@ -440,17 +482,16 @@ def show(path: str | Path) -> None:
     ours = suite_pages(str(path), mtime)
     pages = [p for p in PAGES if p not in SUITE_PAGES or p in ours]
     landing = "Alerts" if alerts.any_new(str(path), mtime, branch) else "Overview"
-    wanted = warm_page() or st.query_params.get("page", landing)
-    page = st.sidebar.radio("page", pages, index=pages.index(wanted) if wanted in pages else 0)
+    page = navigate(pages, warm_page() or st.query_params.get("page", landing))
     latest = runs.drop_duplicates("machine").set_index("machine")
     every = page in ("Overview", "Alerts")  # pages of every machine
     # the machine of the newest run first (the runs are newest first): a runner retired years
     # ago is no page's default
-    with st.sidebar:  # the machine under the page picker, its GPU and stack below it
-        machine = None if every else pick("machine", list(latest.index), "machine",
-                                          default=latest.index[0])  # fmt: skip
-        if machine:
-            st.caption(environment(latest.loc[machine]))
+    machine = None
+    if not every:  # the machine under the pages, its GPU and stack below it
+        with Pickers("Machine", st.sidebar, width="stretch"):
+            machine = pick("machine", list(latest.index), "machine", default=latest.index[0])
+        st.sidebar.caption(environment(latest.loc[machine]))
     mine = runs if machine is None else runs[runs["machine"] == machine]
     times = pd.to_datetime(mine["commit_time"]).dt.date
     since, until = times.min(), times.max()

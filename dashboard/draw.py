@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import re
+from contextvars import ContextVar
 
 import pandas as pd
 import streamlit as st
@@ -200,6 +201,16 @@ def stack_changes(df: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame({"commit #": moved.index, "stack change": changes})
 
 
+def folded(label: str, key: str):
+    """An expander ``label`` whose content is computed and drawn only once it is opened
+    (opening it reruns the page): -> its container where it is open, else None. A closed
+    expander's content is otherwise sent and drawn, hidden: on django-asv's Alerts page the
+    line of every alert, the steps where a measurement setting changed and the stale series
+    took 0.24 s of a first load (2.17 -> 1.93 s, medians of 10 side by side under load)."""
+    box = st.expander(label, key=key, on_change="rerun")
+    return box if box.open else None
+
+
 def download(df, title: str, key: str) -> None:
     """The data behind a chart or table (a frame, or a function that makes it), as CSV,
     written when the button is clicked (each page run wrote every chart's CSV: 30,000 rows a
@@ -243,6 +254,47 @@ def filtered(df: pd.DataFrame, f: dict) -> pd.DataFrame:
     return df[keep]
 
 
+# The "label: value" of each select box made inside the ``Pickers`` being drawn (a context
+# variable: every session's script runs in a thread of its own)
+PICKED: ContextVar[list[str] | None] = ContextVar("picked", default=None)
+
+
+class Pickers:
+    """A popover ``label`` (in ``where``, default the page; ``width``: its button's) holding
+    the select boxes made inside ``with pickers:`` (entered again further down a page where
+    its choices depend on what the page drew), and under it a line of what each chose
+    (``benchmark: ... · metric: ...``). A popover's widgets are drawn only when it is opened,
+    so a page's first load fetches and runs no select box script: a select box took 0.17-0.2 s
+    of a bare app's first load, a multiselect 0.27 s (medians of 9, the 2-core machine). Draw
+    only pickers inside: a message there would be hidden in the popover.
+    """
+
+    def __init__(self, label: str, where=None, width: str = "content"):
+        where = where or st
+        self.popover = where.popover(label, width=width)
+        self.line = where.empty()
+        self.picked: list[str] = []
+        self.token = None
+
+    def __enter__(self) -> Pickers:
+        self.token = PICKED.set(self.picked)
+        self.popover.__enter__()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.popover.__exit__(*exc)
+        PICKED.reset(self.token)
+        if self.picked:
+            self.line.caption(" · ".join(self.picked))
+
+
+def chose(label: str, value) -> None:
+    """Name ``value`` in the line of the ``Pickers`` it was picked in (where it was)."""
+    picked = PICKED.get()
+    if picked is not None:
+        picked.append(f"{label}: {escaped(value)}")
+
+
 # What a page opens on, most telling first: the timed and throughput metrics (a GPU machine's,
 # then the CPU subset's), never a hash or a drift series.
 PREFERRED = {
@@ -266,7 +318,9 @@ def pick(label: str, options: list, key: str, default=None):
     if wanted not in options:
         wanted = default if default in options else next(
             (o for o in PREFERRED.get(key, ()) if o in options), options[0])  # fmt: skip
-    return st.selectbox(label, options, index=options.index(wanted), key=key)
+    value = st.selectbox(label, options, index=options.index(wanted), key=key)
+    chose(label, value)
+    return value
 
 
 def narrow(df: pd.DataFrame, column: str, label: str, key: str) -> tuple[pd.DataFrame, object]:
@@ -307,16 +361,17 @@ def shown(value, unit: str | None) -> str:
     return f"{value:.4g}"
 
 
-def pick_series(ctx):
-    """One series of the machine, chosen on the page from its catalogue of cells: -> (its
+def pick_series(ctx, pickers: Pickers):
+    """One series of the machine, chosen in ``pickers`` from its catalogue of cells: -> (its
     rows, benchmark, metric, cell), or None (with a message) when the machine has no runs."""
     cells = query(ctx["path"], ctx["mtime"], ctx["branch"], "cells", machine=ctx["machine"])
     if cells.empty:
         st.info("No runs on this machine.")
         return None
-    cells, bench = narrow(cells, "benchmark", "benchmark", "benchmark")
-    cells, metric = narrow(cells, "metric", "metric", "metric")
-    _, cell = narrow(cells, "param_key", "cell", "cell")
+    with pickers:
+        cells, bench = narrow(cells, "benchmark", "benchmark", "benchmark")
+        cells, metric = narrow(cells, "metric", "metric", "metric")
+        _, cell = narrow(cells, "param_key", "cell", "cell")
     df = query(ctx["path"], ctx["mtime"], ctx["branch"], "series", machine=ctx["machine"],
                benchmark=bench, metric=metric, cell=cell)  # fmt: skip
     return df, bench, metric, cell
@@ -394,6 +449,7 @@ def pick_environment(envs: list[str], key: str, every: bool = False) -> str | No
     wanted = st.query_params.get("environment")
     index = options.index(wanted) if wanted in options else 0
     chosen = st.selectbox("environment", options, index=index, key=key)
+    chose("environment", chosen)
     return None if chosen == EVERY else chosen
 
 
@@ -411,9 +467,12 @@ def markdown_text(value) -> str:
     """``value`` as markdown that shows it as written, on one line (a float to 4 digits), and
     may wrap at the ``BREAK`` points."""
     text = number(value) if isinstance(value, float) else " ".join(str(value).split())
-    escaped = ("".join("\\" + c if c in MARKDOWN_MARKS else c for c in part)
-               for part in BREAK.split(text))  # fmt: skip
-    return "<wbr>".join(escaped)
+    return "<wbr>".join(escaped(part) for part in BREAK.split(text))
+
+
+def escaped(text) -> str:
+    """``text`` with every ``MARKDOWN_MARKS`` escaped: markdown shows it as written."""
+    return "".join("\\" + c if c in MARKDOWN_MARKS else c for c in str(text))
 
 
 def static_table(df: pd.DataFrame) -> None:

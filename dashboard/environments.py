@@ -8,7 +8,9 @@ import streamlit as st
 
 from dashboard import draws, svg
 from dashboard.draw import (
+    Pickers,
     chart,
+    chose,
     download,
     environment_of,
     legend,
@@ -90,13 +92,10 @@ VERSION_CHOICES = 500
 
 def offered(labels: list[str], wanted: str = "") -> list[str]:
     """The picker's labels (``several_stacks``'): the newest ``VERSION_CHOICES`` commits, the
-    one the URL's ``commit`` names, and every kept gate; a caption says how many are left out."""
+    one the URL's ``commit`` names, and every kept gate."""
     commits = [c for c in labels if KEPT not in c]
     shown = commits[:VERSION_CHOICES] + [c for c in commits[VERSION_CHOICES:]
                                          if wanted and c.startswith(wanted)][:1]  # fmt: skip
-    if len(commits) > len(shown):
-        st.caption(f"The newest {VERSION_CHOICES} of the {len(commits)} commits measured under "
-                   "several stacks (the URL's `?commit=` picks any of them).")  # fmt: skip
     return shown + [c for c in labels if KEPT in c]
 
 
@@ -106,12 +105,19 @@ def upgrade_reports(ctx, measured: dict[str, pd.DataFrame]) -> None:
     wanted = st.query_params.get("commit", "")
     labels = offered(list(measured), wanted)
     index = next((i for i, c in enumerate(labels) if wanted and c.startswith(wanted)), 0)
-    col1, col2 = st.columns(2)
-    commit = col1.selectbox("commit (measured under several stacks)", labels, index=index,
-                            key="versions-commit")  # fmt: skip
-    here = measured[commit]
-    names = sorted(here["stack"].unique(), key=version_key)
-    ref = col2.selectbox("against", names, index=0, key="versions-ref")
+    with Pickers("Pick the commit"):
+        col1, col2 = st.columns(2)
+        commit = col1.selectbox("commit (measured under several stacks)", labels, index=index,
+                                key="versions-commit")  # fmt: skip
+        here = measured[commit]
+        names = sorted(here["stack"].unique(), key=version_key)
+        ref = col2.selectbox("against", names, index=0, key="versions-ref")
+        chose("commit", commit)
+        chose("against", ref)
+    commits = sum(KEPT not in c for c in measured)
+    if commits > sum(KEPT not in c for c in labels):
+        st.caption(f"The newest {VERSION_CHOICES} of the {commits} commits measured under "
+                   "several stacks are offered (the URL's `?commit=` picks any).")  # fmt: skip
     ids = {n: tuple(here[here["stack"] == n]["run_id"]) for n in names}
     table: dict[tuple, dict] = {}
     verdicts, statuses = [], []
@@ -148,7 +154,7 @@ def upgrade_reports(ctx, measured: dict[str, pd.DataFrame]) -> None:
 def stack_heatmap(ctx) -> None:
     """One metric across torch x triton over every commit of the machine."""
     st.subheader("One metric across all commits")
-    picked = pick_series(ctx)
+    picked = pick_series(ctx, Pickers("Pick the series"))
     if picked is None:
         return
     df, bench, metric, cell = picked
@@ -203,16 +209,21 @@ def machines(ctx):
     mine = set(runs[runs["machine"] == ctx["machine"]]["commit_hash"])
     shared = {n: len(mine & set(runs[runs["machine"] == n]["commit_hash"])) for n in others}
     others.sort(key=lambda n: (-shared[n], n))
-    wanted = st.query_params.get("other")
-    other = st.selectbox("against", others, key="other",
-                         index=others.index(wanted) if wanted in others else 0)  # fmt: skip
+    pickers = Pickers("Pick the machine and series")
+    with pickers:
+        wanted = st.query_params.get("other")
+        other = st.selectbox("against", others, key="other",
+                             index=others.index(wanted) if wanted in others else 0)  # fmt: skip
+        chose("against", other)
     pair = (ctx["machine"], other)
     cells = query(ctx["path"], ctx["mtime"], ctx["branch"], "cells", machine=ctx["machine"])
     if cells.empty:
         st.info("No runs on this machine.")
         return
-    cells, bench = narrow(cells, "benchmark", "benchmark", "benchmark")
-    cells, metric = narrow(cells, "metric", "metric", "metric")
+    with pickers:
+        cells, bench = narrow(cells, "benchmark", "benchmark", "benchmark")
+        cells, metric = narrow(cells, "metric", "metric", "metric")
+        _, cell = narrow(cells, "param_key", "cell (the ratio over the commits)", "cell")
     # the newest commit both measured under one stack, from the runs (a query of its rows
     # only: a metric's every cell over years is millions of rows)
     both = runs[runs["machine"].isin(pair)]
@@ -244,7 +255,6 @@ def machines(ctx):
     table = table[["cell", "unit", ctx["machine"], other, "ratio"]]
     static_table(table)
     download(table, "machines, newest commit", "machines-newest")
-    _, cell = narrow(cells, "param_key", "cell (the ratio over the commits)", "cell")
     line = query(ctx["path"], ctx["mtime"], ctx["branch"], "series", benchmark=bench,
                  metric=metric, cell=cell)  # fmt: skip
     line = line[line["machine"].isin(pair)].assign(stack=lambda d: environment_stacks(d))

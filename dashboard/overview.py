@@ -10,7 +10,7 @@ from urllib.parse import urlencode
 import pandas as pd
 import streamlit as st
 
-from dashboard import draws, svg
+from dashboard import draws, svg, url_path
 from dashboard.draw import environment, environment_of, environments_of, legend, worse_by
 from dashboard.read import LOOKBACK_COMMITS, comparison, histories, query
 from ragbench.gate.report import sensitivity_line
@@ -200,11 +200,12 @@ def links(machine: str, found: list[tuple], named: bool) -> None:
     lines = ["| series |" + (" environment |" if named else "") + " status | change (+: worse) |",
              "|---|" + ("---|" if named else "") + "---|---|"]  # fmt: skip
     for (bench, metric, cell), env, status, change in found[:LINKS]:
-        query = {"page": "Series", "machine": machine, "benchmark": bench, "metric": metric,
-                 "cell": cell, **({"environment": env} if env else {})}  # fmt: skip
+        query = {"machine": machine, "benchmark": bench, "metric": metric, "cell": cell,
+                 **({"environment": env} if env else {})}  # fmt: skip
         text = md_cell(f"{bench}.{metric} {cell}")
         where = f" {md_cell(env)} |" if named else ""
-        lines.append(f"| [{text}](?{urlencode(query)}) |{where} {status} | {worse_by(change)} |")
+        lines.append(f"| [{text}]({url_path('Series')}?{urlencode(query)}) |{where} {status} | "
+                     f"{worse_by(change)} |")  # fmt: skip
     st.markdown("\n".join(lines))
     if len(found) > LINKS:
         st.caption(f"... and {len(found) - LINKS} more (the Compare page lists every cell).")

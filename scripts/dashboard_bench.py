@@ -37,13 +37,14 @@ import time
 from pathlib import Path
 
 from scripts.screenshots import CHART, TABLE, browser, serve, streamlit_server
+from scripts.screenshots import READY as SHOWN
 
 # what each page shows once it has drawn (a page without data for a machine shows a message):
 # an element, and a text in the main block where the element alone says little
 READY = {
     "Overview": ("[data-testid='stMarkdown']", "Newest run against its lookback"),
     "Alerts": (TABLE, ""),
-    "Compare": (TABLE, ""),
+    "Compare": (SHOWN["Compare"], ""),
 }
 OTHER = (f"{CHART}, [data-testid='stAlert']", "")
 # the page is drawn: the script has finished (streamlit's own end-to-end tests wait for this

@@ -37,7 +37,7 @@ TABLE = "[data-testid='stMarkdown'] table, [data-testid='stAlert']"
 READY = {
     "Overview": "text=Newest run against its lookback",
     "Alerts": TABLE,
-    "Compare": TABLE,
+    "Compare": f"{TABLE}, [data-testid='stExpander']",  # where every cell is unchanged: folded
 }
 # what each screenshot shows, where the first cell would say little: a series that moved
 SHOW = {

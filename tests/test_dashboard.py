@@ -18,6 +18,7 @@ import pytest
 from conftest import ingest
 
 from dashboard import PAGES, SEVERITY, svg
+from dashboard.draw import escaped
 from ragbench import synth
 from ragbench.store import Store
 from ragbench.suite_views import SUITE_VIEWS
@@ -64,6 +65,30 @@ def app(store_path: Path, **query) -> AppTest:
     for k, v in query.items():
         at.query_params[k] = v
     return at.run()
+
+
+# Each run's pages and the page chosen, as streamlit's navigation got and gave them (AppTest
+# shows no element for it): a spy on ``st.navigation``, which app.py calls on every run
+NAVIGATED: list[tuple[list[str], str]] = []
+
+
+@pytest.fixture(autouse=True)
+def navigation(monkeypatch):
+    import streamlit
+
+    real = streamlit.navigation
+
+    def spy(pages, *args, **kwargs):
+        chosen = real(pages, *args, **kwargs)
+        NAVIGATED.append(([p.title for p in pages], chosen.title))
+        return chosen
+
+    monkeypatch.setattr(streamlit, "navigation", spy)
+
+
+def page_shown() -> str:
+    """The page the app's last run drew."""
+    return NAVIGATED[-1][1]
 
 
 def texts(at) -> str:
@@ -122,7 +147,8 @@ def test_the_overview_draws_each_flagged_series(tmp_path):
     files[-1].write_text(json.dumps(newest))
     ingest(Store(tmp_path / "perf.duckdb"), [history], branch="main")
     # the ingest made it an alert: the dashboard opens on Alerts while it is new
-    assert app(tmp_path / "perf.duckdb").sidebar.radio[0].value == "Alerts"
+    app(tmp_path / "perf.duckdb")
+    assert page_shown() == "Alerts"
     at = app(tmp_path / "perf.duckdb", page="Overview")
     assert not at.exception
     assert "regression" in texts(at) and "(worse)" in texts(at)
@@ -133,13 +159,15 @@ def test_the_overview_draws_each_flagged_series(tmp_path):
 def test_every_page_renders_with_data(store, page):
     at = app(store, page=page, machine="synthetic")
     assert not at.exception, at.exception
-    assert at.sidebar.radio[0].value == page
+    assert page_shown() == page
     if page == "Alerts":  # synth's history gets faster and changes torch: nothing went bad
         assert "No alerts" in texts(at)
         return
     if page == "Compare":  # the headline; the table by severity, hashes in hex
         assert any(w in texts(at) for w in ("PASS", "FAIL", "INCONCLUSIVE"))
-        df = tables(at)[0]
+        at.session_state["compare-unchanged"] = True  # the unchanged cells' table, opened
+        at.run()
+        df = pd.concat(tables(at))
         ranks = [SEVERITY.index(s) for s in df["status"]]
         assert ranks == sorted(ranks) and "change" in df
         # a change in words by its direction, or none
@@ -193,8 +221,7 @@ def test_the_filters_sit_in_a_popover_and_a_line_says_what_they_apply(store):
     fetches none of their scripts); a line under it names what they apply, and a store of one
     branch names it in a line instead of a select box."""
     at = app(store, page="Dispatch floors", machine="synthetic")
-    (popover,) = [b for b in at.sidebar.children.values() if getattr(b, "type", "") == "popover"]
-    inside = {type(w).__name__ for w in popover.children.values()}
+    inside = {type(w).__name__ for w in popovers(at.sidebar)["Filters"].children.values()}
     assert {"DateInput", "Multiselect", "Checkbox"} <= inside
     captions = [c.value for c in at.sidebar.caption]
     assert "branch (the history): main" in captions
@@ -208,6 +235,50 @@ def test_the_filters_sit_in_a_popover_and_a_line_says_what_they_apply(store):
     assert not at.exception
     (line,) = [c.value for c in at.sidebar.caption if c.value.startswith("filtered:")]
     assert line == f"filtered: torch {torch.options[0]}"
+
+
+def popovers(node) -> dict[str, object]:
+    """The popovers under ``node`` (a block of the app's tree), by label."""
+    return {b.proto.popover.label: b for b in node if getattr(b, "type", "") == "popover"}
+
+
+def outside_popovers(node) -> list:
+    """The select boxes, multiselects and radios under ``node`` that no popover holds."""
+    inside = {id(w) for p in popovers(node).values() for w in p}
+    kinds = ("Selectbox", "Multiselect", "Radio")
+    return [w for w in node if type(w).__name__ in kinds and id(w) not in inside]
+
+
+def test_every_page_keeps_its_pickers_in_a_popover_and_a_line_says_what_they_chose(store):
+    """No page's first view draws a select box, a multiselect or a radio outside a popover
+    (their scripts load only when one is opened; the pages are streamlit's navigation); the
+    line under a page's pickers names each choice and follows a change, and the sidebar's
+    names the machine."""
+    for page in PAGES:
+        at = app(store, page=page, machine="synthetic")
+        assert not at.exception, page
+        assert not outside_popovers(at.main) + outside_popovers(at.sidebar), page
+        assert NAVIGATED[-1] == (PAGES, page)
+    at = app(store, page="Series", machine="synthetic")
+    assert [s.key for s in popovers(at.sidebar)["Machine"].selectbox] == ["machine"]
+    assert "machine: synthetic" in [c.value for c in at.sidebar.caption]
+    picked = popovers(at.main)["Pick the series"]
+    assert [s.key for s in picked.selectbox] == ["benchmark", "metric", "cell"]
+
+    def line() -> str:
+        (found,) = [c.value for c in at.main.caption if c.value.startswith("benchmark: ")]
+        return found
+
+    def chosen() -> str:
+        return " · ".join(f"{s.label}: {escaped(s.value)}" for s in picked.selectbox)
+
+    assert line() == chosen()
+    bench = picked.selectbox[0]
+    other = next(o for o in bench.options if o != bench.value)
+    bench.select(other).run()
+    assert not at.exception
+    picked = popovers(at.main)["Pick the series"]
+    assert picked.selectbox[0].value == other and line() == chosen()
 
 
 def test_paper_overlay(store):
@@ -250,7 +321,7 @@ def test_failed_cells_accepted_changes_and_other_branches(tmp_path):
     cell = "backend=triton,batch=1,geometry=deit_b,lengths=uniform,prune=0.8"
     store.accept(accepted, "kernel.KernelLatency", "gpu_us", cell, "label", "maintainer")
     at = app(path)  # the failed cell is an alert of main: the dashboard opens on it
-    assert at.sidebar.radio[0].value == "Alerts"
+    assert page_shown() == "Alerts"
     assert "failed: raised in 1 head run(s)" in list(tables(at)[0]["change"])
     at = app(path, page="Overview")
     assert not at.exception
@@ -602,13 +673,13 @@ def test_every_page_renders_on_another_projects_results(foreign, page):
     that need this suite's metrics are not offered (a link to one opens the Overview)."""
     at = app(foreign, page=page, machine="cheetah")
     assert not at.exception, at.exception
-    offered = at.sidebar.radio[0].options
+    offered = NAVIGATED[-1][0]
     assert not {"Dispatch floors", "Speedups", "Numeric drift"} & set(offered)
-    assert at.sidebar.radio[0].value == (page if page in offered else "Overview")
+    assert page_shown() == (page if page in offered else "Overview")
     text = texts(at) + sidebar_text(at)
     assert not [w for w in SUITE_WORDS if w in text], text
     assert not [c for c in at.sidebar.checkbox if "paper" in c.label]
-    if at.sidebar.radio[0].value == "Overview":
+    if page_shown() == "Overview":
         assert "cheetah" in text and "py2.7-Cython-numpy1.8" in text  # asv's environment
     if page == "Versions":  # the heatmap over asv's environments
         assert len(charts(at.main)) == 1
@@ -789,7 +860,7 @@ def test_the_alerts_page_opens_while_one_is_new_and_its_buttons_change_the_state
     ragbench_alerts.update(store, "m1", POLICIES)
     at = app(path)
     assert not at.exception, at.exception
-    assert at.sidebar.radio[0].value == "Alerts"
+    assert page_shown() == "Alerts"
     text = texts(at)
     assert f"**m1 at `{sha(STEP)[:12]}`**" in text and "**new**" in text
     table = tables(at)[0]
@@ -803,7 +874,8 @@ def test_the_alerts_page_opens_while_one_is_new_and_its_buttons_change_the_state
     assert not at.exception, at.exception
     (a,) = Store(path, read_only=True).alerts("m1")
     assert (a["state"], a["changed_by"]) == ("acknowledged", "dashboard")
-    assert app(path).sidebar.radio[0].value == "Overview"  # nothing new: the usual landing
+    app(path)
+    assert page_shown() == "Overview"  # nothing new: the usual landing
 
 
 def test_the_alerts_page_reads_the_series_of_the_alerts_shown_once(tmp_path, monkeypatch):
@@ -842,13 +914,23 @@ def test_another_projects_alert_links_and_measures_that_project(tmp_path):
         ingest(s, [REPO / "tests/data/public/asv-django"], branch="main", log=lambda m: None)
     at = app(path)
     assert not at.exception, at.exception
-    assert at.sidebar.radio[0].value == "Alerts"
+    assert page_shown() == "Alerts"
     assert "https://github.com/django/django/compare/" in texts(at)
     codes = commands(at)
     conf = str(REPO / "tests/data/public/asv-django/asv.conf.json")
     assert codes and all(f"--config {conf}" in c for c in codes), codes
     # asv's number 89287 -> 1 at c9eb16a8: those steps listed apart, not alerted as the code's
+    # the steps' table and the line of every alert are drawn once their expanders are opened
     (settings,) = [e for e in at.expander if "Measurement setting changed" in e.label]
+    (listed,) = [e for e in at.expander if e.label.startswith("All 5 alerts")]
+    assert not tables(settings) and not listed.markdown
+    at.session_state["settings-steps"] = at.session_state["alerts-listed"] = True
+    at.run()
+    (settings,) = [e for e in at.expander if "Measurement setting changed" in e.label]
+    (listed,) = [e for e in at.expander if e.label.startswith("All 5 alerts")]
+    assert (
+        listed.markdown[0].value.count("\n") == 4 and "ubuntu-latest at" in listed.markdown[0].value
+    )
     table = tables(settings)[0]
     assert len(table) and table["setting"].str.contains("asv number").all(), table
     assert (table["commit"] == "c9eb16a87e60").all(), table
@@ -891,7 +973,7 @@ def test_a_broken_bound_on_mains_newest_commit_shows_failing_on_every_page(tmp_p
     assert ": FAIL** - 0 regression(s), 1 bound violation(s) (1 broken on the commit before" in text
     assert any("1 open alert(s) of main on this machine, 1 new" in e.value for e in at.error)
     at = app(path)  # an alert is new: the dashboard opens on it
-    assert at.sidebar.radio[0].value == "Alerts"
+    assert page_shown() == "Alerts"
     assert f"**m1 at `{sha(20)[:12]}`**" in texts(at)
     assert list(tables(at)[0]["change"]) == ["violation: 6418 >= bound 2"]
     at = app(path, page="Series", machine="m1", benchmark=ERROR[0], metric=ERROR[1],
@@ -950,6 +1032,10 @@ def test_compare_judges_one_environment_at_a_time(django):
     for env in ("conda-py3.12", "conda-py3.13"):
         at = app(django, page="Compare", machine="ubuntu-latest", environment=env)
         assert not at.exception, at.exception
+        (folded,) = [e for e in at.expander if e.label.endswith("unchanged cell(s)")]
+        assert not tables(folded)  # drawn once opened
+        at.session_state["compare-unchanged"] = True
+        at.run()
         picker = at.selectbox(key="compare-environment")
         assert picker.value == env and {"conda-py3.12", "conda-py3.13"} <= set(picker.options)
         ids = {c: list(runs[(runs["commit_hash"] == c) & (runs["environment"] == env)]["run_id"])
@@ -958,7 +1044,7 @@ def test_compare_judges_one_environment_at_a_time(django):
         c = compare.compare(compare.cells(s, ids[base]), compare.cells(s, ids[head]),
                             load_policies(POLICIES))  # fmt: skip
         expected = {f"{v.key[0]}.{v.key[1]}": shown(v.head, v.unit) for v in c.verdicts}
-        df = tables(at)[0]
+        df = pd.concat(tables(at))  # the changed cells', then the unchanged cells' table
         assert dict(zip(df["metric"], df["head"], strict=True)) == expected
 
 
@@ -971,7 +1057,9 @@ def test_the_overview_gates_each_environment_and_names_it(django):
     for env in ("conda-py3.12", "conda-py3.13"):
         assert f"**Gate, latest commit against 4c4f8fd775c6 in {env}:" in text, text
     assert "| series | environment | status |" in text, text
-    assert "&environment=conda-py3.1" in text  # the links open the series in its environment
+    # the links open the series page (its path, from the root or another page's) in its
+    # environment
+    assert "](series?machine=ubuntu-latest&" in text and "&environment=conda-py3.1" in text
 
 
 def test_the_series_page_draws_a_line_per_environment(django):
