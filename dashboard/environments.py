@@ -13,6 +13,7 @@ from dashboard.draw import (
     chose,
     download,
     environment_of,
+    folded,
     legend,
     narrow,
     pick_series,
@@ -120,7 +121,7 @@ def upgrade_reports(ctx, measured: dict[str, pd.DataFrame]) -> None:
                    "several stacks are offered (the URL's `?commit=` picks any).")  # fmt: skip
     ids = {n: tuple(here[here["stack"] == n]["run_id"]) for n in names}
     table: dict[tuple, dict] = {}
-    verdicts, statuses = [], []
+    verdicts, statuses, moved = [], [], set()
     for name in names:
         if name == ref:
             continue
@@ -137,12 +138,22 @@ def upgrade_reports(ctx, measured: dict[str, pd.DataFrame]) -> None:
                 f" {change}" if v.change is not None else "")  # fmt: skip
             row[name] = (shown(v.head, v.unit) + word).strip()
             statuses.append(v.status)
+            if v.status != Status.UNCHANGED:
+                moved.add(v.key)
     st.markdown("\n".join(verdicts))
     if table:
         df = pd.DataFrame(list(table.values()))
         st.caption(f"Each stack's value; where it is not unchanged against {ref}, the verdict "
                    "after a dot.")  # fmt: skip
-        static_table(df)
+        same = [k not in moved for k in table]
+        if not all(same):
+            static_table(df[[not s for s in same]])
+        # the cells unchanged under every stack, drawn once opened (Compare's unchanged cells)
+        box = folded(f"{sum(same)} cell(s) unchanged under every stack",
+                     "versions-unchanged") if any(same) else None  # fmt: skip
+        if box is not None:
+            with box:
+                static_table(df[same])
         legend(statuses)
         download(df, "versions of one commit", "versions-commit")
     st.caption(f"{len(ids[ref])} run(s) of {ref}; "
