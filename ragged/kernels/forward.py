@@ -32,6 +32,24 @@ def gdc_wait():
 
 # Strides stay specializable: Triton's "divisible by 16" lets it emit 16-byte loads (2.5x faster
 # at BS=64/0% than tl.multiple_of hints on unspecialized strides, which it ignored).
+@triton.jit
+def _program_tile(GRID3: tl.constexpr, num_m_blocks, num_heads):
+    """(query tile, head, sequence) of this program: the 3-D grid's (query tiles, heads,
+    sequences) axes, with no integer division before the first load, or the 1-D grid's index
+    unflattened."""
+    if GRID3:
+        m_block = tl.program_id(0)
+        head = tl.program_id(1)
+        seq = tl.program_id(2)
+    else:
+        pid = tl.program_id(0)
+        m_block = pid % num_m_blocks
+        seq_head = pid // num_m_blocks
+        head = seq_head % num_heads
+        seq = seq_head // num_heads
+    return m_block, head, seq
+
+
 @triton.jit(
     do_not_specialize=["cu_seqlens", "num_heads", "num_m_blocks"],
     do_not_specialize_on_alignment=["cu_seqlens"],
@@ -60,16 +78,7 @@ def varlen_fwd_kernel(
     # rescale on the first tile, one reciprocal a row for the division.
     if PDL == 1:
         gdc_launch_dependents()
-    if GRID3:
-        m_block = tl.program_id(0)
-        head = tl.program_id(1)
-        seq = tl.program_id(2)
-    else:
-        pid = tl.program_id(0)
-        m_block = pid % num_m_blocks
-        seq_head = pid // num_m_blocks
-        head = seq_head % num_heads
-        seq = seq_head // num_heads
+    m_block, head, seq = _program_tile(GRID3, num_m_blocks, num_heads)
     if PDL:  # the kernel before this one has finished writing what it reads
         gdc_wait()
 
@@ -210,16 +219,7 @@ def onetile_kernel(
     before the first load, and let the next kernel launch at once (1) or after the store (2)."""
     if PDL == 1:
         gdc_launch_dependents()
-    if GRID3:  # grid (query tiles, heads, sequences): no division before the first load
-        m_block = tl.program_id(0)
-        head = tl.program_id(1)
-        seq = tl.program_id(2)
-    else:
-        pid = tl.program_id(0)
-        m_block = pid % n1
-        seq_head = pid // n1
-        head = seq_head % n0
-        seq = seq_head // n0
+    m_block, head, seq = _program_tile(GRID3, n1, n0)
     # Independent of the sequence bounds: computed while their load is in flight.
     offs_m = m_block * BLOCK_M + tl.arange(0, BLOCK_M)
     offs_n = tl.arange(0, BLOCK_N)
