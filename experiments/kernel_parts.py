@@ -128,16 +128,7 @@ def loop_parts_kernel(
     on the FMA units (``_exp2_poly``), the others on MUFU."""
     if PDL == 1:
         forward.gdc_launch_dependents()
-    if GRID3:
-        m_block = tl.program_id(0)
-        head = tl.program_id(1)
-        seq = tl.program_id(2)
-    else:
-        pid = tl.program_id(0)
-        m_block = pid % num_m_blocks
-        seq_head = pid // num_m_blocks
-        head = seq_head % num_heads
-        seq = seq_head // num_heads
+    m_block, head, seq = forward.program_tile(GRID3, num_m_blocks, num_heads)
     if PDL:
         forward.gdc_wait()
     seq_start = tl.load(cu_seqlens + seq)
@@ -411,16 +402,7 @@ def onetile_before_kernel(
     before the first load, and let the next kernel launch at once (1) or after the store (2)."""
     if PDL == 1:
         forward.gdc_launch_dependents()
-    if GRID3:  # grid (query tiles, heads, sequences): no division before the first load
-        m_block = tl.program_id(0)
-        head = tl.program_id(1)
-        seq = tl.program_id(2)
-    else:
-        pid = tl.program_id(0)
-        m_block = pid % n1
-        seq_head = pid // n1
-        head = seq_head % n0
-        seq = seq_head // n0
+    m_block, head, seq = forward.program_tile(GRID3, n1, n0)
     # Independent of the sequence bounds: computed while their load is in flight.
     offs_m = m_block * BLOCK_M + tl.arange(0, BLOCK_M)
     offs_n = tl.arange(0, BLOCK_N)

@@ -33,7 +33,7 @@ def gdc_wait():
 # Strides stay specializable: Triton's "divisible by 16" lets it emit 16-byte loads (2.5x faster
 # at BS=64/0% than tl.multiple_of hints on unspecialized strides, which it ignored).
 @triton.jit
-def _program_tile(GRID3: tl.constexpr, num_m_blocks, num_heads):
+def program_tile(GRID3: tl.constexpr, num_m_blocks, num_heads):
     """(query tile, head, sequence) of this program: the 3-D grid's (query tiles, heads,
     sequences) axes, with no integer division before the first load, or the 1-D grid's index
     unflattened."""
@@ -78,7 +78,7 @@ def varlen_fwd_kernel(
     # rescale on the first tile, one reciprocal a row for the division.
     if PDL == 1:
         gdc_launch_dependents()
-    m_block, head, seq = _program_tile(GRID3, num_m_blocks, num_heads)
+    m_block, head, seq = program_tile(GRID3, num_m_blocks, num_heads)
     if PDL:  # the kernel before this one has finished writing what it reads
         gdc_wait()
 
@@ -219,7 +219,7 @@ def onetile_kernel(
     before the first load, and let the next kernel launch at once (1) or after the store (2)."""
     if PDL == 1:
         gdc_launch_dependents()
-    m_block, head, seq = _program_tile(GRID3, n1, n0)
+    m_block, head, seq = program_tile(GRID3, n1, n0)
     # Independent of the sequence bounds: computed while their load is in flight.
     offs_m = m_block * BLOCK_M + tl.arange(0, BLOCK_M)
     offs_n = tl.arange(0, BLOCK_N)
