@@ -39,6 +39,7 @@ from dashboard import (
 from dashboard.draw import (
     Pickers,
     cell_params,
+    changed_table,
     chart,
     chose,
     download,
@@ -47,7 +48,6 @@ from dashboard.draw import (
     environments_of,
     failed_commits,
     filtered,
-    folded,
     legend,
     narrow,
     pick,
@@ -56,7 +56,6 @@ from dashboard.draw import (
     shown,
     stack_fields,
     stacks,
-    static_table,
     version_key,
 )
 from dashboard.read import (
@@ -284,15 +283,9 @@ def compare(ctx):
         f"**{headline}**: " + ", ".join(f"{n} {s}" for s, n in df["status"].value_counts().items())
     )
     numbered = df.assign(note=[f"[{notes.index(n) + 1}]" if n else "" for n in df["note"]])
-    same = numbered["status"] == Status.UNCHANGED
-    if not same.all():
-        static_table(numbered[~same])
-    # the unchanged cells, most of a comparison (62 of django-asv's 66), drawn once opened: a
-    # table's rows are most of what a first load draws (a bare app's 400-row table: 0.7 s)
-    box = folded(f"{same.sum()} unchanged cell(s)", "compare-unchanged") if same.any() else None
-    if box is not None:
-        with box:
-            static_table(numbered[same])
+    # the unchanged cells, most of a comparison (62 of django-asv's 66), drawn once opened
+    changed_table(numbered, numbered["status"] == Status.UNCHANGED, "unchanged cell(s)",
+                  "compare-unchanged")  # fmt: skip
     if notes:
         st.caption("  \n".join(f"[{i}] {n}" for i, n in enumerate(notes, 1)))
     legend(df["status"])

@@ -9,11 +9,11 @@ import streamlit as st
 from dashboard import draws, svg
 from dashboard.draw import (
     Pickers,
+    changed_table,
     chart,
     chose,
     download,
     environment_of,
-    folded,
     legend,
     narrow,
     pick_series,
@@ -145,15 +145,8 @@ def upgrade_reports(ctx, measured: dict[str, pd.DataFrame]) -> None:
         df = pd.DataFrame(list(table.values()))
         st.caption(f"Each stack's value; where it is not unchanged against {ref}, the verdict "
                    "after a dot.")  # fmt: skip
-        same = [k not in moved for k in table]
-        if not all(same):
-            static_table(df[[not s for s in same]])
-        # the cells unchanged under every stack, drawn once opened (Compare's unchanged cells)
-        box = folded(f"{sum(same)} cell(s) unchanged under every stack",
-                     "versions-unchanged") if any(same) else None  # fmt: skip
-        if box is not None:
-            with box:
-                static_table(df[same])
+        changed_table(df, [k not in moved for k in table], "cell(s) unchanged under every stack",
+                      "versions-unchanged")  # fmt: skip
         legend(statuses)
         download(df, "versions of one commit", "versions-commit")
     st.caption(f"{len(ids[ref])} run(s) of {ref}; "
