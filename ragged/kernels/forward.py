@@ -30,6 +30,24 @@ def gdc_wait():
                               is_pure=False, pack=1)  # fmt: skip
 
 
+@triton.jit
+def _online_softmax_step(s, v, m_i, l_i, acc, IEEE_DOT: tl.constexpr):
+    """One key tile of FlashAttention-2's online softmax: (m_i, l_i, acc) after scores ``s``
+    [BLOCK_M, BLOCK_N] fp32 (scaled by ``qk_scale``, keys outside the sequence -inf) and
+    ``v`` [BLOCK_N, BLOCK_D] of the tile; ``m_i``, ``l_i`` [BLOCK_M] and ``acc``
+    [BLOCK_M, BLOCK_D] fp32, the running max, sum and unnormalised output (inlined: the
+    compiled loop is the same as with these lines written out, SASS compared for sm_90)."""
+    m_new = tl.maximum(m_i, tl.max(s, 1))
+    p = tl.math.exp2(s - m_new[:, None])
+    alpha = tl.math.exp2(m_i - m_new)
+    l_i = l_i * alpha + tl.sum(p, 1)
+    if IEEE_DOT:
+        pv = tl.dot(p.to(v.dtype), v, input_precision="ieee")
+    else:
+        pv = tl.dot(p.to(v.dtype), v)
+    return m_new, l_i, acc * alpha[:, None] + pv
+
+
 # Strides stay specializable: Triton's "divisible by 16" lets it emit 16-byte loads (2.5x faster
 # at BS=64/0% than tl.multiple_of hints on unspecialized strides, which it ignored).
 @triton.jit
@@ -138,18 +156,10 @@ def varlen_fwd_kernel(
                     acc = tl.dot(p.to(v.dtype), v, acc, input_precision="ieee")
                 else:
                     acc = tl.dot(p.to(v.dtype), v, acc)
+                m_i = m_new
             else:
                 s = tl.where(n_ok[None, :], s * qk_scale, float("-inf"))
-                m_new = tl.maximum(m_i, tl.max(s, 1))
-                p = tl.math.exp2(s - m_new[:, None])
-                alpha = tl.math.exp2(m_i - m_new)
-                l_i = l_i * alpha + tl.sum(p, 1)
-                if IEEE_DOT:
-                    pv = tl.dot(p.to(v.dtype), v, input_precision="ieee")
-                else:
-                    pv = tl.dot(p.to(v.dtype), v)
-                acc = acc * alpha[:, None] + pv
-            m_i = m_new
+                m_i, l_i, acc = _online_softmax_step(s, v, m_i, l_i, acc, IEEE_DOT)
 
         if LEAN:
             acc = acc * (1.0 / l_i)[:, None]
@@ -314,16 +324,7 @@ def _key_tiles(q, k_head, v_head, row0, total, seq_len, offs_n, offs_d, d_ok, qk
                 s = tl.where(n_ok[None, :], s, float("-inf"))
         else:
             s = tl.where(n_ok[None, :], s, float("-inf"))
-        m_new = tl.maximum(m_i, tl.max(s, 1))
-        p = tl.math.exp2(s - m_new[:, None])
-        alpha = tl.math.exp2(m_i - m_new)
-        l_i = l_i * alpha + tl.sum(p, 1)
-        if IEEE_DOT:
-            pv = tl.dot(p.to(v.dtype), v, input_precision="ieee")
-        else:
-            pv = tl.dot(p.to(v.dtype), v)
-        acc = acc * alpha[:, None] + pv
-        m_i = m_new
+        m_i, l_i, acc = _online_softmax_step(s, v, m_i, l_i, acc, IEEE_DOT)
     return acc, l_i
 
 
