@@ -8,8 +8,8 @@ lengths, 257-512 keys, ``WORKLOADS``) it checks, then times, in one process:
     choice by length and batch, ``kernels.config.choice``, through the fast paths),
   * ``before``: the table's kernel alone (``config.attention_config``: the default path
     before the short-batch classes),
-  * ``previous``: the default path before the ninth session (the loop's class at 65-128
-    keys on the 1-D grid, the table's spans without the leaner softmax; the other classes'
+  * ``previous``: the default path before the tenth session (past the classes' grids and
+    lengths the table's tile, 2 stages and no PDL, with the leaner softmax; the other classes'
     kernel as ``current``),
   * every candidate of ``ragged.kernels.variants.VARIANTS``,
   * FA2 through torch's ``aten._flash_attention_forward`` (where this torch has it),
@@ -43,7 +43,6 @@ if "--cpu-smoke" in sys.argv:  # before triton is first imported (ragged imports
     os.environ.setdefault("TRITON_INTERPRET", "1")
 
 import argparse
-import dataclasses
 import json
 import platform
 import random
@@ -59,7 +58,13 @@ from benchmarks.support import harness, workloads
 from experiments import kernel_parts
 from ragged.kernels import attention as kernel_attention
 from ragged.kernels import forward, variants
-from ragged.kernels.config import TABLE_LEAN, attention_config, capability_of, choice
+from ragged.kernels.config import (
+    LARGE_LOOP,
+    AttentionConfig,
+    attention_config,
+    capability_of,
+    choice,
+)
 from ragged.testing import attention_error_budget, packed_qkv
 
 # (label, batch, prune, lengths): the issue's table, in its order.
@@ -91,6 +96,15 @@ WORKLOADS = (
     # past three waves at 17-128 keys, and past 512 keys (DeiT-B 384 unpruned): the table's
     ("64 / 80%", 64, 0.8, "uniform"),
     ("8 / 577", 8, None, ([577] * 8, 0)),
+    # between the classes' pair counts: 40 keys at 192 and 288 pairs, 197 keys at 96 and 192;
+    # past three waves at 65-128 keys (384 pairs); past 512 keys at 12 and 24 pairs
+    ("16 / 80%", 16, 0.8, "uniform"),
+    ("24 / 80%", 24, 0.8, "uniform"),
+    ("8 / 0%", 8, 0.0, "uniform"),
+    ("16 / 0%", 16, 0.0, "uniform"),
+    ("32 / 50%", 32, 0.5, "uniform"),
+    ("1 / 577", 1, None, ([577], 0)),
+    ("2 / 577", 2, None, ([577] * 2, 0)),
 )
 HEADS, HEAD_DIM = 12, 64
 CALLS = 20  # calls captured per graph
@@ -153,12 +167,12 @@ def arms_of(q, k, v, cu, max_seqlen, *, smoke: bool) -> dict:
         ),
         before,
     )
-    # the default path before the ninth session: the loop's class at 65-128 keys on the 1-D
-    # grid, the table's spans without the leaner softmax
+    # the default path before the tenth session: past the classes' grids and lengths the
+    # table's tile (2 stages, no PDL) with the leaner softmax
     pairs = (cu.shape[0] - 1) * q.shape[1]
     cfg = choice(q.shape[2], max_seqlen, pairs, q.dtype, capability_of(q.get_device()))[0]
-    if cfg is not None and cfg.kind == "loop":
-        cfg = None if cfg == TABLE_LEAN else dataclasses.replace(cfg, grid3=False, lean=False)
+    if cfg == LARGE_LOOP:
+        cfg = AttentionConfig(64, 64, 4, 2, lean=True)
     previous = torch.empty_like(q)
     arms["previous"] = (
         lambda: kernel_attention.varlen_attention_triton(

@@ -810,6 +810,19 @@ PARTS = (
     # the table's kernel (no PDL: BS 64) made lean: where the large classes would take it
     *_parts("lean loop 64x64 w4 s2", "loop", 64, 64, 4, 2, 0, ("full",), ffma=True,
             lastmask=True, skip0=True, rcp=True),
+    # the tenth session: one program a pair at 65-128 keys with 4 warps (each warp holds rows
+    # of both 64-row halves: two independent softmax chains, K and V read once a pair, 239
+    # registers, one wave at BS 8 / 50%) against 8 warps (two warpgroups, 120 registers); the
+    # past-three-waves class as the 3-stage loop (with and without PDL after the store); the
+    # 129-512 keys class on the 3-D grid
+    *_parts("grid3 loop 128x64 w4 s2 pdl mid", "loop", 128, 64, 4, 2, 3, ("full",), grid3=True),
+    *_parts("lean grid3 loop 128x64 w4 s2 pdl mid", "loop", 128, 64, 4, 2, 3, ("full",),
+            ffma=True, lastmask=True, skip0=True, rcp=True, grid3=True),
+    *_parts("grid3 loop 128x64 w8 s2 pdl mid", "loop", 128, 64, 8, 2, 3, ("full",), grid3=True),
+    *_parts("lean loop 64x64 w4 s3", "loop", 64, 64, 4, 3, 0, ("full",), ffma=True,
+            lastmask=True, skip0=True, rcp=True),
+    *_parts("lean grid3 loop 64x64 w4 s3 pdl late", "loop", 64, 64, 4, 3, 2, ("full",),
+            ffma=True, lastmask=True, skip0=True, rcp=True, grid3=True),
     # probes (the inputs unused): programs x 8 KB tiles each, PDL after the store
     *(Part(f"probe {p} x {8 * t} KB", "probe", p, t, 4, 1, 2, PART_NAMES["loadsum"])
       for p, t in ((36, 1), (36, 2), (132, 1), (132, 4), (192, 1), (192, 2), (192, 4),
@@ -1101,9 +1114,9 @@ def regs_report(capability: int = 90) -> int:
         ("17-128 keys, PDL after the q load, 1-D grid", 3, 2, False, False),
         ("65-128 keys up to 99 pairs, 3-D grid", 3, 2, True, False),
         ("the table", 0, 2, False, False),
-        ("the table, LEAN (TABLE_LEAN)", 0, 2, False, True),
+        ("the table, LEAN (the large grids' kernel in the ninth session)", 0, 2, False, True),
         ("129-512 keys, 3 stages, PDL after the store", 2, 3, False, False),
-        ("129-512 keys, 3 stages, PDL after the store, LEAN", 2, 3, False, True),
+        ("the same, LEAN (config.LARGE_LOOP: the large grids' kernel)", 2, 3, False, True),
     ):
         consts = loop | {"PDL": pdl, "GRID3": grid3, "LEAN": lean}
         src = ASTSource(fn, signature | dict.fromkeys(consts, "constexpr"), constexprs=consts,
