@@ -148,13 +148,14 @@ def test_every_kernel_variant_matches_oracle(dtype, device):
             assert_attention_close(out, q, k, v, cu)
 
 
-@pytest.mark.parametrize("kind", ["onetile", "loop", "specloop", "grid3", "lean"])
+@pytest.mark.parametrize("kind", ["onetile", "loop", "specloop", "grid3", "lean", "large"])
 def test_the_short_batch_kernels_of_the_default_path_match_oracle(kind, device):
     """The short-batch classes' kernels as the default path launches them (config.choice on
     sm_90: the one-tile kernel with its speculative start on the 3-D grid, PDL at once; the
     loop with PDL after the q load, on the 1-D grid and on the 3-D grid (65-128 keys up to 99
     pairs); specloop, its loads from the guessed start of a uniform batch, PDL at once; the
-    table's tile with the leaner softmax past the classes' grids), checked path: uniform
+    loop with 3 stages, the leaner softmax and PDL after the store past the classes' grids
+    and lengths; the ninth session's table's tile with the leaner softmax), checked path: uniform
     batches (the guess right), a wrong guess, an empty sequence, and a capacity-packed batch
     (rows past cu_seqlens[-1]: total == batch x max_seqlen, yet the guess wrong). The
     interpreter has no grid dependency control: PDL compiles out there (the same arithmetic)."""
@@ -176,6 +177,7 @@ def test_the_short_batch_kernels_of_the_default_path_match_oracle(kind, device):
             "specloop": AttentionConfig(64, 64, 4, 2, kind="specloop", pdl=1),
             "grid3": AttentionConfig(64, 64, 4, 2, pdl=3, grid3=True),
             "lean": AttentionConfig(64, 64, 4, 2, lean=True),
+            "large": AttentionConfig(64, 64, 4, 3, pdl=2, lean=True),
         }[kind]
         if kind == "onetile" and block_n > 128:
             continue

@@ -18,7 +18,13 @@ from torch.utils._python_dispatch import TorchDispatchMode
 import ragged
 from ragged import attention as api
 from ragged.kernels import attention, launch
-from ragged.kernels.config import MAX_LENGTH, TABLE_LEAN, AttentionConfig, choice, length_span
+from ragged.kernels.config import (
+    LARGE_LOOP,
+    MAX_LENGTH,
+    AttentionConfig,
+    choice,
+    length_span,
+)
 from ragged.testing import assert_attention_close, packed_qkv
 
 LENGTHS = [40, 3, 0, 99]
@@ -545,9 +551,9 @@ def test_layout_attention_keeps_a_3d_grid_launch(recorder, monkeypatch):
 def test_the_short_batch_classes_hold_over_their_spans(capability):
     """Every (max_seqlen, pairs) inside the spans ``choice`` returns gets the same kernel
     (a span is one compiled kernel the fast paths launch without planning), the one-tile
-    kernel and PDL only from sm_90 (no grid dependency control before), the table's tile with
-    the leaner softmax at large grids on sm_90 (fp16, bf16, head_dim 33-64), the table
-    elsewhere and on the CPU."""
+    kernel and PDL only from sm_90 (no grid dependency control before), the 3-stage loop with
+    the leaner softmax past the classes' grids and lengths on sm_90 (fp16, bf16, head_dim
+    33-64), the table elsewhere and on the CPU."""
     for dtype in (torch.float16, torch.bfloat16, torch.float32):
         for head_dim in (32, 64, 128):
             for max_seqlen in (1, 16, 17, 40, 64, 65, 99, 128, 197, 256, 257, 289, 512, 513, 577):
@@ -578,20 +584,21 @@ def test_the_short_batch_classes_hold_over_their_spans(capability):
     for max_seqlen, pairs in ((40, 96), (99, 100), (20, 96), (40, 384), (128, 198), (33, 396)):
         assert choice(64, max_seqlen, pairs, torch.float16, (9, 0))[0] == AttentionConfig(
             64, 64, 4, 2, pdl=3)  # fmt: skip
-    # past three waves: the table's tile with the leaner softmax (sm_90, fp16 and bf16, d 64)
+    # past three waves: the loop with 3 stages, the leaner softmax and PDL after the store
+    # (sm_90, fp16 and bf16, d 64)
     for max_seqlen, pairs in ((40, 397), (99, 199)):
-        assert choice(64, max_seqlen, pairs, torch.float16, (9, 0))[0] == TABLE_LEAN
-    assert AttentionConfig(64, 64, 4, 2, lean=True) == TABLE_LEAN
+        assert choice(64, max_seqlen, pairs, torch.float16, (9, 0))[0] == LARGE_LOOP
+    assert AttentionConfig(64, 64, 4, 3, pdl=2, lean=True) == LARGE_LOOP
     # 129-256 keys: the loop with 3 stages (BS 1 / 0%)
     assert choice(64, 197, 12, torch.float16, (9, 0))[0] == AttentionConfig(64, 64, 4, 3, pdl=2)
-    assert choice(64, 197, 768, torch.bfloat16, (9, 0))[0] == TABLE_LEAN  # BS 64
+    assert choice(64, 197, 768, torch.bfloat16, (9, 0))[0] == LARGE_LOOP  # BS 64
     # 257-512 keys (DeiT-B 384 after the prune point: 289), up to three waves of 8 key tiles
     # (49 pairs): the loop with 3 stages, PDL after the store
     for max_seqlen, pairs in ((289, 12), (289, 48), (257, 1), (512, 49), (450, 24)):
         assert choice(64, max_seqlen, pairs, torch.float16, (9, 0)) == (
             AttentionConfig(64, 64, 4, 3, pdl=2), (257, 512), (1, 49))  # fmt: skip
-    for max_seqlen, pairs in ((289, 50), (289, 96), (513, 12), (577, 48)):  # the table's
-        assert choice(64, max_seqlen, pairs, torch.float16, (9, 0))[0] == TABLE_LEAN
+    for max_seqlen, pairs in ((289, 50), (289, 96), (513, 12), (577, 48)):  # past the classes
+        assert choice(64, max_seqlen, pairs, torch.float16, (9, 0))[0] == LARGE_LOOP
     assert choice(64, 40, 12, torch.float16, (0, 0))[0] is None  # the interpreter
 
 
@@ -616,9 +623,9 @@ def test_after_one_call_no_new_length_or_batch_plans_a_kernel(monkeypatch):
             configs.add(plan.config)
         assert set(attention._plan_of.values()) == made
         assert {c.kind for c in configs} == {"onetile", "loop", "specloop"}
-        # the 3-D grid loop (8 x 99) and the table's tile with the leaner softmax (64 x 60)
+        # the 3-D grid loop (8 x 99) and the loop past the classes' grids (64 x 60)
         assert {c for c in configs if c.grid3 or c.lean} == {
-            AttentionConfig(64, 64, 4, 2, pdl=3, grid3=True), TABLE_LEAN}  # fmt: skip
+            AttentionConfig(64, 64, 4, 2, pdl=3, grid3=True), LARGE_LOOP}  # fmt: skip
         assert len(configs) == 9
     finally:
         attention.forget_plans()

@@ -120,6 +120,13 @@ def attention_config(
 #   same registers (128): 64 / 0% 55.40 and 55.89 vs 57.53 and 58.06, 64 / 50% mixed 25.67
 #   and 24.91 vs 26.79 and 26.00; the default path before -> after, 8 / 50% 4.21 -> 4.06,
 #   64 / 0% 58.34 -> 55.72, 64 / 80% 7.42 -> 6.83, 8 x 577 35.56 -> 34.04.
+# The tenth session's sweep (experiments.kernel_parts, docs/kernel.md "Past three waves";
+# µs against the ninth session's table's kernel with the leaner softmax, same rounds; the
+# 1-D arm also in the ninth session's second sweep):
+#   past the classes' grids and past 512 keys: the 3-stage loop with the leaner softmax and
+#   PDL after the store (LARGE_LOOP): 64 / 0% 49.48 and 49.80 vs 55.60 and 55.89, 64 / 50% mixed
+#   24.23 and 23.96 vs 25.66 and 24.91, 16 / 0% 13.46 vs 14.49, 8 x 577 32.63 and 32.64 vs
+#   34.07 and 34.21, 64 / 80% 6.52 and 6.85 vs 6.49 and 6.89 (one key tile: no third stage).
 PDL_MID = 3  # forward.varlen_fwd_kernel's PDL: the trigger after the q load
 WAVE = 132  # the H100's SMs: one program each
 LATE_WAVES = 3
@@ -128,7 +135,7 @@ ONETILE_KEYS = 128  # one tile of keys: 256 columns spill (ptxas, docs/kernel.md
 SPECLOOP_KEYS = 64  # specloop's bucket: 33-64 keys (the only one where it won twice)
 SPECLOOP_PAIRS = WAVE // 2  # and its pairs (won at 48: 4 / 80%; lost at 96: 8 / 80%)
 GRID3_PAIRS = 3 * WAVE // 4  # 65-128 keys: 1.5 waves of two-tile programs (99 pairs; 8 / 50%: 96)
-TABLE_LEAN = AttentionConfig(64, 64, 4, 2, lean=True)  # the table's tile, its leaner softmax
+LARGE_LOOP = AttentionConfig(64, 64, 4, 3, pdl=2, lean=True)  # past the classes' grids and lengths
 
 
 def pow2_span(max_seqlen: int) -> tuple[int, int]:
@@ -142,7 +149,7 @@ def short_batch(head_dim: int, max_seqlen: int, pairs: int, dtype: torch.dtype,
     """(config, (lo, hi), (pairs_lo, pairs_hi)) of the short-batch classes above for a batch
     of ``pairs`` (sequence, head) pairs whose longest sequence is ``max_seqlen``: every
     max_seqlen in [lo, hi] and pair count in [pairs_lo, pairs_hi] gets ``config`` (None: the
-    table's; ``TABLE_LEAN``: the table's tile with the leaner softmax); None where they do not
+    table's; ``LARGE_LOOP``: past the classes' grids and lengths); None where they do not
     apply (before sm_90: no programmatic dependent launch;
     other dtypes, head dims and lengths: not measured)."""
     block_d = max(16, triton.next_power_of_2(head_dim))
@@ -151,8 +158,8 @@ def short_batch(head_dim: int, max_seqlen: int, pairs: int, dtype: torch.dtype,
         or max_seqlen <= SHORT
     ):  # fmt: skip
         return None
-    if max_seqlen > SHORT_BATCH_KEYS:  # the table's, above the classes' lengths only
-        return TABLE_LEAN, (SHORT_BATCH_KEYS + 1, MAX_LENGTH), (0, MAX_LENGTH)
+    if max_seqlen > SHORT_BATCH_KEYS:  # above the classes' lengths, at any pair count
+        return LARGE_LOOP, (SHORT_BATCH_KEYS + 1, MAX_LENGTH), (0, MAX_LENGTH)
     if pairs < 1:  # an empty grid: nothing launches
         return None, (max_seqlen, max_seqlen), (pairs, pairs)
     lo, hi = pow2_span(max_seqlen)
@@ -180,7 +187,7 @@ def short_batch(head_dim: int, max_seqlen: int, pairs: int, dtype: torch.dtype,
         cfg = AttentionConfig(64, 64, 4, 3, pdl=2) if hi > 128 else AttentionConfig(
             64, 64, 4, 2, pdl=PDL_MID)  # fmt: skip
         return cfg, (lo, hi), (first, most)
-    return TABLE_LEAN, (lo, hi), (most + 1, MAX_LENGTH)  # the table's tile, over these pairs
+    return LARGE_LOOP, (lo, hi), (most + 1, MAX_LENGTH)
 
 
 def shape_class(head_dim: int, max_seqlen: int, dtype: torch.dtype) -> str:
