@@ -9,8 +9,8 @@ lengths, 257-512 keys, ``WORKLOADS``) it checks, then times, in one process:
   * ``before``: the table's kernel alone (``config.attention_config``: the default path
     before the short-batch classes),
   * ``previous``: the default path before the tenth session (past the classes' grids and
-    lengths the table's tile, 2 stages and no PDL, with the leaner softmax; the other classes'
-    kernel as ``current``),
+    lengths the table's tile, 2 stages and no PDL, with the leaner softmax; at 17-64 keys the
+    loop on the 1-D grid; the other classes' kernel as ``current``),
   * every candidate of ``ragged.kernels.variants.VARIANTS``,
   * FA2 through torch's ``aten._flash_attention_forward`` (where this torch has it),
   * an empty Triton kernel (one program): the launch floor of a CUDA graph's kernel node,
@@ -43,6 +43,7 @@ if "--cpu-smoke" in sys.argv:  # before triton is first imported (ragged imports
     os.environ.setdefault("TRITON_INTERPRET", "1")
 
 import argparse
+import dataclasses
 import json
 import platform
 import random
@@ -105,6 +106,9 @@ WORKLOADS = (
     ("32 / 50%", 32, 0.5, "uniform"),
     ("1 / 577", 1, None, ([577], 0)),
     ("2 / 577", 2, None, ([577] * 2, 0)),
+    # 17-32 keys (90% pruned: 20 tokens) at 96 and 192 pairs
+    ("8 / 90%", 8, 0.9, "uniform"),
+    ("16 / 90%", 16, 0.9, "uniform"),
 )
 HEADS, HEAD_DIM = 12, 64
 CALLS = 20  # calls captured per graph
@@ -168,11 +172,13 @@ def arms_of(q, k, v, cu, max_seqlen, *, smoke: bool) -> dict:
         before,
     )
     # the default path before the tenth session: past the classes' grids and lengths the
-    # table's tile (2 stages, no PDL) with the leaner softmax
+    # table's tile (2 stages, no PDL) with the leaner softmax; at 17-64 keys the 1-D grid
     pairs = (cu.shape[0] - 1) * q.shape[1]
     cfg = choice(q.shape[2], max_seqlen, pairs, q.dtype, capability_of(q.get_device()))[0]
     if cfg == LARGE_LOOP:
         cfg = AttentionConfig(64, 64, 4, 2, lean=True)
+    elif cfg is not None and cfg.grid3 and max_seqlen <= 64:
+        cfg = dataclasses.replace(cfg, grid3=False)
     previous = torch.empty_like(q)
     arms["previous"] = (
         lambda: kernel_attention.varlen_attention_triton(

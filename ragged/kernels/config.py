@@ -112,7 +112,7 @@ def attention_config(
 #   elsewhere (4 / 80% mixed 3.49 vs 3.45).
 # The ninth session's two sweeps (experiments.kernel_parts, docs/kernel.md "Fewer instructions
 # a key tile"; µs against copies of the kernels they replace, same rounds, two leases):
-#   65-128 keys up to one and a half waves of two-tile programs (GRID3_PAIRS): the loop on the
+#   65-128 keys up to one and a half waves of two-tile programs (GRID3_PROGRAMS): the loop on the
 #   3-D grid (no integer divisions before the cu_seqlens load): 8 / 50% 4.17 and 4.03 vs 4.36
 #   and 4.23, 4 / 50% 3.36 and 3.43 vs 3.54 and 3.66 (at 384 programs, with 128 registers
 #   instead of 136, it lost: 32 / 80% 4.16 vs 3.89, 16 / 50% 5.86 vs 5.35);
@@ -126,7 +126,11 @@ def attention_config(
 #   past the classes' grids and past 512 keys: the 3-stage loop with the leaner softmax and
 #   PDL after the store (LARGE_LOOP): 64 / 0% 49.48 and 49.80 vs 55.60 and 55.89, 64 / 50% mixed
 #   24.23 and 23.96 vs 25.66 and 24.91, 16 / 0% 13.46 vs 14.49, 8 x 577 32.63 and 32.64 vs
-#   34.07 and 34.21, 64 / 80% 6.52 and 6.85 vs 6.49 and 6.89 (one key tile: no third stage).
+#   34.07 and 34.21, 64 / 80% 6.52 and 6.85 vs 6.49 and 6.89 (one key tile: no third stage);
+#   17-64 keys past the one-tile and specloop classes: the 3-D grid up to 1.5 waves
+#   (GRID3_PROGRAMS, as at 65-128 keys): 8 / 80% 2.51 and 2.46 vs 2.67 and 2.62, 16 / 80% 2.99
+#   and 3.00 vs 3.16 and 3.15, 8 / 90% (20 keys) 2.35 vs 2.53, 16 / 90% 2.81 vs 3.03; past it
+#   it lost (24 / 80%, 288 pairs: 3.97 vs 3.70; 32 / 80% 4.14 vs 3.83).
 PDL_MID = 3  # forward.varlen_fwd_kernel's PDL: the trigger after the q load
 WAVE = 132  # the H100's SMs: one program each
 LATE_WAVES = 3
@@ -134,7 +138,7 @@ SHORT_BATCH_KEYS = 512  # the longest max_seqlen measured
 ONETILE_KEYS = 128  # one tile of keys: 256 columns spill (ptxas, docs/kernel.md)
 SPECLOOP_KEYS = 64  # specloop's bucket: 33-64 keys (the only one where it won twice)
 SPECLOOP_PAIRS = WAVE // 2  # and its pairs (won at 48: 4 / 80%; lost at 96: 8 / 80%)
-GRID3_PAIRS = 3 * WAVE // 4  # 65-128 keys: 1.5 waves of two-tile programs (99 pairs; 8 / 50%: 96)
+GRID3_PROGRAMS = 3 * WAVE // 2  # 17-128 keys: the 3-D grid up to 1.5 waves (8 / 50%: 192)
 LARGE_LOOP = AttentionConfig(64, 64, 4, 3, pdl=2, lean=True)  # past the classes' grids and lengths
 
 
@@ -174,13 +178,12 @@ def short_batch(head_dim: int, max_seqlen: int, pairs: int, dtype: torch.dtype,
         cfg = AttentionConfig(64, 64, 4, 2, kind="specloop", pdl=1)
         return cfg, (lo, hi), (first, SPECLOOP_PAIRS)
     first = SPECLOOP_PAIRS + 1 if hi == SPECLOOP_KEYS else first
-    if hi == 2 * 64 and pairs <= GRID3_PAIRS:  # two key tiles, up to 1.5 waves: the 3-D grid
-        return (
-            AttentionConfig(64, 64, 4, 2, pdl=PDL_MID, grid3=True),
-            (lo, hi),
-            (first, GRID3_PAIRS),
-        )
-    first = GRID3_PAIRS + 1 if hi == 2 * 64 else first
+    if hi <= 2 * 64:  # the loop on the 3-D grid up to 1.5 waves of 64-row query tiles
+        most = GRID3_PROGRAMS // max(1, hi // 64)
+        if pairs <= most:
+            cfg = AttentionConfig(64, 64, 4, 2, pdl=PDL_MID, grid3=True)
+            return cfg, (lo, hi), (first, most)
+        first = most + 1
     most = LATE_WAVES * WAVE // -(-hi // 64)
     if pairs <= most:  # 3 stages where a sequence has 4-8 key tiles (129-512 keys); with 1-2
         # the next kernel launches once every program issued its q load (PDL_MID)
