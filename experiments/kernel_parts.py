@@ -1093,7 +1093,8 @@ def regs_report(capability: int = 90) -> int:
     ninth session (the 1-D and 3-D grid with PDL after the q load, the table's kernel with and
     without ``LEAN``, the 3-stage class with and without it) for sm_``capability``, no GPU
     needed, and print registers and stack a thread (``cuobjdump -res-usage``) and shared
-    memory: 128 threads a program fit 4 an SM at 128 registers, 3 at 129-168."""
+    memory: 128 threads a program fit 4 an SM at 128 registers, 3 at 129-168. Below sm_90
+    (no ``griddepcontrol``) the PDL switches are compiled out, and each line says so."""
     import re
     import subprocess
     import tempfile
@@ -1112,12 +1113,14 @@ def regs_report(capability: int = 90) -> int:
     print(f"triton {triton.__version__}, sm_{capability}, forward.varlen_fwd_kernel 64x64 w4")
     for label, pdl, stages, grid3, lean in (
         ("17-128 keys, PDL after the q load, 1-D grid", 3, 2, False, False),
-        ("65-128 keys up to 99 pairs, 3-D grid", 3, 2, True, False),
+        ("17-128 keys up to 1.5 waves, 3-D grid", 3, 2, True, False),
         ("the table", 0, 2, False, False),
         ("the table, LEAN (the large grids' kernel in the ninth session)", 0, 2, False, True),
         ("129-512 keys, 3 stages, PDL after the store", 2, 3, False, False),
         ("the same, LEAN (config.LARGE_LOOP: the large grids' kernel)", 2, 3, False, True),
     ):
+        if pdl and capability < 90:  # ptxas refuses griddepcontrol before sm_90
+            pdl, label = 0, f"{label} (PDL compiled out: sm_90 and later only)"
         consts = loop | {"PDL": pdl, "GRID3": grid3, "LEAN": lean}
         src = ASTSource(fn, signature | dict.fromkeys(consts, "constexpr"), constexprs=consts,
                         attrs=attrs)  # fmt: skip
