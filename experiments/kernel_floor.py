@@ -3,7 +3,8 @@
 For each of six workloads (12 heads, head_dim 64, fp16: BS 1 / 80% and 50%, BS 8 / 50%,
 BS 32 / 80%, BS 64 / 50% mixed lengths, BS 64 / 0%; lengths as the kernel table builds them,
 ``benchmarks.support.workloads.kernel_lengths``; the classes between; DeiT-B 384's pipeline
-lengths, 257-512 keys, ``WORKLOADS``) it checks, then times, in one process:
+lengths, 257-512 keys; batches between the classes' pair counts and past 512 keys,
+``WORKLOADS``) it checks, then times, in one process:
   * ``current``: ``ragged.varlen_attention(..., validate=False)``, the default path (its
     choice by length and batch, ``kernels.config.choice``, through the fast paths),
   * ``before``: the table's kernel alone (``config.attention_config``: the default path
@@ -24,13 +25,16 @@ GPU time: a CUDA graph of 20 calls, replayed; µs per call = the replay's event 
 arms of a workload are replayed in rounds, in a shuffled order each round, and an arm's figure
 is the median over all its replays (``--rounds`` x ``--replays``).
 
-    python -m experiments.kernel_floor --out $OUT/kernel_floor.json   # GPU, ~1-2 min
+    python -m experiments.kernel_floor --out $OUT/kernel_floor.json   # GPU: every arm, >10 min
+    python -m experiments.kernel_floor --arms none --only "1 / 80%" "8 / 50%" --out F  # ~10 s
     python -m experiments.kernel_floor --cpu-smoke                   # interpreter: plumbing
     python -m experiments.kernel_floor --compile-only 89             # ptxas resources, no GPU
     python -m experiments.kernel_floor --parts ...                    # + experiments.kernel_parts
 
-``--cpu-smoke`` runs the same plumbing on the Triton interpreter at 2 heads and at most 3
-sequences a workload; its µs are one call's wall time in the interpreter, not GPU time.
+Every arm at every workload takes over 10 minutes on an H100 (a 400 s call reached 16 of 22
+workloads): ``--only`` and ``--arms`` narrow it. ``--cpu-smoke`` runs the same plumbing on the
+Triton interpreter at 2 heads and at most 3 sequences a workload; its µs are one call's wall
+time in the interpreter, not GPU time.
 Exit codes: 0 every arm correct, 1 an arm refused, 2 unusable (no GPU and no ``--cpu-smoke``).
 """
 
