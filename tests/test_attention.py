@@ -152,13 +152,14 @@ def test_every_kernel_variant_matches_oracle(dtype, device):
 def test_the_short_batch_kernels_of_the_default_path_match_oracle(kind, device):
     """The short-batch classes' kernels as the default path launches them (config.choice on
     sm_90: the one-tile kernel with its speculative start on the 3-D grid, PDL at once; the
-    loop with PDL after the q load, on the 1-D grid and on the 3-D grid (17-128 keys up to 1.5
-    waves of query tiles); specloop, its loads from the guessed start of a uniform batch, PDL at once; the
-    loop with 3 stages, the leaner softmax and PDL after the store past the classes' grids
-    and lengths; the ninth session's table's tile with the leaner softmax), checked path: uniform
-    batches (the guess right), a wrong guess, an empty sequence, and a capacity-packed batch
-    (rows past cu_seqlens[-1]: total == batch x max_seqlen, yet the guess wrong). The
-    interpreter has no grid dependency control: PDL compiles out there (the same arithmetic)."""
+    loop with PDL after the q load, on the 1-D grid and on the 3-D grid (17-128 keys up to
+    1.5 waves of query tiles); specloop, its loads from the guessed start of a uniform batch,
+    PDL at once; the loop with 3 stages, the leaner softmax and PDL after the store past the
+    classes' grids and lengths; the ninth session's table's tile with the leaner softmax),
+    checked path: uniform batches (the guess right), a wrong guess, an empty sequence, and a
+    capacity-packed batch (rows past cu_seqlens[-1]: total == batch x max_seqlen, yet the
+    guess wrong). The interpreter has no grid dependency control: PDL compiles out there (the
+    same arithmetic)."""
     from ragged.kernels import attention as kernel_attention
     from ragged.kernels.config import AttentionConfig
 
