@@ -31,6 +31,9 @@ The ninth session (docs/kernel.md, "Fewer instructions a key tile") added switch
 ``loop_parts_kernel`` that cut the softmax's instructions (``FFMA``, ``LASTMASK``, ``SKIP0``,
 ``RCP``; all four: "lean"), its 3-D grid (``GRID3``), half its exp2 by a cubic on the FMA
 units (``POLY``), and "lean" one-tile arms (``LEAN``: the scale in the fma, the reciprocal).
+The tenth session (docs/kernel.md, "Past three waves, and one program a pair") added arms, no
+switch: one program a pair at 65-128 keys (128 query rows, 4 and 8 warps), and the 3-stage
+loop with the leaner softmax without PDL and on the 3-D grid.
 
 Only ``full`` arms produce attention; the others are floors and are not checked (their output
 is not attention). Nothing in ``ragged`` imports this module.
