@@ -48,8 +48,6 @@ def _online_softmax_step(s, v, m_i, l_i, acc, IEEE_DOT: tl.constexpr):
     return m_new, l_i, acc * alpha[:, None] + pv
 
 
-# Strides stay specializable: Triton's "divisible by 16" lets it emit 16-byte loads (2.5x faster
-# at BS=64/0% than tl.multiple_of hints on unspecialized strides, which it ignored).
 @triton.jit
 def program_tile(GRID3: tl.constexpr, num_m_blocks, num_heads):
     """(query tile, head, sequence) of this program: the 3-D grid's (query tiles, heads,
@@ -68,6 +66,8 @@ def program_tile(GRID3: tl.constexpr, num_m_blocks, num_heads):
     return m_block, head, seq
 
 
+# Strides stay specializable: Triton's "divisible by 16" lets it emit 16-byte loads (2.5x faster
+# at BS=64/0% than tl.multiple_of hints on unspecialized strides, which it ignored).
 @triton.jit(
     do_not_specialize=["cu_seqlens", "num_heads", "num_m_blocks"],
     do_not_specialize_on_alignment=["cu_seqlens"],
