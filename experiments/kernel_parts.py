@@ -33,7 +33,11 @@ The ninth session (docs/kernel.md, "Fewer instructions a key tile") added switch
 units (``POLY``), and "lean" one-tile arms (``LEAN``: the scale in the fma, the reciprocal).
 The tenth session (docs/kernel.md, "Past three waves, and one program a pair") added arms, no
 switch: one program a pair at 65-128 keys (128 query rows, 4 and 8 warps), and the 3-stage
-loop with the leaner softmax without PDL and on the 3-D grid.
+loop with the leaner softmax without PDL and on the 3-D grid. The eleventh session
+(docs/kernel.md, "The bounds before the wait") added ``EARLY`` to the loop and one-tile copies
+(cu_seqlens read before ``griddepcontrol.wait``, unchecked), ``loop_checked_kernel`` (the same
+read checked after the wait, three kinds of second read), and "kernel" arms: the default path's
+``forward.varlen_fwd_kernel`` launched with a given configuration.
 
 Only ``full`` arms produce attention; the others are floors and are not checked (their output
 is not attention). Nothing in ``ragged`` imports this module.
@@ -61,6 +65,7 @@ import triton
 import triton.language as tl
 
 from ragged.kernels import attention, forward
+from ragged.kernels.config import AttentionConfig
 
 PART_NAMES = {"zeros": 0, "loads": 1, "dots": 2, "full": 3, "loadsum": 4}  # a Part's ``part``
 ZEROS, LOADS, DOTS, FULL, LOADSUM = (tl.constexpr(i) for i in range(5))  # the same, in kernels
@@ -113,7 +118,7 @@ def loop_parts_kernel(
     F16EXP: tl.constexpr, KV_EVICT: tl.constexpr = "", KV_CACHE: tl.constexpr = "",
     HINTS: tl.constexpr = False, FFMA: tl.constexpr = False, LASTMASK: tl.constexpr = False,
     SKIP0: tl.constexpr = False, RCP: tl.constexpr = False, GRID3: tl.constexpr = False,
-    POLY: tl.constexpr = False,
+    POLY: tl.constexpr = False, EARLY: tl.constexpr = False,
 ):  # fmt: skip
     """``forward.varlen_fwd_kernel`` (fp16, 1-D grid) doing ``PART`` of its work. ``MMA2`` only
     tells the cache apart (the launcher compiles it with DISABLE_MMA_V3). ``PDL`` 3: the next
@@ -128,16 +133,21 @@ def loop_parts_kernel(
     rescale (alpha, acc x alpha, l x alpha) on the first key tile; ``RCP`` one reciprocal a row
     and a multiply for the final division; ``GRID3`` a 3-D grid (query tile, head, sequence: no
     integer divisions before the cu_seqlens load); ``POLY`` every second exp2 by a polynomial
-    on the FMA units (``_exp2_poly``), the others on MUFU."""
+    on the FMA units (``_exp2_poly``), the others on MUFU. The eleventh session's ``EARLY``:
+    cu_seqlens read before ``griddepcontrol.wait`` (valid only where the kernel this one
+    depends on did not write it), so that its round overlaps the previous kernel; the wait then
+    comes before the first load of q, k or v."""
     if PDL == 1:
         forward.gdc_launch_dependents()
     m_block, head, seq = forward.program_tile(GRID3, num_m_blocks, num_heads)
-    if PDL:
+    if PDL and not EARLY:
         forward.gdc_wait()
     seq_start = tl.load(cu_seqlens + seq)
     seq_len = tl.load(cu_seqlens + seq + 1) - seq_start
     m_start = m_block * BLOCK_M
     if m_start < seq_len:
+        if PDL and EARLY:  # a program with nothing to do exits without waiting
+            forward.gdc_wait()
         offs_m = m_start + tl.arange(0, BLOCK_M)
         offs_n = tl.arange(0, BLOCK_N)
         offs_d = tl.arange(0, BLOCK_D)
@@ -248,6 +258,143 @@ def loop_parts_kernel(
 
 
 @triton.jit
+def _checked_tile(Q, K, V, qk_scale, row0, seq_len, m_start, head, stride_qt, stride_qh,
+                  stride_kt, stride_kh, stride_vt, stride_vh, HEAD_DIM: tl.constexpr,
+                  BLOCK_D: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+                  LEAN: tl.constexpr, TRIGGER: tl.constexpr):  # fmt: skip
+    """``forward.varlen_fwd_kernel``'s work for one query tile (fp16): acc [BLOCK_M, BLOCK_D]
+    fp32, normalised, of rows ``m_start ..`` of the sequence at rows ``row0`` (int64) ..
+    ``row0 + seq_len``; ``TRIGGER``: the next kernel may launch once q's load is issued."""
+    offs_m = m_start + tl.arange(0, BLOCK_M)
+    offs_n = tl.arange(0, BLOCK_N)
+    offs_d = tl.arange(0, BLOCK_D)
+    d_ok = offs_d < HEAD_DIM
+    m_ok = offs_m < seq_len
+    head64 = head.to(tl.int64)
+    q = tl.load(Q + (row0 + offs_m[:, None]) * stride_qt + head64 * stride_qh + offs_d[None, :],
+                mask=m_ok[:, None] & d_ok[None, :], other=0.0)  # fmt: skip
+    k_base = K + row0 * stride_kt + head64 * stride_kh
+    v_base = V + row0 * stride_vt + head64 * stride_vh
+    m_i = tl.full([BLOCK_M], float("-inf"), dtype=tl.float32)
+    l_i = tl.zeros([BLOCK_M], dtype=tl.float32)
+    acc = tl.zeros([BLOCK_M, BLOCK_D], dtype=tl.float32)
+    if TRIGGER:
+        forward.gdc_launch_dependents()
+    for n_start in range(0, seq_len, BLOCK_N):
+        offs_kn = n_start + offs_n
+        n_ok = offs_kn < seq_len
+        k = tl.load(k_base + offs_kn[None, :] * stride_kt + offs_d[:, None],
+                    mask=n_ok[None, :] & d_ok[:, None], other=0.0)  # fmt: skip
+        v = tl.load(v_base + offs_kn[:, None] * stride_vt + offs_d[None, :],
+                    mask=n_ok[:, None] & d_ok[None, :], other=0.0)  # fmt: skip
+        s = tl.dot(q, k)
+        if LEAN:
+            if n_start + BLOCK_N > seq_len:
+                s = tl.where(n_ok[None, :], s, float("-inf"))
+            m_new = tl.maximum(m_i, tl.max(s, 1) * qk_scale)
+            p = tl.math.exp2(tl.fma(s, qk_scale, -m_new[:, None]))
+            if n_start > 0:
+                alpha = tl.math.exp2(m_i - m_new)
+                l_i = l_i * alpha
+                acc = acc * alpha[:, None]
+            l_i += tl.sum(p, 1)
+            acc = tl.dot(p.to(v.dtype), v, acc)
+            m_i = m_new
+        else:
+            s = tl.where(n_ok[None, :], s * qk_scale, float("-inf"))
+            m_i, l_i, acc = forward._online_softmax_step(s, v, m_i, l_i, acc, False)
+    if LEAN:
+        return acc * (1.0 / l_i)[:, None]
+    else:
+        return acc / l_i[:, None]
+
+
+@triton.jit(do_not_specialize=["cu_seqlens", "total", "guess_len"],
+            do_not_specialize_on_alignment=["cu_seqlens"])  # fmt: skip
+def loop_checked_kernel(
+    Q, K, V, O, cu_seqlens, qk_scale,
+    stride_qt, stride_qh, stride_kt, stride_kh, stride_vt, stride_vh, stride_ot, stride_oh,
+    total, guess_len,
+    HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_M: tl.constexpr,
+    BLOCK_N: tl.constexpr, PDL: tl.constexpr, LEAN: tl.constexpr, CHECK: tl.constexpr,
+    ONCE: tl.constexpr = False,
+):  # fmt: skip
+    """The loop on the 3-D grid (fp16) reading its sequence's bounds before
+    ``griddepcontrol.wait`` (bounded to q's rows: a value not yet written addresses nothing
+    outside q, k and v), computing its tile from them, reading them again after the wait and
+    computing again where they differ (the kernel before wrote them): always exact. The
+    second read (the compiler would reuse a plain one) is ``CHECK`` 1 volatile
+    (``LDG.E.STRONG.SYS``), 2 ``.cg`` (``LDG.E.STRONG.GPU``), 3 plain (``LDG.E``) after an
+    early read through ``.cg`` (no L1 line of it to hit); used only after the tile. 0: the
+    same code not checked (wrong where the kernel before writes cu_seqlens). ``ONCE``: the
+    tile's code once, in a loop that runs it again from the second read's bounds where they
+    differ from the ones it used (instead of a second copy of it)."""
+    if PDL == 1:
+        forward.gdc_launch_dependents()
+    m_block, head, seq = forward.program_tile(True, 0, 0)
+    if CHECK == 3:
+        first = tl.load(cu_seqlens + seq, cache_modifier=".cg")
+        last = tl.load(cu_seqlens + seq + 1, cache_modifier=".cg")
+    else:
+        first = tl.load(cu_seqlens + seq)
+        last = tl.load(cu_seqlens + seq + 1)
+    early_start = tl.minimum(tl.maximum(first, 0), total)
+    early_len = tl.minimum(tl.maximum(last - early_start, 0), total - early_start)
+    if PDL:
+        forward.gdc_wait()
+    if CHECK == 1:
+        start_now = tl.load(cu_seqlens + seq, volatile=True)
+        end_now = tl.load(cu_seqlens + seq + 1, volatile=True)
+    elif CHECK == 2:
+        start_now = tl.load(cu_seqlens + seq, cache_modifier=".cg")
+        end_now = tl.load(cu_seqlens + seq + 1, cache_modifier=".cg")
+    elif CHECK == 3:
+        start_now = tl.load(cu_seqlens + seq)
+        end_now = tl.load(cu_seqlens + seq + 1)
+    else:
+        start_now = first
+        end_now = last
+    m_start = m_block * BLOCK_M
+    acc = tl.zeros([BLOCK_M, BLOCK_D], dtype=tl.float32)
+    if ONCE:
+        used_start = early_start
+        used_len = early_len
+        again = True
+        while again:
+            if m_start < used_len:
+                acc = _checked_tile(Q, K, V, qk_scale, used_start.to(tl.int64), used_len,
+                                    m_start, head, stride_qt, stride_qh, stride_kt, stride_kh,
+                                    stride_vt, stride_vh, HEAD_DIM, BLOCK_D, BLOCK_M, BLOCK_N,
+                                    LEAN, PDL == 3)  # fmt: skip
+            again = (start_now != used_start) | (end_now - start_now != used_len)
+            used_start = start_now
+            used_len = end_now - start_now
+    elif m_start < early_len:
+        acc = _checked_tile(Q, K, V, qk_scale, early_start.to(tl.int64), early_len, m_start,
+                            head, stride_qt, stride_qh, stride_kt, stride_kh, stride_vt,
+                            stride_vh, HEAD_DIM, BLOCK_D, BLOCK_M, BLOCK_N, LEAN,
+                            PDL == 3)  # fmt: skip
+    seq_len = end_now - start_now
+    # Two branches, as in the code whose SASS was measured; the first: the kernel before
+    # wrote the bounds
+    if not ONCE and ((start_now != first) | (end_now != last)):  # noqa: SIM102
+        if m_start < seq_len:
+            acc = _checked_tile(Q, K, V, qk_scale, start_now.to(tl.int64), seq_len, m_start,
+                                head, stride_qt, stride_qh, stride_kt, stride_kh, stride_vt,
+                                stride_vh, HEAD_DIM, BLOCK_D, BLOCK_M, BLOCK_N, LEAN,
+                                False)  # fmt: skip
+    if m_start < seq_len:
+        offs_m = m_start + tl.arange(0, BLOCK_M)
+        offs_d = tl.arange(0, BLOCK_D)
+        o_ptrs = (O + (start_now.to(tl.int64) + offs_m[:, None]) * stride_ot
+                  + head.to(tl.int64) * stride_oh + offs_d[None, :])  # fmt: skip
+        tl.store(o_ptrs, acc.to(O.dtype.element_ty),
+                 mask=(offs_m < seq_len)[:, None] & (offs_d < HEAD_DIM)[None, :])  # fmt: skip
+    if PDL == 2:
+        forward.gdc_launch_dependents()
+
+
+@triton.jit
 def _onetile_loads(Q, K, V, head, row, offs_m, offs_n, offs_d, m_ok, n_ok, d_ok, stride_qt,
                    stride_qh, stride_kt, stride_kh, stride_vt, stride_vh):  # fmt: skip
     head64 = head.to(tl.int64)
@@ -308,10 +455,14 @@ def onetile_parts_kernel(
     HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_M: tl.constexpr,
     BLOCK_N: tl.constexpr, PDL: tl.constexpr, PART: tl.constexpr, MMA2: tl.constexpr,
     F16EXP: tl.constexpr, HEADS: tl.constexpr, LEAN: tl.constexpr = False,
+    EARLY: tl.constexpr = False,
 ):  # fmt: skip
     """``forward.onetile_kernel`` as the default path runs it (3-D grid, speculative start)
     doing ``PART`` of its work; ``HEADS`` (1 or 2) heads a program, grid (query tiles,
-    heads / HEADS, sequences), both heads' loads issued before either computes."""
+    heads / HEADS, sequences), both heads' loads issued before either computes. ``EARLY``
+    (full, one head): cu_seqlens read before ``griddepcontrol.wait`` (valid only where the
+    kernel this one depends on did not write it), then q, k and v from the true start: no
+    speculation."""
     if PDL == 1:
         forward.gdc_launch_dependents()
     m_block = tl.program_id(0)
@@ -321,6 +472,24 @@ def onetile_parts_kernel(
     offs_n = tl.arange(0, BLOCK_N)
     offs_d = tl.arange(0, BLOCK_D)
     d_ok = offs_d < HEAD_DIM
+    if EARLY:
+        seq_start = tl.load(cu_seqlens + seq)
+        seq_len = tl.load(cu_seqlens + seq + 1) - seq_start
+        if m_block * BLOCK_M < seq_len:
+            if PDL:
+                forward.gdc_wait()
+            row0 = seq_start.to(tl.int64)
+            q, k, v = _onetile_loads(Q, K, V, head, row0, offs_m, offs_n, offs_d,
+                                     offs_m < seq_len, offs_n < seq_len, d_ok, stride_qt,
+                                     stride_qh, stride_kt, stride_kh, stride_vt,
+                                     stride_vh)  # fmt: skip
+            _onetile_finish(q, k, v, O, head, row0, row0, seq_len, offs_m, offs_n, offs_d,
+                            d_ok, qk_scale, Q, K, V, stride_qt, stride_qh, stride_kt,
+                            stride_kh, stride_vt, stride_vh, stride_ot, stride_oh, BLOCK_D,
+                            PART, F16EXP, LEAN)  # fmt: skip
+        if PDL == 2:
+            forward.gdc_launch_dependents()
+        return
     if PDL:
         forward.gdc_wait()
     g0 = seq.to(tl.int64) * n1
@@ -673,14 +842,18 @@ def _run_probe(arm: Part, device, pdl: int) -> None:
 
 @dataclass(frozen=True)
 class Part:
-    """One arm: ``kind`` "loop" (``loop_parts_kernel``, block_m x block_n tiles), "onetile"
+    """One arm: ``kind`` "loop" (``loop_parts_kernel``, block_m x block_n tiles), "kernel"
+    (``forward.varlen_fwd_kernel`` itself, launched by ``varlen_attention_triton`` with that
+    configuration: always full; ``ffma`` sets its ``lean``), "onetile"
     (``onetile_parts_kernel``: block_m query rows, every key in one tile of
     ``next_power_of_2(max_seqlen)`` columns, up to 128), doing ``part`` of the work, or
     "before" (``onetile_before_kernel``, the default path's one-tile launch: always full).
     ``tma``: the loop or one-tile kernel loading q, k and v through TMA descriptors
     (``loop_tma_kernel``, ``onetile_tma_kernel``; ``vzero`` False: the loop's v rows past the
     sequence not zeroed); ``kv_evict``, ``kv_cache``, ``hints``, ``ffma``, ``lastmask``,
-    ``skip0``, ``rcp``, ``grid3``, ``poly``: ``loop_parts_kernel``'s (upper-cased)."""
+    ``skip0``, ``rcp``, ``grid3``, ``poly``: ``loop_parts_kernel``'s (upper-cased); ``early``:
+    ``EARLY`` of either kernel. "checked": ``loop_checked_kernel`` (always full; ``check`` its
+    ``CHECK``, ``once`` its ``ONCE``, ``ffma`` its ``LEAN``)."""
 
     name: str
     kind: str
@@ -704,10 +877,13 @@ class Part:
     rcp: bool = False
     grid3: bool = False
     poly: bool = False
+    early: bool = False
+    check: int = 0
+    once: bool = False
 
     def why_not(self, max_seqlen: int, on_gpu: bool) -> str | None:
         """Why this arm cannot run a batch of ``max_seqlen`` here (None: it can)."""
-        if self.kind not in ("loop", "probe") and max_seqlen > 128:
+        if self.kind not in ("loop", "kernel", "checked", "probe") and max_seqlen > 128:
             return f"max_seqlen {max_seqlen}: over one 128-key tile"
         if self.f16exp and not on_gpu:
             return "inline PTX: not in the interpreter"
@@ -826,6 +1002,48 @@ PARTS = (
             lastmask=True, skip0=True, rcp=True),
     *_parts("lean grid3 loop 64x64 w4 s3 pdl late", "loop", 64, 64, 4, 3, 2, ("full",),
             ffma=True, lastmask=True, skip0=True, rcp=True, grid3=True),
+    # the eleventh session: cu_seqlens read before the wait (its round overlaps the previous
+    # kernel), on the default path's grids: the 3-D grid loop of 65-128 keys (PDL after the q
+    # load, and at once), the 1-D loop, the large class, and the one-tile kernel of BS 1
+    *_parts("early grid3 loop 64x64 w4 s2 pdl mid", "loop", 64, 64, 4, 2, 3, ("zeros", "full"),
+            grid3=True, early=True),
+    *_parts("early grid3 loop 64x64 w4 s2 pdl", "loop", 64, 64, 4, 2, 1, ("full",), grid3=True,
+            early=True),
+    *_parts("early loop 64x64 w4 s2 pdl mid", "loop", 64, 64, 4, 2, 3, ("full",), early=True),
+    *_parts("early lean loop 64x64 w4 s3 pdl late", "loop", 64, 64, 4, 3, 2, ("full",),
+            ffma=True, lastmask=True, skip0=True, rcp=True, early=True),
+    *_parts("early lean loop 64x64 w4 s3 pdl mid", "loop", 64, 64, 4, 3, 3, ("full",),
+            ffma=True, lastmask=True, skip0=True, rcp=True, early=True),
+    *_parts("early onetile m16 w4 pdl", "onetile", 16, 0, 4, 1, 1, ("full",), early=True),
+    *_parts("early onetile m16 w4 pdl late", "onetile", 16, 0, 4, 1, 2, ("full",), early=True),
+    *_parts("early onetile m64 w4 pdl late", "onetile", 64, 0, 4, 1, 2, ("full",), early=True),
+    # the same read, checked after the wait (``loop_checked_kernel``: exact whatever the
+    # kernel before wrote), the second read volatile, ".cg", or plain after a ".cg" early
+    # read; the same code unchecked; the checked loop with the leaner softmax and with 3
+    # stages (129-512 keys); and beside them the default path's own kernels ("kernel":
+    # forward.varlen_fwd_kernel launched by varlen_attention_triton with that configuration)
+    Part("checked volatile grid3 loop 64x64 w4 s2 pdl mid", "checked", 64, 64, 4, 2, 3, 3,
+         check=1),
+    Part("checked cg grid3 loop 64x64 w4 s2 pdl mid", "checked", 64, 64, 4, 2, 3, 3, check=2),
+    Part("checked weak grid3 loop 64x64 w4 s2 pdl mid", "checked", 64, 64, 4, 2, 3, 3,
+         check=3),
+    Part("unchecked grid3 loop 64x64 w4 s2 pdl mid", "checked", 64, 64, 4, 2, 3, 3, check=0),
+    Part("checked weak once grid3 loop 64x64 w4 s2 pdl mid", "checked", 64, 64, 4, 2, 3, 3,
+         check=3, once=True),
+    Part("checked volatile once grid3 loop 64x64 w4 s2 pdl mid", "checked", 64, 64, 4, 2, 3, 3,
+         check=1, once=True),
+    Part("checked volatile lean grid3 loop 64x64 w4 s2 pdl mid", "checked", 64, 64, 4, 2, 3, 3,
+         ffma=True, check=1),
+    Part("checked volatile grid3 loop 64x64 w4 s3 pdl mid", "checked", 64, 64, 4, 3, 3, 3,
+         check=1),
+    Part("checked volatile lean grid3 loop 64x64 w4 s3 pdl mid", "checked", 64, 64, 4, 3, 3, 3,
+         ffma=True, check=1),
+    Part("kernel grid3 64x64 w4 s2 pdl mid", "kernel", 64, 64, 4, 2, 3, 3, grid3=True),
+    Part("kernel 64x64 w4 s3 pdl late", "kernel", 64, 64, 4, 3, 2, 3),
+    Part("kernel lean grid3 64x64 w4 s3 pdl mid", "kernel", 64, 64, 4, 3, 3, 3, grid3=True,
+         ffma=True),
+    Part("kernel lean grid3 64x64 w4 s3 pdl late", "kernel", 64, 64, 4, 3, 2, 3, grid3=True,
+         ffma=True),
     # probes (the inputs unused): programs x 8 KB tiles each, PDL after the store
     *(Part(f"probe {p} x {8 * t} KB", "probe", p, t, 4, 1, 2, PART_NAMES["loadsum"])
       for p, t in ((36, 1), (36, 2), (132, 1), (132, 4), (192, 1), (192, 2), (192, 4),
@@ -866,13 +1084,28 @@ def run(arm: Part, q, k, v, cu_seqlens, max_seqlen, softmax_scale, out) -> torch
             return out
         if arm.tma:
             return _run_tma(arm, q, k, v, cu_seqlens, max_seqlen, scale, out, pdl)
+        if arm.kind == "kernel":  # forward.varlen_fwd_kernel through the default path's launch
+            config = AttentionConfig(arm.block_m, arm.block_n, arm.num_warps, arm.num_stages,
+                                     pdl=pdl, grid3=arm.grid3, lean=arm.ffma)  # fmt: skip
+            return attention.varlen_attention_triton(q, k, v, cu_seqlens, max_seqlen,
+                                                     softmax_scale, out, config)  # fmt: skip
+        if arm.kind == "checked":
+            loop_checked_kernel[(num_m_blocks, heads, batch)](
+                q, k, v, out, cu_seqlens, scale, *strides, total,
+                attention.guess_len(total, batch, max_seqlen), HEAD_DIM=head_dim,
+                BLOCK_D=common["BLOCK_D"], BLOCK_M=arm.block_m, BLOCK_N=arm.block_n, PDL=pdl,
+                LEAN=arm.ffma, CHECK=arm.check, ONCE=arm.once, num_warps=arm.num_warps,
+                num_stages=arm.num_stages, **({"launch_pdl": True} if pdl else {}),
+            )  # fmt: skip
+            return out
         if arm.kind == "loop":
             grid = (num_m_blocks, heads, batch) if arm.grid3 else (programs,)
             loop_parts_kernel[grid](q, k, v, out, cu_seqlens, scale, *strides, heads,
                                     num_m_blocks, BLOCK_N=arm.block_n, KV_EVICT=arm.kv_evict,
                                     KV_CACHE=arm.kv_cache, HINTS=arm.hints, FFMA=arm.ffma,
                                     LASTMASK=arm.lastmask, SKIP0=arm.skip0, RCP=arm.rcp,
-                                    GRID3=arm.grid3, POLY=arm.poly, **common)  # fmt: skip
+                                    GRID3=arm.grid3, POLY=arm.poly, EARLY=arm.early,
+                                    **common)  # fmt: skip
         elif arm.kind == "before":
             onetile_before_kernel[(num_m_blocks, heads, batch)](
                 q, k, v, out, cu_seqlens, scale, *strides, total,
@@ -888,7 +1121,7 @@ def run(arm: Part, q, k, v, cu_seqlens, max_seqlen, softmax_scale, out) -> torch
                 q, k, v, out, cu_seqlens, scale, *strides, total,
                 attention.guess_len(total, batch, max_seqlen),
                 BLOCK_N=max(16, triton.next_power_of_2(max_seqlen)), HEADS=arm.heads,
-                LEAN=arm.ffma and arm.rcp, **common,
+                LEAN=arm.ffma and arm.rcp, EARLY=arm.early, **common,
             )  # fmt: skip
     finally:
         if arm.mma2:
@@ -1120,7 +1353,14 @@ def regs_report(capability: int = 90) -> int:
         ("the table", 0, 2, False, False),
         ("the table, LEAN (the large grids' kernel in the ninth session)", 0, 2, False, True),
         ("129-512 keys, 3 stages, PDL after the store", 2, 3, False, False),
-        ("the same, LEAN (config.LARGE_LOOP: the large grids' kernel)", 2, 3, False, True),
+        ("the same, LEAN (config.LARGE_LOOP: past 65,535 pairs)", 2, 3, False, True),
+        (
+            "LEAN, 3-D grid, PDL after the q load (config.LARGE_GRID3: past the classes' grids)",
+            3,
+            3,
+            True,
+            True,
+        ),
     ):
         if pdl and capability < 90:  # ptxas refuses griddepcontrol before sm_90
             pdl, label = 0, f"{label} (PDL compiled out: sm_90 and later only)"
