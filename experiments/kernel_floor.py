@@ -9,9 +9,9 @@ lengths, 257-512 keys; batches between the classes' pair counts and past 512 key
     choice by length and batch, ``kernels.config.choice``, through the fast paths),
   * ``before``: the table's kernel alone (``config.attention_config``: the default path
     before the short-batch classes),
-  * ``previous``: the default path before the tenth session (past the classes' grids and
-    lengths the table's tile, 2 stages and no PDL, with the leaner softmax; at 17-64 keys the
-    loop on the 1-D grid; the other classes' kernel as ``current``),
+  * ``previous``: the default path before the eleventh session (past the classes' grids and
+    lengths ``config.LARGE_LOOP``, on the 1-D grid, at every pair count; the other classes'
+    kernel as ``current``),
   * every candidate of ``ragged.kernels.variants.VARIANTS``,
   * FA2 through torch's ``aten._flash_attention_forward`` (where this torch has it),
   * an empty Triton kernel (one program): the launch floor of a CUDA graph's kernel node,
@@ -47,7 +47,6 @@ if "--cpu-smoke" in sys.argv:  # before triton is first imported (ragged imports
     os.environ.setdefault("TRITON_INTERPRET", "1")
 
 import argparse
-import dataclasses
 import json
 import platform
 import random
@@ -64,8 +63,8 @@ from experiments import kernel_parts
 from ragged.kernels import attention as kernel_attention
 from ragged.kernels import forward, variants
 from ragged.kernels.config import (
+    LARGE_GRID3,
     LARGE_LOOP,
-    AttentionConfig,
     attention_config,
     capability_of,
     choice,
@@ -113,6 +112,9 @@ WORKLOADS = (
     # 17-32 keys (90% pruned: 20 tokens) at 96 and 192 pairs
     ("8 / 90%", 8, 0.9, "uniform"),
     ("16 / 90%", 16, 0.9, "uniform"),
+    # past the classes' grids: ragged past 512 keys, and BS 128 (1,536 pairs of 197 keys)
+    ("8 / 577 mixed", 8, None, ([577, 300, 420, 260, 577, 100, 450, 30], 0)),
+    ("128 / 0%", 128, 0.0, "uniform"),
 )
 HEADS, HEAD_DIM = 12, 64
 CALLS = 20  # calls captured per graph
@@ -175,14 +177,12 @@ def arms_of(q, k, v, cu, max_seqlen, *, smoke: bool) -> dict:
         ),
         before,
     )
-    # the default path before the tenth session: past the classes' grids and lengths the
-    # table's tile (2 stages, no PDL) with the leaner softmax; at 17-64 keys the 1-D grid
+    # the default path before the eleventh session: past the classes' grids and lengths
+    # LARGE_LOOP (the 1-D grid) at every pair count
     pairs = (cu.shape[0] - 1) * q.shape[1]
     cfg = choice(q.shape[2], max_seqlen, pairs, q.dtype, capability_of(q.get_device()))[0]
-    if cfg == LARGE_LOOP:
-        cfg = AttentionConfig(64, 64, 4, 2, lean=True)
-    elif cfg is not None and cfg.grid3 and max_seqlen <= 64:
-        cfg = dataclasses.replace(cfg, grid3=False)
+    if cfg == LARGE_GRID3:
+        cfg = LARGE_LOOP
     previous = torch.empty_like(q)
     arms["previous"] = (
         lambda: kernel_attention.varlen_attention_triton(

@@ -19,6 +19,7 @@ import ragged
 from ragged import attention as api
 from ragged.kernels import attention, launch
 from ragged.kernels.config import (
+    LARGE_GRID3,
     LARGE_LOOP,
     MAX_LENGTH,
     AttentionConfig,
@@ -587,21 +588,29 @@ def test_the_short_batch_classes_hold_over_their_spans(capability):
     for max_seqlen, pairs in ((40, 199), (99, 100), (20, 199), (40, 384), (128, 198), (33, 396)):
         assert choice(64, max_seqlen, pairs, torch.float16, (9, 0))[0] == AttentionConfig(
             64, 64, 4, 2, pdl=3)  # fmt: skip
-    # past three waves: the loop with 3 stages, the leaner softmax and PDL after the store
-    # (sm_90, fp16 and bf16, d 64)
+    # past three waves: the loop with 3 stages and the leaner softmax on the 3-D grid, PDL
+    # after the q load (sm_90, fp16 and bf16, d 64), while heads and batch fit the grid's y
+    # and z (at most 65,535 pairs); past that on the 1-D grid, PDL after the store
     for max_seqlen, pairs in ((40, 397), (99, 199)):
-        assert choice(64, max_seqlen, pairs, torch.float16, (9, 0))[0] == LARGE_LOOP
+        assert choice(64, max_seqlen, pairs, torch.float16, (9, 0))[0] == LARGE_GRID3
+    assert AttentionConfig(64, 64, 4, 3, pdl=3, grid3=True, lean=True) == LARGE_GRID3
     assert AttentionConfig(64, 64, 4, 3, pdl=2, lean=True) == LARGE_LOOP
+    assert choice(64, 99, 65535, torch.float16, (9, 0)) == (LARGE_GRID3, (65, 128), (199, 65535))
+    assert choice(64, 99, 65536, torch.float16, (9, 0)) == (
+        LARGE_LOOP, (65, 128), (65536, MAX_LENGTH))  # fmt: skip
+    assert choice(64, 577, 65535, torch.float16, (9, 0)) == (
+        LARGE_GRID3, (513, MAX_LENGTH), (0, 65535))  # fmt: skip
+    assert choice(64, 577, 10**6, torch.bfloat16, (9, 0))[0] == LARGE_LOOP
     # 129-256 keys: the loop with 3 stages (BS 1 / 0%)
     assert choice(64, 197, 12, torch.float16, (9, 0))[0] == AttentionConfig(64, 64, 4, 3, pdl=2)
-    assert choice(64, 197, 768, torch.bfloat16, (9, 0))[0] == LARGE_LOOP  # BS 64
+    assert choice(64, 197, 768, torch.bfloat16, (9, 0))[0] == LARGE_GRID3  # BS 64
     # 257-512 keys (DeiT-B 384 after the prune point: 289), up to three waves of 8 key tiles
     # (49 pairs): the loop with 3 stages, PDL after the store
     for max_seqlen, pairs in ((289, 12), (289, 48), (257, 1), (512, 49), (450, 24)):
         assert choice(64, max_seqlen, pairs, torch.float16, (9, 0)) == (
             AttentionConfig(64, 64, 4, 3, pdl=2), (257, 512), (1, 49))  # fmt: skip
     for max_seqlen, pairs in ((289, 50), (289, 96), (513, 12), (577, 48)):  # past the classes
-        assert choice(64, max_seqlen, pairs, torch.float16, (9, 0))[0] == LARGE_LOOP
+        assert choice(64, max_seqlen, pairs, torch.float16, (9, 0))[0] == LARGE_GRID3
     assert choice(64, 40, 12, torch.float16, (0, 0))[0] is None  # the interpreter
 
 
@@ -629,7 +638,7 @@ def test_after_one_call_no_new_length_or_batch_plans_a_kernel(monkeypatch):
         # the 3-D grid loop (8 x 99, 6 x 20) and the loop past the classes' grids (64 x 60); the
         # 1-D loop (20 x 40)
         assert {c for c in configs if c.grid3 or c.lean} == {
-            AttentionConfig(64, 64, 4, 2, pdl=3, grid3=True), LARGE_LOOP}  # fmt: skip
+            AttentionConfig(64, 64, 4, 2, pdl=3, grid3=True), LARGE_GRID3}  # fmt: skip
         assert len(configs) == 9
     finally:
         attention.forget_plans()

@@ -280,15 +280,16 @@ def test_injected_delay_slows_the_kernel_and_keeps_its_output():
 # BS 8 / 80%) and on the 1-D grid past it (BS 20 / 80%), the loop with 3 stages (BS 1 / 0%),
 # specloop (33-64 keys up to half a wave: BS 4 / 80% uniform, its guess right; a ragged batch,
 # no guess), the loop with 3 stages at 257-512 keys (DeiT-B 384 after the prune point, BS 1 and
-# 4), and past the classes' grids and lengths the loop with 3 stages, the leaner softmax and
-# PDL after the store ("large": BS 64 / 80%, and ragged past 512 keys).
+# 4), and past the classes' grids and lengths the loop with 3 stages and the leaner softmax,
+# on the 3-D grid with PDL after the q load ("large": BS 64 / 80%, and ragged past 512 keys),
+# and past 65,535 pairs on the 1-D grid with PDL after the store ("large 1-D": 5,462 x 40).
 SHORT_BATCHES = [([40], 12, "onetile"), ([40, 7, 33], 2, "onetile"), ([99], 12, "onetile"),
                  ([99] * 8, 12, "grid3"), ([99, 70, 128, 0, 65] * 3, 6, "grid3"),
                  ([40] * 8, 12, "grid3"), ([40] * 20, 12, "loop"),
                  ([197], 12, "loop"), ([40] * 4, 12, "specloop"),
                  ([23, 62, 6, 40], 12, "specloop"), ([289], 12, "loop"),
                  ([289] * 4, 12, "loop"), ([40] * 64, 12, "large"),
-                 ([577, 300, 1, 0], 12, "large")]  # fmt: skip
+                 ([577, 300, 1, 0], 12, "large"), ([40] * 5462, 12, "large 1-D")]  # fmt: skip
 
 
 @pytest.mark.parametrize("lengths, heads, kind", SHORT_BATCHES)
@@ -304,10 +305,10 @@ def test_short_batches_take_their_class_and_stay_correct(fast, monkeypatch, leng
     # the class's plan (the fast path may have launched it unplanned: a span launched before)
     plan = attention._make_plan(0, q.dtype, 64, max_seqlen, len(lengths) * heads, None)
     hopper = torch.cuda.get_device_capability() >= (9, 0)
-    expect = ("loop", True) if kind in ("grid3", "large") else (kind, True)
+    expect = ("loop", True) if kind in ("grid3", "large", "large 1-D") else (kind, True)
     assert (plan.config.kind, plan.pdl > 0) == (expect if hopper else ("loop", False))
-    assert plan.config.lean == (hopper and kind == "large")
-    assert plan.grid3 == (hopper and kind in ("onetile", "specloop", "grid3"))
+    assert plan.config.lean == (hopper and kind.startswith("large"))
+    assert plan.grid3 == (hopper and kind in ("onetile", "specloop", "grid3", "large"))
     entry = attention.ready_entry(0, q.dtype, 64, max_seqlen, len(lengths) * heads)
     assert entry is not None and entry[8] == plan.grid3
     if _cpp(fast):

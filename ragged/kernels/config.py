@@ -131,6 +131,13 @@ def attention_config(
 #   (GRID3_PROGRAMS, as at 65-128 keys): 8 / 80% 2.51 and 2.46 vs 2.67 and 2.62, 16 / 80% 2.99
 #   and 3.00 vs 3.16 and 3.15, 8 / 90% (20 keys) 2.35 vs 2.53, 16 / 90% 2.81 vs 3.03; past it
 #   it lost (24 / 80%, 288 pairs: 3.97 vs 3.70; 32 / 80% 4.14 vs 3.83).
+# The eleventh session's three sweeps (experiments.kernel_parts, docs/kernel.md "The bounds
+# before the wait"; µs against LARGE_LOOP, the same rounds, one lease):
+#   past the classes' grids and lengths, up to GRID3_PAIRS: LARGE_LOOP on the 3-D grid with PDL
+#   after the q load (LARGE_GRID3): 64 / 50% mixed 23.25, 23.03 and 23.16 vs 24.25, 24.23 and
+#   24.25, 64 / 0% 48.65, 49.23 and 49.97 vs 49.68, 50.75 and 50.81, 128 / 0% 93.46 vs 99.34,
+#   64 / 80% 6.49 vs 6.86, 32 / 50% 8.53 vs 9.04, 1 x 577 8.40 and 8.29 vs 8.66 and 8.52,
+#   8 x 577 32.74 vs 33.02, 8 ragged up to 577 18.70 vs 18.86; 2 x 577 10.89 vs 10.78.
 PDL_MID = 3  # forward.varlen_fwd_kernel's PDL: the trigger after the q load
 WAVE = 132  # the H100's SMs: one program each
 LATE_WAVES = 3
@@ -139,7 +146,12 @@ ONETILE_KEYS = 128  # one tile of keys: 256 columns spill (ptxas, docs/kernel.md
 SPECLOOP_KEYS = 64  # specloop's bucket: 33-64 keys (the only one where it won twice)
 SPECLOOP_PAIRS = WAVE // 2  # and its pairs (won at 48: 4 / 80%; lost at 96: 8 / 80%)
 GRID3_PROGRAMS = 3 * WAVE // 2  # 17-128 keys: the 3-D grid up to 1.5 waves (8 / 50%: 192)
-LARGE_LOOP = AttentionConfig(64, 64, 4, 3, pdl=2, lean=True)  # past the classes' grids and lengths
+# Past the classes' grids and lengths: the loop with 3 stages and the leaner softmax, on the
+# 3-D grid (PDL after the q load) up to GRID3_PAIRS pairs, whose heads and batch then fit its
+# y and z extents (65,535 each), the 1-D grid (PDL after the store) past them.
+LARGE_GRID3 = AttentionConfig(64, 64, 4, 3, pdl=PDL_MID, grid3=True, lean=True)
+LARGE_LOOP = AttentionConfig(64, 64, 4, 3, pdl=2, lean=True)
+GRID3_PAIRS = 65535
 
 
 def pow2_span(max_seqlen: int) -> tuple[int, int]:
@@ -153,7 +165,8 @@ def short_batch(head_dim: int, max_seqlen: int, pairs: int, dtype: torch.dtype,
     """(config, (lo, hi), (pairs_lo, pairs_hi)) of the short-batch classes above for a batch
     of ``pairs`` (sequence, head) pairs whose longest sequence is ``max_seqlen``: every
     max_seqlen in [lo, hi] and pair count in [pairs_lo, pairs_hi] gets ``config`` (None: the
-    table's; ``LARGE_LOOP``: past the classes' grids and lengths); None where they do not
+    table's; ``LARGE_GRID3`` and ``LARGE_LOOP``: past the classes' grids and lengths); None
+    where they do not
     apply (before sm_90: no programmatic dependent launch;
     other dtypes, head dims and lengths: not measured)."""
     block_d = max(16, triton.next_power_of_2(head_dim))
@@ -163,7 +176,7 @@ def short_batch(head_dim: int, max_seqlen: int, pairs: int, dtype: torch.dtype,
     ):  # fmt: skip
         return None
     if max_seqlen > SHORT_BATCH_KEYS:  # above the classes' lengths, at any pair count
-        return LARGE_LOOP, (SHORT_BATCH_KEYS + 1, MAX_LENGTH), (0, MAX_LENGTH)
+        return _large((SHORT_BATCH_KEYS + 1, MAX_LENGTH), 0, pairs)
     if pairs < 1:  # an empty grid: nothing launches
         return None, (max_seqlen, max_seqlen), (pairs, pairs)
     lo, hi = pow2_span(max_seqlen)
@@ -190,7 +203,14 @@ def short_batch(head_dim: int, max_seqlen: int, pairs: int, dtype: torch.dtype,
         cfg = AttentionConfig(64, 64, 4, 3, pdl=2) if hi > 128 else AttentionConfig(
             64, 64, 4, 2, pdl=PDL_MID)  # fmt: skip
         return cfg, (lo, hi), (first, most)
-    return LARGE_LOOP, (lo, hi), (most + 1, MAX_LENGTH)
+    return _large((lo, hi), most + 1, pairs)
+
+
+def _large(span: tuple[int, int], first: int, pairs: int) -> tuple:
+    """``short_batch``'s answer past the classes' grids (from ``first`` pairs) or lengths."""
+    if pairs <= GRID3_PAIRS:
+        return LARGE_GRID3, span, (first, GRID3_PAIRS)
+    return LARGE_LOOP, span, (GRID3_PAIRS + 1, MAX_LENGTH)
 
 
 def shape_class(head_dim: int, max_seqlen: int, dtype: torch.dtype) -> str:
