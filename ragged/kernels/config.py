@@ -132,7 +132,7 @@ def attention_config(
 #   and 3.00 vs 3.16 and 3.15, 8 / 90% (20 keys) 2.35 vs 2.53, 16 / 90% 2.81 vs 3.03; past it
 #   it lost (24 / 80%, 288 pairs: 3.97 vs 3.70; 32 / 80% 4.14 vs 3.83).
 # The eleventh session's three sweeps (experiments.kernel_parts, docs/kernel.md "The bounds
-# before the wait"; µs against LARGE_LOOP, the same rounds, one lease):
+# before the wait"; µs against LARGE_LOOP in the same rounds, three leases):
 #   past the classes' grids and lengths, up to GRID3_PAIRS: LARGE_LOOP on the 3-D grid with PDL
 #   after the q load (LARGE_GRID3): 64 / 50% mixed 23.25, 23.03 and 23.16 vs 24.25, 24.23 and
 #   24.25, 64 / 0% 48.65, 49.23 and 49.97 vs 49.68, 50.75 and 50.81, 128 / 0% 93.46 vs 99.34,
@@ -166,9 +166,8 @@ def short_batch(head_dim: int, max_seqlen: int, pairs: int, dtype: torch.dtype,
     of ``pairs`` (sequence, head) pairs whose longest sequence is ``max_seqlen``: every
     max_seqlen in [lo, hi] and pair count in [pairs_lo, pairs_hi] gets ``config`` (None: the
     table's; ``LARGE_GRID3`` and ``LARGE_LOOP``: past the classes' grids and lengths); None
-    where they do not
-    apply (before sm_90: no programmatic dependent launch;
-    other dtypes, head dims and lengths: not measured)."""
+    where they do not apply (before sm_90: no programmatic dependent launch; other dtypes,
+    head dims and lengths: not measured)."""
     block_d = max(16, triton.next_power_of_2(head_dim))
     if (
         capability < (9, 0) or dtype not in (torch.float16, torch.bfloat16) or block_d != 64
