@@ -301,8 +301,16 @@ def _checked_tile(Q, K, V, qk_scale, row0, seq_len, m_start, head, stride_qt, st
             acc = tl.dot(p.to(v.dtype), v, acc)
             m_i = m_new
         else:
+            # forward's online-softmax step, in its order (the dot inlined in the sum compiles
+            # to other SASS than the one measured)
             s = tl.where(n_ok[None, :], s * qk_scale, float("-inf"))
-            m_i, l_i, acc = forward._online_softmax_step(s, v, m_i, l_i, acc, False)
+            m_new = tl.maximum(m_i, tl.max(s, 1))
+            p = tl.math.exp2(s - m_new[:, None])
+            alpha = tl.math.exp2(m_i - m_new)
+            l_i = l_i * alpha + tl.sum(p, 1)
+            pv = tl.dot(p.to(v.dtype), v)
+            acc = acc * alpha[:, None] + pv
+            m_i = m_new
     if LEAN:
         return acc * (1.0 / l_i)[:, None]
     else:
