@@ -36,7 +36,8 @@ switch: one program a pair at 65-128 keys (128 query rows, 4 and 8 warps), and t
 loop with the leaner softmax without PDL and on the 3-D grid. The eleventh session
 (docs/kernel.md, "The bounds before the wait") added ``EARLY`` to the loop and one-tile copies
 (cu_seqlens read before ``griddepcontrol.wait``, unchecked), ``loop_checked_kernel`` (the same
-read checked after the wait, three kinds of second read), and "kernel" arms: the default path's
+read checked after the wait, four kinds of second read, the last issued once q's load is: as
+fast as unchecked, and exact), and "kernel" arms: the default path's
 ``forward.varlen_fwd_kernel`` launched with a given configuration.
 
 Only ``full`` arms produce attention; the others are floors and are not checked (their output
@@ -261,10 +262,13 @@ def loop_parts_kernel(
 def _checked_tile(Q, K, V, qk_scale, row0, seq_len, m_start, head, stride_qt, stride_qh,
                   stride_kt, stride_kh, stride_vt, stride_vh, HEAD_DIM: tl.constexpr,
                   BLOCK_D: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-                  LEAN: tl.constexpr, TRIGGER: tl.constexpr):  # fmt: skip
-    """``forward.varlen_fwd_kernel``'s work for one query tile (fp16): acc [BLOCK_M, BLOCK_D]
+                  LEAN: tl.constexpr, TRIGGER: tl.constexpr, bounds=None,
+                  READ: tl.constexpr = False):  # fmt: skip
+    """``forward.varlen_fwd_kernel``'s work for one query tile (fp16): (acc [BLOCK_M, BLOCK_D]
     fp32, normalised, of rows ``m_start ..`` of the sequence at rows ``row0`` (int64) ..
-    ``row0 + seq_len``; ``TRIGGER``: the next kernel may launch once q's load is issued."""
+    ``row0 + seq_len``, and with ``READ`` ``bounds[0]`` and ``bounds[1]`` (int32, loaded once
+    q's load is issued), else 0 and 0); ``TRIGGER``: the next kernel may launch once q's load
+    is issued."""
     offs_m = m_start + tl.arange(0, BLOCK_M)
     offs_n = tl.arange(0, BLOCK_N)
     offs_d = tl.arange(0, BLOCK_D)
@@ -280,6 +284,11 @@ def _checked_tile(Q, K, V, qk_scale, row0, seq_len, m_start, head, stride_qt, st
     acc = tl.zeros([BLOCK_M, BLOCK_D], dtype=tl.float32)
     if TRIGGER:
         forward.gdc_launch_dependents()
+    first_now = 0
+    last_now = 0
+    if READ:
+        first_now = tl.load(bounds)
+        last_now = tl.load(bounds + 1)
     for n_start in range(0, seq_len, BLOCK_N):
         offs_kn = n_start + offs_n
         n_ok = offs_kn < seq_len
@@ -312,9 +321,9 @@ def _checked_tile(Q, K, V, qk_scale, row0, seq_len, m_start, head, stride_qt, st
             acc = acc * alpha[:, None] + pv
             m_i = m_new
     if LEAN:
-        return acc * (1.0 / l_i)[:, None]
+        return acc * (1.0 / l_i)[:, None], first_now, last_now
     else:
-        return acc / l_i[:, None]
+        return acc / l_i[:, None], first_now, last_now
 
 
 @triton.jit(do_not_specialize=["cu_seqlens", "total", "guess_len"],
@@ -333,14 +342,15 @@ def loop_checked_kernel(
     computing again where they differ (the kernel before wrote them): always exact. The
     second read (the compiler would reuse a plain one) is ``CHECK`` 1 volatile
     (``LDG.E.STRONG.SYS``), 2 ``.cg`` (``LDG.E.STRONG.GPU``), 3 plain (``LDG.E``) after an
-    early read through ``.cg`` (no L1 line of it to hit); used only after the tile. 0: the
+    early read through ``.cg`` (no L1 line of it to hit), 4 the same issued in the tile once
+    q's load is; used only after the tile. 0: the
     same code not checked (wrong where the kernel before writes cu_seqlens). ``ONCE``: the
     tile's code once, in a loop that runs it again from the second read's bounds where they
     differ from the ones it used (instead of a second copy of it)."""
     if PDL == 1:
         forward.gdc_launch_dependents()
     m_block, head, seq = forward.program_tile(True, 0, 0)
-    if CHECK == 3:
+    if CHECK >= 3:
         first = tl.load(cu_seqlens + seq, cache_modifier=".cg")
         last = tl.load(cu_seqlens + seq + 1, cache_modifier=".cg")
     else:
@@ -359,7 +369,7 @@ def loop_checked_kernel(
     elif CHECK == 3:
         start_now = tl.load(cu_seqlens + seq)
         end_now = tl.load(cu_seqlens + seq + 1)
-    else:
+    else:  # CHECK 0 (none) and 4 (read in the tile, below)
         start_now = first
         end_now = last
     m_start = m_block * BLOCK_M
@@ -370,27 +380,36 @@ def loop_checked_kernel(
         again = True
         while again:
             if m_start < used_len:
-                acc = _checked_tile(Q, K, V, qk_scale, used_start.to(tl.int64), used_len,
+                acc, _, _ = _checked_tile(Q, K, V, qk_scale, used_start.to(tl.int64), used_len,
                                     m_start, head, stride_qt, stride_qh, stride_kt, stride_kh,
                                     stride_vt, stride_vh, HEAD_DIM, BLOCK_D, BLOCK_M, BLOCK_N,
                                     LEAN, PDL == 3)  # fmt: skip
             again = (start_now != used_start) | (end_now - start_now != used_len)
             used_start = start_now
             used_len = end_now - start_now
+    elif CHECK == 4:  # the second read issued once q's load is (in the tile)
+        if m_start < early_len:
+            acc, start_now, end_now = _checked_tile(
+                Q, K, V, qk_scale, early_start.to(tl.int64), early_len, m_start, head,
+                stride_qt, stride_qh, stride_kt, stride_kh, stride_vt, stride_vh, HEAD_DIM,
+                BLOCK_D, BLOCK_M, BLOCK_N, LEAN, PDL == 3, cu_seqlens + seq, True)  # fmt: skip
+        else:
+            start_now = tl.load(cu_seqlens + seq)
+            end_now = tl.load(cu_seqlens + seq + 1)
     elif m_start < early_len:
-        acc = _checked_tile(Q, K, V, qk_scale, early_start.to(tl.int64), early_len, m_start,
-                            head, stride_qt, stride_qh, stride_kt, stride_kh, stride_vt,
-                            stride_vh, HEAD_DIM, BLOCK_D, BLOCK_M, BLOCK_N, LEAN,
-                            PDL == 3)  # fmt: skip
+        acc, _, _ = _checked_tile(Q, K, V, qk_scale, early_start.to(tl.int64), early_len,
+                                  m_start, head, stride_qt, stride_qh, stride_kt, stride_kh,
+                                  stride_vt, stride_vh, HEAD_DIM, BLOCK_D, BLOCK_M, BLOCK_N,
+                                  LEAN, PDL == 3)  # fmt: skip
     seq_len = end_now - start_now
     # Two branches, as in the code whose SASS was measured; the first: the kernel before
     # wrote the bounds
     if not ONCE and ((start_now != first) | (end_now != last)):  # noqa: SIM102
         if m_start < seq_len:
-            acc = _checked_tile(Q, K, V, qk_scale, start_now.to(tl.int64), seq_len, m_start,
-                                head, stride_qt, stride_qh, stride_kt, stride_kh, stride_vt,
-                                stride_vh, HEAD_DIM, BLOCK_D, BLOCK_M, BLOCK_N, LEAN,
-                                False)  # fmt: skip
+            acc, _, _ = _checked_tile(Q, K, V, qk_scale, start_now.to(tl.int64), seq_len,
+                                      m_start, head, stride_qt, stride_qh, stride_kt,
+                                      stride_kh, stride_vt, stride_vh, HEAD_DIM, BLOCK_D,
+                                      BLOCK_M, BLOCK_N, LEAN, False)  # fmt: skip
     if m_start < seq_len:
         offs_m = m_start + tl.arange(0, BLOCK_M)
         offs_d = tl.arange(0, BLOCK_D)
@@ -1036,6 +1055,10 @@ PARTS = (
     Part("checked weak grid3 loop 64x64 w4 s2 pdl mid", "checked", 64, 64, 4, 2, 3, 3,
          check=3),
     Part("unchecked grid3 loop 64x64 w4 s2 pdl mid", "checked", 64, 64, 4, 2, 3, 3, check=0),
+    Part("checked late weak grid3 loop 64x64 w4 s2 pdl mid", "checked", 64, 64, 4, 2, 3, 3,
+         check=4),
+    Part("checked late weak lean grid3 loop 64x64 w4 s3 pdl mid", "checked", 64, 64, 4, 3, 3,
+         3, ffma=True, check=4),
     Part("checked weak once grid3 loop 64x64 w4 s2 pdl mid", "checked", 64, 64, 4, 2, 3, 3,
          check=3, once=True),
     Part("checked volatile once grid3 loop 64x64 w4 s2 pdl mid", "checked", 64, 64, 4, 2, 3, 3,
