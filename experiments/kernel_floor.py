@@ -10,8 +10,8 @@ lengths, 257-512 keys; batches between the classes' pair counts and past 512 key
   * ``before``: the table's kernel alone (``config.attention_config``: the default path
     before the short-batch classes),
   * ``previous``: the default path before the eleventh session (past the classes' grids and
-    lengths ``config.LARGE_LOOP``, on the 1-D grid, at every pair count; the other classes'
-    kernel as ``current``),
+    lengths ``config.LARGE_LOOP``, on the 1-D grid, at every pair count; the 3-D grid loop at
+    17-128 keys without ``early``; the other classes' kernel as ``current``),
   * every candidate of ``ragged.kernels.variants.VARIANTS``,
   * FA2 through torch's ``aten._flash_attention_forward`` (where this torch has it),
   * an empty Triton kernel (one program): the launch floor of a CUDA graph's kernel node,
@@ -47,6 +47,7 @@ if "--cpu-smoke" in sys.argv:  # before triton is first imported (ragged imports
     os.environ.setdefault("TRITON_INTERPRET", "1")
 
 import argparse
+import dataclasses
 import json
 import platform
 import random
@@ -178,11 +179,13 @@ def arms_of(q, k, v, cu, max_seqlen, *, smoke: bool) -> dict:
         before,
     )
     # the default path before the eleventh session: past the classes' grids and lengths
-    # LARGE_LOOP (the 1-D grid) at every pair count
+    # LARGE_LOOP (the 1-D grid) at every pair count; the bounds read after the wait only
     pairs = (cu.shape[0] - 1) * q.shape[1]
     cfg = choice(q.shape[2], max_seqlen, pairs, q.dtype, capability_of(q.get_device()))[0]
     if cfg == LARGE_GRID3:
         cfg = LARGE_LOOP
+    elif cfg is not None and cfg.early:
+        cfg = dataclasses.replace(cfg, early=False)
     previous = torch.empty_like(q)
     arms["previous"] = (
         lambda: kernel_attention.varlen_attention_triton(

@@ -1070,6 +1070,8 @@ PARTS = (
     Part("checked volatile lean grid3 loop 64x64 w4 s3 pdl mid", "checked", 64, 64, 4, 3, 3, 3,
          ffma=True, check=1),
     Part("kernel grid3 64x64 w4 s2 pdl mid", "kernel", 64, 64, 4, 2, 3, 3, grid3=True),
+    Part("kernel early grid3 64x64 w4 s2 pdl mid", "kernel", 64, 64, 4, 2, 3, 3, grid3=True,
+         early=True),
     Part("kernel 64x64 w4 s3 pdl late", "kernel", 64, 64, 4, 3, 2, 3),
     Part("kernel lean grid3 64x64 w4 s3 pdl mid", "kernel", 64, 64, 4, 3, 3, 3, grid3=True,
          ffma=True),
@@ -1117,7 +1119,8 @@ def run(arm: Part, q, k, v, cu_seqlens, max_seqlen, softmax_scale, out) -> torch
             return _run_tma(arm, q, k, v, cu_seqlens, max_seqlen, scale, out, pdl)
         if arm.kind == "kernel":  # forward.varlen_fwd_kernel through the default path's launch
             config = AttentionConfig(arm.block_m, arm.block_n, arm.num_warps, arm.num_stages,
-                                     pdl=pdl, grid3=arm.grid3, lean=arm.ffma)  # fmt: skip
+                                     pdl=pdl, grid3=arm.grid3, lean=arm.ffma,
+                                     early=arm.early)  # fmt: skip
             return attention.varlen_attention_triton(q, k, v, cu_seqlens, max_seqlen,
                                                      softmax_scale, out, config)  # fmt: skip
         if arm.kind == "checked":
@@ -1264,13 +1267,13 @@ def load_report(capability: int = 90) -> int:
     cuobjdump = Path(triton.__file__).parent / "backends" / "nvidia" / "bin" / "cuobjdump"
     common = {"HEAD_DIM": 64, "BLOCK_D": 64}
     loop = common | {"BLOCK_M": 64, "BLOCK_N": 64, "IEEE_DOT": False, "DELAY_CYCLES": 0,
-                     "GRID3": False, "LEAN": False}  # fmt: skip
+                     "GRID3": False, "LEAN": False, "EARLY": False}  # fmt: skip
     one = common | {"BLOCK_M": 16, "IEEE_DOT": False, "SPECULATE": True, "GRID3": True}
     parts = common | {"BLOCK_M": 64, "BLOCK_N": 64, "PDL": 3, "PART": 3, "MMA2": False,
                       "F16EXP": False}  # fmt: skip
     spec = loop | {"SUB_M": 64, "KEYS": 64, "SPECULATE": True, "FOLD": False,
                    "FULL_SKIP": False, "V_SPEC": False, "PDL": 1}  # fmt: skip
-    for name in ("DELAY_CYCLES", "GRID3", "LEAN"):  # the loop's alone
+    for name in ("DELAY_CYCLES", "GRID3", "LEAN", "EARLY"):  # the loop's alone
         spec.pop(name)
     # (label, kernel, constexprs, warps, stages, aligned, pointer kernel?)
     kernels = [
@@ -1378,24 +1381,20 @@ def regs_report(capability: int = 90) -> int:
     loop = {"HEAD_DIM": 64, "BLOCK_D": 64, "BLOCK_M": 64, "BLOCK_N": 64, "IEEE_DOT": False,
             "DELAY_CYCLES": 0}  # fmt: skip
     print(f"triton {triton.__version__}, sm_{capability}, forward.varlen_fwd_kernel 64x64 w4")
-    for label, pdl, stages, grid3, lean in (
-        ("17-128 keys, PDL after the q load, 1-D grid", 3, 2, False, False),
-        ("17-128 keys up to 1.5 waves, 3-D grid", 3, 2, True, False),
-        ("the table", 0, 2, False, False),
-        ("the table, LEAN (the large grids' kernel in the ninth session)", 0, 2, False, True),
-        ("129-512 keys, 3 stages, PDL after the store", 2, 3, False, False),
-        ("the same, LEAN (config.LARGE_LOOP: past 65,535 pairs)", 2, 3, False, True),
-        (
-            "LEAN, 3-D grid, PDL after the q load (config.LARGE_GRID3: past the classes' grids)",
-            3,
-            3,
-            True,
-            True,
-        ),
-    ):
+    for label, pdl, stages, grid3, lean, early in (
+        ("17-128 keys, PDL after the q load, 1-D grid", 3, 2, False, False, False),
+        ("17-128 keys up to 1.5 waves, 3-D grid, EARLY", 3, 2, True, False, True),
+        ("the table", 0, 2, False, False, False),
+        ("the table, LEAN (the large grids' kernel in the ninth session)", 0, 2, False, True,
+         False),
+        ("129-512 keys, 3 stages, PDL after the store", 2, 3, False, False, False),
+        ("the same, LEAN (config.LARGE_LOOP: past 65,535 pairs)", 2, 3, False, True, False),
+        ("LEAN, 3-D grid, PDL after the q load (config.LARGE_GRID3: past the classes' grids)",
+         3, 3, True, True, False),
+    ):  # fmt: skip
         if pdl and capability < 90:  # ptxas refuses griddepcontrol before sm_90
             pdl, label = 0, f"{label} (PDL compiled out: sm_90 and later only)"
-        consts = loop | {"PDL": pdl, "GRID3": grid3, "LEAN": lean}
+        consts = loop | {"PDL": pdl, "GRID3": grid3, "LEAN": lean, "EARLY": early}
         src = ASTSource(fn, signature | dict.fromkeys(consts, "constexpr"), constexprs=consts,
                         attrs=attrs)  # fmt: skip
         options = {"num_warps": 4, "num_stages": stages} | ({"launch_pdl": True} if pdl else {})

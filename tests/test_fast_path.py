@@ -572,7 +572,7 @@ def test_the_short_batch_classes_hold_over_their_spans(capability):
     # the loop on the 3-D grid, PDL once every program has issued its q load (pdl 3), up to 1.5
     # waves of 64-row query tiles: BS 8 / 50% (96 pairs) and 4 / 50% at 65-128 keys up to 99
     # pairs, BS 8 / 80% and 16 / 80% at 17-64 keys up to 198
-    grid3 = AttentionConfig(64, 64, 4, 2, pdl=3, grid3=True)
+    grid3 = AttentionConfig(64, 64, 4, 2, pdl=3, grid3=True, early=True)
     for pairs in (17, 48, 96, 99):
         assert choice(64, 99, pairs, torch.float16, (9, 0)) == (grid3, (65, 128), (17, 99))
     assert choice(64, 128, 100, torch.float16, (9, 0)) == (
@@ -638,7 +638,7 @@ def test_after_one_call_no_new_length_or_batch_plans_a_kernel(monkeypatch):
         # the 3-D grid loop (8 x 99, 6 x 20) and the loop past the classes' grids (64 x 60); the
         # 1-D loop (20 x 40)
         assert {c for c in configs if c.grid3 or c.lean} == {
-            AttentionConfig(64, 64, 4, 2, pdl=3, grid3=True), LARGE_GRID3}  # fmt: skip
+            AttentionConfig(64, 64, 4, 2, pdl=3, grid3=True, early=True), LARGE_GRID3}  # fmt: skip
         assert len(configs) == 9
     finally:
         attention.forget_plans()

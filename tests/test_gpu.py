@@ -308,6 +308,7 @@ def test_short_batches_take_their_class_and_stay_correct(fast, monkeypatch, leng
     expect = ("loop", True) if kind in ("grid3", "large", "large 1-D") else (kind, True)
     assert (plan.config.kind, plan.pdl > 0) == (expect if hopper else ("loop", False))
     assert plan.config.lean == (hopper and kind.startswith("large"))
+    assert plan.config.early == (hopper and kind == "grid3")
     assert plan.grid3 == (hopper and kind in ("onetile", "specloop", "grid3", "large"))
     entry = attention.ready_entry(0, q.dtype, 64, max_seqlen, len(lengths) * heads)
     assert entry is not None and entry[8] == plan.grid3

@@ -106,7 +106,7 @@ def _make_plan(device_index, dtype, head_dim, max_seqlen, pairs, config) -> Plan
         launcher = _specloop_launcher
     else:
         constexprs |= {"DELAY_CYCLES": cfg.delay_cycles, "PDL": pdl, "GRID3": cfg.grid3,
-                       "LEAN": cfg.lean}  # fmt: skip
+                       "LEAN": cfg.lean, "EARLY": cfg.early}  # fmt: skip
         launcher = _launcher
     plan = _plan_of[key] = Plan(cfg, constexprs, device_index, launcher,
                                 onetile or specloop or cfg.grid3, pdl, span,

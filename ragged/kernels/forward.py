@@ -66,6 +66,84 @@ def program_tile(GRID3: tl.constexpr, num_m_blocks, num_heads):
     return m_block, head, seq
 
 
+@triton.jit
+def _query_tile(Q, K, V, qk_scale, row0, seq_len, m_start, head,
+                stride_qt, stride_qh, stride_kt, stride_kh, stride_vt, stride_vh,
+                HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_M: tl.constexpr,
+                BLOCK_N: tl.constexpr, IEEE_DOT: tl.constexpr, LEAN: tl.constexpr,
+                TRIGGER: tl.constexpr, bounds=None, READ: tl.constexpr = False):  # fmt: skip
+    """Attention of query rows ``m_start .. m_start + BLOCK_M`` of one sequence (rows ``row0``
+    (int64) .. ``row0 + seq_len`` of q, k and v) and one head: (acc [BLOCK_M, BLOCK_D] fp32,
+    normalised, and with ``READ`` ``bounds[0]`` and ``bounds[1]`` (int32), loaded once q's load
+    is issued, else 0 and 0). Rows and columns past the sequence and head_dim are 0 in every
+    load. ``TRIGGER``: ``griddepcontrol.launch_dependents`` once q's load is issued."""
+    offs_m = m_start + tl.arange(0, BLOCK_M)
+    offs_n = tl.arange(0, BLOCK_N)
+    offs_d = tl.arange(0, BLOCK_D)
+    d_ok = offs_d < HEAD_DIM
+    m_ok = offs_m < seq_len
+    head64 = head.to(tl.int64)
+
+    q_ptrs = Q + (row0 + offs_m[:, None]) * stride_qt + head64 * stride_qh + offs_d[None, :]
+    q = tl.load(q_ptrs, mask=m_ok[:, None] & d_ok[None, :], other=0.0)
+    k_base = K + row0 * stride_kt + head64 * stride_kh
+    v_base = V + row0 * stride_vt + head64 * stride_vh
+
+    m_i = tl.full([BLOCK_M], float("-inf"), dtype=tl.float32)
+    l_i = tl.zeros([BLOCK_M], dtype=tl.float32)
+    acc = tl.zeros([BLOCK_M, BLOCK_D], dtype=tl.float32)
+    if TRIGGER:  # between the two: 32 / 80% 3.81 vs 4.01 µs after the store (H100)
+        gdc_launch_dependents()
+    first_now = 0
+    last_now = 0
+    if READ:  # here, not before q's load: 8 / 50% 4.00 vs 4.09 µs read at once (H100)
+        first_now = tl.load(bounds)
+        last_now = tl.load(bounds + 1)
+    for n_start in range(0, seq_len, BLOCK_N):
+        offs_kn = n_start + offs_n
+        n_ok = offs_kn < seq_len
+        k = tl.load(
+            k_base + offs_kn[None, :] * stride_kt + offs_d[:, None],
+            mask=n_ok[None, :] & d_ok[:, None],
+            other=0.0,
+        )
+        # V is loaded with K so both loads are in flight before the softmax (not timed on
+        # its own: the V-late variant was never measured against it).
+        v = tl.load(
+            v_base + offs_kn[:, None] * stride_vt + offs_d[None, :],
+            mask=n_ok[:, None] & d_ok[None, :],
+            other=0.0,
+        )
+        if IEEE_DOT:
+            s = tl.dot(q, k, input_precision="ieee")
+        else:
+            s = tl.dot(q, k)
+        if LEAN:
+            if n_start + BLOCK_N > seq_len:  # only this tile has keys past the end
+                s = tl.where(n_ok[None, :], s, float("-inf"))
+            # qk_scale > 0: max(s) x scale is max(s x scale), rounded alike
+            m_new = tl.maximum(m_i, tl.max(s, 1) * qk_scale)
+            p = tl.math.exp2(tl.fma(s, qk_scale, -m_new[:, None]))
+            if n_start > 0:  # on the first tile m_i is -inf: alpha 0, acc and l_i 0
+                alpha = tl.math.exp2(m_i - m_new)
+                l_i = l_i * alpha
+                acc = acc * alpha[:, None]
+            l_i += tl.sum(p, 1)
+            if IEEE_DOT:
+                acc = tl.dot(p.to(v.dtype), v, acc, input_precision="ieee")
+            else:
+                acc = tl.dot(p.to(v.dtype), v, acc)
+            m_i = m_new
+        else:
+            s = tl.where(n_ok[None, :], s * qk_scale, float("-inf"))
+            m_i, l_i, acc = _online_softmax_step(s, v, m_i, l_i, acc, IEEE_DOT)
+
+    if LEAN:
+        return acc * (1.0 / l_i)[:, None], first_now, last_now
+    else:
+        return acc / l_i[:, None], first_now, last_now
+
+
 # Strides stay specializable: Triton's "divisible by 16" lets it emit 16-byte loads (2.5x faster
 # at BS=64/0% than tl.multiple_of hints on unspecialized strides, which it ignored).
 @triton.jit(
@@ -85,88 +163,75 @@ def varlen_fwd_kernel(
     PDL: tl.constexpr,
     GRID3: tl.constexpr = False,
     LEAN: tl.constexpr = False,
+    EARLY: tl.constexpr = False,
 ):  # fmt: skip
     # PDL (variants.py): a programmatic dependent launch; 1: the next kernel may launch at once,
     # 2: once every program has stored its tile (or had nothing to do), 3: once every program
     # has issued its q load (or had nothing to do), before its key tiles. 0/False: none.
     # GRID3: the 3-D grid (query tile, head, sequence) of the other kernels, no integer
-    # divisions before the cu_seqlens load (the last two ints then unused). LEAN: the same
+    # divisions before the cu_seqlens load (the last two ints then total_tokens and the
+    # unused guess_len). LEAN: the same
     # softmax in fewer instructions a key tile (docs/kernel.md, ninth session): the scale in
     # the exponent's fma, the key mask only on the tile that crosses the sequence's end, no
     # rescale on the first tile, one reciprocal a row for the division.
+    # EARLY (GRID3 only): the sequence's bounds read before the wait too, while the kernel
+    # before may still run and write them, and the tile computed from them; read again once
+    # q's load is issued, and the tile computed again from those where they differ. Exact, and
+    # the first round overlaps the kernel before: 8 / 50% 4.00 vs 4.06 µs (H100; docs/kernel.md,
+    # eleventh session).
     if PDL == 1:
         gdc_launch_dependents()
     m_block, head, seq = program_tile(GRID3, num_m_blocks, num_heads)
+    if EARLY:
+        total = num_heads  # the 3-D grid's total_tokens
+        # .cg: no L1 line of these for the second read to hit
+        first = tl.load(cu_seqlens + seq, cache_modifier=".cg")
+        last = tl.load(cu_seqlens + seq + 1, cache_modifier=".cg")
+        # Bounded to q's rows: a value not yet written addresses nothing outside q, k and v
+        # (and loops over at most every row once).
+        early_start = tl.minimum(tl.maximum(first, 0), total)
+        early_len = tl.minimum(tl.maximum(last - early_start, 0), total - early_start)
     if PDL:  # the kernel before this one has finished writing what it reads
         gdc_wait()
 
-    seq_start = tl.load(cu_seqlens + seq)
-    seq_len = tl.load(cu_seqlens + seq + 1) - seq_start
-    m_start = m_block * BLOCK_M
-    if m_start < seq_len:
-        offs_m = m_start + tl.arange(0, BLOCK_M)
-        offs_n = tl.arange(0, BLOCK_N)
-        offs_d = tl.arange(0, BLOCK_D)
-        d_ok = offs_d < HEAD_DIM
-        m_ok = offs_m < seq_len
-        row0 = seq_start.to(tl.int64)
-        head64 = head.to(tl.int64)
-
-        q_ptrs = Q + (row0 + offs_m[:, None]) * stride_qt + head64 * stride_qh + offs_d[None, :]
-        q = tl.load(q_ptrs, mask=m_ok[:, None] & d_ok[None, :], other=0.0)
-        k_base = K + row0 * stride_kt + head64 * stride_kh
-        v_base = V + row0 * stride_vt + head64 * stride_vh
-
-        m_i = tl.full([BLOCK_M], float("-inf"), dtype=tl.float32)
-        l_i = tl.zeros([BLOCK_M], dtype=tl.float32)
+    if EARLY:
+        seq_start = first
+        seq_end = last
+        m_start = m_block * BLOCK_M
         acc = tl.zeros([BLOCK_M, BLOCK_D], dtype=tl.float32)
-        if PDL == 3:  # between the two: 32 / 80% 3.81 vs 4.01 µs after the store (H100)
-            gdc_launch_dependents()
-        for n_start in range(0, seq_len, BLOCK_N):
-            offs_kn = n_start + offs_n
-            n_ok = offs_kn < seq_len
-            k = tl.load(
-                k_base + offs_kn[None, :] * stride_kt + offs_d[:, None],
-                mask=n_ok[None, :] & d_ok[:, None],
-                other=0.0,
-            )
-            # V is loaded with K so both loads are in flight before the softmax (not timed on
-            # its own: the V-late variant was never measured against it).
-            v = tl.load(
-                v_base + offs_kn[:, None] * stride_vt + offs_d[None, :],
-                mask=n_ok[:, None] & d_ok[None, :],
-                other=0.0,
-            )
-            if IEEE_DOT:
-                s = tl.dot(q, k, input_precision="ieee")
-            else:
-                s = tl.dot(q, k)
-            if LEAN:
-                if n_start + BLOCK_N > seq_len:  # only this tile has keys past the end
-                    s = tl.where(n_ok[None, :], s, float("-inf"))
-                # qk_scale > 0: max(s) x scale is max(s x scale), rounded alike
-                m_new = tl.maximum(m_i, tl.max(s, 1) * qk_scale)
-                p = tl.math.exp2(tl.fma(s, qk_scale, -m_new[:, None]))
-                if n_start > 0:  # on the first tile m_i is -inf: alpha 0, acc and l_i 0
-                    alpha = tl.math.exp2(m_i - m_new)
-                    l_i = l_i * alpha
-                    acc = acc * alpha[:, None]
-                l_i += tl.sum(p, 1)
-                if IEEE_DOT:
-                    acc = tl.dot(p.to(v.dtype), v, acc, input_precision="ieee")
-                else:
-                    acc = tl.dot(p.to(v.dtype), v, acc)
-                m_i = m_new
-            else:
-                s = tl.where(n_ok[None, :], s * qk_scale, float("-inf"))
-                m_i, l_i, acc = _online_softmax_step(s, v, m_i, l_i, acc, IEEE_DOT)
-
-        if LEAN:
-            acc = acc * (1.0 / l_i)[:, None]
+        if m_start < early_len:
+            acc, seq_start, seq_end = _query_tile(
+                Q, K, V, qk_scale, early_start.to(tl.int64), early_len, m_start, head,
+                stride_qt, stride_qh, stride_kt, stride_kh, stride_vt, stride_vh, HEAD_DIM,
+                BLOCK_D, BLOCK_M, BLOCK_N, IEEE_DOT, LEAN, PDL == 3, cu_seqlens + seq,
+                True)  # fmt: skip
         else:
-            acc = acc / l_i[:, None]
-        o_ptrs = O + (row0 + offs_m[:, None]) * stride_ot + head64 * stride_oh + offs_d[None, :]
-        tl.store(o_ptrs, acc.to(O.dtype.element_ty), mask=m_ok[:, None] & d_ok[None, :])
+            seq_start = tl.load(cu_seqlens + seq)
+            seq_end = tl.load(cu_seqlens + seq + 1)
+        seq_len = seq_end - seq_start
+        # Two branches, as in the code measured; the first: the kernel before wrote the bounds
+        if (seq_start != first) | (seq_end != last):
+            if m_start < seq_len:
+                acc, _, _ = _query_tile(Q, K, V, qk_scale, seq_start.to(tl.int64), seq_len,
+                                        m_start, head, stride_qt, stride_qh, stride_kt,
+                                        stride_kh, stride_vt, stride_vh, HEAD_DIM, BLOCK_D,
+                                        BLOCK_M, BLOCK_N, IEEE_DOT, LEAN, False)  # fmt: skip
+    else:
+        seq_start = tl.load(cu_seqlens + seq)
+        seq_len = tl.load(cu_seqlens + seq + 1) - seq_start
+        m_start = m_block * BLOCK_M
+    if m_start < seq_len:
+        if not EARLY:
+            acc, _, _ = _query_tile(Q, K, V, qk_scale, seq_start.to(tl.int64), seq_len, m_start,
+                                    head, stride_qt, stride_qh, stride_kt, stride_kh, stride_vt,
+                                    stride_vh, HEAD_DIM, BLOCK_D, BLOCK_M, BLOCK_N, IEEE_DOT,
+                                    LEAN, PDL == 3)  # fmt: skip
+        offs_m = m_start + tl.arange(0, BLOCK_M)
+        offs_d = tl.arange(0, BLOCK_D)
+        o_ptrs = (O + (seq_start.to(tl.int64) + offs_m[:, None]) * stride_ot
+                  + head.to(tl.int64) * stride_oh + offs_d[None, :])  # fmt: skip
+        tl.store(o_ptrs, acc.to(O.dtype.element_ty),
+                 mask=(offs_m < seq_len)[:, None] & (offs_d < HEAD_DIM)[None, :])  # fmt: skip
     if PDL == 2:
         gdc_launch_dependents()
     if DELAY_CYCLES > 0:  # an injected slowdown (ragbench's calibration); compiled out at 0
