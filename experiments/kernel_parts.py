@@ -258,74 +258,6 @@ def loop_parts_kernel(
         forward.gdc_launch_dependents()
 
 
-@triton.jit
-def _checked_tile(Q, K, V, qk_scale, row0, seq_len, m_start, head, stride_qt, stride_qh,
-                  stride_kt, stride_kh, stride_vt, stride_vh, HEAD_DIM: tl.constexpr,
-                  BLOCK_D: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-                  LEAN: tl.constexpr, TRIGGER: tl.constexpr, bounds=None,
-                  READ: tl.constexpr = False):  # fmt: skip
-    """``forward.varlen_fwd_kernel``'s work for one query tile (fp16): (acc [BLOCK_M, BLOCK_D]
-    fp32, normalised, of rows ``m_start ..`` of the sequence at rows ``row0`` (int64) ..
-    ``row0 + seq_len``, and with ``READ`` ``bounds[0]`` and ``bounds[1]`` (int32, loaded once
-    q's load is issued), else 0 and 0); ``TRIGGER``: the next kernel may launch once q's load
-    is issued."""
-    offs_m = m_start + tl.arange(0, BLOCK_M)
-    offs_n = tl.arange(0, BLOCK_N)
-    offs_d = tl.arange(0, BLOCK_D)
-    d_ok = offs_d < HEAD_DIM
-    m_ok = offs_m < seq_len
-    head64 = head.to(tl.int64)
-    q = tl.load(Q + (row0 + offs_m[:, None]) * stride_qt + head64 * stride_qh + offs_d[None, :],
-                mask=m_ok[:, None] & d_ok[None, :], other=0.0)  # fmt: skip
-    k_base = K + row0 * stride_kt + head64 * stride_kh
-    v_base = V + row0 * stride_vt + head64 * stride_vh
-    m_i = tl.full([BLOCK_M], float("-inf"), dtype=tl.float32)
-    l_i = tl.zeros([BLOCK_M], dtype=tl.float32)
-    acc = tl.zeros([BLOCK_M, BLOCK_D], dtype=tl.float32)
-    if TRIGGER:
-        forward.gdc_launch_dependents()
-    first_now = 0
-    last_now = 0
-    if READ:
-        first_now = tl.load(bounds)
-        last_now = tl.load(bounds + 1)
-    for n_start in range(0, seq_len, BLOCK_N):
-        offs_kn = n_start + offs_n
-        n_ok = offs_kn < seq_len
-        k = tl.load(k_base + offs_kn[None, :] * stride_kt + offs_d[:, None],
-                    mask=n_ok[None, :] & d_ok[:, None], other=0.0)  # fmt: skip
-        v = tl.load(v_base + offs_kn[:, None] * stride_vt + offs_d[None, :],
-                    mask=n_ok[:, None] & d_ok[None, :], other=0.0)  # fmt: skip
-        s = tl.dot(q, k)
-        if LEAN:
-            if n_start + BLOCK_N > seq_len:
-                s = tl.where(n_ok[None, :], s, float("-inf"))
-            m_new = tl.maximum(m_i, tl.max(s, 1) * qk_scale)
-            p = tl.math.exp2(tl.fma(s, qk_scale, -m_new[:, None]))
-            if n_start > 0:
-                alpha = tl.math.exp2(m_i - m_new)
-                l_i = l_i * alpha
-                acc = acc * alpha[:, None]
-            l_i += tl.sum(p, 1)
-            acc = tl.dot(p.to(v.dtype), v, acc)
-            m_i = m_new
-        else:
-            # forward's online-softmax step, in its order (the dot inlined in the sum compiles
-            # to other SASS than the one measured)
-            s = tl.where(n_ok[None, :], s * qk_scale, float("-inf"))
-            m_new = tl.maximum(m_i, tl.max(s, 1))
-            p = tl.math.exp2(s - m_new[:, None])
-            alpha = tl.math.exp2(m_i - m_new)
-            l_i = l_i * alpha + tl.sum(p, 1)
-            pv = tl.dot(p.to(v.dtype), v)
-            acc = acc * alpha[:, None] + pv
-            m_i = m_new
-    if LEAN:
-        return acc * (1.0 / l_i)[:, None], first_now, last_now
-    else:
-        return acc / l_i[:, None], first_now, last_now
-
-
 @triton.jit(do_not_specialize=["cu_seqlens", "total", "guess_len"],
             do_not_specialize_on_alignment=["cu_seqlens"])  # fmt: skip
 def loop_checked_kernel(
@@ -336,9 +268,9 @@ def loop_checked_kernel(
     BLOCK_N: tl.constexpr, PDL: tl.constexpr, LEAN: tl.constexpr, CHECK: tl.constexpr,
     ONCE: tl.constexpr = False,
 ):  # fmt: skip
-    """The loop on the 3-D grid (fp16) reading its sequence's bounds before
-    ``griddepcontrol.wait`` (bounded to q's rows: a value not yet written addresses nothing
-    outside q, k and v), computing its tile from them, reading them again after the wait and
+    """The loop on the 3-D grid (fp16; the tile ``forward.query_tile``) reading its sequence's
+    bounds before ``griddepcontrol.wait`` (bounded to q's rows: a value not yet written
+    addresses nothing outside q, k and v), computing its tile from them, reading them again after the wait and
     computing again where they differ (the kernel before wrote them): always exact. The
     second read (the compiler would reuse a plain one) is ``CHECK`` 1 volatile
     (``LDG.E.STRONG.SYS``), 2 ``.cg`` (``LDG.E.STRONG.GPU``), 3 plain (``LDG.E``) after an
@@ -380,36 +312,37 @@ def loop_checked_kernel(
         again = True
         while again:
             if m_start < used_len:
-                acc, _, _ = _checked_tile(Q, K, V, qk_scale, used_start.to(tl.int64), used_len,
-                                    m_start, head, stride_qt, stride_qh, stride_kt, stride_kh,
-                                    stride_vt, stride_vh, HEAD_DIM, BLOCK_D, BLOCK_M, BLOCK_N,
-                                    LEAN, PDL == 3)  # fmt: skip
+                acc, _, _ = forward.query_tile(
+                    Q, K, V, qk_scale, used_start.to(tl.int64), used_len, m_start, head,
+                    stride_qt, stride_qh, stride_kt, stride_kh, stride_vt, stride_vh, HEAD_DIM,
+                    BLOCK_D, BLOCK_M, BLOCK_N, False, LEAN, PDL == 3)  # fmt: skip
             again = (start_now != used_start) | (end_now - start_now != used_len)
             used_start = start_now
             used_len = end_now - start_now
     elif CHECK == 4:  # the second read issued once q's load is (in the tile)
         if m_start < early_len:
-            acc, start_now, end_now = _checked_tile(
+            acc, start_now, end_now = forward.query_tile(
                 Q, K, V, qk_scale, early_start.to(tl.int64), early_len, m_start, head,
                 stride_qt, stride_qh, stride_kt, stride_kh, stride_vt, stride_vh, HEAD_DIM,
-                BLOCK_D, BLOCK_M, BLOCK_N, LEAN, PDL == 3, cu_seqlens + seq, True)  # fmt: skip
+                BLOCK_D, BLOCK_M, BLOCK_N, False, LEAN, PDL == 3, cu_seqlens + seq,
+                True)  # fmt: skip
         else:
             start_now = tl.load(cu_seqlens + seq)
             end_now = tl.load(cu_seqlens + seq + 1)
     elif m_start < early_len:
-        acc, _, _ = _checked_tile(Q, K, V, qk_scale, early_start.to(tl.int64), early_len,
-                                  m_start, head, stride_qt, stride_qh, stride_kt, stride_kh,
-                                  stride_vt, stride_vh, HEAD_DIM, BLOCK_D, BLOCK_M, BLOCK_N,
-                                  LEAN, PDL == 3)  # fmt: skip
+        acc, _, _ = forward.query_tile(
+            Q, K, V, qk_scale, early_start.to(tl.int64), early_len, m_start, head, stride_qt,
+            stride_qh, stride_kt, stride_kh, stride_vt, stride_vh, HEAD_DIM, BLOCK_D, BLOCK_M,
+            BLOCK_N, False, LEAN, PDL == 3)  # fmt: skip
     seq_len = end_now - start_now
     # Two branches, as in the code whose SASS was measured; the first: the kernel before
     # wrote the bounds
     if not ONCE and ((start_now != first) | (end_now != last)):  # noqa: SIM102
         if m_start < seq_len:
-            acc, _, _ = _checked_tile(Q, K, V, qk_scale, start_now.to(tl.int64), seq_len,
-                                      m_start, head, stride_qt, stride_qh, stride_kt,
-                                      stride_kh, stride_vt, stride_vh, HEAD_DIM, BLOCK_D,
-                                      BLOCK_M, BLOCK_N, LEAN, False)  # fmt: skip
+            acc, _, _ = forward.query_tile(
+                Q, K, V, qk_scale, start_now.to(tl.int64), seq_len, m_start, head, stride_qt,
+                stride_qh, stride_kt, stride_kh, stride_vt, stride_vh, HEAD_DIM, BLOCK_D,
+                BLOCK_M, BLOCK_N, False, LEAN, False)  # fmt: skip
     if m_start < seq_len:
         offs_m = m_start + tl.arange(0, BLOCK_M)
         offs_d = tl.arange(0, BLOCK_D)

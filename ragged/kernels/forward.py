@@ -67,7 +67,7 @@ def program_tile(GRID3: tl.constexpr, num_m_blocks, num_heads):
 
 
 @triton.jit
-def _query_tile(Q, K, V, qk_scale, row0, seq_len, m_start, head,
+def query_tile(Q, K, V, qk_scale, row0, seq_len, m_start, head,
                 stride_qt, stride_qh, stride_kt, stride_kh, stride_vt, stride_vh,
                 HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_M: tl.constexpr,
                 BLOCK_N: tl.constexpr, IEEE_DOT: tl.constexpr, LEAN: tl.constexpr,
@@ -200,7 +200,7 @@ def varlen_fwd_kernel(
         m_start = m_block * BLOCK_M
         acc = tl.zeros([BLOCK_M, BLOCK_D], dtype=tl.float32)
         if m_start < early_len:
-            acc, seq_start, seq_end = _query_tile(
+            acc, seq_start, seq_end = query_tile(
                 Q, K, V, qk_scale, early_start.to(tl.int64), early_len, m_start, head,
                 stride_qt, stride_qh, stride_kt, stride_kh, stride_vt, stride_vh, HEAD_DIM,
                 BLOCK_D, BLOCK_M, BLOCK_N, IEEE_DOT, LEAN, PDL == 3, cu_seqlens + seq,
@@ -212,7 +212,7 @@ def varlen_fwd_kernel(
         # Two branches, as in the code measured; the first: the kernel before wrote the bounds
         if (seq_start != first) | (seq_end != last):
             if m_start < seq_len:
-                acc, _, _ = _query_tile(Q, K, V, qk_scale, seq_start.to(tl.int64), seq_len,
+                acc, _, _ = query_tile(Q, K, V, qk_scale, seq_start.to(tl.int64), seq_len,
                                         m_start, head, stride_qt, stride_qh, stride_kt,
                                         stride_kh, stride_vt, stride_vh, HEAD_DIM, BLOCK_D,
                                         BLOCK_M, BLOCK_N, IEEE_DOT, LEAN, False)  # fmt: skip
@@ -222,7 +222,7 @@ def varlen_fwd_kernel(
         m_start = m_block * BLOCK_M
     if m_start < seq_len:
         if not EARLY:
-            acc, _, _ = _query_tile(Q, K, V, qk_scale, seq_start.to(tl.int64), seq_len, m_start,
+            acc, _, _ = query_tile(Q, K, V, qk_scale, seq_start.to(tl.int64), seq_len, m_start,
                                     head, stride_qt, stride_qh, stride_kt, stride_kh, stride_vt,
                                     stride_vh, HEAD_DIM, BLOCK_D, BLOCK_M, BLOCK_N, IEEE_DOT,
                                     LEAN, PDL == 3)  # fmt: skip
