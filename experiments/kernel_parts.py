@@ -270,15 +270,15 @@ def loop_checked_kernel(
 ):  # fmt: skip
     """The loop on the 3-D grid (fp16; the tile ``forward.query_tile``) reading its sequence's
     bounds before ``griddepcontrol.wait`` (bounded to q's rows: a value not yet written
-    addresses nothing outside q, k and v), computing its tile from them, reading them again after the wait and
-    computing again where they differ (the kernel before wrote them): always exact. The
-    second read (the compiler would reuse a plain one) is ``CHECK`` 1 volatile
-    (``LDG.E.STRONG.SYS``), 2 ``.cg`` (``LDG.E.STRONG.GPU``), 3 plain (``LDG.E``) after an
-    early read through ``.cg`` (no L1 line of it to hit), 4 the same issued in the tile once
-    q's load is; used only after the tile. 0: the
-    same code not checked (wrong where the kernel before writes cu_seqlens). ``ONCE``: the
-    tile's code once, in a loop that runs it again from the second read's bounds where they
-    differ from the ones it used (instead of a second copy of it)."""
+    addresses nothing outside q, k and v), computing its tile from them, reading them again
+    after the wait and computing again where they differ (the kernel before wrote them):
+    always exact. The second read (the compiler would reuse a plain one) is ``CHECK`` 1
+    volatile (``LDG.E.STRONG.SYS``), 2 ``.cg`` (``LDG.E.STRONG.GPU``), 3 plain (``LDG.E``)
+    after an early read through ``.cg`` (no L1 line of it to hit), 4 the same issued in the
+    tile once q's load is; used only after the tile. 0: the same code not checked (wrong
+    where the kernel before writes cu_seqlens). ``ONCE``: the tile's code once, in a loop
+    that runs it again from the second read's bounds where they differ from the ones it used
+    (instead of a second copy of it)."""
     if PDL == 1:
         forward.gdc_launch_dependents()
     m_block, head, seq = forward.program_tile(True, 0, 0)
