@@ -68,10 +68,10 @@ def program_tile(GRID3: tl.constexpr, num_m_blocks, num_heads):
 
 @triton.jit
 def query_tile(Q, K, V, qk_scale, row0, seq_len, m_start, head,
-                stride_qt, stride_qh, stride_kt, stride_kh, stride_vt, stride_vh,
-                HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_M: tl.constexpr,
-                BLOCK_N: tl.constexpr, IEEE_DOT: tl.constexpr, LEAN: tl.constexpr,
-                TRIGGER: tl.constexpr, bounds=None, READ: tl.constexpr = False):  # fmt: skip
+               stride_qt, stride_qh, stride_kt, stride_kh, stride_vt, stride_vh,
+               HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_M: tl.constexpr,
+               BLOCK_N: tl.constexpr, IEEE_DOT: tl.constexpr, LEAN: tl.constexpr,
+               TRIGGER: tl.constexpr, bounds=None, READ: tl.constexpr = False):  # fmt: skip
     """Attention of query rows ``m_start .. m_start + BLOCK_M`` of one sequence (rows ``row0``
     (int64) .. ``row0 + seq_len`` of q, k and v) and one head: (acc [BLOCK_M, BLOCK_D] fp32,
     normalised, and with ``READ`` ``bounds[0]`` and ``bounds[1]`` (int32), loaded once q's load
