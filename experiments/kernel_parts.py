@@ -36,8 +36,9 @@ switch: one program a pair at 65-128 keys (128 query rows, 4 and 8 warps), and t
 loop with the leaner softmax without PDL and on the 3-D grid. The eleventh session
 (docs/kernel.md, "The bounds before the wait") added ``EARLY`` to the loop and one-tile copies
 (cu_seqlens read before ``griddepcontrol.wait``, unchecked), ``loop_checked_kernel`` (the same
-read checked after the wait, four kinds of second read, the last issued once q's load is: as
-fast as unchecked, and exact), and "kernel" arms: the default path's
+read checked after the wait, three kinds of second read; issued once q's load is, as
+``forward.varlen_fwd_kernel``'s ``EARLY`` now does, it is as fast as unchecked and exact),
+and "kernel" arms: the default path's
 ``forward.varlen_fwd_kernel`` launched with a given configuration.
 
 Only ``full`` arms produce attention; the others are floors and are not checked (their output
@@ -274,15 +275,16 @@ def loop_checked_kernel(
     after the wait and computing again where they differ (the kernel before wrote them):
     always exact. The second read (the compiler would reuse a plain one) is ``CHECK`` 1
     volatile (``LDG.E.STRONG.SYS``), 2 ``.cg`` (``LDG.E.STRONG.GPU``), 3 plain (``LDG.E``)
-    after an early read through ``.cg`` (no L1 line of it to hit), 4 the same issued in the
-    tile once q's load is; used only after the tile. 0: the same code not checked (wrong
-    where the kernel before writes cu_seqlens). ``ONCE``: the tile's code once, in a loop
+    after an early read through ``.cg`` (no L1 line of it to hit); used only after the tile.
+    (The same issued in the tile once q's load is: ``forward.varlen_fwd_kernel``'s ``EARLY``,
+    the "checked late" arms.) 0: the same code not checked (wrong where the kernel before
+    writes cu_seqlens). ``ONCE``: the tile's code once, in a loop
     that runs it again from the second read's bounds where they differ from the ones it used
     (instead of a second copy of it)."""
     if PDL == 1:
         forward.gdc_launch_dependents()
     m_block, head, seq = forward.program_tile(True, 0, 0)
-    if CHECK >= 3:
+    if CHECK == 3:
         first = tl.load(cu_seqlens + seq, cache_modifier=".cg")
         last = tl.load(cu_seqlens + seq + 1, cache_modifier=".cg")
     else:
@@ -301,7 +303,7 @@ def loop_checked_kernel(
     elif CHECK == 3:
         start_now = tl.load(cu_seqlens + seq)
         end_now = tl.load(cu_seqlens + seq + 1)
-    else:  # CHECK 0 (none) and 4 (read in the tile, below)
+    else:  # CHECK 0: none
         start_now = first
         end_now = last
     m_start = m_block * BLOCK_M
@@ -319,16 +321,6 @@ def loop_checked_kernel(
             again = (start_now != used_start) | (end_now - start_now != used_len)
             used_start = start_now
             used_len = end_now - start_now
-    elif CHECK == 4:  # the second read issued once q's load is (in the tile)
-        if m_start < early_len:
-            acc, start_now, end_now = forward.query_tile(
-                Q, K, V, qk_scale, early_start.to(tl.int64), early_len, m_start, head,
-                stride_qt, stride_qh, stride_kt, stride_kh, stride_vt, stride_vh, HEAD_DIM,
-                BLOCK_D, BLOCK_M, BLOCK_N, False, LEAN, PDL == 3, cu_seqlens + seq,
-                True)  # fmt: skip
-        else:
-            start_now = tl.load(cu_seqlens + seq)
-            end_now = tl.load(cu_seqlens + seq + 1)
     elif m_start < early_len:
         acc, _, _ = forward.query_tile(
             Q, K, V, qk_scale, early_start.to(tl.int64), early_len, m_start, head, stride_qt,
@@ -988,10 +980,12 @@ PARTS = (
     Part("checked weak grid3 loop 64x64 w4 s2 pdl mid", "checked", 64, 64, 4, 2, 3, 3,
          check=3),
     Part("unchecked grid3 loop 64x64 w4 s2 pdl mid", "checked", 64, 64, 4, 2, 3, 3, check=0),
-    Part("checked late weak grid3 loop 64x64 w4 s2 pdl mid", "checked", 64, 64, 4, 2, 3, 3,
-         check=4),
-    Part("checked late weak lean grid3 loop 64x64 w4 s3 pdl mid", "checked", 64, 64, 4, 3, 3,
-         3, ffma=True, check=4),
+    # the same read issued once q's load is: the default path's kernel with early (these two
+    # ran as loop_checked_kernel's CHECK 4, the same SASS, before early went on the path)
+    Part("checked late weak grid3 loop 64x64 w4 s2 pdl mid", "kernel", 64, 64, 4, 2, 3, 3,
+         grid3=True, early=True),
+    Part("checked late weak lean grid3 loop 64x64 w4 s3 pdl mid", "kernel", 64, 64, 4, 3, 3,
+         3, grid3=True, ffma=True, early=True),
     Part("checked weak once grid3 loop 64x64 w4 s2 pdl mid", "checked", 64, 64, 4, 2, 3, 3,
          check=3, once=True),
     Part("checked volatile once grid3 loop 64x64 w4 s2 pdl mid", "checked", 64, 64, 4, 2, 3, 3,
@@ -1003,8 +997,6 @@ PARTS = (
     Part("checked volatile lean grid3 loop 64x64 w4 s3 pdl mid", "checked", 64, 64, 4, 3, 3, 3,
          ffma=True, check=1),
     Part("kernel grid3 64x64 w4 s2 pdl mid", "kernel", 64, 64, 4, 2, 3, 3, grid3=True),
-    Part("kernel early grid3 64x64 w4 s2 pdl mid", "kernel", 64, 64, 4, 2, 3, 3, grid3=True,
-         early=True),
     Part("kernel 64x64 w4 s3 pdl late", "kernel", 64, 64, 4, 3, 2, 3),
     Part("kernel lean grid3 64x64 w4 s3 pdl mid", "kernel", 64, 64, 4, 3, 3, 3, grid3=True,
          ffma=True),

@@ -195,6 +195,8 @@ def varlen_fwd_kernel(
         gdc_wait()
 
     if EARLY:
+        # Both branches below set these; set here too, the SASS is the build that was timed
+        # (without these lines it schedules otherwise)
         seq_start = first
         seq_end = last
         m_start = m_block * BLOCK_M
@@ -213,9 +215,9 @@ def varlen_fwd_kernel(
         if (seq_start != first) | (seq_end != last):
             if m_start < seq_len:
                 acc, _, _ = query_tile(Q, K, V, qk_scale, seq_start.to(tl.int64), seq_len,
-                                        m_start, head, stride_qt, stride_qh, stride_kt,
-                                        stride_kh, stride_vt, stride_vh, HEAD_DIM, BLOCK_D,
-                                        BLOCK_M, BLOCK_N, IEEE_DOT, LEAN, False)  # fmt: skip
+                                       m_start, head, stride_qt, stride_qh, stride_kt,
+                                       stride_kh, stride_vt, stride_vh, HEAD_DIM, BLOCK_D,
+                                       BLOCK_M, BLOCK_N, IEEE_DOT, LEAN, False)  # fmt: skip
     else:
         seq_start = tl.load(cu_seqlens + seq)
         seq_len = tl.load(cu_seqlens + seq + 1) - seq_start
@@ -223,9 +225,9 @@ def varlen_fwd_kernel(
     if m_start < seq_len:
         if not EARLY:
             acc, _, _ = query_tile(Q, K, V, qk_scale, seq_start.to(tl.int64), seq_len, m_start,
-                                    head, stride_qt, stride_qh, stride_kt, stride_kh, stride_vt,
-                                    stride_vh, HEAD_DIM, BLOCK_D, BLOCK_M, BLOCK_N, IEEE_DOT,
-                                    LEAN, PDL == 3)  # fmt: skip
+                                   head, stride_qt, stride_qh, stride_kt, stride_kh, stride_vt,
+                                   stride_vh, HEAD_DIM, BLOCK_D, BLOCK_M, BLOCK_N, IEEE_DOT,
+                                   LEAN, PDL == 3)  # fmt: skip
         offs_m = m_start + tl.arange(0, BLOCK_M)
         offs_d = tl.arange(0, BLOCK_D)
         o_ptrs = (O + (seq_start.to(tl.int64) + offs_m[:, None]) * stride_ot
