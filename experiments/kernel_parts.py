@@ -832,6 +832,8 @@ class Part:
     early: bool = False
     check: int = 0
     once: bool = False
+    ctas: int = 0  # "kernel": at most this many programs an SM (0: as many as fit; ``_occupy``)
+    extra: tuple = ()  # "kernel": (constexpr, value) pairs over its plan's
 
     def why_not(self, max_seqlen: int, on_gpu: bool) -> str | None:
         """Why this arm cannot run a batch of ``max_seqlen`` here (None: it can)."""
@@ -986,6 +988,33 @@ PARTS = (
          grid3=True, early=True),
     Part("checked late weak lean grid3 loop 64x64 w4 s3 pdl mid", "kernel", 64, 64, 4, 3, 3,
          3, grid3=True, ffma=True, early=True),
+    # the twelfth session: the same on the 1-D grid (its last int total_tokens, its query
+    # tiles a sequence a constexpr), and that grid's kernel without it
+    Part("checked late weak loop 64x64 w4 s2 pdl mid", "kernel", 64, 64, 4, 2, 3, 3,
+         early=True),
+    Part("kernel 64x64 w4 s2 pdl mid", "kernel", 64, 64, 4, 2, 3, 3),
+    # at most 2, 3 or 4 programs an SM (the carveout: the early kernels take 120-122
+    # registers, 4 an SM; the 1-D grid's without early 134, 3 an SM)
+    *(Part(f"{c} an SM checked late weak loop 64x64 w4 s2 pdl mid", "kernel", 64, 64, 4, 2, 3,
+           3, early=True, ctas=c) for c in (2, 3, 4)),
+    *(Part(f"{c} an SM checked late weak grid3 loop 64x64 w4 s2 pdl mid", "kernel", 64, 64, 4,
+           2, 3, 3, grid3=True, early=True, ctas=c) for c in (2, 3, 4)),
+    *(Part(f"{c} an SM kernel 64x64 w4 s2 pdl mid", "kernel", 64, 64, 4, 2, 3, 3, ctas=c)
+      for c in (2, 3)),
+    # the early read of either grid plain (may hit L1) instead of .cg, the wait after it
+    # returned (as in loop_parts_kernel's EARLY), both, not checked; the 1-D grid's fixed
+    # query tiles without the early read
+    *(Part(f"{name} {grid}loop 64x64 w4 s2 pdl mid", "kernel", 64, 64, 4, 2, 3, 3,
+           grid3=grid == "grid3 ", early=True, extra=extra)
+      for grid in ("", "grid3 ")
+      for name, extra in (("plain early", (("EARLY_CG", False),)),
+                          ("wait dep early", (("WAIT_DEP", True),)),
+                          ("plain wait dep early", (("EARLY_CG", False), ("WAIT_DEP", True))),
+                          ("unchecked kernel early", (("CHECK", 0),)),
+                          ("plain unchecked kernel early", (("CHECK", 0), ("EARLY_CG", False))),
+                          ("read after the dot early", (("CHECK", 2),)))),
+    Part("m_blocks loop 64x64 w4 s2 pdl mid", "kernel", 64, 64, 4, 2, 3, 3, early=True,
+         extra=(("EARLY", False),)),
     Part("checked weak once grid3 loop 64x64 w4 s2 pdl mid", "checked", 64, 64, 4, 2, 3, 3,
          check=3, once=True),
     Part("checked volatile once grid3 loop 64x64 w4 s2 pdl mid", "checked", 64, 64, 4, 2, 3, 3,
@@ -1042,6 +1071,8 @@ def run(arm: Part, q, k, v, cu_seqlens, max_seqlen, softmax_scale, out) -> torch
             return out
         if arm.tma:
             return _run_tma(arm, q, k, v, cu_seqlens, max_seqlen, scale, out, pdl)
+        if arm.kind == "kernel" and (arm.ctas or arm.extra):
+            return _run_capped(arm, q, k, v, cu_seqlens, max_seqlen, scale, out, pdl)
         if arm.kind == "kernel":  # forward.varlen_fwd_kernel through the default path's launch
             config = AttentionConfig(arm.block_m, arm.block_n, arm.num_warps, arm.num_stages,
                                      pdl=pdl, grid3=arm.grid3, lean=arm.ffma,
@@ -1088,6 +1119,50 @@ def run(arm: Part, q, k, v, cu_seqlens, max_seqlen, softmax_scale, out) -> torch
                 os.environ.pop("DISABLE_MMA_V3", None)
             else:
                 os.environ["DISABLE_MMA_V3"] = old
+    return out
+
+
+# CU_FUNC_ATTRIBUTE_PREFERRED_SHARED_MEMORY_CARVEOUT, and the carveouts of sm_90 (KB a SM)
+_CARVEOUT_ATTRIBUTE = 9
+_CARVEOUTS_KB = (0, 8, 16, 32, 64, 100, 132, 164, 196, 228)
+_capped: dict[int, int] = {}  # CUfunction -> its carveout (KB), once set
+
+
+def _occupy(compiled, ctas: int) -> int:
+    """Cap ``compiled``'s programs an SM at ``ctas`` through its preferred shared-memory
+    carveout: the smallest of sm_90's that holds ``ctas`` programs' shared memory, each with
+    the 1 KB the driver reserves (the occupancy calculator ignores the preference: not asked).
+    -> the carveout, KB."""
+    import ctypes
+
+    func = compiled.function
+    if func not in _capped:
+        cuda = ctypes.CDLL("libcuda.so.1")
+        need = ctas * (compiled.metadata.shared + 1024)
+        kb = next(c for c in _CARVEOUTS_KB if c * 1024 >= need)
+        total_kb = torch.cuda.get_device_properties(0).shared_memory_per_multiprocessor // 1024
+        percent = -(-100 * kb // total_kb)
+        assert cuda.cuFuncSetAttribute(ctypes.c_void_p(func), _CARVEOUT_ATTRIBUTE, percent) == 0
+        _capped[func] = kb
+        print(f"{ctas} programs an SM: carveout {percent}% ({kb} KB)", file=sys.stderr)
+    return _capped[func]
+
+
+def _run_capped(arm: Part, q, k, v, cu_seqlens, max_seqlen, scale, out, pdl) -> torch.Tensor:
+    """``forward.varlen_fwd_kernel`` as the default path plans ``arm``'s configuration,
+    launched by Triton's JIT with at most ``arm.ctas`` programs an SM (``_occupy``)."""
+    config = AttentionConfig(arm.block_m, arm.block_n, arm.num_warps, arm.num_stages, pdl=pdl,
+                             grid3=arm.grid3, lean=arm.ffma, early=arm.early)  # fmt: skip
+    plan, grid, scalars, _ = attention.launch_args(q, k, v, out, cu_seqlens, max_seqlen,
+                                                   scale / attention.LOG2E, config)  # fmt: skip
+    # a register cap above what the kernel takes (120-134): the same code, and a compiled
+    # kernel of each cap's own (the carveout is the compiled function's)
+    options = {"num_warps": arm.num_warps, "num_stages": arm.num_stages, "maxnreg": 250 + arm.ctas}
+    compiled = forward.varlen_fwd_kernel[grid](
+        q, k, v, out, cu_seqlens, *scalars, **(plan.constexprs | dict(arm.extra)), **options,
+        **({"launch_pdl": True} if pdl else {}))  # fmt: skip
+    if arm.ctas and q.is_cuda and not torch.cuda.is_current_stream_capturing():
+        _occupy(compiled, arm.ctas)
     return out
 
 
