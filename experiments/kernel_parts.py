@@ -39,7 +39,10 @@ loop with the leaner softmax without PDL and on the 3-D grid. The eleventh sessi
 read checked after the wait, three kinds of second read; issued once q's load is, as
 ``forward.varlen_fwd_kernel``'s ``EARLY`` now does, it is as fast as unchecked and exact),
 and "kernel" arms: the default path's
-``forward.varlen_fwd_kernel`` launched with a given configuration.
+``forward.varlen_fwd_kernel`` launched with a given configuration. The twelfth session
+(docs/kernel.md, "The early read on the 1-D grid") added ``ctas``: a "kernel" arm at most that
+many programs an SM, through its compiled function's preferred shared-memory carveout
+(``_occupy``); the arms of the early read on the 1-D grid ran from commit 17376af.
 
 Only ``full`` arms produce attention; the others are floors and are not checked (their output
 is not attention). Nothing in ``ragged`` imports this module.
@@ -833,7 +836,6 @@ class Part:
     check: int = 0
     once: bool = False
     ctas: int = 0  # "kernel": at most this many programs an SM (0: as many as fit; ``_occupy``)
-    extra: tuple = ()  # "kernel": (constexpr, value) pairs over its plan's
 
     def why_not(self, max_seqlen: int, on_gpu: bool) -> str | None:
         """Why this arm cannot run a batch of ``max_seqlen`` here (None: it can)."""
@@ -988,33 +990,15 @@ PARTS = (
          grid3=True, early=True),
     Part("checked late weak lean grid3 loop 64x64 w4 s3 pdl mid", "kernel", 64, 64, 4, 3, 3,
          3, grid3=True, ffma=True, early=True),
-    # the twelfth session: the same on the 1-D grid (its last int total_tokens, its query
-    # tiles a sequence a constexpr), and that grid's kernel without it
-    Part("checked late weak loop 64x64 w4 s2 pdl mid", "kernel", 64, 64, 4, 2, 3, 3,
-         early=True),
+    # the twelfth session: the 1-D grid loop of 17-128 keys past 1.5 waves (the class without
+    # early) through the same launch, and it and the 3-D grid loop with early at most 2, 3 or
+    # 4 programs an SM (``ctas``: the shared-memory carveout). The same read checked on the
+    # 1-D grid ran from 17376af (docs/kernel.md, twelfth session)
     Part("kernel 64x64 w4 s2 pdl mid", "kernel", 64, 64, 4, 2, 3, 3),
-    # at most 2, 3 or 4 programs an SM (the carveout: the early kernels take 120-122
-    # registers, 4 an SM; the 1-D grid's without early 134, 3 an SM)
-    *(Part(f"{c} an SM checked late weak loop 64x64 w4 s2 pdl mid", "kernel", 64, 64, 4, 2, 3,
-           3, early=True, ctas=c) for c in (2, 3, 4)),
     *(Part(f"{c} an SM checked late weak grid3 loop 64x64 w4 s2 pdl mid", "kernel", 64, 64, 4,
            2, 3, 3, grid3=True, early=True, ctas=c) for c in (2, 3, 4)),
     *(Part(f"{c} an SM kernel 64x64 w4 s2 pdl mid", "kernel", 64, 64, 4, 2, 3, 3, ctas=c)
       for c in (2, 3)),
-    # the early read of either grid plain (may hit L1) instead of .cg, the wait after it
-    # returned (as in loop_parts_kernel's EARLY), both, not checked; the 1-D grid's fixed
-    # query tiles without the early read
-    *(Part(f"{name} {grid}loop 64x64 w4 s2 pdl mid", "kernel", 64, 64, 4, 2, 3, 3,
-           grid3=grid == "grid3 ", early=True, extra=extra)
-      for grid in ("", "grid3 ")
-      for name, extra in (("plain early", (("EARLY_CG", False),)),
-                          ("wait dep early", (("WAIT_DEP", True),)),
-                          ("plain wait dep early", (("EARLY_CG", False), ("WAIT_DEP", True))),
-                          ("unchecked kernel early", (("CHECK", 0),)),
-                          ("plain unchecked kernel early", (("CHECK", 0), ("EARLY_CG", False))),
-                          ("read after the dot early", (("CHECK", 2),)))),
-    Part("m_blocks loop 64x64 w4 s2 pdl mid", "kernel", 64, 64, 4, 2, 3, 3, early=True,
-         extra=(("EARLY", False),)),
     Part("checked weak once grid3 loop 64x64 w4 s2 pdl mid", "checked", 64, 64, 4, 2, 3, 3,
          check=3, once=True),
     Part("checked volatile once grid3 loop 64x64 w4 s2 pdl mid", "checked", 64, 64, 4, 2, 3, 3,
@@ -1071,7 +1055,7 @@ def run(arm: Part, q, k, v, cu_seqlens, max_seqlen, softmax_scale, out) -> torch
             return out
         if arm.tma:
             return _run_tma(arm, q, k, v, cu_seqlens, max_seqlen, scale, out, pdl)
-        if arm.kind == "kernel" and (arm.ctas or arm.extra):
+        if arm.kind == "kernel" and arm.ctas:
             return _run_capped(arm, q, k, v, cu_seqlens, max_seqlen, scale, out, pdl)
         if arm.kind == "kernel":  # forward.varlen_fwd_kernel through the default path's launch
             config = AttentionConfig(arm.block_m, arm.block_n, arm.num_warps, arm.num_stages,
@@ -1155,13 +1139,13 @@ def _run_capped(arm: Part, q, k, v, cu_seqlens, max_seqlen, scale, out, pdl) -> 
                              grid3=arm.grid3, lean=arm.ffma, early=arm.early)  # fmt: skip
     plan, grid, scalars, _ = attention.launch_args(q, k, v, out, cu_seqlens, max_seqlen,
                                                    scale / attention.LOG2E, config)  # fmt: skip
-    # a register cap above what the kernel takes (120-134): the same code, and a compiled
+    # a register cap above what the kernel takes (119-134): the same code, and a compiled
     # kernel of each cap's own (the carveout is the compiled function's)
     options = {"num_warps": arm.num_warps, "num_stages": arm.num_stages, "maxnreg": 250 + arm.ctas}
     compiled = forward.varlen_fwd_kernel[grid](
-        q, k, v, out, cu_seqlens, *scalars, **(plan.constexprs | dict(arm.extra)), **options,
+        q, k, v, out, cu_seqlens, *scalars, **plan.constexprs, **options,
         **({"launch_pdl": True} if pdl else {}))  # fmt: skip
-    if arm.ctas and q.is_cuda and not torch.cuda.is_current_stream_capturing():
+    if q.is_cuda and not torch.cuda.is_current_stream_capturing():
         _occupy(compiled, arm.ctas)
     return out
 

@@ -96,12 +96,12 @@ class LayoutAttention:
             prepared = kernel_attention.prepare(q, k, v, o, self.cu_seqlens, self.max_seqlen, scale)
             k_offset, v_offset = k.data_ptr() - q.data_ptr(), v.data_ptr() - q.data_ptr()
             if prepared is not None and not (k_offset | v_offset) & 15:
-                direct, grid_x, scalars, block_m, span, grid_kind = prepared
+                direct, grid_x, scalars, block_m, span, grid3 = prepared
                 key = (qkv.shape, qkv.stride(), qkv.dtype, qkv.get_device())
                 kernels = kernel_attention
                 self._launch = kernels.with_image(kernels.KeptLaunch(
                     direct, kernels.launch_spec(direct), key, grid_x, k_offset, v_offset, o,
                     o.data_ptr(), self.cu_seqlens.shape[0], scalars, self.max_seqlen, kernels.epoch,
-                    block_m, span, grid_kind,
+                    block_m, span, grid3,
                 ))  # fmt: skip
         return o

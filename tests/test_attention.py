@@ -148,21 +148,19 @@ def test_every_kernel_variant_matches_oracle(dtype, device):
             assert_attention_close(out, q, k, v, cu)
 
 
-@pytest.mark.parametrize("kind", ["onetile", "loop", "loop early", "specloop", "grid3", "lean",
-                                  "large", "large 1-D"])  # fmt: skip
+@pytest.mark.parametrize("kind", ["onetile", "loop", "specloop", "grid3", "lean", "large",
+                                  "large 1-D"])  # fmt: skip
 def test_the_short_batch_kernels_of_the_default_path_match_oracle(kind, device):
-    """The short-batch classes' kernels as the default path launches them (config.choice on
-    sm_90: the one-tile kernel with its speculative start on the 3-D grid, PDL at once; the loop
-    with PDL after the q load, on the 1-D grid and on the 3-D grid (17-128 keys up to 1.5 waves
-    of query tiles, then up to three waves on the 1-D grid; both read their bounds before the
-    wait too, checked after, the 1-D grid's bounded by total_tokens in place of num_m_blocks);
-    specloop, its loads from the guessed start of a uniform batch, PDL at once; past the
-    classes' grids and lengths the loop with 3 stages and the leaner softmax, on the 3-D grid
-    with PDL after the q load and on the 1-D grid with PDL after the store; the ninth session's
-    table's tile with the leaner softmax), checked path: uniform batches (the guess right), a
-    wrong guess, an empty sequence, and a capacity-packed batch (rows past cu_seqlens[-1]: total
-    == batch x max_seqlen, yet the guess wrong). The interpreter has no grid dependency control:
-    PDL compiles out there (the same arithmetic)."""
+    """The short-batch classes' kernels as the default path launches them (config.choice on sm_90:
+    the one-tile kernel with its speculative start on the 3-D grid, PDL at once; the loop with PDL
+    after the q load, on the 1-D grid and on the 3-D grid (17-128 keys up to 1.5 waves of query
+    tiles; its bounds read before the wait too, checked after); specloop, its loads from the guessed
+    start of a uniform batch, PDL at once; past the classes' grids and lengths the loop with 3
+    stages and the leaner softmax, on the 3-D grid with PDL after the q load and on the 1-D grid
+    with PDL after the store; the ninth session's table's tile with the leaner softmax), checked
+    path: uniform batches (the guess right), a wrong guess, an empty sequence, and a capacity-packed
+    batch (rows past cu_seqlens[-1]: total == batch x max_seqlen, yet the guess wrong). The
+    interpreter has no grid dependency control: PDL compiles out there (the same arithmetic)."""
     from ragged.kernels import attention as kernel_attention
     from ragged.kernels.config import LARGE_GRID3, LARGE_LOOP, AttentionConfig
 
@@ -178,7 +176,6 @@ def test_the_short_batch_kernels_of_the_default_path_match_oracle(kind, device):
         config = {
             "onetile": AttentionConfig(16, block_n, 4, 1, kind="onetile", pdl=1),
             "loop": AttentionConfig(64, 64, 4, 2, pdl=3),
-            "loop early": AttentionConfig(64, 64, 4, 2, pdl=3, early=True),
             "specloop": AttentionConfig(64, 64, 4, 2, kind="specloop", pdl=1),
             "grid3": AttentionConfig(64, 64, 4, 2, pdl=3, grid3=True, early=True),
             "lean": AttentionConfig(64, 64, 4, 2, lean=True),

@@ -19,8 +19,6 @@ import ragged
 from ragged import attention as api
 from ragged.kernels import attention, launch
 from ragged.kernels.config import (
-    GRID_1D_TOTAL,
-    GRID_3D,
     LARGE_GRID3,
     LARGE_LOOP,
     MAX_LENGTH,
@@ -80,7 +78,7 @@ def recorder(impl, no_ready, monkeypatch):
         plan = attention._make_plan(*key, max_seqlen, 0, config)
         scale = (1.0 / (q.shape[2] ** 0.5)) * attention.LOG2E
         span = (*plan.span, lambda *args: calls.append(args), plan.config.block_m, scale, None,
-                *pairs, plan.grid_kind)  # fmt: skip
+                *pairs, plan.grid3)  # fmt: skip
         attention.ready_spans[key] = (*attention.ready_spans.get(key, ()), span)
 
     return calls, ready
@@ -541,42 +539,13 @@ def test_layout_attention_keeps_a_3d_grid_launch(recorder, monkeypatch):
     ready(q, max_seqlen, ONETILE, pairs=(48, 48))
     call = ragged.LayoutAttention(cu, max_seqlen)
     out = call(qkv)
-    assert call._launch.grid_kind == GRID_3D
+    assert call._launch.grid3
     checked = _count_checked(monkeypatch)
     for new_max in (max_seqlen, 70, max_seqlen):
         call.rebind(cu, new_max)
         assert call(qkv) is out
         assert calls[-1] == _expected(q, k, v, out, cu, new_max, 0.125, ONETILE)
     assert checked == []
-
-
-LOOP_EARLY = AttentionConfig(64, 64, 4, 2, pdl=3, early=True)
-
-
-def test_the_1d_grid_with_early_bounds_launches_total_tokens_over_its_query_tile_span(recorder):
-    """The loop on the 1-D grid reading its bounds early (``GRID_1D_TOTAL``) launches (heads,
-    total_tokens) for its last two ints, as the checked path would, and serves only the
-    max_seqlens of its number of query tiles (its kernel fixes them: ``M_BLOCKS``)."""
-    calls, ready = recorder
-    q, k, v, cu, max_seqlen = packed_qkv(LENGTHS, 12, 64)
-    ready(q, max_seqlen, LOOP_EARLY)
-    plan = attention._make_plan(q.get_device(), q.dtype, 64, max_seqlen, 0, LOOP_EARLY)
-    assert plan.span == (65, 128) and plan.constexprs["M_BLOCKS"] == 2
-    for new_max in (max_seqlen, 65, 128):
-        out = attention.fast_call(q, k, v, cu, new_max, None, None)
-        want = _expected(q, k, v, out, cu, new_max, 0.125, LOOP_EARLY)
-        assert want[:3] == (2 * 4 * 12, 1, 1) and want[-2:] == (12, q.shape[0])
-        assert calls[-1] == want
-    assert attention.fast_call(q, k, v, cu, 64, None, None) is None  # one query tile: not its
-    qkv, cu, max_seqlen = _qkv()
-    q, k, v = qkv.unbind(1)
-    call = ragged.LayoutAttention(cu, max_seqlen)
-    out = call(qkv)
-    assert call._launch.grid_kind == GRID_1D_TOTAL
-    for new_max in (70, max_seqlen):
-        call.rebind(cu, new_max)
-        assert call(qkv) is out
-        assert calls[-1] == _expected(q, k, v, out, cu, new_max, 0.125, LOOP_EARLY)
 
 
 @pytest.mark.parametrize("capability", [(8, 9), (9, 0), (10, 0)])

@@ -5,7 +5,6 @@ import torch
 
 import ragged
 from ragged.kernels import attention
-from ragged.kernels.config import GRID_1D, GRID_3D
 from ragged.testing import assert_attention_close, packed_qkv
 
 pytestmark = pytest.mark.gpu
@@ -278,13 +277,13 @@ def test_injected_delay_slows_the_kernel_and_keeps_its_output():
 # (lengths, heads) -> the short-batch class config.choice gives them on sm_90: one tile (PDL at
 # once; a wrong speculative start; PDL after the store at 128 keys), the loop with PDL after
 # the q load on the 3-D grid up to 1.5 waves of query tiles ("grid3": BS 8 / 50%, ragged, and
-# BS 8 / 80%; its bounds read before the wait too) and on the 1-D grid past it (BS 20 / 80%,
-# 16 / 50%, ragged), the loop with 3 stages (BS 1 / 0%),
-# specloop (33-64 keys up to half a wave: BS 4 / 80% uniform, its guess right; a ragged batch,
-# no guess), the loop with 3 stages at 257-512 keys (DeiT-B 384 after the prune point, BS 1 and
-# 4), and past the classes' grids and lengths the loop with 3 stages and the leaner softmax,
-# on the 3-D grid with PDL after the q load ("large": BS 64 / 80%, and ragged past 512 keys),
-# and past 65,535 pairs on the 1-D grid with PDL after the store ("large 1-D": 5,462 x 40).
+# BS 8 / 80%) and on the 1-D grid past it (BS 20 / 80%, 16 / 50%, ragged), the loop with 3
+# stages (BS 1 / 0%), specloop (33-64 keys up to half a wave: BS 4 / 80% uniform, its guess
+# right; a ragged batch, no guess), the loop with 3 stages at 257-512 keys (DeiT-B 384 after the
+# prune point, BS 1 and 4), and past the classes' grids and lengths the loop with 3 stages and
+# the leaner softmax, on the 3-D grid with PDL after the q load ("large": BS 64 / 80%, and
+# ragged past 512 keys), and past 65,535 pairs on the 1-D grid with PDL after the store ("large
+# 1-D": 5,462 x 40).
 SHORT_BATCHES = [([40], 12, "onetile"), ([40, 7, 33], 2, "onetile"), ([99], 12, "onetile"),
                  ([99] * 8, 12, "grid3"), ([99, 70, 128, 0, 65] * 3, 6, "grid3"),
                  ([40] * 8, 12, "grid3"), ([40] * 20, 12, "loop"),
@@ -312,10 +311,9 @@ def test_short_batches_take_their_class_and_stay_correct(fast, monkeypatch, leng
     assert (plan.config.kind, plan.pdl > 0) == (expect if hopper else ("loop", False))
     assert plan.config.lean == (hopper and kind.startswith("large"))
     assert plan.config.early == (hopper and kind == "grid3")
-    grid3 = kind in ("onetile", "specloop", "grid3", "large")
-    assert plan.grid_kind == (GRID_3D if hopper and grid3 else GRID_1D)
+    assert plan.grid3 == (hopper and kind in ("onetile", "specloop", "grid3", "large"))
     entry = attention.ready_entry(0, q.dtype, 64, max_seqlen, len(lengths) * heads)
-    assert entry is not None and entry[8] == plan.grid_kind
+    assert entry is not None and entry[8] == plan.grid3
     if _cpp(fast):
         assert entry[5][3] == int(plan.pdl > 0)  # the spec: cuLaunchKernelEx with PDL
     plain = []

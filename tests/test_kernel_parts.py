@@ -117,15 +117,13 @@ def test_bounds_read_before_the_wait_are_checked_after_it():
         assert torch.equal(cu_buf, cu)
         return out
 
-    checked = [a for a in kernel_parts.PARTS if a.check or (
-        a.early and a.kind == "kernel" and dict(a.extra).get("CHECK", 1))]  # fmt: skip
+    checked = [a for a in kernel_parts.PARTS if a.check or (a.early and a.kind == "kernel")]
     assert len(checked) >= 5 and any(a.kind == "kernel" for a in checked)
     for arm in checked:
         for stale in (other, garbage):
             assert_attention_close(raced(arm, stale), q, k, v, cu)
     for name in ("unchecked grid3 loop 64x64 w4 s2 pdl mid",
-                 "early grid3 loop 64x64 w4 s2 pdl mid full",
-                 "unchecked kernel early loop 64x64 w4 s2 pdl mid"):  # fmt: skip
+                 "early grid3 loop 64x64 w4 s2 pdl mid full"):  # fmt: skip
         arm = next(a for a in kernel_parts.PARTS if a.name == name)
         with pytest.raises(AssertionError):
             assert_attention_close(raced(arm, other), q, k, v, cu)

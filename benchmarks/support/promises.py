@@ -30,7 +30,6 @@ import triton
 
 import ragged
 from ragged.kernels import attention
-from ragged.kernels.config import GRID_1D
 
 from . import harness, workloads
 
@@ -64,9 +63,7 @@ class OneProgram(ragged.LayoutAttention):
         out = super()._checked(qkv)
         if self._launch is not None:
             # one program: a 1-D grid of one, also where the kept kernel's grid was 3-D
-            kept = self._launch._replace(
-                grid_x=1, grid_kind=GRID_1D, **self._swap(qkv, self._launch)
-            )
+            kept = self._launch._replace(grid_x=1, grid3=False, **self._swap(qkv, self._launch))
             self._launch = attention.with_image(kept)
         return out
 

@@ -25,8 +25,6 @@ import triton
 
 from . import fastpath, launch
 from .config import (
-    GRID_1D_TOTAL,
-    GRID_3D,
     MAX_LENGTH,
     AttentionConfig,
     attention_config,  # noqa: F401  (imported from here by callers)
@@ -62,7 +60,7 @@ class Plan:
     constexprs: dict
     device_index: int  # -1 on the CPU (the interpreter)
     launcher: Launcher  # the loop kernel's, the one-tile kernel's or specloop's (config.kind)
-    grid_kind: int  # the grid and the kernel's last two ints (config.GRID_*)
+    grid3: bool  # the 3-D grid (query tiles, heads, sequences): onetile, specloop, cfg.grid3
     pdl: int  # a programmatic dependent launch (config.pdl; 0 on the CPU)
     span: tuple  # (lo, hi): the max_seqlens this plan serves
     pairs: tuple  # (lo, hi): the batch x heads it serves
@@ -84,9 +82,6 @@ def _make_plan(device_index, dtype, head_dim, max_seqlen, pairs, config) -> Plan
         if cfg.kind == "specloop":  # its key tiles are its length bucket's: a plan a bucket
             hi = triton.next_power_of_2(max(max_seqlen, 1))
             span = (hi // 2 + 1, hi)
-    if cfg.grid_kind == GRID_1D_TOTAL:  # its query tiles a sequence fixed: a plan for each
-        top = -(-max_seqlen // cfg.block_m) * cfg.block_m
-        span = (max(span[0], top - cfg.block_m + 1), min(span[1], top))
     key = (device_index, dtype, head_dim, cfg, span, pair_span)
     plan = _plan_of.get(key)
     if plan is not None:
@@ -111,12 +106,11 @@ def _make_plan(device_index, dtype, head_dim, max_seqlen, pairs, config) -> Plan
         launcher = _specloop_launcher
     else:
         constexprs |= {"DELAY_CYCLES": cfg.delay_cycles, "PDL": pdl, "GRID3": cfg.grid3,
-                       "LEAN": cfg.lean, "EARLY": cfg.early,
-                       "M_BLOCKS": max(1, -(-span[1] // cfg.block_m))
-                       if cfg.grid_kind == GRID_1D_TOTAL else 0}  # fmt: skip
+                       "LEAN": cfg.lean, "EARLY": cfg.early}  # fmt: skip
         launcher = _launcher
-    plan = _plan_of[key] = Plan(cfg, constexprs, device_index, launcher, cfg.grid_kind, pdl,
-                                span, pair_span)  # fmt: skip
+    plan = _plan_of[key] = Plan(cfg, constexprs, device_index, launcher,
+                                onetile or specloop or cfg.grid3, pdl, span,
+                                pair_span)  # fmt: skip
     return plan
 
 
@@ -172,16 +166,15 @@ def guess_len(total: int, batch: int, max_seqlen: int) -> int:
     return max_seqlen if batch and total == batch * max_seqlen else 0
 
 
-def grid_and_ints(grid_kind: int, max_seqlen: int, block_m: int, batch: int, heads: int,
+def grid_and_ints(grid3: bool, max_seqlen: int, block_m: int, batch: int, heads: int,
                   total: int) -> tuple[tuple[int, int, int], tuple[int, int]]:  # fmt: skip
-    """(grid, the kernel's last two ints) of ``grid_kind`` (config.GRID_*): a 1-D grid and
-    (heads, num_m_blocks) or (heads, total_tokens), or the 3-D grid (query tiles, heads,
-    sequences) and (total_tokens, guess_len)."""
+    """(grid, the kernel's last two ints): the loop's 1-D grid and (heads, num_m_blocks), or
+    the 3-D grid kernels' (query tiles, heads, sequences) and (total_tokens, guess_len)."""
     num_m_blocks, programs = grid_of(max_seqlen, block_m, batch, heads)
-    if grid_kind == GRID_3D:
+    if grid3:
         grid = (num_m_blocks, heads, batch) if programs else (0, 1, 1)
         return grid, (total, guess_len(total, batch, max_seqlen))
-    return (programs, 1, 1), (heads, total if grid_kind == GRID_1D_TOTAL else num_m_blocks)
+    return (programs, 1, 1), (heads, num_m_blocks)
 
 
 def launch_args(q, k, v, out, cu_seqlens, max_seqlen, softmax_scale, config=None):
@@ -196,8 +189,7 @@ def launch_args(q, k, v, out, cu_seqlens, max_seqlen, softmax_scale, config=None
     plan = _plans.get(plan_key)
     if plan is None:
         plan = _plans[plan_key] = _make_plan(*plan_key)
-    grid, ints = grid_and_ints(plan.grid_kind, max_seqlen, plan.config.block_m, batch, heads,
-                               total)  # fmt: skip
+    grid, ints = grid_and_ints(plan.grid3, max_seqlen, plan.config.block_m, batch, heads, total)
     scalars = (softmax_scale * LOG2E, sqt, sqh, skt, skh, svt, svh, sot, soh, *ints)
     return plan, grid, scalars, specializable(sqt, sqh, skt, skh, svt, svh, sot, soh)
 
@@ -252,7 +244,7 @@ def forget_plans() -> None:
 
 def ready_entry(device_index, dtype, head_dim, max_seqlen, pairs) -> tuple | None:
     """The ``ready_spans`` span that serves this max_seqlen and batch x heads: (lo, hi, direct,
-    block_m, default scale, spec, pairs_lo, pairs_hi, grid_kind), or None."""
+    block_m, default scale, spec, pairs_lo, pairs_hi, grid3), or None."""
     for span in ready_spans.get((device_index, dtype, head_dim), ()):
         if span[0] <= max_seqlen <= span[1] and span[6] <= pairs <= span[7]:
             return span
@@ -260,7 +252,7 @@ def ready_entry(device_index, dtype, head_dim, max_seqlen, pairs) -> tuple | Non
 
 
 def prepare(q, k, v, out, cu_seqlens, max_seqlen, softmax_scale):
-    """-> (direct launch, grid_x, scalars, block_m, span, grid_kind) that launch this call again
+    """-> (direct launch, grid_x, scalars, block_m, span, grid3) that launch this call again
     (and any max_seqlen of ``span`` with the grid of ``block_m``-row tiles), or None, for a
     call that just passed ``varlen_attention``'s checks (the Launcher holds its kernel; the
     grid is not empty; Triton's stride specialization and 16-byte alignment of q and out
@@ -300,7 +292,7 @@ def remember(q: torch.Tensor, max_seqlen: int, cu_seqlens: torch.Tensor) -> None
         each_direct = each.launcher.direct(each)
         if each_direct is not None and ready_entry(*key, each.span[0], each.pairs[0]) is None:
             span = (*each.span, each_direct, each.config.block_m, scale,
-                    launch_spec(each_direct), *each.pairs, each.grid_kind)  # fmt: skip
+                    launch_spec(each_direct), *each.pairs, each.grid3)  # fmt: skip
             ready_spans[key] = (*ready_spans.get(key, ()), span)
 
 
@@ -381,8 +373,8 @@ def launch_ready(q, k, v, cu_seqlens, max_seqlen, softmax_scale, out):
         or (pq | pk | pv | po) & 15  # 16-byte aligned (cu_seqlens is not specialized on it)
     ):  # fmt: skip
         return None
-    direct, block_m, default_scale, grid_kind = entry[2], entry[3], entry[4], entry[8]
-    (gx, gy, gz), (n0, n1) = grid_and_ints(grid_kind, max_seqlen, block_m, batch, heads, total)
+    direct, block_m, default_scale, grid3 = entry[2], entry[3], entry[4], entry[8]
+    (gx, gy, gz), (n0, n1) = grid_and_ints(grid3, max_seqlen, block_m, batch, heads, total)
     if gx * gy * gz > MAX_GRID or gy > 65535 or gz > 65535:  # the checked path says so
         return None
     if gx:
@@ -404,7 +396,7 @@ def kept_grid(kept: KeptLaunch, max_seqlen: int) -> tuple | None:
     beyond a 1-D grid's programs."""
     scalars = kept.scalars
     batch, heads = kept.cu_len - 1, kept.key[0][2]
-    if kept.grid_kind == GRID_3D:
+    if kept.grid3:
         if max_seqlen == kept.max_seqlen:
             return kept.grid_x, heads, batch, scalars
         total = scalars[9]
@@ -415,8 +407,6 @@ def kept_grid(kept: KeptLaunch, max_seqlen: int) -> tuple | None:
     num_m_blocks, grid_x = grid_of(max_seqlen, kept.block_m, batch, heads)
     if grid_x > MAX_GRID:
         return None
-    if kept.grid_kind == GRID_1D_TOTAL:  # the same query tiles a sequence over the span
-        return grid_x, 1, 1, scalars
     return grid_x, 1, 1, (*scalars[:10], num_m_blocks)
 
 

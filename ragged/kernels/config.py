@@ -46,30 +46,13 @@ class AttentionConfig:
     grid3: bool = False
     lean: bool = False
     # The loop reads its sequence's bounds before the wait for the kernel before it too, and
-    # checks them once q's load is issued (forward.varlen_fwd_kernel's EARLY). total_tokens
-    # bounds that early read: the 3-D grid's ints hold it; on the 1-D grid it takes the place
-    # of num_m_blocks, which the plan then fixes (GRID_1D_TOTAL)
+    # checks them once q's load is issued (forward.varlen_fwd_kernel's EARLY): the 3-D grid
+    # only, whose last two ints hold total_tokens, which bounds that early read
     early: bool = False
 
     def __post_init__(self):
-        if self.early and self.kind != "loop":
-            raise ValueError("early: the loop kernel only")
-
-    @property
-    def grid_kind(self) -> int:
-        """The grid and the kernel's last two ints this configuration launches with."""
-        if self.kind != "loop" or self.grid3:
-            return GRID_3D
-        return GRID_1D_TOTAL if self.early else GRID_1D
-
-
-# The kernels' grids and last two ints (``AttentionConfig.grid_kind``; attention.grid_and_ints
-# and fastpath.cpp's grid_of make them):
-GRID_1D = 0  # (query tiles x heads x sequences,): (num_heads, num_m_blocks)
-GRID_3D = 1  # (query tiles, heads, sequences): (total_tokens, guess_len)
-# (query tiles x heads x sequences,): (num_heads, total_tokens), the query tiles a sequence
-# fixed by the plan (the loop's M_BLOCKS) over its span of max_seqlen
-GRID_1D_TOTAL = 2
+        if self.early and not (self.kind == "loop" and self.grid3):
+            raise ValueError("early: the loop on the 3-D grid only (its ints hold total_tokens)")
 
 
 @functools.lru_cache(maxsize=1024)

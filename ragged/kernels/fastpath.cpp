@@ -238,15 +238,12 @@ bool specializable(const int64_t *v, int n) {
 #define NONE_UNLESS(cond) \
   if (!(cond)) Py_RETURN_NONE
 
-// The grid kinds of kernels/config.py (GRID_*).
-enum { GRID_1D, GRID_3D, GRID_1D_TOTAL };
-
 // The kernel's grid for max_seqlen (kernels/attention.py's grid_and_ints): num_m_blocks
-// query tiles of block_m rows a sequence and head; GRID_1D: grid = (that x batch x heads, 1,
-// 1) programs and the last two ints (heads, num_m_blocks); GRID_1D_TOTAL: that grid and
-// (heads, total); GRID_3D: grid = (num_m_blocks, heads, batch) and (total, guess_len). false
-// where it overflows CUDA's grid (the checked path then decides).
-bool grid_of(int grid_kind, int64_t max_seqlen, int64_t block_m, int64_t batch, int64_t heads,
+// query tiles of block_m rows a sequence and head; the loop kernel: grid = (that x batch x
+// heads, 1, 1) programs and its last two ints (heads, num_m_blocks); the one-tile kernel and
+// specloop (grid3): grid = (num_m_blocks, heads, batch) and (total, guess_len). false where
+// it overflows CUDA's grid (the checked path then decides).
+bool grid_of(bool grid3, int64_t max_seqlen, int64_t block_m, int64_t batch, int64_t heads,
              int64_t total, int64_t *grid, int64_t *last_two) {
   const int64_t num_m_blocks = max_seqlen / block_m + (max_seqlen % block_m != 0);
   int64_t programs;
@@ -254,31 +251,20 @@ bool grid_of(int grid_kind, int64_t max_seqlen, int64_t block_m, int64_t batch, 
       __builtin_mul_overflow(programs, heads, &programs) || programs > INT32_MAX ||
       heads > INT32_MAX)
     return false;
-  if (grid_kind == GRID_3D) {
+  if (grid3) {
     if (heads > 65535 || batch > 65535) return false;
     grid[0] = programs ? num_m_blocks : 0, grid[1] = heads, grid[2] = batch;
     // guess_len: max_seqlen for a uniform batch (total == batch x max_seqlen), else 0
     last_two[0] = total, last_two[1] = batch && total == batch * max_seqlen ? max_seqlen : 0;
   } else {
     grid[0] = programs, grid[1] = 1, grid[2] = 1;
-    last_two[0] = heads, last_two[1] = grid_kind == GRID_1D_TOTAL ? total : num_m_blocks;
+    last_two[0] = heads, last_two[1] = num_m_blocks;
   }
   return true;
 }
 
-// A grid kind (a Python int, GRID_*) -> it, or -1 with an error set.
-int grid_kind_of(PyObject *value) {
-  const long kind = PyLong_AsLong(value);
-  if (kind == -1 && PyErr_Occurred()) return -1;
-  if (kind < GRID_1D || kind > GRID_1D_TOTAL) {
-    PyErr_Format(PyExc_ValueError, "a grid kind is 0, 1 or 2, got %ld", kind);
-    return -1;
-  }
-  return (int)kind;
-}
-
 // The span of a ready_spans value (a tuple of (lo, hi, direct, block_m, scale, spec, pairs_lo,
-// pairs_hi, grid_kind)) that holds max_seqlen and pairs: its index + 1, 0 for none, -1 with an
+// pairs_hi, grid3)) that holds max_seqlen and pairs: its index + 1, 0 for none, -1 with an
 // error set.
 int find_span(PyObject *spans, long long max_seqlen, long long pairs) {
   if (!PyTuple_Check(spans)) {
@@ -289,8 +275,7 @@ int find_span(PyObject *spans, long long max_seqlen, long long pairs) {
     PyObject *span = PyTuple_GET_ITEM(spans, i);
     if (!PyTuple_Check(span) || PyTuple_GET_SIZE(span) != 9) {
       PyErr_SetString(PyExc_TypeError,
-                      "a span is (lo, hi, direct, block_m, scale, spec, pairs_lo, pairs_hi, "
-                      "grid_kind)");
+                      "a span is (lo, hi, direct, block_m, scale, spec, pairs_lo, pairs_hi, grid3)");
       return -1;
     }
     const long long lo = PyLong_AsLongLong(PyTuple_GET_ITEM(span, 0));
@@ -357,8 +342,8 @@ PyObject *attention(PyObject *, PyObject *const *all_args, Py_ssize_t nargs) {
     if (has_spec < 0) return nullptr;
     const long long block_m = PyLong_AsLongLong(PyTuple_GET_ITEM(entry, 3));
     const double default_scale = PyFloat_AsDouble(PyTuple_GET_ITEM(entry, 4));
-    const int grid_kind = grid_kind_of(PyTuple_GET_ITEM(entry, 8));
-    if (grid_kind < 0) return nullptr;
+    const int grid3 = PyObject_IsTrue(PyTuple_GET_ITEM(entry, 8));
+    if (grid3 < 0) return nullptr;
     const int ok = PyErr_Occurred() ? -1 : launchable(c, dev);
     if (ok < 0) return nullptr;
     NONE_UNLESS(ok && block_m > 0);
@@ -391,7 +376,7 @@ PyObject *attention(PyObject *, PyObject *const *all_args, Py_ssize_t nargs) {
     NONE_UNLESS(sq[2] == 1 && sk[2] == 1 && sv[2] == 1 && so[2] == 1 &&
                 specializable(strides, 8) && !((ptrs[0] | ptrs[1] | ptrs[2] | ptrs[3]) & 15));
     int64_t grid[3], last_two[2];
-    NONE_UNLESS(grid_of(grid_kind, max_seqlen, block_m, batch, heads, q.size(0), grid, last_two));
+    NONE_UNLESS(grid_of(grid3, max_seqlen, block_m, batch, heads, q.size(0), grid, last_two));
     if (grid[0]) {
       const double qk_scale =
           scale_o == Py_None ? default_scale : PyFloat_AS_DOUBLE(scale_o) * 1.4426950408889634;
@@ -412,14 +397,14 @@ PyObject *attention(PyObject *, PyObject *const *all_args, Py_ssize_t nargs) {
 
 // The fields of kernels.kept.KeptLaunch, by index.
 enum { L_DIRECT, L_SPEC, L_KEY, L_GRID, L_KOFF, L_VOFF, L_OUT, L_OUT_PTR, L_CU_LEN, L_SCALARS,
-       L_MAX_SEQLEN, L_EPOCH, L_BLOCK_M, L_SPAN, L_GRID_KIND, L_IMAGE };
+       L_MAX_SEQLEN, L_EPOCH, L_BLOCK_M, L_SPAN, L_GRID3, L_IMAGE };
 
 // A KeptLaunch's numbers, as ``image`` writes them into its ``image`` (bytes): what ``layout``
 // reads on every call, one object where the tuple's fields are ~35 (ints, tuples, a dtype).
 struct Image {
   Spec spec;
   int32_t has_spec, dtype;  // dtype: the qkv's c10::ScalarType
-  int32_t grid_kind, unused;  // GRID_* (kernels.kept.KeptLaunch)
+  int32_t grid3, unused;    // the one-tile kernel's 3-D grid (kernels.kept.KeptLaunch)
   int64_t sizes[4], strides[4], device;  // the key: the qkv the launch was kept for
   int64_t grid_x, k_offset, v_offset, cu_len, max_seqlen;
   int64_t block_m, span[2];  // another max_seqlen of the span: the grid of block_m-row tiles
@@ -480,9 +465,9 @@ PyObject *image(PyObject *, PyObject *kept) {
   im.cu_len = PyLong_AsLongLong(f[L_CU_LEN]);
   im.max_seqlen = PyLong_AsLongLong(f[L_MAX_SEQLEN]);
   im.block_m = PyLong_AsLongLong(f[L_BLOCK_M]);
-  const int grid_kind = grid_kind_of(f[L_GRID_KIND]);
-  if (grid_kind < 0) return nullptr;
-  im.grid_kind = grid_kind;
+  const int grid3 = PyObject_IsTrue(f[L_GRID3]);
+  if (grid3 < 0) return nullptr;
+  im.grid3 = grid3;
   if (PyErr_Occurred() || !read_ints(f[L_SPAN], 2, im.span, "span")) return nullptr;
   if (im.block_m <= 0) {
     PyErr_SetString(PyExc_ValueError, "a kept launch's block_m is positive");
@@ -548,10 +533,9 @@ PyObject *layout(PyObject *, PyObject *const *args, Py_ssize_t nargs) {
     const uint64_t ptrs[kPointers] = {p, p + k.k_offset, p + k.v_offset, k.out_ptr,
                                       (uint64_t)cu.data_ptr()};
     // the kept grid, or the same kernel over another max_seqlen's (heads: qkv's third size)
-    const bool grid3 = k.grid_kind == GRID_3D;
-    int64_t grid[3] = {k.grid_x, grid3 ? k.sizes[2] : 1, grid3 ? k.cu_len - 1 : 1};
+    int64_t grid[3] = {k.grid_x, k.grid3 ? k.sizes[2] : 1, k.grid3 ? k.cu_len - 1 : 1};
     if (max_seqlen != k.max_seqlen)
-      NONE_UNLESS(grid_of(k.grid_kind, max_seqlen, k.block_m, k.cu_len - 1, k.sizes[2], k.sizes[0],
+      NONE_UNLESS(grid_of(k.grid3, max_seqlen, k.block_m, k.cu_len - 1, k.sizes[2], k.sizes[0],
                           grid, &k.ints[kInts - 2]));
     if (grid[0] && !launch(c, k.has_spec ? &k.spec : nullptr, f[L_DIRECT], dev, grid, ptrs,
                            k.qk_scale, k.ints))

@@ -31,13 +31,6 @@ def gdc_wait():
 
 
 @triton.jit
-def gdc_wait_after(x):
-    """``gdc_wait`` once ``x`` (an int32 scalar) is known: the load it came from returned."""
-    tl.inline_asm_elementwise("griddepcontrol.wait; // $0 $1", "=r,r", [x], dtype=tl.int32,
-                              is_pure=False, pack=1)  # fmt: skip
-
-
-@triton.jit
 def _online_softmax_step(s, v, m_i, l_i, acc, IEEE_DOT: tl.constexpr):
     """One key tile of FlashAttention-2's online softmax: (m_i, l_i, acc) after scores ``s``
     [BLOCK_M, BLOCK_N] fp32 (scaled by ``qk_scale``, keys outside the sequence -inf) and
@@ -103,7 +96,7 @@ def query_tile(Q, K, V, qk_scale, row0, seq_len, m_start, head,
         gdc_launch_dependents()
     first_now = 0
     last_now = 0
-    if READ == 1:  # here, not before q's load: 8 / 50% 4.00 vs 4.09 µs read at once (H100)
+    if READ:  # here, not before q's load: 8 / 50% 4.00 vs 4.09 µs read at once (H100)
         first_now = tl.load(bounds)
         last_now = tl.load(bounds + 1)
     for n_start in range(0, seq_len, BLOCK_N):
@@ -125,10 +118,6 @@ def query_tile(Q, K, V, qk_scale, row0, seq_len, m_start, head,
             s = tl.dot(q, k, input_precision="ieee")
         else:
             s = tl.dot(q, k)
-        if READ == 2:  # after the first tile's scores
-            if n_start == 0:
-                first_now = tl.load(bounds)
-                last_now = tl.load(bounds + 1)
         if LEAN:
             if n_start + BLOCK_N > seq_len:  # only this tile has keys past the end
                 s = tl.where(n_ok[None, :], s, float("-inf"))
@@ -158,13 +147,13 @@ def query_tile(Q, K, V, qk_scale, row0, seq_len, m_start, head,
 # Strides stay specializable: Triton's "divisible by 16" lets it emit 16-byte loads (2.5x faster
 # at BS=64/0% than tl.multiple_of hints on unspecialized strides, which it ignored).
 @triton.jit(
-    do_not_specialize=["cu_seqlens", "n0", "n1"],
+    do_not_specialize=["cu_seqlens", "num_heads", "num_m_blocks"],
     do_not_specialize_on_alignment=["cu_seqlens"],
 )
 def varlen_fwd_kernel(
     Q, K, V, O, cu_seqlens, qk_scale,
     stride_qt, stride_qh, stride_kt, stride_kh, stride_vt, stride_vh, stride_ot, stride_oh,
-    n0, n1,
+    num_heads, num_m_blocks,
     HEAD_DIM: tl.constexpr,
     BLOCK_D: tl.constexpr,
     BLOCK_M: tl.constexpr,
@@ -175,53 +164,35 @@ def varlen_fwd_kernel(
     GRID3: tl.constexpr = False,
     LEAN: tl.constexpr = False,
     EARLY: tl.constexpr = False,
-    M_BLOCKS: tl.constexpr = 0,
-    EARLY_CG: tl.constexpr = True,
-    WAIT_DEP: tl.constexpr = False,
-    CHECK: tl.constexpr = 1,
 ):  # fmt: skip
-    # The last two ints (config.GRID_*): (num_heads, num_m_blocks) on the 1-D grid, (total_tokens,
-    # guess_len) on the 3-D grid (GRID3), (num_heads, total_tokens) on the 1-D grid with
-    # M_BLOCKS > 0, the query tiles a sequence (EARLY only: its read is bounded by total_tokens).
     # PDL (variants.py): a programmatic dependent launch; 1: the next kernel may launch at once,
     # 2: once every program has stored its tile (or had nothing to do), 3: once every program
     # has issued its q load (or had nothing to do), before its key tiles. 0/False: none.
     # GRID3: the 3-D grid (query tile, head, sequence) of the other kernels, no integer
-    # divisions before the cu_seqlens load (guess_len unused). LEAN: the same
+    # divisions before the cu_seqlens load (the last two ints then total_tokens and the
+    # unused guess_len). LEAN: the same
     # softmax in fewer instructions a key tile (docs/kernel.md, ninth session): the scale in
     # the exponent's fma, the key mask only on the tile that crosses the sequence's end, no
     # rescale on the first tile, one reciprocal a row for the division.
-    # EARLY (GRID3, or M_BLOCKS on the 1-D grid): the sequence's bounds read before the wait
-    # too, while the kernel
+    # EARLY (GRID3 only): the sequence's bounds read before the wait too, while the kernel
     # before may still run and write them, and the tile computed from them; read again once
     # q's load is issued, and the tile computed again from those where they differ. Exact, and
     # the first round overlaps the kernel before: 8 / 50% 4.00 vs 4.06 µs (H100; docs/kernel.md,
     # eleventh session).
     if PDL == 1:
         gdc_launch_dependents()
-    if M_BLOCKS:
-        m_block, head, seq = program_tile(False, M_BLOCKS, n0)
-        total = n1
-    else:
-        m_block, head, seq = program_tile(GRID3, n1, n0)
-        total = n0  # the 3-D grid's (EARLY)
+    m_block, head, seq = program_tile(GRID3, num_m_blocks, num_heads)
     if EARLY:
+        total = num_heads  # the 3-D grid's total_tokens
         # .cg: no L1 line of these for the second read to hit
-        if EARLY_CG:
-            first = tl.load(cu_seqlens + seq, cache_modifier=".cg")
-            last = tl.load(cu_seqlens + seq + 1, cache_modifier=".cg")
-        else:
-            first = tl.load(cu_seqlens + seq)
-            last = tl.load(cu_seqlens + seq + 1)
+        first = tl.load(cu_seqlens + seq, cache_modifier=".cg")
+        last = tl.load(cu_seqlens + seq + 1, cache_modifier=".cg")
         # Bounded to q's rows: a value not yet written addresses nothing outside q, k and v
         # (and loops over at most every row once).
         early_start = tl.minimum(tl.maximum(first, 0), total)
         early_len = tl.minimum(tl.maximum(last - early_start, 0), total - early_start)
     if PDL:  # the kernel before this one has finished writing what it reads
-        if EARLY and WAIT_DEP:
-            gdc_wait_after(early_len)
-        else:
-            gdc_wait()
+        gdc_wait()
 
     if EARLY:
         # Both branches below set these; set here too, the SASS is the build that was timed
@@ -235,13 +206,10 @@ def varlen_fwd_kernel(
                 Q, K, V, qk_scale, early_start.to(tl.int64), early_len, m_start, head,
                 stride_qt, stride_qh, stride_kt, stride_kh, stride_vt, stride_vh, HEAD_DIM,
                 BLOCK_D, BLOCK_M, BLOCK_N, IEEE_DOT, LEAN, PDL == 3, cu_seqlens + seq,
-                CHECK)  # fmt: skip
+                True)  # fmt: skip
         else:
             seq_start = tl.load(cu_seqlens + seq)
             seq_end = tl.load(cu_seqlens + seq + 1)
-        if not CHECK:
-            seq_start = early_start
-            seq_end = early_start + early_len
         seq_len = seq_end - seq_start
         # Two branches, as in the code measured; the first: the kernel before wrote the bounds
         if (seq_start != first) | (seq_end != last):

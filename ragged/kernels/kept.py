@@ -12,7 +12,7 @@ from typing import Any, NamedTuple
 import torch
 
 # (device index, dtype, head_dim) -> spans, each (lo, hi, direct launch, block_m, default
-# scale x log2 e, launch spec, pairs_lo, pairs_hi, grid_kind): every max_seqlen from lo to hi and
+# scale x log2 e, launch spec, pairs_lo, pairs_hi, grid3): every max_seqlen from lo to hi and
 # batch x heads from pairs_lo to pairs_hi plans the same compiled kernel (``config.choice``),
 # so a max_seqlen never called before launches at once, with no plan and no compile. What
 # ``attention.launch_ready`` needs to skip the plan, the Launcher and
@@ -34,15 +34,14 @@ class KeptLaunch(NamedTuple):
     out: torch.Tensor
     out_ptr: int
     cu_len: int  # cu_seqlens' length (batch + 1): the grid was planned for it
-    scalars: tuple  # (qk_scale, 8 strides, the last two ints of grid_kind)
+    scalars: tuple  # (qk_scale, 8 strides, heads, num_m_blocks)
     max_seqlen: int
     epoch: int  # ``attention.epoch`` when kept
     block_m: int  # the grid of another max_seqlen of ``span``: num_m_blocks = ceil(it / block_m)
     span: tuple  # (lo, hi): every max_seqlen the kept kernel serves (``config.choice``)
-    # config.GRID_*: the 3-D grid (grid_x, heads, batch), its last two ints (total_tokens,
-    # guess_len); else a 1-D grid of grid_x programs, with (heads, num_m_blocks) or (heads,
-    # total_tokens), the latter the same for every max_seqlen of the span
-    grid_kind: int = 0
+    # the one-tile kernel's 3-D grid: (grid_x, heads, batch), its last two ints (total_tokens,
+    # guess_len) the same for every max_seqlen; else a 1-D grid of grid_x programs
+    grid3: bool = False
     # The numbers above as the C struct fastpath.cpp's ``layout`` reads
     # (``attention.with_image``), or None: then that takes the checked call. Made from the
     # fields: a ``_replace`` must be followed by ``with_image`` again.
