@@ -150,6 +150,9 @@ def attention_config(
 #   issued (early), against the same kernel without, H100 and H200: 8 / 50% 4.00 and 4.08 vs
 #   4.06 and 4.19, 4 / 50% 3.25 and 3.15 vs 3.33 and 3.24, 8 / 80% 2.51 and 2.40 vs 2.58 and
 #   2.47, 16 / 90% 2.81 and 2.78 vs 2.90 and 2.88.
+# The twelfth session's sweeps (docs/kernel.md "The early read on the 1-D grid"): the same
+# checked read on the 1-D grid loop past 1.5 waves lost, 32 / 80% 4.06-4.16 vs 3.77-3.80 and
+# 16 / 50% 5.63-5.89 vs 5.07-5.29 (four runs), so that class reads its bounds after the wait.
 PDL_MID = 3  # forward.varlen_fwd_kernel's PDL: the trigger after the q load
 WAVE = 132  # the H100's SMs: one program each
 LATE_WAVES = 3
