@@ -27,6 +27,7 @@ is the median over all its replays (``--rounds`` x ``--replays``).
 
     python -m experiments.kernel_floor --out $OUT/kernel_floor.json   # GPU: every arm, >10 min
     python -m experiments.kernel_floor --arms none --only "1 / 80%" "8 / 50%" --out F  # ~10 s
+    python -m experiments.kernel_floor --arms none --uniform 12:99 24:40 --out F  # B x L each
     python -m experiments.kernel_floor --cpu-smoke                   # interpreter: plumbing
     python -m experiments.kernel_floor --compile-only 89             # ptxas resources, no GPU
     python -m experiments.kernel_floor --parts ...                    # + experiments.kernel_parts
@@ -476,6 +477,17 @@ def compile_only(capability: int) -> int:
     return 0
 
 
+def uniform_workload(text: str) -> tuple:
+    """``--uniform``'s "B:L" -> the workload of B sequences of L tokens each."""
+    try:
+        batch, length = (int(n) for n in text.split(":"))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r}: B:L, two integers") from None
+    if batch < 1 or length < 1:
+        raise argparse.ArgumentTypeError(f"{text!r}: B and L at least 1")
+    return (f"{batch} x {length}", batch, None, ([length] * batch, 0))
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     p.add_argument("--out", type=Path, help="write every result, raw samples included, here")
@@ -487,6 +499,10 @@ def main(argv=None) -> int:
     p.add_argument("--rounds", type=int, default=5, help="rounds of replays (arms shuffled)")
     p.add_argument("--replays", type=int, default=20, help="replays of each arm a round")
     p.add_argument("--only", nargs="*", help="workload labels to run (default: all)")
+    p.add_argument("--uniform", nargs="*", default=[], type=uniform_workload, metavar="B:L",
+                   help="also B sequences of L tokens each, labelled 'B x L' (a grid of any "
+                   "program count); with these, the workloads above run only where --only "
+                   "names them")  # fmt: skip
     p.add_argument("--arms", nargs="*", help="candidates to time (default: every variant)")
     p.add_argument("--parts", action="store_true",
                    help="also time experiments.kernel_parts's arms: the default grids doing "
@@ -514,8 +530,10 @@ def main(argv=None) -> int:
     results, refused = [], []
     if not smoke:
         harness.spin_up(0.5)
-    for label, batch, prune, mode in WORKLOADS:
-        if args.only and label not in args.only:
+    everything = not (args.only or args.uniform)
+    for workload in (*WORKLOADS, *args.uniform):
+        label, batch, prune, mode = workload
+        if not (everything or workload in args.uniform or label in (args.only or ())):
             continue
         try:
             result, bad = run_workload(label, batch, prune, mode, args, empty_x, t_start)

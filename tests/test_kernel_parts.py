@@ -127,3 +127,24 @@ def test_bounds_read_before_the_wait_are_checked_after_it():
         arm = next(a for a in kernel_parts.PARTS if a.name == name)
         with pytest.raises(AssertionError):
             assert_attention_close(raced(arm, other), q, k, v, cu)
+
+
+def test_kernel_floor_times_uniform_batches_of_any_size(tmp_path):
+    """``kernel_floor --uniform B:L`` times B sequences of L tokens (a grid of any program
+    count), and only those unless ``--only`` names a workload of the list too; a malformed
+    one is refused in one line (exit 2)."""
+    import json
+    import subprocess
+    import sys
+
+    out = tmp_path / "floor.json"
+    run = [sys.executable, "-m", "experiments.kernel_floor", "--cpu-smoke", "--rounds", "1",
+           "--replays", "1", "--arms", "none", "--out", str(out)]  # fmt: skip
+    done = subprocess.run([*run, "--uniform", "3:40", "2:99", "--only", "1 / 80%"],
+                          capture_output=True, text=True, timeout=300)  # fmt: skip
+    assert done.returncode == 0, done.stderr[-2000:]
+    labels = [w["label"] for w in json.loads(out.read_text())["workloads"]]
+    assert labels == ["1 / 80%", "3 x 40", "2 x 99"]
+    bad = subprocess.run([*run, "--uniform", "3:x"], capture_output=True, text=True, timeout=300)
+    assert bad.returncode == 2 and "'3:x': B:L, two integers" in bad.stderr
+    assert "Traceback" not in bad.stderr
