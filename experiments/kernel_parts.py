@@ -1367,7 +1367,7 @@ def regs_report(capability: int = 90) -> int:
     print(f"triton {triton.__version__}, sm_{capability}, forward.varlen_fwd_kernel 64x64 w4")
     for label, pdl, stages, grid3, lean, early in (
         ("17-128 keys, PDL after the q load, 1-D grid", 3, 2, False, False, False),
-        ("17-128 keys up to 1.5 waves, 3-D grid, EARLY", 3, 2, True, False, True),
+        ("17-128 keys up to 2 waves, 3-D grid, EARLY", 3, 2, True, False, True),
         ("the table", 0, 2, False, False, False),
         ("the table, LEAN (the large grids' kernel in the ninth session)", 0, 2, False, True,
          False),

@@ -153,7 +153,7 @@ def test_every_kernel_variant_matches_oracle(dtype, device):
 def test_the_short_batch_kernels_of_the_default_path_match_oracle(kind, device):
     """The short-batch classes' kernels as the default path launches them (config.choice on sm_90:
     the one-tile kernel with its speculative start on the 3-D grid, PDL at once; the loop with PDL
-    after the q load, on the 1-D grid and on the 3-D grid (17-128 keys up to 1.5 waves of query
+    after the q load, on the 1-D grid and on the 3-D grid (17-128 keys up to 2 waves of query
     tiles; its bounds read before the wait too, checked after); specloop, its loads from the guessed
     start of a uniform batch, PDL at once; past the classes' grids and lengths the loop with 3
     stages and the leaner softmax, on the 3-D grid with PDL after the q load and on the 1-D grid

@@ -276,8 +276,8 @@ def test_injected_delay_slows_the_kernel_and_keeps_its_output():
 
 # (lengths, heads) -> the short-batch class config.choice gives them on sm_90: one tile (PDL at
 # once; a wrong speculative start; PDL after the store at 128 keys), the loop with PDL after
-# the q load on the 3-D grid up to 1.5 waves of query tiles ("grid3": BS 8 / 50%, ragged, and
-# BS 8 / 80%) and on the 1-D grid past it (BS 20 / 80%, 16 / 50%, ragged), the loop with 3
+# the q load on the 3-D grid up to 2 waves of query tiles ("grid3": BS 8 / 50%, ragged, BS 8 /
+# 80% and 20 / 80%) and on the 1-D grid past it (BS 24 / 80%, 16 / 50%, ragged), the loop with 3
 # stages (BS 1 / 0%), specloop (33-64 keys up to half a wave: BS 4 / 80% uniform, its guess
 # right; a ragged batch, no guess), the loop with 3 stages at 257-512 keys (DeiT-B 384 after the
 # prune point, BS 1 and 4), and past the classes' grids and lengths the loop with 3 stages and
@@ -286,7 +286,7 @@ def test_injected_delay_slows_the_kernel_and_keeps_its_output():
 # 1-D": 5,462 x 40).
 SHORT_BATCHES = [([40], 12, "onetile"), ([40, 7, 33], 2, "onetile"), ([99], 12, "onetile"),
                  ([99] * 8, 12, "grid3"), ([99, 70, 128, 0, 65] * 3, 6, "grid3"),
-                 ([40] * 8, 12, "grid3"), ([40] * 20, 12, "loop"),
+                 ([40] * 8, 12, "grid3"), ([40] * 20, 12, "grid3"), ([40] * 24, 12, "loop"),
                  ([99] * 16, 12, "loop"), ([99, 70, 128, 0, 65] * 5, 6, "loop"),
                  ([197], 12, "loop"), ([40] * 4, 12, "specloop"),
                  ([23, 62, 6, 40], 12, "specloop"), ([289], 12, "loop"),

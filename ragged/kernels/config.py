@@ -152,7 +152,11 @@ def attention_config(
 #   2.47, 16 / 90% 2.81 and 2.78 vs 2.90 and 2.88.
 # The twelfth session's sweeps (docs/kernel.md "The early read on the 1-D grid"): the same
 # checked read on the 1-D grid loop past 1.5 waves lost, 32 / 80% 4.06-4.16 vs 3.77-3.80 and
-# 16 / 50% 5.63-5.89 vs 5.07-5.29 (four runs), so that class reads its bounds after the wait.
+# 16 / 50% 5.63-5.89 vs 5.07-5.29 (four runs), so that class reads its bounds after the wait;
+# and the 3-D grid loop with it, one run of B x L batches (--uniform), won up to two waves of
+# query tiles and lost past them: 204-264 programs 2.97-3.16 vs 3.61-3.76 (17-22 x 40) and
+# 3.99-4.28 vs 4.77-4.85 (9-11 x 99); 288 programs 4.10 vs 3.78 (24 x 40), 5.48 vs 4.90 (12 x
+# 99). GRID3_PROGRAMS was 1.5 waves (the ninth and tenth sessions measured 288 and 384 only).
 PDL_MID = 3  # forward.varlen_fwd_kernel's PDL: the trigger after the q load
 WAVE = 132  # the H100's SMs: one program each
 LATE_WAVES = 3
@@ -160,7 +164,7 @@ SHORT_BATCH_KEYS = 512  # the longest max_seqlen measured
 ONETILE_KEYS = 128  # one tile of keys: 256 columns spill (ptxas, docs/kernel.md)
 SPECLOOP_KEYS = 64  # specloop's bucket: 33-64 keys (the only one where it won twice)
 SPECLOOP_PAIRS = WAVE // 2  # and its pairs (won at 48: 4 / 80%; lost at 96: 8 / 80%)
-GRID3_PROGRAMS = 3 * WAVE // 2  # 17-128 keys: the 3-D grid up to 1.5 waves (8 / 50%: 192)
+GRID3_PROGRAMS = 2 * WAVE  # 17-128 keys: the 3-D grid up to 2 waves (8 / 50%: 192 programs)
 # Past the classes' grids and lengths: the loop with 3 stages and the leaner softmax, on the
 # 3-D grid (PDL after the q load) up to GRID3_PAIRS pairs, whose heads and batch then fit its
 # y and z extents (65,535 each), the 1-D grid (PDL after the store) past them.
@@ -205,7 +209,7 @@ def short_batch(head_dim: int, max_seqlen: int, pairs: int, dtype: torch.dtype,
         cfg = AttentionConfig(64, 64, 4, 2, kind="specloop", pdl=1)
         return cfg, (lo, hi), (first, SPECLOOP_PAIRS)
     first = SPECLOOP_PAIRS + 1 if hi == SPECLOOP_KEYS else first
-    if hi <= 2 * 64:  # the loop on the 3-D grid up to 1.5 waves of 64-row query tiles
+    if hi <= 2 * 64:  # the loop on the 3-D grid up to 2 waves of 64-row query tiles
         most = GRID3_PROGRAMS // max(1, hi // 64)
         if pairs <= most:
             cfg = AttentionConfig(64, 64, 4, 2, pdl=PDL_MID, grid3=True, early=True)
