@@ -117,7 +117,7 @@ WORKLOADS = (
     # past the classes' grids: ragged past 512 keys, and BS 128 (1,536 pairs of 197 keys)
     ("8 / 577 mixed", 8, None, ([577, 300, 420, 260, 577, 100, 450, 30], 0)),
     ("128 / 0%", 128, 0.0, "uniform"),
-    # the 1-D grid loop's class (17-128 keys, 1.5-3 waves of query tiles), ragged: 144 pairs
+    # the 1-D grid loop's class (17-128 keys, 2-3 waves of query tiles), ragged: 144 pairs
     # of 65-128 keys, 384 of 33-64; and 144 uniform pairs
     ("12 ragged 65-128", 12, None, ([99, 70, 128, 65, 110, 80, 99, 128, 66, 90, 100, 75], 0)),
     ("32 ragged 33-64", 32, None, ([40, 64, 33, 50] * 8, 0)),

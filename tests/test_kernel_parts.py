@@ -1,7 +1,7 @@
 """The checked arms of experiments.kernel_parts (the eighth session's TMA, cache-hint and
 layout-hint copies of the loop and one-tile kernels, the ninth session's leaner softmax
 steps, the eleventh session's reads of cu_seqlens before the wait) against the float64
-oracle."""
+oracle, and experiments.kernel_floor's workloads of any size (--uniform)."""
 
 import pytest
 import torch
@@ -136,15 +136,18 @@ def test_kernel_floor_times_uniform_batches_of_any_size(tmp_path):
     import json
     import subprocess
     import sys
+    from pathlib import Path
 
+    root = Path(__file__).resolve().parents[1]
     out = tmp_path / "floor.json"
     run = [sys.executable, "-m", "experiments.kernel_floor", "--cpu-smoke", "--rounds", "1",
            "--replays", "1", "--arms", "none", "--out", str(out)]  # fmt: skip
-    done = subprocess.run([*run, "--uniform", "3:40", "2:99", "--only", "1 / 80%"],
+    done = subprocess.run([*run, "--uniform", "3:40", "2:99", "--only", "1 / 80%"], cwd=root,
                           capture_output=True, text=True, timeout=300)  # fmt: skip
     assert done.returncode == 0, done.stderr[-2000:]
     labels = [w["label"] for w in json.loads(out.read_text())["workloads"]]
     assert labels == ["1 / 80%", "3 x 40", "2 x 99"]
-    bad = subprocess.run([*run, "--uniform", "3:x"], capture_output=True, text=True, timeout=300)
+    bad = subprocess.run([*run, "--uniform", "3:x"], cwd=root, capture_output=True, text=True,
+                         timeout=300)  # fmt: skip
     assert bad.returncode == 2 and "'3:x': B:L, two integers" in bad.stderr
     assert "Traceback" not in bad.stderr
