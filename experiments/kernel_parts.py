@@ -990,7 +990,7 @@ PARTS = (
          grid3=True, early=True),
     Part("checked late weak lean grid3 loop 64x64 w4 s3 pdl mid", "kernel", 64, 64, 4, 3, 3,
          3, grid3=True, ffma=True, early=True),
-    # the twelfth session: the 1-D grid loop of 17-128 keys past 1.5 waves (the class without
+    # the twelfth session: the 1-D grid loop of 17-128 keys past 2 waves (the class without
     # early) through the same launch, and it and the 3-D grid loop with early at most 2, 3 or
     # 4 programs an SM (``ctas``: the shared-memory carveout). The same read checked on the
     # 1-D grid ran from 17376af (docs/kernel.md, twelfth session)
