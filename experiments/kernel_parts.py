@@ -1109,14 +1109,14 @@ def run(arm: Part, q, k, v, cu_seqlens, max_seqlen, softmax_scale, out) -> torch
 # CU_FUNC_ATTRIBUTE_PREFERRED_SHARED_MEMORY_CARVEOUT, and the carveouts of sm_90 (KB a SM)
 _CARVEOUT_ATTRIBUTE = 9
 _CARVEOUTS_KB = (0, 8, 16, 32, 64, 100, 132, 164, 196, 228)
-_capped: dict[int, int] = {}  # CUfunction -> its carveout (KB), once set
+_capped: set[int] = set()  # the CUfunctions whose carveout is set
 
 
-def _occupy(compiled, ctas: int) -> int:
+def _occupy(compiled, ctas: int) -> None:
     """Cap ``compiled``'s programs an SM at ``ctas`` through its preferred shared-memory
-    carveout: the smallest of sm_90's that holds ``ctas`` programs' shared memory, each with
-    the 1 KB the driver reserves (the occupancy calculator ignores the preference: not asked).
-    -> the carveout, KB."""
+    carveout (once a compiled function): the smallest of sm_90's that holds ``ctas`` programs'
+    shared memory, each with the 1 KB the driver reserves (the occupancy calculator ignores
+    the preference: not asked)."""
     import ctypes
 
     func = compiled.function
@@ -1127,9 +1127,8 @@ def _occupy(compiled, ctas: int) -> int:
         total_kb = torch.cuda.get_device_properties(0).shared_memory_per_multiprocessor // 1024
         percent = -(-100 * kb // total_kb)
         assert cuda.cuFuncSetAttribute(ctypes.c_void_p(func), _CARVEOUT_ATTRIBUTE, percent) == 0
-        _capped[func] = kb
+        _capped.add(func)
         print(f"{ctas} programs an SM: carveout {percent}% ({kb} KB)", file=sys.stderr)
-    return _capped[func]
 
 
 def _run_capped(arm: Part, q, k, v, cu_seqlens, max_seqlen, scale, out, pdl) -> torch.Tensor:
