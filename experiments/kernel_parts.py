@@ -42,7 +42,8 @@ and "kernel" arms: the default path's
 ``forward.varlen_fwd_kernel`` launched with a given configuration. The twelfth session
 (docs/kernel.md, "The early read on the 1-D grid") added ``ctas``: a "kernel" arm at most that
 many programs an SM, through its compiled function's preferred shared-memory carveout
-(``_occupy``); the arms of the early read on the 1-D grid ran from commit 17376af.
+(``AttentionConfig.ctas``, ``launch.occupy``: since the thirteenth session the default path's
+own); the arms of the early read on the 1-D grid ran from commit 17376af.
 
 Only ``full`` arms produce attention; the others are floors and are not checked (their output
 is not attention). Nothing in ``ragged`` imports this module.
@@ -52,6 +53,7 @@ is not attention). Nothing in ``ragged`` imports this module.
     python -m experiments.kernel_parts --load-report [90] # loads/stores in PTX and SASS, no GPU
     python -m experiments.kernel_parts --live-report      # the same, as the launch path compiled
     python -m experiments.kernel_parts --regs-report [90] # the loop classes' registers, no GPU
+    python -m experiments.kernel_parts --carveout-report  # programs an SM by carveout, on the GPU
 """
 
 # ruff: noqa: SIM108  (a verbatim copy of a kernel of ragged/kernels, whose lint ignores it)
@@ -835,7 +837,7 @@ class Part:
     early: bool = False
     check: int = 0
     once: bool = False
-    ctas: int = 0  # "kernel": at most this many programs an SM (0: as many as fit; ``_occupy``)
+    ctas: int = 0  # "kernel": at most this many programs an SM (0: as many as fit; ``occupy``)
 
     def why_not(self, max_seqlen: int, on_gpu: bool) -> str | None:
         """Why this arm cannot run a batch of ``max_seqlen`` here (None: it can)."""
@@ -1055,12 +1057,10 @@ def run(arm: Part, q, k, v, cu_seqlens, max_seqlen, softmax_scale, out) -> torch
             return out
         if arm.tma:
             return _run_tma(arm, q, k, v, cu_seqlens, max_seqlen, scale, out, pdl)
-        if arm.kind == "kernel" and arm.ctas:
-            return _run_capped(arm, q, k, v, cu_seqlens, max_seqlen, scale, out, pdl)
         if arm.kind == "kernel":  # forward.varlen_fwd_kernel through the default path's launch
             config = AttentionConfig(arm.block_m, arm.block_n, arm.num_warps, arm.num_stages,
-                                     pdl=pdl, grid3=arm.grid3, lean=arm.ffma,
-                                     early=arm.early)  # fmt: skip
+                                     pdl=pdl, grid3=arm.grid3, lean=arm.ffma, early=arm.early,
+                                     ctas=arm.ctas)  # fmt: skip
             return attention.varlen_attention_triton(q, k, v, cu_seqlens, max_seqlen,
                                                      softmax_scale, out, config)  # fmt: skip
         if arm.kind == "checked":
@@ -1103,49 +1103,6 @@ def run(arm: Part, q, k, v, cu_seqlens, max_seqlen, softmax_scale, out) -> torch
                 os.environ.pop("DISABLE_MMA_V3", None)
             else:
                 os.environ["DISABLE_MMA_V3"] = old
-    return out
-
-
-# CU_FUNC_ATTRIBUTE_PREFERRED_SHARED_MEMORY_CARVEOUT, and the carveouts of sm_90 (KB a SM)
-_CARVEOUT_ATTRIBUTE = 9
-_CARVEOUTS_KB = (0, 8, 16, 32, 64, 100, 132, 164, 196, 228)
-_capped: set[int] = set()  # the CUfunctions whose carveout is set
-
-
-def _occupy(compiled, ctas: int) -> None:
-    """Cap ``compiled``'s programs an SM at ``ctas`` through its preferred shared-memory
-    carveout (once a compiled function): the smallest of sm_90's that holds ``ctas`` programs'
-    shared memory, each with the 1 KB the driver reserves (the occupancy calculator ignores
-    the preference: not asked)."""
-    import ctypes
-
-    func = compiled.function
-    if func not in _capped:
-        cuda = ctypes.CDLL("libcuda.so.1")
-        need = ctas * (compiled.metadata.shared + 1024)
-        kb = next(c for c in _CARVEOUTS_KB if c * 1024 >= need)
-        total_kb = torch.cuda.get_device_properties(0).shared_memory_per_multiprocessor // 1024
-        percent = -(-100 * kb // total_kb)
-        assert cuda.cuFuncSetAttribute(ctypes.c_void_p(func), _CARVEOUT_ATTRIBUTE, percent) == 0
-        _capped.add(func)
-        print(f"{ctas} programs an SM: carveout {percent}% ({kb} KB)", file=sys.stderr)
-
-
-def _run_capped(arm: Part, q, k, v, cu_seqlens, max_seqlen, scale, out, pdl) -> torch.Tensor:
-    """``forward.varlen_fwd_kernel`` as the default path plans ``arm``'s configuration,
-    launched by Triton's JIT with at most ``arm.ctas`` programs an SM (``_occupy``)."""
-    config = AttentionConfig(arm.block_m, arm.block_n, arm.num_warps, arm.num_stages, pdl=pdl,
-                             grid3=arm.grid3, lean=arm.ffma, early=arm.early)  # fmt: skip
-    plan, grid, scalars, _ = attention.launch_args(q, k, v, out, cu_seqlens, max_seqlen,
-                                                   scale / attention.LOG2E, config)  # fmt: skip
-    # a register cap above what the kernel takes (119-134): the same code, and a compiled
-    # kernel of each cap's own (the carveout is the compiled function's)
-    options = {"num_warps": arm.num_warps, "num_stages": arm.num_stages, "maxnreg": 250 + arm.ctas}
-    compiled = forward.varlen_fwd_kernel[grid](
-        q, k, v, out, cu_seqlens, *scalars, **plan.constexprs, **options,
-        **({"launch_pdl": True} if pdl else {}))  # fmt: skip
-    if q.is_cuda and not torch.cuda.is_current_stream_capturing():
-        _occupy(compiled, arm.ctas)
     return out
 
 
@@ -1392,6 +1349,49 @@ def regs_report(capability: int = 90) -> int:
     return 0
 
 
+def carveout_report() -> int:
+    """On the GPU: how many programs of the 17-128 key class's kernel (the 3-D grid loop with
+    ``early``, no PDL) an SM holds at each preferred shared-memory carveout, measured: every
+    program spins ~100 µs (``DELAY_CYCLES``, a compiled function for each carveout), and a grid
+    of 3 and of 4 programs an SM (B x 40 tokens, 12 heads) takes one wave or two. (1, 1): 4 an
+    SM or more, (1, 2): 3, (2, 2): 2. ``launch.carveout_percent`` is the percent the default
+    path sets for a cap."""
+    import ctypes
+
+    from ragged.testing import packed_qkv
+
+    cuda = ctypes.CDLL("libcuda.so.1")
+    sms = torch.cuda.get_device_properties(0).multi_processor_count
+    total_kb = torch.cuda.get_device_properties(0).shared_memory_per_multiprocessor // 1024
+    spin = 200_000  # cycles: ~100 µs at 1.98 GHz
+    print(f"{torch.cuda.get_device_name()}: {sms} SMs, {total_kb} KB shared an SM; each "
+          f"program spins {spin} cycles")  # fmt: skip
+    for n, percent in enumerate((-1, 0, 28, 43, 44, 57, 58, 71, 72, 85, 86, 100)):
+        config = AttentionConfig(64, 64, 4, 2, delay_cycles=spin + n, grid3=True, early=True)
+        waves = []
+        for per_sm in (3, 4):
+            q, k, v, cu, ms = packed_qkv([40] * (sms * per_sm // 12), 12, 64,
+                                         dtype=torch.float16, device="cuda")  # fmt: skip
+            out = torch.empty_like(q)
+            attention.varlen_attention_triton(q, k, v, cu, ms, 0.125, out, config)
+            plan = attention.launch_args(q, k, v, out, cu, ms, 0.125, config)[0]
+            function, _, shared, _ = attention.launch_spec(plan.launcher.direct(plan))
+            assert cuda.cuFuncSetAttribute(ctypes.c_void_p(function), 9, percent) == 0
+            times = []
+            for _ in range(5):
+                start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(
+                    enable_timing=True)  # fmt: skip
+                start.record()
+                attention.varlen_attention_triton(q, k, v, cu, ms, 0.125, out, config)
+                end.record()
+                torch.cuda.synchronize()
+                times.append(start.elapsed_time(end) * 1000)
+            waves.append(round(sorted(times)[2] / (spin / 1980)))
+        print(f"carveout {percent:>3}% ({percent * total_kb / 100:6.1f} KB), {shared} B a "
+              f"program: waves at 3 and 4 an SM {tuple(waves)}", flush=True)  # fmt: skip
+    return 0
+
+
 def live_report() -> int:
     """On the GPU: call ``ragged.varlen_attention`` (its fast paths) at BS 1 / 80% and 8 / 50%
     and print the global loads and stores of every kernel Triton's JIT compiled for it (the
@@ -1423,6 +1423,8 @@ def live_report() -> int:
 if __name__ == "__main__":
     if "--live-report" in sys.argv:
         raise SystemExit(live_report())
+    if "--carveout-report" in sys.argv:
+        raise SystemExit(carveout_report())
     if "--regs-report" in sys.argv:  # optionally followed by the SM (default 90)
         after = sys.argv[sys.argv.index("--regs-report") + 1 :]
         raise SystemExit(regs_report(int(after[0]) if after else 90))

@@ -25,6 +25,7 @@ from ragged.kernels.config import (
     AttentionConfig,
     choice,
     length_span,
+    pow2_span,
 )
 from ragged.testing import assert_attention_close, packed_qkv
 
@@ -575,19 +576,26 @@ def test_the_short_batch_classes_hold_over_their_spans(capability):
     grid3 = AttentionConfig(64, 64, 4, 2, pdl=3, grid3=True, early=True)
     for pairs in (17, 48, 96, 99, 132):
         assert choice(64, 99, pairs, torch.float16, (9, 0)) == (grid3, (65, 128), (17, 132))
-    assert choice(64, 128, 133, torch.float16, (9, 0)) == (
-        AttentionConfig(64, 64, 4, 2, pdl=3), (65, 128), (133, 198))  # fmt: skip
     for pairs in (67, 96, 192, 198, 264):
         assert choice(64, 40, pairs, torch.float16, (9, 0)) == (grid3, (33, 64), (67, 264))
         assert choice(64, 20, pairs, torch.float16, (9, 0)) == (grid3, (17, 32), (67, 264))
+    # then the same at most 3 programs an SM: at 65-128 keys up to three waves (12 / 50%: 144
+    # pairs, 16 x 99), at 17-64 keys up to 336 programs (24 / 80%: 288 pairs)
+    capped = AttentionConfig(64, 64, 4, 2, pdl=3, grid3=True, early=True, ctas=3)
+    for pairs in (133, 144, 192, 198):
+        assert choice(64, 128, pairs, torch.float16, (9, 0)) == (capped, (65, 128), (133, 198))
+    for pairs in (265, 288, 336):
+        assert choice(64, 40, pairs, torch.float16, (9, 0)) == (capped, (33, 64), (265, 336))
+        assert choice(64, 20, pairs, torch.float16, (9, 0)) == (capped, (17, 32), (265, 336))
     # 33-64 keys after the one-tile class up to half a wave: specloop, PDL at once (4 / 80%)
     specloop = AttentionConfig(64, 64, 4, 2, kind="specloop", pdl=1)
     for pairs in (34, 48, 66):
         assert choice(64, 40, pairs, torch.float16, (9, 0))[0] == specloop
-    # then the loop on the 1-D grid up to three waves, PDL after the q load (32 / 80%: 384)
-    for max_seqlen, pairs in ((40, 265), (99, 133), (20, 265), (40, 384), (128, 198), (33, 396)):
-        assert choice(64, max_seqlen, pairs, torch.float16, (9, 0))[0] == AttentionConfig(
-            64, 64, 4, 2, pdl=3)  # fmt: skip
+    # then at 17-64 keys the loop on the 1-D grid up to three waves, PDL after the q load (32 /
+    # 80%: 384)
+    for max_seqlen, pairs in ((40, 337), (20, 337), (40, 384), (33, 396)):
+        assert choice(64, max_seqlen, pairs, torch.float16, (9, 0)) == (
+            AttentionConfig(64, 64, 4, 2, pdl=3), pow2_span(max_seqlen), (337, 396))  # fmt: skip
     # past three waves: the loop with 3 stages and the leaner softmax on the 3-D grid, PDL
     # after the q load (sm_90, fp16 and bf16, d 64), while heads and batch fit the grid's y
     # and z (at most 65,535 pairs); past that on the 1-D grid, PDL after the store
@@ -628,17 +636,46 @@ def test_after_one_call_no_new_length_or_batch_plans_a_kernel(monkeypatch):
         made = set(attention._plan_of.values())
         configs = set()
         for lengths in ([20], [50], [100], [200], [300], [10], [99] * 8, [20] * 6, [150] * 16,
-                        [60] * 64, [40] * 4, [40] * 24):  # fmt: skip
+                        [60] * 64, [40] * 4, [40] * 24, [40] * 32):  # fmt: skip
             q2, k2, v2, cu2, m2 = packed_qkv(lengths, 12, 64)
             plan = attention.launch_args(q2, k2, v2, torch.empty_like(q2), cu2, m2, 0.125)[0]
             assert plan in made, (lengths, plan.config)
             configs.add(plan.config)
         assert set(attention._plan_of.values()) == made
         assert {c.kind for c in configs} == {"onetile", "loop", "specloop"}
-        # the 3-D grid loop (8 x 99, 6 x 20) and the loop past the classes' grids (64 x 60); the
-        # 1-D loop (24 x 40)
+        # the 3-D grid loop (8 x 99, 6 x 20), the same at most 3 an SM (24 x 40) and the loop
+        # past the classes' grids (64 x 60); the 1-D loop (32 x 40)
         assert {c for c in configs if c.grid3 or c.lean} == {
-            AttentionConfig(64, 64, 4, 2, pdl=3, grid3=True, early=True), LARGE_GRID3}  # fmt: skip
-        assert len(configs) == 9
+            AttentionConfig(64, 64, 4, 2, pdl=3, grid3=True, early=True),
+            AttentionConfig(64, 64, 4, 2, pdl=3, grid3=True, early=True, ctas=3),
+            LARGE_GRID3,
+        }
+        assert AttentionConfig(64, 64, 4, 2, pdl=3) in configs
+        assert len(configs) == 10
     finally:
         attention.forget_plans()
+
+
+def test_the_carveout_holds_the_programs_asked_and_no_more():
+    """``launch.carveout_percent``: sm_90's smallest carveout that holds ``ctas`` programs
+    (each with the driver's 1 KB), in percent of 228 KB, rounded down (the driver takes the
+    smallest carveout at or above the percent); refused where none holds them or where it
+    would hold one more (a cap it cannot make)."""
+    # the 17-128 key loop's 40 KB (sm_90, measured: 43% held 2, 57% 3, 44% 3, 71% 4)
+    assert launch.carveout_percent(40 * 1024, 2, 228) == 43  # 2 x 41 KB -> 100 KB
+    assert launch.carveout_percent(40 * 1024, 3, 228) == 57  # 3 x 41 KB -> 132 KB
+    assert launch.carveout_percent(56 * 1024, 3, 228) == 85  # 3 x 57 KB -> 196 KB
+    for shared, ctas in ((56 * 1024, 5), (56 * 1024, 0), (1024, 2), (200 * 1024, 2)):
+        with pytest.raises(ValueError, match="no carveout"):
+            launch.carveout_percent(shared, ctas, 228)
+    for ctas in (1, 2, 3, 4):
+        for shared in range(0, 228 * 1024, 512):  # the carveout the driver takes for the percent
+            program = shared + 1024
+            smallest = next((c for c in launch.CARVEOUTS_KB if ctas * program <= c * 1024), None)
+            try:
+                percent = launch.carveout_percent(shared, ctas, 228)
+            except ValueError:  # none holds them, or the smallest that does holds one more
+                assert smallest is None or smallest * 1024 >= (ctas + 1) * program
+                continue
+            taken = next(c for c in launch.CARVEOUTS_KB if c * 100 >= percent * 228)
+            assert taken == smallest and ctas * program <= taken * 1024 < (ctas + 1) * program

@@ -5,6 +5,7 @@ import torch
 
 import ragged
 from ragged.kernels import attention
+from ragged.kernels.launch import carveout_percent
 from ragged.testing import assert_attention_close, packed_qkv
 
 pytestmark = pytest.mark.gpu
@@ -277,7 +278,8 @@ def test_injected_delay_slows_the_kernel_and_keeps_its_output():
 # (lengths, heads) -> the short-batch class config.choice gives them on sm_90: one tile (PDL at
 # once; a wrong speculative start; PDL after the store at 128 keys), the loop with PDL after
 # the q load on the 3-D grid up to 2 waves of query tiles ("grid3": BS 8 / 50%, ragged, BS 8 /
-# 80% and 20 / 80%) and on the 1-D grid past it (BS 24 / 80%, 16 / 50%, ragged), the loop with 3
+# 80% and 20 / 80%), the same at most 3 programs an SM past them ("capped": BS 24 / 80%, 24 /
+# 90%, 16 / 50%, ragged) and on the 1-D grid past that (BS 32 / 80%), the loop with 3
 # stages (BS 1 / 0%), specloop (33-64 keys up to half a wave: BS 4 / 80% uniform, its guess
 # right; a ragged batch, no guess), the loop with 3 stages at 257-512 keys (DeiT-B 384 after the
 # prune point, BS 1 and 4), and past the classes' grids and lengths the loop with 3 stages and
@@ -286,12 +288,24 @@ def test_injected_delay_slows_the_kernel_and_keeps_its_output():
 # 1-D": 5,462 x 40).
 SHORT_BATCHES = [([40], 12, "onetile"), ([40, 7, 33], 2, "onetile"), ([99], 12, "onetile"),
                  ([99] * 8, 12, "grid3"), ([99, 70, 128, 0, 65] * 3, 6, "grid3"),
-                 ([40] * 8, 12, "grid3"), ([40] * 20, 12, "grid3"), ([40] * 24, 12, "loop"),
-                 ([99] * 16, 12, "loop"), ([99, 70, 128, 0, 65] * 5, 6, "loop"),
+                 ([40] * 8, 12, "grid3"), ([40] * 20, 12, "grid3"), ([40] * 24, 12, "capped"),
+                 ([20] * 24, 12, "capped"), ([99] * 16, 12, "capped"),
+                 ([99, 70, 128, 0, 65] * 5, 6, "capped"), ([40] * 32, 12, "loop"),
                  ([197], 12, "loop"), ([40] * 4, 12, "specloop"),
                  ([23, 62, 6, 40], 12, "specloop"), ([289], 12, "loop"),
                  ([289] * 4, 12, "loop"), ([40] * 64, 12, "large"),
                  ([577, 300, 1, 0], 12, "large"), ([40] * 5462, 12, "large 1-D")]  # fmt: skip
+
+
+def _carveout(function: int) -> int:
+    """The compiled function's preferred shared-memory carveout, in percent (-1: none set)."""
+    import ctypes
+
+    value = ctypes.c_int()
+    status = ctypes.CDLL("libcuda.so.1").cuFuncGetAttribute(
+        ctypes.byref(value), 9, ctypes.c_void_p(function))  # fmt: skip
+    assert status == 0
+    return value.value
 
 
 @pytest.mark.parametrize("lengths, heads, kind", SHORT_BATCHES)
@@ -307,15 +321,23 @@ def test_short_batches_take_their_class_and_stay_correct(fast, monkeypatch, leng
     # the class's plan (the fast path may have launched it unplanned: a span launched before)
     plan = attention._make_plan(0, q.dtype, 64, max_seqlen, len(lengths) * heads, None)
     hopper = torch.cuda.get_device_capability() >= (9, 0)
-    expect = ("loop", True) if kind in ("grid3", "large", "large 1-D") else (kind, True)
+    loops = ("grid3", "capped", "large", "large 1-D")
+    expect = ("loop", True) if kind in loops else (kind, True)
     assert (plan.config.kind, plan.pdl > 0) == (expect if hopper else ("loop", False))
     assert plan.config.lean == (hopper and kind.startswith("large"))
-    assert plan.config.early == (hopper and kind == "grid3")
-    assert plan.grid3 == (hopper and kind in ("onetile", "specloop", "grid3", "large"))
+    assert plan.config.early == (hopper and kind in ("grid3", "capped"))
+    assert plan.config.ctas == (3 if hopper and kind == "capped" else 0)
+    assert plan.grid3 == (hopper and kind in ("onetile", "specloop", "grid3", "capped", "large"))
     entry = attention.ready_entry(0, q.dtype, 64, max_seqlen, len(lengths) * heads)
     assert entry is not None and entry[8] == plan.grid3
     if _cpp(fast):
         assert entry[5][3] == int(plan.pdl > 0)  # the spec: cuLaunchKernelEx with PDL
+    if hopper and kind in ("grid3", "capped"):  # the same kernel, a compiled function each:
+        # the carveout is the function's, which every path launches
+        function, _, shared, _ = entry[5]
+        total_kb = torch.cuda.get_device_properties(0).shared_memory_per_multiprocessor // 1024
+        three = carveout_percent(shared, 3, total_kb)
+        assert (_carveout(function) == three) == (kind == "capped") and three < 100
     plain = []
     monkeypatch.setattr(plan.launcher, "launch", lambda *a, **kw: plain.append(a))
     call = ragged.LayoutAttention(cu, max_seqlen)

@@ -106,7 +106,7 @@ def _make_plan(device_index, dtype, head_dim, max_seqlen, pairs, config) -> Plan
         launcher = _specloop_launcher
     else:
         constexprs |= {"DELAY_CYCLES": cfg.delay_cycles, "PDL": pdl, "GRID3": cfg.grid3,
-                       "LEAN": cfg.lean, "EARLY": cfg.early}  # fmt: skip
+                       "LEAN": cfg.lean, "EARLY": cfg.early, "CTAS": cfg.ctas}  # fmt: skip
         launcher = _launcher
     plan = _plan_of[key] = Plan(cfg, constexprs, device_index, launcher,
                                 onetile or specloop or cfg.grid3, pdl, span,
@@ -142,7 +142,7 @@ def warm_classes(q, k, v, out, cu_seqlens, scalars, fast) -> tuple[Plan, ...]:
         cfg = plan.config
         plan.launcher.prepare(plan, (q, k, v, out, cu_seqlens), scalars, plan.constexprs,
                               cfg.num_warps, cfg.num_stages, plan.device_index, fast,
-                              pdl=bool(plan.pdl))  # fmt: skip
+                              pdl=bool(plan.pdl), ctas=cfg.ctas)  # fmt: skip
     plans = _class_plans[key] = tuple(made)
     return plans
 
@@ -218,6 +218,7 @@ def varlen_attention_triton(
     plan.launcher.launch(
         plan, grid, (q, k, v, out, cu_seqlens), scalars, plan.constexprs,
         cfg.num_warps, cfg.num_stages, plan.device_index, fast, pdl=bool(plan.pdl),
+        ctas=cfg.ctas,
     )  # fmt: skip
     if config is None and (plan.device_index, q.dtype, q.shape[2]) not in _class_plans:
         warm_classes(q, k, v, out, cu_seqlens, scalars, fast)

@@ -49,10 +49,15 @@ class AttentionConfig:
     # checks them once q's load is issued (forward.varlen_fwd_kernel's EARLY): the 3-D grid
     # only, whose last two ints hold total_tokens, which bounds that early read
     early: bool = False
+    # At most this many of the loop's programs an SM (launch.occupy: the compiled function's
+    # shared-memory carveout; forward.varlen_fwd_kernel's CTAS); 0: as many as fit
+    ctas: int = 0
 
     def __post_init__(self):
         if self.early and not (self.kind == "loop" and self.grid3):
             raise ValueError("early: the loop on the 3-D grid only (its ints hold total_tokens)")
+        if (self.ctas and self.kind != "loop") or self.ctas < 0:
+            raise ValueError(f"ctas {self.ctas}: a cap of the loop's programs an SM, or 0")
 
 
 @functools.lru_cache(maxsize=1024)
@@ -157,6 +162,14 @@ def attention_config(
 # query tiles and lost past them: 204-264 programs 2.97-3.16 vs 3.61-3.76 (17-22 x 40) and
 # 3.99-4.28 vs 4.77-4.85 (9-11 x 99); 288 programs 4.10 vs 3.78 (24 x 40), 5.48 vs 4.90 (12 x
 # 99). GRID3_PROGRAMS was 1.5 waves (the ninth and tenth sessions measured 288 and 384 only).
+# The thirteenth session's sweeps (docs/kernel.md "Three programs an SM past two waves"; µs
+# against the 1-D grid loop in the same rounds, two leases): past two waves the same 3-D grid
+# loop held to 3 programs an SM (its 40 KB of shared memory in a 132 KB carveout; uncapped it
+# runs 4, at 120-128 registers) won where the 1-D one had served: 24 x 20 3.33 and 3.53 vs 3.54
+# and 3.75, 24 x 40 3.45 and 3.62 vs 3.67 and 3.85, 28 x 40 3.56 and 3.63 vs 3.80 and 3.79, 12
+# x 99 4.83 and 4.72 vs 5.03 and 4.94, 16 x 99 5.14 and 5.19 vs 5.21 and 5.27; at 360 programs
+# (30 x 20, 30 x 40) it tied, and earlier runs of the same carveout lost at 384 (32 / 80% 4.00
+# and 4.11 vs 3.80 and 3.94). Held to 2 an SM it lost everywhere (24 x 40 4.82).
 PDL_MID = 3  # forward.varlen_fwd_kernel's PDL: the trigger after the q load
 WAVE = 132  # the H100's SMs: one program each
 LATE_WAVES = 3
@@ -165,6 +178,9 @@ ONETILE_KEYS = 128  # one tile of keys: 256 columns spill (ptxas, docs/kernel.md
 SPECLOOP_KEYS = 64  # specloop's bucket: 33-64 keys (the only one where it won twice)
 SPECLOOP_PAIRS = WAVE // 2  # and its pairs (won at 48: 4 / 80%; lost at 96: 8 / 80%)
 GRID3_PROGRAMS = 2 * WAVE  # 17-128 keys: the 3-D grid up to 2 waves (8 / 50%: 192 programs)
+# and then at most 3 programs an SM, up to these programs by query tiles a sequence (1: 17-64
+# keys, 2: 65-128); the 1-D grid loop past them (at 17-64 keys), up to LATE_WAVES
+CAPPED_PROGRAMS = {1: 336, 2: LATE_WAVES * WAVE}
 # Past the classes' grids and lengths: the loop with 3 stages and the leaner softmax, on the
 # 3-D grid (PDL after the q load) up to GRID3_PAIRS pairs, whose heads and batch then fit its
 # y and z extents (65,535 each), the 1-D grid (PDL after the store) past them.
@@ -210,9 +226,15 @@ def short_batch(head_dim: int, max_seqlen: int, pairs: int, dtype: torch.dtype,
         return cfg, (lo, hi), (first, SPECLOOP_PAIRS)
     first = SPECLOOP_PAIRS + 1 if hi == SPECLOOP_KEYS else first
     if hi <= 2 * 64:  # the loop on the 3-D grid up to 2 waves of 64-row query tiles
-        most = GRID3_PROGRAMS // max(1, hi // 64)
+        tiles = max(1, hi // 64)
+        most = GRID3_PROGRAMS // tiles
         if pairs <= most:
             cfg = AttentionConfig(64, 64, 4, 2, pdl=PDL_MID, grid3=True, early=True)
+            return cfg, (lo, hi), (first, most)
+        first = most + 1
+        most = CAPPED_PROGRAMS[tiles] // tiles
+        if pairs <= most:  # then the same, at most 3 programs an SM
+            cfg = AttentionConfig(64, 64, 4, 2, pdl=PDL_MID, grid3=True, early=True, ctas=3)
             return cfg, (lo, hi), (first, most)
         first = most + 1
     most = LATE_WAVES * WAVE // -(-hi // 64)

@@ -164,6 +164,7 @@ def varlen_fwd_kernel(
     GRID3: tl.constexpr = False,
     LEAN: tl.constexpr = False,
     EARLY: tl.constexpr = False,
+    CTAS: tl.constexpr = 0,
 ):  # fmt: skip
     # PDL (variants.py): a programmatic dependent launch; 1: the next kernel may launch at once,
     # 2: once every program has stored its tile (or had nothing to do), 3: once every program
@@ -179,6 +180,9 @@ def varlen_fwd_kernel(
     # q's load is issued, and the tile computed again from those where they differ. Exact, and
     # the first round overlaps the kernel before: 8 / 50% 4.00 vs 4.06 µs (H100; docs/kernel.md,
     # eleventh session).
+    # CTAS: not read here. The programs an SM the launch caps this kernel at (0: none;
+    # launch.occupy sets it on the compiled function), a constexpr so that a capped launch
+    # has a compiled function of its own.
     if PDL == 1:
         gdc_launch_dependents()
     m_block, head, seq = program_tile(GRID3, num_m_blocks, num_heads)

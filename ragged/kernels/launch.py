@@ -26,6 +26,7 @@ unspecialized strides instead, it emitted no 16-byte loads and ran 2.5x slower
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -114,6 +115,9 @@ class Launcher:
       fast         False when an int breaks the contract: plain ``kernel[grid](...)``
       pdl          a programmatic dependent launch (sm_90 and later; never on the CPU): the
                    key must determine it too
+      ctas         at most this many programs an SM (``occupy``; 0: as many as fit): set on
+                   the compiled function, so the key's constexprs must give it a compiled
+                   function of its own (one that no launch without the cap shares)
 
     The direct path passes data pointers as ints: for a tensor, Triton's launcher calls its
     ``data_ptr`` method and then ``cuPointerGetAttribute``, once per tensor and call.
@@ -136,6 +140,7 @@ class Launcher:
         device_index: int,
         fast: bool = True,
         pdl: bool = False,
+        ctas: int = 0,
     ) -> None:
         if fast:
             direct = self._cache.get(key)
@@ -159,6 +164,9 @@ class Launcher:
             return
         extra = {"launch_pdl": True} if pdl else {}  # a programmatic dependent launch
         with torch.cuda.device(device_index):
+            if ctas:  # capped before its first launch
+                occupy(self.fn.warmup(*tensors, *scalars, **constexprs, num_warps=num_warps,
+                                      num_stages=num_stages, grid=(1,), **extra), ctas)  # fmt: skip
             compiled = self.fn[grid](
                 *tensors, *scalars, **constexprs, num_warps=num_warps, num_stages=num_stages,
                 **extra,
@@ -176,6 +184,7 @@ class Launcher:
         device_index: int,
         fast: bool = True,
         pdl: bool = False,
+        ctas: int = 0,
     ) -> None:
         """Compile (or load from Triton's disk cache) what ``launch`` with these arguments
         would, launching nothing (``JITFunction.warmup``), and keep its direct launch for
@@ -189,6 +198,8 @@ class Launcher:
                 *tensors, *scalars, **constexprs, num_warps=num_warps, num_stages=num_stages,
                 grid=(1,), **extra,
             )  # fmt: skip
+            if ctas:
+                occupy(compiled, ctas)
         self._keep(key, compiled, tensors, constexprs, fast)
 
     def _keep(
@@ -220,3 +231,46 @@ def specializable(*ints: int) -> bool:
     for v in ints:
         bits |= v
     return bits & 15 == 0 and bits < 2**31
+
+
+# CU_FUNC_ATTRIBUTE_PREFERRED_SHARED_MEMORY_CARVEOUT, and sm_90's carveouts (KB an SM)
+_CARVEOUT_ATTRIBUTE = 9
+CARVEOUTS_KB = (0, 8, 16, 32, 64, 100, 132, 164, 196, 228)
+_occupied: set[int] = set()  # the CUfunctions whose carveout is set
+
+
+def carveout_percent(shared: int, ctas: int, total_kb: int) -> int:
+    """The preferred shared-memory carveout, in percent of an SM's ``total_kb``, that holds
+    ``ctas`` programs of ``shared`` bytes each (with the 1 KB a program the driver reserves)
+    and no more: the smallest of ``CARVEOUTS_KB`` that holds them. The driver takes the
+    smallest of them at or above the percent (measured: ``experiments.kernel_parts
+    --carveout-report``; 44% of 228 KB gave 132 KB, 43% 100 KB), so the percent is rounded
+    down. ValueError where none holds them, or where that one holds more."""
+    program = shared + 1024
+    fits = [kb for kb in CARVEOUTS_KB if ctas * program <= kb * 1024 and kb <= total_kb]
+    if ctas < 1 or not fits or fits[0] * 1024 >= (ctas + 1) * program:
+        raise ValueError(f"{ctas} programs of {shared} B an SM: no carveout of {total_kb} KB "
+                         f"holds that many and no more")  # fmt: skip
+    return 100 * fits[0] // total_kb
+
+
+def occupy(compiled: Any, ctas: int) -> None:
+    """At most ``ctas`` programs of ``compiled`` an SM: its preferred shared-memory carveout
+    (``cuFuncSetAttribute`` on the compiled function, once; every launch of that function
+    then runs so, the fast paths' too). The occupancy calculator does not count the
+    preference; the SM does (docs/kernel.md, "Three programs an SM past two waves")."""
+    import ctypes
+
+    # after a warmup the module is not loaded yet: reading ``run`` loads it, and ``function``
+    function = compiled.function or (compiled.run and compiled.function)
+    if function in _occupied:
+        return
+    total_kb = torch.cuda.get_device_properties(
+        torch.cuda.current_device()).shared_memory_per_multiprocessor // 1024  # fmt: skip
+    percent = carveout_percent(compiled.metadata.shared, ctas, total_kb)
+    status = ctypes.CDLL("libcuda.so.1").cuFuncSetAttribute(
+        ctypes.c_void_p(function), _CARVEOUT_ATTRIBUTE, percent)  # fmt: skip
+    if status != 0:  # a hint: the kernel runs as it would without it, and says so once
+        warnings.warn(f"ragged: the carveout of {percent}% was refused (CUresult {status}); "
+                      f"the kernel runs uncapped", RuntimeWarning, stacklevel=2)  # fmt: skip
+    _occupied.add(function)
