@@ -1015,6 +1015,9 @@ PARTS = (
     Part("kernel 64x64 w4 s3 pdl late", "kernel", 64, 64, 4, 3, 2, 3),
     Part("kernel lean grid3 64x64 w4 s3 pdl mid", "kernel", 64, 64, 4, 3, 3, 3, grid3=True,
          ffma=True),
+    # the thirteenth session: config.LARGE_GRID3 (56 KB, 128 registers: 4 an SM) at most 2 or 3
+    *(Part(f"{c} an SM kernel lean grid3 64x64 w4 s3 pdl mid", "kernel", 64, 64, 4, 3, 3, 3,
+           grid3=True, ffma=True, ctas=c) for c in (2, 3)),
     Part("kernel lean grid3 64x64 w4 s3 pdl late", "kernel", 64, 64, 4, 3, 2, 3, grid3=True,
          ffma=True),
     # probes (the inputs unused): programs x 8 KB tiles each, PDL after the store
