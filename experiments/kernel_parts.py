@@ -1359,11 +1359,9 @@ def carveout_report() -> int:
     of 3 and of 4 programs an SM (B x 40 tokens, 12 heads) takes one wave or two. (1, 1): 4 an
     SM or more, (1, 2): 3, (2, 2): 2. ``launch.carveout_percent`` is the percent the default
     path sets for a cap."""
-    import ctypes
-
+    from ragged.kernels.launch import set_carveout
     from ragged.testing import packed_qkv
 
-    cuda = ctypes.CDLL("libcuda.so.1")
     sms = torch.cuda.get_device_properties(0).multi_processor_count
     total_kb = torch.cuda.get_device_properties(0).shared_memory_per_multiprocessor // 1024
     spin = 200_000  # cycles: ~100 µs at 1.98 GHz
@@ -1379,7 +1377,7 @@ def carveout_report() -> int:
             attention.varlen_attention_triton(q, k, v, cu, ms, 0.125, out, config)
             plan = attention.launch_args(q, k, v, out, cu, ms, 0.125, config)[0]
             function, _, shared, _ = attention.launch_spec(plan.launcher.direct(plan))
-            assert cuda.cuFuncSetAttribute(ctypes.c_void_p(function), 9, percent) == 0
+            assert set_carveout(function, percent) == 0
             times = []
             for _ in range(5):
                 start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(

@@ -254,13 +254,20 @@ def carveout_percent(shared: int, ctas: int, total_kb: int) -> int:
     return 100 * fits[0] // total_kb
 
 
+def set_carveout(function: int, percent: int) -> int:
+    """The preferred shared-memory carveout of a ``CUfunction``, in percent of an SM's shared
+    memory (-1: none) -> the CUresult of ``cuFuncSetAttribute`` (0: set)."""
+    import ctypes
+
+    return ctypes.CDLL("libcuda.so.1").cuFuncSetAttribute(
+        ctypes.c_void_p(function), _CARVEOUT_ATTRIBUTE, percent)  # fmt: skip
+
+
 def occupy(compiled: Any, ctas: int) -> None:
     """At most ``ctas`` programs of ``compiled`` an SM: its preferred shared-memory carveout
     (``cuFuncSetAttribute`` on the compiled function, once; every launch of that function
     then runs so, the fast paths' too). The occupancy calculator does not count the
     preference; the SM does (docs/kernel.md, "Three programs an SM past two waves")."""
-    import ctypes
-
     # after a warmup the module is not loaded yet: reading ``run`` loads it, and ``function``
     function = compiled.function or (compiled.run and compiled.function)
     if function in _occupied:
@@ -268,8 +275,7 @@ def occupy(compiled: Any, ctas: int) -> None:
     total_kb = torch.cuda.get_device_properties(
         torch.cuda.current_device()).shared_memory_per_multiprocessor // 1024  # fmt: skip
     percent = carveout_percent(compiled.metadata.shared, ctas, total_kb)
-    status = ctypes.CDLL("libcuda.so.1").cuFuncSetAttribute(
-        ctypes.c_void_p(function), _CARVEOUT_ATTRIBUTE, percent)  # fmt: skip
+    status = set_carveout(function, percent)
     if status != 0:  # a hint: the kernel runs as it would without it, and says so once
         warnings.warn(f"ragged: the carveout of {percent}% was refused (CUresult {status}); "
                       f"the kernel runs uncapped", RuntimeWarning, stacklevel=2)  # fmt: skip
