@@ -1210,13 +1210,13 @@ def load_report(capability: int = 90) -> int:
     cuobjdump = Path(triton.__file__).parent / "backends" / "nvidia" / "bin" / "cuobjdump"
     common = {"HEAD_DIM": 64, "BLOCK_D": 64}
     loop = common | {"BLOCK_M": 64, "BLOCK_N": 64, "IEEE_DOT": False, "DELAY_CYCLES": 0,
-                     "GRID3": False, "LEAN": False, "EARLY": False}  # fmt: skip
+                     "GRID3": False, "LEAN": False, "EARLY": False, "CTAS": 0}  # fmt: skip
     one = common | {"BLOCK_M": 16, "IEEE_DOT": False, "SPECULATE": True, "GRID3": True}
     parts = common | {"BLOCK_M": 64, "BLOCK_N": 64, "PDL": 3, "PART": 3, "MMA2": False,
                       "F16EXP": False}  # fmt: skip
     spec = loop | {"SUB_M": 64, "KEYS": 64, "SPECULATE": True, "FOLD": False,
                    "FULL_SKIP": False, "V_SPEC": False, "PDL": 1}  # fmt: skip
-    for name in ("DELAY_CYCLES", "GRID3", "LEAN", "EARLY"):  # the loop's alone
+    for name in ("DELAY_CYCLES", "GRID3", "LEAN", "EARLY", "CTAS"):  # the loop's alone
         spec.pop(name)
     # (label, kernel, constexprs, warps, stages, aligned, pointer kernel?)
     kernels = [
@@ -1322,7 +1322,7 @@ def regs_report(capability: int = 90) -> int:
     attrs = {(i,): [["tt.divisibility", 16]] for i in (*range(4), *range(6, 14))}
     cuobjdump = Path(triton.__file__).parent / "backends" / "nvidia" / "bin" / "cuobjdump"
     loop = {"HEAD_DIM": 64, "BLOCK_D": 64, "BLOCK_M": 64, "BLOCK_N": 64, "IEEE_DOT": False,
-            "DELAY_CYCLES": 0}  # fmt: skip
+            "DELAY_CYCLES": 0, "CTAS": 0}  # fmt: skip
     print(f"triton {triton.__version__}, sm_{capability}, forward.varlen_fwd_kernel 64x64 w4")
     for label, pdl, stages, grid3, lean, early in (
         ("17-128 keys, PDL after the q load, 1-D grid", 3, 2, False, False, False),

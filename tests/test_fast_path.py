@@ -9,6 +9,7 @@ rejects must be left to it. tests/test_gpu.py runs the real ones (C++ through cu
 """
 
 import dataclasses
+import warnings
 
 import pytest
 import torch
@@ -679,3 +680,37 @@ def test_the_carveout_holds_the_programs_asked_and_no_more():
                 continue
             taken = next(c for c in launch.CARVEOUTS_KB if c * 100 >= percent * 228)
             assert taken == smallest and ctas * program <= taken * 1024 < (ctas + 1) * program
+
+
+class _Compiled:
+    """A compiled kernel as ``launch.occupy`` reads it: its function and shared memory."""
+
+    def __init__(self, shared: int) -> None:
+        self.function, self.run = 7, None
+        self.metadata = dataclasses.make_dataclass("Metadata", ["shared"])(shared)
+
+
+def test_occupy_caps_a_kernel_it_can_once_and_runs_the_others_uncapped(monkeypatch):
+    """``launch.occupy`` sets the carveout once a compiled kernel; a compilation whose shared
+    memory no carveout caps at that count (the 17-128 key loop with a stride not a multiple
+    of 16: 24 KB) runs uncapped without a word; a refusal, or no libcuda, warns and runs."""
+    calls = []
+    monkeypatch.setattr(launch, "set_carveout", lambda f, p: calls.append((f, p)) or 0)
+    aligned = _Compiled(40960)
+    launch.occupy(aligned, 3, total_kb=228)
+    launch.occupy(aligned, 3, total_kb=228)
+    assert calls == [(7, 57)]
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        launch.occupy(_Compiled(24576), 3, total_kb=228)
+    assert calls == [(7, 57)]
+    monkeypatch.setattr(launch, "set_carveout", lambda f, p: 1)  # CUDA_ERROR_INVALID_VALUE
+    with pytest.warns(RuntimeWarning, match="carveout of 57% was refused"):
+        launch.occupy(_Compiled(40960), 3, total_kb=228)
+
+    def no_driver(f, p):
+        raise OSError("libcuda.so.1: cannot open shared object file")
+
+    monkeypatch.setattr(launch, "set_carveout", no_driver)
+    with pytest.warns(RuntimeWarning, match="libcuda"):
+        launch.occupy(_Compiled(40960), 3, total_kb=228)

@@ -360,6 +360,23 @@ def test_short_batches_take_their_class_and_stay_correct(fast, monkeypatch, leng
     assert plain == [], "a call of a launched class went through the Launcher"
 
 
+@pytest.mark.parametrize("head_dim", [40, 56])
+def test_a_compilation_the_cap_does_not_fit_runs_uncapped(head_dim):
+    """head_dim 40 or 56 (strides not multiples of 16: the 17-128 key loop compiles to 24 KB,
+    which no carveout holds to 3 programs an SM): the first call (it prepares every class,
+    the capped one too) and a batch of the capped class run uncapped, within the budget, with
+    no error and no warning."""
+    import warnings
+
+    for lengths in ([40], [40] * 24):
+        q, k, v, cu, max_seqlen = packed_qkv(lengths, 12, head_dim, device="cuda", seed=4)
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            out = ragged.varlen_attention(q, k, v, cu, max_seqlen, validate=False)
+        torch.cuda.synchronize()
+        assert_attention_close(out, q, k, v, cu)
+
+
 def test_after_one_call_a_new_length_or_batch_compiles_nothing():
     """``kernel.NewLength``'s promise: after one call of a head_dim and dtype (its JIT caches
     dropped first, so that it compiles or loads), calls at fresh lengths in every length

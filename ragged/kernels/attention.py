@@ -236,9 +236,8 @@ def forget_plans() -> None:
     _plans.clear()
     _plan_of.clear()
     _class_plans.clear()
-    _launcher._cache.clear()
-    _onetile_launcher._cache.clear()
-    _specloop_launcher._cache.clear()
+    for launcher in (_launcher, _onetile_launcher, _specloop_launcher):
+        launcher.forget()
     ready_spans.clear()
     epoch += 1
 

@@ -167,9 +167,11 @@ def attention_config(
 # loop held to 3 programs an SM (its 40 KB of shared memory in a 132 KB carveout; uncapped it
 # runs 4, at 120-128 registers) won where the 1-D one had served: 24 x 20 3.33 and 3.53 vs 3.54
 # and 3.75, 24 x 40 3.45 and 3.62 vs 3.67 and 3.85, 28 x 40 3.56 and 3.63 vs 3.80 and 3.79, 12
-# x 99 4.83 and 4.72 vs 5.03 and 4.94, 16 x 99 5.14 and 5.19 vs 5.21 and 5.27; at 360 programs
-# (30 x 20, 30 x 40) it tied, and earlier runs of the same carveout lost at 384 (32 / 80% 4.00
-# and 4.11 vs 3.80 and 3.94). Held to 2 an SM it lost everywhere (24 x 40 4.82).
+# x 99 4.83 and 4.72 vs 5.03 and 4.94, 16 x 99 5.14 and 5.19 vs 5.21 and 5.27; the twelfth
+# session's runs of the same carveout (its "2 an SM", 44%: 3 an SM) tied at 360 programs of 40
+# keys (30 x 40 3.71 vs 3.73), gained at 360 of 99 (15 x 99 4.86 vs 5.10) and lost at 384 of
+# 40 (32 / 80% 4.00 and 4.11 vs 3.80 and 3.94). Held to 2 an SM it lost everywhere (24 x 40
+# 4.82).
 PDL_MID = 3  # forward.varlen_fwd_kernel's PDL: the trigger after the q load
 WAVE = 132  # the H100's SMs: one program each
 LATE_WAVES = 3

@@ -27,6 +27,7 @@ unspecialized strides instead, it emitted no 16-byte loads and ran 2.5x slower
 from __future__ import annotations
 
 import warnings
+import weakref
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -127,6 +128,7 @@ class Launcher:
         self.fn = fn
         self.interpreted = isinstance(fn, InterpretedFunction)
         self._cache: dict[Any, DirectLaunch] = {}
+        self._capped: set[Any] = set()  # the keys whose compiled kernel ``occupy`` has seen
 
     def launch(
         self,
@@ -164,9 +166,10 @@ class Launcher:
             return
         extra = {"launch_pdl": True} if pdl else {}  # a programmatic dependent launch
         with torch.cuda.device(device_index):
-            if ctas:  # capped before its first launch
+            if ctas and key not in self._capped:  # capped before its first launch
                 occupy(self.fn.warmup(*tensors, *scalars, **constexprs, num_warps=num_warps,
                                       num_stages=num_stages, grid=(1,), **extra), ctas)  # fmt: skip
+                self._capped.add(key)
             compiled = self.fn[grid](
                 *tensors, *scalars, **constexprs, num_warps=num_warps, num_stages=num_stages,
                 **extra,
@@ -200,6 +203,7 @@ class Launcher:
             )  # fmt: skip
             if ctas:
                 occupy(compiled, ctas)
+                self._capped.add(key)
         self._keep(key, compiled, tensors, constexprs, fast)
 
     def _keep(
@@ -219,6 +223,11 @@ class Launcher:
                 compiled, tuple(constexprs.values())
             )
 
+    def forget(self) -> None:
+        """Drop every key's direct launch (a later launch of a key takes the plain path once)."""
+        self._cache.clear()
+        self._capped.clear()
+
     def direct(self, key: Any) -> DirectLaunch | None:
         """The compiled kernel's direct launcher for ``key``, once a launch has cached it.
         Its caller keeps the contract above and checks what ``launch`` checks."""
@@ -236,7 +245,9 @@ def specializable(*ints: int) -> bool:
 # CU_FUNC_ATTRIBUTE_PREFERRED_SHARED_MEMORY_CARVEOUT, and sm_90's carveouts (KB an SM)
 _CARVEOUT_ATTRIBUTE = 9
 CARVEOUTS_KB = (0, 8, 16, 32, 64, 100, 132, 164, 196, 228)
-_occupied: set[int] = set()  # the CUfunctions whose carveout is set
+# the compiled kernels occupy has seen (not their CUfunction's address: a kernel compiled again
+# after its module was unloaded may get the same one)
+_occupied: weakref.WeakSet = weakref.WeakSet()
 
 
 def carveout_percent(shared: int, ctas: int, total_kb: int) -> int:
@@ -263,20 +274,33 @@ def set_carveout(function: int, percent: int) -> int:
         ctypes.c_void_p(function), _CARVEOUT_ATTRIBUTE, percent)  # fmt: skip
 
 
-def occupy(compiled: Any, ctas: int) -> None:
+def occupy(compiled: Any, ctas: int, total_kb: int | None = None) -> None:
     """At most ``ctas`` programs of ``compiled`` an SM: its preferred shared-memory carveout
     (``cuFuncSetAttribute`` on the compiled function, once; every launch of that function
     then runs so, the fast paths' too). The occupancy calculator does not count the
-    preference; the SM does (docs/kernel.md, "Three programs an SM past two waves")."""
+    preference; the SM does (docs/kernel.md, "Three programs an SM past two waves").
+    ``total_kb``: an SM's shared memory (default: the current device's).
+
+    Where no carveout holds ``ctas`` programs of this compilation and no more, it runs
+    uncapped, silently: the 17-128 key loop takes 40 KB as the fast paths specialize it, but
+    24 KB where a stride is not a multiple of 16 (head_dim 40, say), a kernel the cap was not
+    measured for. Where the driver refuses the carveout, it warns once and runs uncapped."""
+    if compiled in _occupied:
+        return
+    _occupied.add(compiled)
+    if total_kb is None:
+        total_kb = torch.cuda.get_device_properties(
+            torch.cuda.current_device()).shared_memory_per_multiprocessor // 1024  # fmt: skip
+    try:
+        percent = carveout_percent(compiled.metadata.shared, ctas, total_kb)
+    except ValueError:
+        return
     # after a warmup the module is not loaded yet: reading ``run`` loads it, and ``function``
     function = compiled.function or (compiled.run and compiled.function)
-    if function in _occupied:
-        return
-    total_kb = torch.cuda.get_device_properties(
-        torch.cuda.current_device()).shared_memory_per_multiprocessor // 1024  # fmt: skip
-    percent = carveout_percent(compiled.metadata.shared, ctas, total_kb)
-    status = set_carveout(function, percent)
-    if status != 0:  # a hint: the kernel runs as it would without it, and says so once
-        warnings.warn(f"ragged: the carveout of {percent}% was refused (CUresult {status}); "
-                      f"the kernel runs uncapped", RuntimeWarning, stacklevel=2)  # fmt: skip
-    _occupied.add(function)
+    try:
+        status = set_carveout(function, percent)
+    except OSError as exc:  # no libcuda to ask: a hint, so the kernel runs uncapped
+        status = exc
+    if status != 0:
+        warnings.warn(f"ragged: the carveout of {percent}% was refused ({status}); the kernel "
+                      f"runs uncapped", RuntimeWarning, stacklevel=2)  # fmt: skip
