@@ -1362,6 +1362,9 @@ def carveout_report() -> int:
     from ragged.kernels.launch import set_carveout
     from ragged.testing import packed_qkv
 
+    if not torch.cuda.is_available():
+        print("--carveout-report: needs a CUDA GPU; none here.", file=sys.stderr)
+        return 2
     sms = torch.cuda.get_device_properties(0).multi_processor_count
     total_kb = torch.cuda.get_device_properties(0).shared_memory_per_multiprocessor // 1024
     spin = 200_000  # cycles: ~100 µs at 1.98 GHz
