@@ -30,18 +30,21 @@ def history(store: Store, commits: range, slow: set[int], machine: str = "m1") -
     torch_varlen unchanged; -> the run ids."""
     rng = np.random.default_rng(commits.start)
     ids = []
-    for i in commits:
-        run = Run("asv", sha(i), machine, started_at=1.8e9 + i * 3600, commit_time=1.8e9 + i * 3600,
-                  branch="main", fingerprint={"gpu": "Test GPU", "torch": "2.11.0"})  # fmt: skip
-        factor = 1.1 if i in slow else 1.0
-        rows = [
-            Measurement("kernel.KernelLatency", "gpu_us", {"backend": b}, "us",
-                        float(np.median(v := rng.normal(center * f, 0.02, 20))), samples=list(v))
-            for b, center, f in (("triton", 10, factor), ("fa2", 12, factor),
-                                 ("torch_varlen", 20, 1.0))
-        ]  # fmt: skip
-        store.add_run(run, rows)
-        ids.append(run.run_id)
+    with store.writing():  # one connection for them all, as an ingest's files share one
+        for i in commits:
+            run = Run("asv", sha(i), machine, started_at=1.8e9 + i * 3600,
+                      commit_time=1.8e9 + i * 3600, branch="main",
+                      fingerprint={"gpu": "Test GPU", "torch": "2.11.0"})  # fmt: skip
+            factor = 1.1 if i in slow else 1.0
+            rows = [
+                Measurement("kernel.KernelLatency", "gpu_us", {"backend": b}, "us",
+                            float(np.median(v := rng.normal(center * f, 0.02, 20))),
+                            samples=list(v))
+                for b, center, f in (("triton", 10, factor), ("fa2", 12, factor),
+                                     ("torch_varlen", 20, 1.0))
+            ]  # fmt: skip
+            store.add_run(run, rows)
+            ids.append(run.run_id)
     changepoints.update(store, ids, POLICIES)
     return ids
 
@@ -156,13 +159,15 @@ def series(store: Store, values, start: int = 0, machine: str = "m1",
     1% apart around it); ``torch``: the stack of commit i; -> the run ids. The change points
     are stored, as an ingest does."""
     ids = []
-    for i, v in enumerate(values, start):
-        run = Run("asv", sha(i), machine, started_at=1.8e9 + i * 3600, commit_time=1.8e9 + i * 3600,
-                  branch="main", fingerprint={"gpu": "Test GPU", "torch": torch(i)},
-                  environment=environment)  # fmt: skip
-        samples = list(np.linspace(0.99, 1.01, 20) * v)
-        store.add_run(run, [Measurement(*CELL, float(np.median(samples)), samples=samples)])
-        ids.append(run.run_id)
+    with store.writing():
+        for i, v in enumerate(values, start):
+            run = Run("asv", sha(i), machine, started_at=1.8e9 + i * 3600,
+                      commit_time=1.8e9 + i * 3600, branch="main",
+                      fingerprint={"gpu": "Test GPU", "torch": torch(i)},
+                      environment=environment)  # fmt: skip
+            samples = list(np.linspace(0.99, 1.01, 20) * v)
+            store.add_run(run, [Measurement(*CELL, float(np.median(samples)), samples=samples)])
+            ids.append(run.run_id)
     changepoints.update(store, ids, POLICIES)
     return ids
 
