@@ -554,7 +554,8 @@ def test_a_store_file_another_process_is_creating_is_waited_for(tmp_path, monkey
     """DuckDB creates a file empty, then writes its header: a second process opening it in
     between was told "not a valid DuckDB database file" (a CI failure of the test above). A file
     shorter than a header is waited for; one that stays so, or any corrupt longer file, is
-    unusable (exit 2 elsewhere), never taken for a new store."""
+    unusable (exit 2 elsewhere), never taken for a new store; a file replaced by a whole
+    store while DuckDB read it empty is tried again."""
     import threading
 
     from ragbench.store import backends
@@ -573,6 +574,27 @@ def test_a_store_file_another_process_is_creating_is_waited_for(tmp_path, monkey
     stuck.write_bytes(b"")
     with pytest.raises(StoreError, match="not a usable DuckDB store"):
         Store(stuck)
+    # the race CI found: DuckDB reads the empty file, the whole store replaces it, and then the
+    # refusal is judged: by the file it read, not by the store now there
+    import duckdb
+
+    Store(made).close()  # a whole store again, to replace the empty file
+    raced = tmp_path / "raced.duckdb"
+    raced.write_bytes(b"")
+    connect = duckdb.connect
+
+    def replaced_during_the_try(database, *args, **kwargs):
+        try:
+            return connect(database, *args, **kwargs)
+        except duckdb.Error:
+            if made.exists():
+                made.replace(raced)
+            raise
+
+    monkeypatch.setattr(duckdb, "connect", replaced_during_the_try)
+    with Store(raced) as s:
+        assert s.runs() == []
+    monkeypatch.setattr(duckdb, "connect", connect)
     garbage = tmp_path / "garbage.duckdb"
     garbage.write_bytes(b"\x00" * backends.HEADER_BYTES)
     waits = []  # a file of a header's length fails at once: no wait, on a machine of any speed

@@ -203,6 +203,7 @@ class FileBackend(Backend):
         deadline = start + self.lock_timeout
         waited = False
         while True:
+            seen = self._identity()
             try:
                 con = quiet(
                     duckdb.connect(str(self.path), read_only=not write, config=DUCKDB_CONFIG)
@@ -212,7 +213,7 @@ class FileBackend(Backend):
                         self.waiting_marker.unlink(missing_ok=True)
                 return con
             except duckdb.Error as exc:
-                if self._being_created(exc) and time.monotonic() < start + CREATING_WAIT:
+                if self._being_created(exc, seen) and time.monotonic() < start + CREATING_WAIT:
                     time.sleep(LOCK_POLL)
                     continue
                 if "lock" not in str(exc).lower():
@@ -253,14 +254,25 @@ class FileBackend(Backend):
         finally:
             aside.unlink(missing_ok=True)
 
-    def _being_created(self, exc: Exception) -> bool:
-        """Whether DuckDB refused the file as one shorter than its header (see HEADER_BYTES)."""
+    def _identity(self) -> tuple[int, int] | None:
+        """(inode, size) of the file now; None where it is not there."""
+        try:
+            st = self.path.stat()
+        except OSError:
+            return None
+        return st.st_ino, st.st_size
+
+    def _being_created(self, exc: Exception, seen: tuple[int, int] | None) -> bool:
+        """Whether DuckDB refused the file as one shorter than its header (see HEADER_BYTES):
+        ``seen``, the file as the refused try began, was, or the file was replaced during the
+        try (a whole store linked over the empty file DuckDB read: checking the size after the
+        try alone called that store corrupt, CI, 2026-11-27)."""
         if "not a valid duckdb database file" not in str(exc).lower():
             return False
-        try:
-            return self.path.stat().st_size < HEADER_BYTES
-        except OSError:  # gone again: let the next try say
+        now = self._identity()
+        if seen is None or now is None:  # appeared or gone during the try: let the next say
             return True
+        return seen[1] < HEADER_BYTES or now[1] < HEADER_BYTES or seen[0] != now[0]
 
     def limit_memory(self, con, memory: str) -> None:
         con.execute(f"SET memory_limit = '{memory}'")
