@@ -569,15 +569,9 @@ def test_a_store_file_another_process_is_creating_is_waited_for(tmp_path, monkey
     with Store(path) as s:  # waits for the header, then opens the store the other one made
         assert s.runs() == []
     assert 0.3 <= time.perf_counter() - t0 < backends.CREATING_WAIT
-    monkeypatch.setattr(backends, "CREATING_WAIT", 0.2)
-    stuck = tmp_path / "stuck.duckdb"
-    stuck.write_bytes(b"")
-    with pytest.raises(StoreError, match="not a usable DuckDB store"):
-        Store(stuck)
     # the race CI found: DuckDB reads the empty file, the whole store replaces it, and then the
-    # refusal is judged: by the file it read, not by the store now there
-    import duckdb
-
+    # refusal is judged: by the file it read, not by the store now there (under the default
+    # CREATING_WAIT, so that a slow first try is not what this part tests)
     Store(made).close()  # a whole store again, to replace the empty file
     raced = tmp_path / "raced.duckdb"
     raced.write_bytes(b"")
@@ -595,6 +589,11 @@ def test_a_store_file_another_process_is_creating_is_waited_for(tmp_path, monkey
     with Store(raced) as s:
         assert s.runs() == []
     monkeypatch.setattr(duckdb, "connect", connect)
+    monkeypatch.setattr(backends, "CREATING_WAIT", 0.2)
+    stuck = tmp_path / "stuck.duckdb"
+    stuck.write_bytes(b"")
+    with pytest.raises(StoreError, match="not a usable DuckDB store"):
+        Store(stuck)
     garbage = tmp_path / "garbage.duckdb"
     garbage.write_bytes(b"\x00" * backends.HEADER_BYTES)
     waits = []  # a file of a header's length fails at once: no wait, on a machine of any speed

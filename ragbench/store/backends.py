@@ -263,10 +263,11 @@ class FileBackend(Backend):
         return st.st_ino, st.st_size
 
     def _being_created(self, exc: Exception, seen: tuple[int, int] | None) -> bool:
-        """Whether DuckDB refused the file as one shorter than its header (see HEADER_BYTES):
-        ``seen``, the file as the refused try began, was, or the file was replaced during the
-        try (a whole store linked over the empty file DuckDB read: checking the size after the
-        try alone called that store corrupt, CI, 2026-11-27)."""
+        """Whether DuckDB refused the file as one shorter than its header (see HEADER_BYTES),
+        either as it was when the try began (``seen``, from ``_identity``) or as it is now, or
+        because it was replaced during the try: a whole store linked over the empty file that
+        DuckDB read (judged by the size after the try alone, that store was called corrupt;
+        CI, 2026-11-27)."""
         if "not a valid duckdb database file" not in str(exc).lower():
             return False
         now = self._identity()
