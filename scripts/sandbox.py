@@ -16,10 +16,10 @@ sets the environment up, once).
      scripts/rehearse.py and the tests use. It separates nothing from this user (the code
      could write wherever this user can), so it runs only where RAGBENCH_REHEARSAL=1.
 3. There, with a clean environment (PATH, HOME, TMPDIR in that home, LANG, and RAGBENCH_MACHINE,
-   CUDA_VISIBLE_DEVICES, BENCH, ROUNDS if set; no token, no store path, no GITHUB_*): the
-   bundle is cloned, the head checked out, and the pull request's own ``make gate-pr`` run with
-   ``VENV`` = ``--venv`` (this checkout's environment, read-only to that user; ``STAMP`` names a
-   file in it, so the pull request's ``make setup`` installs nothing).
+   CUDA_VISIBLE_DEVICES, OMP_NUM_THREADS, BENCH, ROUNDS if set; no token, no store path, no
+   GITHUB_*): the bundle is cloned, the head checked out, and the pull request's own ``make
+   gate-pr`` run with ``VENV`` = ``--venv`` (this checkout's environment, read-only to that
+   user; ``STAMP`` names a file in it, so the pull request's ``make setup`` installs nothing).
 4. Its results/gate.json and results/gate.md are copied out into ``--out`` (regular files, 16
    MiB at most, read as the sandbox's user after its processes are gone); then the
    environment is thrown away. The exit status is the gate's; 2 when the sandbox could not be
@@ -42,7 +42,18 @@ from pathlib import Path
 
 OUTPUTS = ("gate.json", "gate.md")  # what the gate writes into results/ (Makefile GATE)
 LIMIT = 16 * 2**20  # bytes copied out of each: a report is tens of kB
-KEEP_ENV = ("RAGBENCH_MACHINE", "CUDA_VISIBLE_DEVICES", "BENCH", "ROUNDS", "LANG")
+# The runner's machine settings go in, so that base and head run as main's runs do. Among them
+# OMP_NUM_THREADS: set to 1 for make test's three workers on two cores (tests/conftest.py), the
+# rehearsal's drift comparison took 18 s of CPU under that load with it and 47 s without (two
+# of torch's threads spinning on two busy cores).
+KEEP_ENV = (
+    "RAGBENCH_MACHINE",
+    "CUDA_VISIBLE_DEVICES",
+    "OMP_NUM_THREADS",
+    "BENCH",
+    "ROUNDS",
+    "LANG",
+)
 
 
 class SandboxError(RuntimeError):
