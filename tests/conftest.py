@@ -14,7 +14,7 @@ import pytest
 # at BS 2 took 9.7-10.0 s of CPU with two threads, 1.4 s with one, on the loaded 2-core
 # machine. What the tests check does not depend on it; make demo and bench set nothing.
 os.environ.setdefault("OMP_NUM_THREADS", "1")
-# Where PYTHONDONTWRITEBYTECODE is set (this machine's and CI's image), every process the tests
+# Where PYTHONDONTWRITEBYTECODE is set (this machine's image sets it), every process the tests
 # start compiled ragbench's, ragged's and the benchmarks' sources again: 4% of the CPU of
 # test_faults.py's subprocess tests in a fresh clone (116 s against 111 s).
 os.environ.pop("PYTHONDONTWRITEBYTECODE", None)

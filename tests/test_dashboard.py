@@ -4,6 +4,7 @@ missing store, the overview's links, and a real browser (Debian chromium via pla
 
 from __future__ import annotations
 
+import functools
 import html
 import json
 import os
@@ -51,6 +52,18 @@ def store(quick_run, tmp_path_factory) -> Path:
         report = ingest(s, [history, other, real], branch="main")
         assert len(report.stored) == 82 and not report.failed
     return path
+
+
+@pytest.fixture(autouse=True, scope="module")
+def one_component_scan():
+    """Each new AppTest scans every installed distribution's metadata for streamlit's v2
+    components (streamlit 1.67, ``scan_component_manifests``); what is installed does not
+    change while these tests run, so the scan is made once."""
+    scanner = pytest.importorskip("streamlit.components.v2.manifest_scanner")
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(scanner, "scan_component_manifests",
+                   functools.cache(scanner.scan_component_manifests))  # fmt: skip
+        yield
 
 
 @pytest.fixture(autouse=True, scope="module")

@@ -7,6 +7,7 @@ test's workers take whole files, and this one's ~6 minutes run beside the rest."
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -154,6 +155,8 @@ def test_a_forks_workflow_and_code_never_reach_the_trusted_runner(rehearsal):
     env = dict(line.split("=", 1) for line in report.splitlines() if "=" in line)
     assert not [k for k, v in env.items() if TOKEN in v or "perf.duckdb" in v]
     assert not [k for k in env if k.startswith(("GITHUB_", "ACTIONS_", "RUNNER_"))]
+    # the runner's machine settings do go in (tests/conftest.py sets this one)
+    assert env["OMP_NUM_THREADS"] == os.environ["OMP_NUM_THREADS"]
     assert not Path(env["HOME"]).exists()  # the sandbox's home, with what was planted in it
     for folder in ("runner", "sandbox-runner"):
         assert not [rel for rel in PLANTED if (rehearsal.work / folder / "home" / rel).exists()]
