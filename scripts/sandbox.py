@@ -43,9 +43,9 @@ from pathlib import Path
 OUTPUTS = ("gate.json", "gate.md")  # what the gate writes into results/ (Makefile GATE)
 LIMIT = 16 * 2**20  # bytes copied out of each: a report is tens of kB
 # The runner's machine settings go in, so that base and head run as main's runs do. Among them
-# OMP_NUM_THREADS: set to 1 for make test's three workers on two cores (tests/conftest.py), the
-# rehearsal's drift comparison took 18 s of CPU under that load with it and 47 s without (two
-# of torch's threads spinning on two busy cores).
+# OMP_NUM_THREADS (1 in make test, tests/conftest.py): one drift comparison of the rehearsal's
+# gate took 18 s of CPU with it and 47 s without beside two CPU burners on this 2-core machine
+# (two of torch's threads spinning on busy cores).
 KEEP_ENV = (
     "RAGBENCH_MACHINE",
     "CUDA_VISIBLE_DEVICES",
