@@ -10,6 +10,7 @@ from __future__ import annotations
 import functools
 import hashlib
 import time
+from typing import TYPE_CHECKING
 
 import torch
 
@@ -17,11 +18,16 @@ import ragged
 from benchmarks.support import (
     catalogue as _catalogue,  # absolute: _revision runs this file outside the package
 )
-from ragged.models import SHARP_ATTENTION, build_model, get_config
-from ragged.pipeline import PrunedViT, PruneStage
 from ragged.pruning import ATS, DynamicViT, EViT, ThresholdL2, build_predictor
 from ragged.reference import varlen_attention_reference
 from ragged.testing import kept_tokens, mixed_lengths, packed_qkv, synthetic_images
+
+if TYPE_CHECKING:
+    from ragged.pipeline import PrunedViT
+
+# ragged.models and ragged.pipeline import timm (2.4 s of CPU here) and are imported where a
+# model is built: the kernel tables' setup_cache (the CPU subset's KernelError in every asv run
+# of make test) never builds one.
 
 TOKENS = 197  # DeiT at 224x224: 196 patches + CLS
 HEADS = {"deit_s": 6, "deit_b": 12}  # attention geometry; head_dim 64 for both
@@ -156,11 +162,15 @@ def attention(backend: str, q, k, v, cu_seqlens, max_seqlen: int):
 
 def build(name: str, *, device="cuda", dtype=torch.float16):
     """A seeded DeiT with peaked attention, as trained weights have."""
+    from ragged.models import SHARP_ATTENTION, build_model
+
     return build_model(name, seed=0, device=device, dtype=dtype, attention_scale=SHARP_ATTENTION)
 
 
 def images(name: str, batch: int, *, device="cuda", dtype=torch.float16) -> torch.Tensor:
     """Synthetic images [batch, 3, S, S] at model ``name``'s resolution (seeded by batch)."""
+    from ragged.models import get_config
+
     size = get_config(name).img_size
     return synthetic_images(batch, size, seed=batch, device=device, dtype=dtype)
 
@@ -181,6 +191,8 @@ def make_method(name: str, model, *, device="cuda", dtype=torch.float16):
 
 def pipeline(model, method, name: str) -> PrunedViT:
     """The catalogue's pipeline ``name`` pruning with ``method`` after block ``PRUNE_AT``."""
+    from ragged.pipeline import PrunedViT, PruneStage
+
     p = _catalogue.PIPELINE_BY_NAME[name]
     extra = {"layout_attention": no_attention(rows_vary(model, method))} if p.no_attention else {}
     return PrunedViT(model, PruneStage(PRUNE_AT, method), mode=p.mode, backend=p.backend,
