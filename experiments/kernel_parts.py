@@ -963,8 +963,8 @@ PARTS = (
     # the eleventh session: cu_seqlens read before the wait (its round overlaps the previous
     # kernel), on the default path's grids: the 3-D grid loop of 65-128 keys (PDL after the q
     # load, and at once), the 1-D loop, the large class, and the one-tile kernel of BS 1
-    *_parts("early grid3 loop 64x64 w4 s2 pdl mid", "loop", 64, 64, 4, 2, 3, ("zeros", "full"),
-            grid3=True, early=True),
+    *_parts("early grid3 loop 64x64 w4 s2 pdl mid", "loop", 64, 64, 4, 2, 3,
+            ("zeros", "loadsum", "dots", "full"), grid3=True, early=True),
     *_parts("early grid3 loop 64x64 w4 s2 pdl", "loop", 64, 64, 4, 2, 1, ("full",), grid3=True,
             early=True),
     *_parts("early loop 64x64 w4 s2 pdl mid", "loop", 64, 64, 4, 2, 3, ("full",), early=True),
