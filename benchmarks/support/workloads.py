@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import functools
 import hashlib
+import importlib
 import time
+from types import ModuleType
 from typing import TYPE_CHECKING
 
 import torch
@@ -24,10 +26,6 @@ from ragged.testing import kept_tokens, mixed_lengths, packed_qkv, synthetic_ima
 
 if TYPE_CHECKING:
     from ragged.pipeline import PrunedViT
-
-# ragged.models and ragged.pipeline import timm (2.4 s of CPU here) and are imported where a
-# model is built: the kernel tables' setup_cache (the CPU subset's KernelError in every asv run
-# of make test) never builds one.
 
 TOKENS = 197  # DeiT at 224x224: 196 patches + CLS
 HEADS = {"deit_s": 6, "deit_b": 12}  # attention geometry; head_dim 64 for both
@@ -160,17 +158,29 @@ def attention(backend: str, q, k, v, cu_seqlens, max_seqlen: int):
     )
 
 
+def ragged_module(sub: str) -> ModuleType:
+    """``ragged.<sub>`` of the ``ragged`` this module was executed with (``revision.workloads``
+    binds each arm's; a plain ``import ragged.models`` here at call time would take whichever
+    ragged is loaded then). ``models`` and ``pipeline`` import timm, 2.4 s of CPU: imported at
+    first use, so the kernel tables' ``setup_cache``, which builds no model (the CPU subset's
+    KernelError in every asv run of make test), does not pay it."""
+    return importlib.import_module(f"{ragged.__name__}.{sub}")
+
+
+def get_config(name: str):
+    """``ragged.models.get_config`` (the model's resolution and geometry)."""
+    return ragged_module("models").get_config(name)
+
+
 def build(name: str, *, device="cuda", dtype=torch.float16):
     """A seeded DeiT with peaked attention, as trained weights have."""
-    from ragged.models import SHARP_ATTENTION, build_model
-
-    return build_model(name, seed=0, device=device, dtype=dtype, attention_scale=SHARP_ATTENTION)
+    models = ragged_module("models")
+    return models.build_model(name, seed=0, device=device, dtype=dtype,
+                              attention_scale=models.SHARP_ATTENTION)  # fmt: skip
 
 
 def images(name: str, batch: int, *, device="cuda", dtype=torch.float16) -> torch.Tensor:
     """Synthetic images [batch, 3, S, S] at model ``name``'s resolution (seeded by batch)."""
-    from ragged.models import get_config
-
     size = get_config(name).img_size
     return synthetic_images(batch, size, seed=batch, device=device, dtype=dtype)
 
@@ -191,12 +201,11 @@ def make_method(name: str, model, *, device="cuda", dtype=torch.float16):
 
 def pipeline(model, method, name: str) -> PrunedViT:
     """The catalogue's pipeline ``name`` pruning with ``method`` after block ``PRUNE_AT``."""
-    from ragged.pipeline import PrunedViT, PruneStage
-
+    pipe = ragged_module("pipeline")
     p = _catalogue.PIPELINE_BY_NAME[name]
     extra = {"layout_attention": no_attention(rows_vary(model, method))} if p.no_attention else {}
-    return PrunedViT(model, PruneStage(PRUNE_AT, method), mode=p.mode, backend=p.backend,
-                     cuda_graph=p.cuda_graph, **extra)  # fmt: skip
+    return pipe.PrunedViT(model, pipe.PruneStage(PRUNE_AT, method), mode=p.mode,
+                          backend=p.backend, cuda_graph=p.cuda_graph, **extra)  # fmt: skip
 
 
 def wall_us(fn, calls: int, sync=torch.cuda.synchronize) -> float:
