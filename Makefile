@@ -11,10 +11,14 @@ TORCH := torch==2.14.1 torchvision==0.29.1
 # The stamp is named by pyproject.toml's content, not dated by it: a fresh checkout dates
 # every file now, which would rebuild a .venv that CI restored from its cache.
 STAMP := $(VENV)/.installed-$(shell sha256sum pyproject.toml | cut -c1-16)
+# pip compiles what it installs one file at a time; compileall then compiles the same files on
+# both cores (15,907 .pyc either way): a fresh clone's set-up 3 min 4 s -> 2 min 39 s. Like pip,
+# it does not stop on a file this Python cannot compile (a cache, not the install).
 $(STAMP):
 	$(PYTHON) -m venv $(VENV)
-	$(BIN)/python -m pip install --quiet $(TORCH)
-	$(BIN)/python -m pip install --quiet -e '.[dev]'
+	$(BIN)/python -m pip install --quiet --no-compile $(TORCH)
+	$(BIN)/python -m pip install --quiet --no-compile -e '.[dev]'
+	$(BIN)/python -m compileall -q -j 0 $(VENV)/lib >/dev/null 2>&1 || true
 	rm -f $(VENV)/.installed*
 	touch $@
 
