@@ -2,8 +2,8 @@
 PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
-# torch first, pinned to the CUDA build this project is tested with (it runs on the CPU too);
-# then the project with its dev extras.
+# torch pinned to the CUDA build this project is tested with (it runs on the CPU too), and the
+# project with its dev extras.
 TORCH := torch==2.14.1 torchvision==0.29.1
 
 .PHONY: setup test lint format demo tour dashboard screenshots bench bench-full bench-self bench-kernel bench-pipeline browser postgres store-maintain bench-main bench-summary gate gate-pr gate-approve gate-sandbox gate-verdict gate-accept trust rehearse clean
@@ -11,14 +11,11 @@ TORCH := torch==2.14.1 torchvision==0.29.1
 # The stamp is named by pyproject.toml's content, not dated by it: a fresh checkout dates
 # every file now, which would rebuild a .venv that CI restored from its cache.
 STAMP := $(VENV)/.installed-$(shell sha256sum pyproject.toml | cut -c1-16)
-# pip compiles what it installs one file at a time; compileall then compiles the same files on
-# both cores (15,907 .pyc either way): a fresh clone's set-up 3 min 4 s -> 2 min 39 s. Like pip,
-# it does not stop on a file this Python cannot compile (a cache, not the install).
+# scripts/install.py: uv installs what pip would (pip's settings, pip's choice), unpacking and
+# compiling on both cores; pip, then compileall, where uv cannot.
 $(STAMP):
 	$(PYTHON) -m venv $(VENV)
-	$(BIN)/python -m pip install --quiet --no-compile $(TORCH)
-	$(BIN)/python -m pip install --quiet --no-compile -e '.[dev]'
-	$(BIN)/python -m compileall -q -j 0 $(VENV)/lib >/dev/null 2>&1 || true
+	$(BIN)/python -m scripts.install $(TORCH) -e '.[dev]'
 	rm -f $(VENV)/.installed*
 	touch $@
 

@@ -14,8 +14,9 @@ the tripwire for a runner where that separation is missing or leaks. It refuses 
 line: the first finding and what to do) when
 
 1. the environment changes which code Python, pip, git, bash, make or the dynamic loader run, or
-   where pip fetches it (``PYTHONPATH``, ``PIP_INDEX_URL``, ``GIT_CONFIG_*``, ``LD_PRELOAD``,
-   ...): pip's and git's own settings belong in /etc/pip.conf and /etc/gitconfig, root's;
+   where pip or uv fetches it (``PYTHONPATH``, ``PIP_INDEX_URL``, ``UV_*``, ``GIT_CONFIG_*``,
+   ``LD_PRELOAD``, ...): pip's and git's own settings belong in /etc/pip.conf and
+   /etc/gitconfig, root's (``make setup``'s uv reads no file of its own and takes pip's);
 2. the home holds a file of git's, pip's or Python's user configuration (``~/.gitconfig``,
    ``~/.config/pip/pip.conf``, a ``.pth`` in the user site, ...) that a job could have
    written: one is accepted only when root owns it, only root may write it, and the trusted
@@ -58,7 +59,9 @@ ENV_NAMES = {
     "GIT_EXEC_PATH", "GIT_SSH", "GIT_SSH_COMMAND", "GIT_ASKPASS", "GIT_PROXY_COMMAND",
     "GIT_EXTERNAL_DIFF", "GIT_TEMPLATE_DIR", "GIT_DIR", "GIT_WORK_TREE",  # commands git runs
 }  # fmt: skip
-ENV_PREFIXES = ("PIP_", "GIT_CONFIG")  # any pip option; git settings given through the env
+# any pip or uv option (uv reads its variables under --no-config); git settings given through
+# the env
+ENV_PREFIXES = ("PIP_", "UV_", "GIT_CONFIG")
 ENV_HARMLESS = {  # pip options that change how it talks, never what it installs
     "PIP_DISABLE_PIP_VERSION_CHECK", "PIP_NO_CACHE_DIR", "PIP_NO_INPUT", "PIP_PROGRESS_BAR",
     "PIP_ROOT_USER_ACTION", "PIP_QUIET", "PIP_DEFAULT_TIMEOUT",

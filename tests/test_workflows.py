@@ -314,8 +314,10 @@ def test_the_trust_check_refuses_what_a_pull_requests_job_could_plant(tmp_path):
                               (0o100644, 0, 0)):  # fmt: skip
         assert not trust.the_admins(os.stat_result((mode, 0, 0, 1, owner, 0, 9, 0, 0, 0)), user)
     env = {"PYTHONPATH": "/x", "PIP_INDEX_URL": "https://pypi.invalid", "GIT_CONFIG_COUNT": "1",
-           "LD_PRELOAD": "/x.so", "PIP_NO_CACHE_DIR": "1", "PATH": "/usr/bin"}  # fmt: skip
-    assert found(env) == ["$GIT_CONFIG_COUNT", "$LD_PRELOAD", "$PIP_INDEX_URL", "$PYTHONPATH"]
+           "LD_PRELOAD": "/x.so", "PIP_NO_CACHE_DIR": "1", "PATH": "/usr/bin",
+           "UV_INDEX_URL": "https://pypi.invalid"}  # fmt: skip
+    assert found(env) == ["$GIT_CONFIG_COUNT", "$LD_PRELOAD", "$PIP_INDEX_URL", "$PYTHONPATH",
+                          "$UV_INDEX_URL"]  # fmt: skip
 
     # the ragged build cache: the trusted jobs' own files pass; another user's, a file others
     # may write, or a link do not (nor in a tuning directory the environment names)
