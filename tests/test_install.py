@@ -22,7 +22,8 @@ def test_pips_settings_are_read_as_pip_weighs_them(tmp_path, monkeypatch):
                     "[download]\nsrc = /d\n")  # fmt: skip
     monkeypatch.setenv("PIP_CONFIG_FILE", str(conf))
     monkeypatch.setenv("PIP_DEFAULT_TIMEOUT", "7")
-    monkeypatch.delenv("PIP_FIND_LINKS", raising=False)
+    for name in ("PIP_FIND_LINKS", "PIP_EXTRA_INDEX_URL"):
+        monkeypatch.delenv(name, raising=False)
     settings = install.pip_settings()
     assert settings["extra-index-url"] == "file:///g1 file:///g2"
     assert settings["find-links"] == "/i" and settings["default-timeout"] == "7"
@@ -31,7 +32,7 @@ def test_pips_settings_are_read_as_pip_weighs_them(tmp_path, monkeypatch):
     assert install.pip_settings()["find-links"] == "/e"
 
 
-def test_each_setting_becomes_uv_s_and_an_unknown_one_leaves_it_to_pip():
+def test_each_setting_has_its_uv_option_and_one_without_is_named():
     args, env = install.uv_options({
         "extra-index-url": "file:///a file:///b", "find-links": "/w", "no-index": "false",
         "constraint": "/c.txt", "cert": "/ca.crt", "default-timeout": "180",
