@@ -173,15 +173,16 @@ gate-sandbox: setup
 # against the acceptances of HEAD_SHA, recorded in STORE (the gate `ragbench gate --settle`
 # continues), posted as PR PR's comment and the ragbench/gate status; and the
 # perf-regression-accepted label, added (or removed: LABEL_ACTION=unlabeled) by LABEL_USER,
-# recorded if GitHub says LABEL_USER may write to the repository. gate-verdict fails on
-# failures not accepted (ragbench's 1) and on no usable gate output (2) alike: ragbench's code
-# is left in VERDICT_RC.
+# recorded if GitHub says LABEL_USER may write to the repository. gate-verdict holds the gate's
+# base to the merge base of BASE_SHA and HEAD_SHA (git, here: the checkout's whole history),
+# and its machine to RAGBENCH_MACHINE where that is set; it fails on failures not accepted
+# (ragbench's 1) and on no usable gate output (2) alike: ragbench's code is left in VERDICT_RC.
 VERDICT_RC ?= results/verdict.rc
 gate-verdict: $(TRUST) setup
 	mkdir -p results
 	rm -f $(VERDICT_RC); $(BIN)/python -m ragbench verdict --github --store "$(STORE)" \
-	  --gate-json results/gate.json --report results/gate.md --pr $(PR) --head $(HEAD_SHA); \
-	  rc=$$?; echo $$rc > $(VERDICT_RC); exit $$rc
+	  --gate-json results/gate.json --report results/gate.md --pr $(PR) --head $(HEAD_SHA) \
+	  --base-sha $(BASE_SHA); rc=$$?; echo $$rc > $(VERDICT_RC); exit $$rc
 
 gate-accept: $(TRUST) setup
 	$(BIN)/python -m ragbench accept --store "$(STORE)" --pr $(PR) --head $(HEAD_SHA) \

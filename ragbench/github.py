@@ -136,7 +136,7 @@ class Client:
         """Create the gate's comment on ``pr``, or edit the bot's earlier one; -> what it did."""
         body = text if text.startswith(MARKER) else f"{MARKER}\n{text}"
         if len(body) > COMMENT_LIMIT:
-            cut = "\n\n(report cut at GitHub's comment limit: the full one is in the job summary)"
+            cut = "\n\n(cut at GitHub's comment limit)"
             body = body[: COMMENT_LIMIT - len(cut)] + cut
         page = 1
         while True:

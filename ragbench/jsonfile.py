@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import stat
 from pathlib import Path
 
@@ -44,9 +45,34 @@ def read_text(path: Path, limit: int = MAX_BYTES) -> str:
 
 def read(path: Path, limit: int = MAX_BYTES) -> object:
     """The parsed JSON of ``path``; ValueError when it is not a regular file of at most
-    ``limit`` bytes holding JSON (asv's NaN included)."""
+    ``limit`` bytes holding JSON (asv's NaN included) whose every string is text: JSON lets
+    ``"\\ud800"`` escape half a character, which Python keeps and no UTF-8 consumer (DuckDB,
+    GitHub's API) takes."""
     data = read_bytes(path, limit)
     try:
-        return json.loads(data)
+        doc = json.loads(data)
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise ValueError(f"not readable as JSON ({exc})") from None
+    if _SURROGATE.search(data) and not _text_only(doc):  # pairs (an emoji) are text
+        raise ValueError("holds a string that is not text (a lone surrogate escape)")
+    return doc
+
+
+_SURROGATE = re.compile(rb"\\u[dD][89a-fA-F][0-9a-fA-F]{2}")
+
+
+def _text_only(doc: object) -> bool:
+    """Whether every string in ``doc`` (keys too) encodes as UTF-8."""
+    todo = [doc]
+    while todo:
+        x = todo.pop()
+        if isinstance(x, dict):
+            todo += [*x.keys(), *x.values()]
+        elif isinstance(x, list):
+            todo += x
+        elif isinstance(x, str):
+            try:
+                x.encode()
+            except UnicodeEncodeError:
+                return False
+    return True

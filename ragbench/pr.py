@@ -24,7 +24,7 @@ from pathlib import Path
 
 from . import jsonfile
 from .gate import rerun
-from .github import MARKER, Client
+from .github import COMMENT_LIMIT, MARKER, Client
 from .policies import load_policies
 from .store import Store
 from .verdicts.status import Status, VerdictError, read_gate_document
@@ -134,9 +134,9 @@ def verdict_markdown(j: Judgement, head: str, pr: int, limit: int | None = None,
     if j.unaccepted:
         lines += ["", "| cell | status | change | note |", "|---|---|---|---|"]
         for f in j.unaccepted[:50]:
-            change = _words(f)
-            lines.append(f"| `{f['benchmark']}.{f['metric']}` {f['param_key']} | {f['status']} | "
-                         f"{change} | {str(f.get('note') or '')[:100]} |")  # fmt: skip
+            cell = _code(f"{f['benchmark']}.{f['metric']}") + " " + _code(f["param_key"])
+            lines.append(f"| {cell} | {f['status']} | {_words(f)} | "
+                         f"{_code(f.get('note') or '', 100)} |")  # fmt: skip
         if limit is not None and total > limit:
             lines += ["", f"{total} failing cells are more than the {limit} one acceptance may "
                           "cover (`[gate] max_accepted` in ragbench/policies.toml): fix them or "
@@ -150,6 +150,19 @@ def verdict_markdown(j: Judgement, head: str, pr: int, limit: int | None = None,
 # the gate's wording of a change ("3.7% slower", "5.0% fewer img/s": verdicts.worded); the
 # document is the pull request's output, so only words of that shape are shown
 WORDS = re.compile(r"[0-9.]+% [a-z]+(?: [A-Za-z/]+)?(?: \((?:worse|better)\))?|no change|-")
+
+
+def _code(text: str, limit: int = 200) -> str:
+    """``text``, which the pull request's code wrote (a cell's names, a note), as one inline code
+    span in a table cell: one line of at most ``limit`` characters, shown as written. A fence
+    longer than any run of backticks in it, and its pipes escaped (GitHub ends a table cell at
+    a pipe even inside code), so that nothing in it ends the span, the cell or the line."""
+    s = " ".join(str(text).split())[:limit]
+    if not s:
+        return ""
+    fence = "`" * (max(map(len, re.findall("`+", s)), default=0) + 1)
+    pad = " " if s[0] == "`" or s[-1] == "`" else ""  # CommonMark strips one space each side
+    return f"{fence}{pad}{s.replace('|', chr(92) + '|')}{pad}{fence}"
 
 
 def _words(f: dict) -> str:
@@ -171,10 +184,11 @@ def run_url() -> str | None:
 
 def reproduce(pr: int, base: str | None, head: str, url: str | None,
               settle: dict | None = None) -> str:  # fmt: skip
-    """The comment's last lines: where the run's logs and artifact are, the one command that
-    runs the same gate on a GPU machine, and where the gate left something to settle
-    (``settle``: the gate verdict this job recorded, ``Store.gate_verdict``), the one that
-    settles it from the store this job recorded it in."""
+    """The comment's trusted lines under the verdict: where the run's logs and artifact are;
+    where the verdict checked the gate's base (``base``: ``gate_base``'s, else None), the one
+    command that runs the same gate on a GPU machine, and where the gate left something to
+    settle (``settle``: the gate verdict this job recorded, ``Store.gate_verdict``), the one
+    that settles it from the store this job recorded it in."""
     where = (f"Logs and the `ragbench-gate` artifact (gate.md, gate.json): {url}" if url
              else "No workflow run to link (GITHUB_RUN_ID unset).")  # fmt: skip
     if not base:
@@ -191,25 +205,79 @@ def reproduce(pr: int, base: str | None, head: str, url: str | None,
     return text
 
 
+def report_section(report: str, room: int) -> str:
+    """The gate job's markdown report, which the pull request's code wrote, as the comment's
+    last part, in at most ``room`` characters: folded under a summary that says whose it is,
+    with no closing tag of its own (it cannot end the fold and pass for the trusted part), cut
+    where GitHub's comment limit would, saying so."""
+    if not report:
+        return ""
+    head = ("<details><summary>The gate job's report (gate.md, written by the pull request's "
+            "code in the sandbox)</summary>\n\n")  # fmt: skip
+    tail = "\n\n</details>"
+    cut = ("\n\n(cut at GitHub's comment limit: the whole report is gate.md in the "
+           "ragbench-gate artifact above)")  # fmt: skip
+    body = re.sub(r"</(details|summary)", r"&lt;/\1", report, flags=re.IGNORECASE)
+    if len(head) + len(body) + len(tail) > room:
+        body = body[: max(0, room - len(head) - len(cut) - len(tail))] + cut
+    return head + body + tail
+
+
 def _publish(client: Client, store: Store, pr: int, head: str, j: Judgement, log,
              note: str = "", policies: Path | None = None) -> None:  # fmt: skip
+    """The PR's one comment and the commit status. The comment's trusted parts come first (the
+    verdict, then the run's link and the commands), the pull request's report last: nothing
+    in it can hide, move or cut them."""
     gate = store.gate(pr, head) or {}
-    report = gate.get("report") or ""
     text = verdict_markdown(j, head, pr, max_accepted(policies), note)
     recorded = store.gate_verdict(gate_id=gate["gate_id"]) if gate.get("gate_id") else None
-    footer = reproduce(pr, gate.get("base"), head, run_url(), recorded)
-    log(client.comment(pr, text + ("\n\n" + report if report else "") + "\n\n" + footer))
+    text += "\n\n" + reproduce(pr, gate.get("base"), head, run_url(), recorded)
+    report = report_section(gate.get("report") or "", COMMENT_LIMIT - len(text) - 2)
+    log(client.comment(pr, text + ("\n\n" + report if report else "")))
     client.status(head, j.state, j.description, run_url())
+
+
+def gate_base(pr: int, base_sha: str, head: str) -> str:
+    """The commit the gate had to measure ``head`` against: the merge base of the pull
+    request's base ``base_sha`` (GitHub's event) and ``head``, as ``make gate`` computes it,
+    here in the trusted job's checkout (history needed: ``fetch-depth: 0``), ``head`` fetched
+    as data from ``refs/pull/N/head`` when it is not here. VerdictError when git cannot say."""
+    from .runner import SuiteError, git
+
+    try:
+        try:
+            git("cat-file", "-e", f"{head}^{{commit}}")
+        except SuiteError:  # not here yet
+            git("fetch", "--quiet", "--no-tags", "origin",
+                f"+refs/pull/{pr}/head:refs/ragbench/pr-head")  # fmt: skip
+        return git("merge-base", base_sha, head)
+    except SuiteError as exc:
+        raise VerdictError(f"the merge base of the pull request's base {base_sha[:12]} and "
+                           f"head {head[:12]} is unknown here: {exc}"[:400]) from None  # fmt: skip
 
 
 def verdict(store: Store, client: Client | None, *, gate_json: Path, report: Path | None,
             pr: int, head: str, machine: str | None, log=print,
-            policies: Path | None = None) -> Judgement:  # fmt: skip
+            policies: Path | None = None, base_sha: str | None = None) -> Judgement:  # fmt: skip
     """Judge the gate's output for ``pr`` at ``head``; with a ``client``, post the comment and
     the status (and take a stale acceptance label off a failing head). ``policies``: the file
-    whose ``max_accepted`` the comment states (default: ragbench's)."""
+    whose ``max_accepted`` the comment states (default: ragbench's).
+
+    What the JSON claims about where it ran is held to what this job knows: with ``base_sha``
+    (the pull request's base in GitHub's event) its base must be ``gate_base``'s, and only
+    then is it recorded as the base the comment's commands name; with ``machine`` (or
+    ``$RAGBENCH_MACHINE``) its machine must be that one. Otherwise an error status."""
+    trusted = machine or os.environ.get("RAGBENCH_MACHINE") or None
     try:
         doc = read_gate_document(gate_json, head)
+        if trusted is not None and doc.get("machine") != trusted:
+            raise VerdictError(f"{gate_json}: the gate names machine "
+                               f"{str(doc.get('machine'))[:40]!r}, not {trusted!r}, this "
+                               "runner's (RAGBENCH_MACHINE)")  # fmt: skip
+        if base_sha is not None and doc["base"] != (want := gate_base(pr, base_sha, head)):
+            raise VerdictError(f"{gate_json}: the gate measured against {doc['base'][:12]}, not "
+                               f"{want[:12]}, the merge base of the pull request's base "
+                               f"{base_sha[:12]} and its head")  # fmt: skip
     except VerdictError as exc:
         j = Judgement("error", f"the gate produced no verdict: {exc}"[:140], [])
         if client is not None:  # the whole reason in the comment, the status has 140 chars
@@ -218,11 +286,14 @@ def verdict(store: Store, client: Client | None, *, gate_json: Path, report: Pat
         raise
     text = ""
     if report is not None and report.is_file():
-        text = jsonfile.read_text(report, limit=1 * 2**20)
-    gate_id = rerun.record(store, doc, source="verdict", machine=machine, pr=pr,
+        try:  # only shown: the verdict is the JSON's
+            text = jsonfile.read_text(report, limit=1 * 2**20)
+        except ValueError as exc:
+            text = f"(The gate's report {report.name} is not shown: {exc}.)"
+    gate_id = rerun.record(store, doc, source="verdict", machine=trusted, pr=pr,
                             most=trusted_counts(policies))  # fmt: skip
-    store.record_gate(pr, head, doc["base"], machine or doc.get("machine"), doc["failures"],
-                      text, gate_id)  # fmt: skip
+    store.record_gate(pr, head, doc["base"] if base_sha is not None else None,
+                      trusted or doc.get("machine"), doc["failures"], text, gate_id)  # fmt: skip
     j = judge(doc["failures"], accepted_on(store, pr, head))
     if client is not None:
         _publish(client, store, pr, head, j, log, policies=policies)
@@ -233,12 +304,13 @@ def verdict(store: Store, client: Client | None, *, gate_json: Path, report: Pat
 
 def accept(store: Store, client: Client, *, pr: int, head: str, user: str,
            withdraw: bool = False, log=print,
-           policies: Path | None = None) -> Judgement:  # fmt: skip
+           policies: Path | None = None) -> Judgement | None:  # fmt: skip
     """Record ``user``'s acceptance of the failures the trusted verdict recorded for ``pr`` at
     ``head`` (or withdraw it), then publish the new verdict. PermissionError when ``user`` may
     not write to the repository; VerdictError when no gate verdict for ``head`` is recorded
     yet; AcceptanceRefused (the reason also in the PR comment) when it has more failing cells
-    than ``[gate] max_accepted`` (of ``policies``, default ragbench's)."""
+    than ``[gate] max_accepted`` (of ``policies``, default ragbench's). None after a withdrawal
+    where no gate verdict is recorded: there is no verdict to publish."""
     gate = store.gate(pr, head)
     if withdraw:
         n = store.withdraw(head, pr)
@@ -275,7 +347,7 @@ def accept(store: Store, client: Client, *, pr: int, head: str, user: str,
             f"{head[:12]} (at most {limit}: [gate] max_accepted)"
         )
     if gate is None:
-        return Judgement("failure", "no gate verdict recorded", [])
+        return None
     j = judge(gate["failures"], accepted_on(store, pr, head))
     _publish(client, store, pr, head, j, log, policies=policies)
     return j

@@ -33,5 +33,9 @@ def run(args) -> int:
     j = accept(open_store(args, create=False), github_client(args), pr=args.pr, head=args.head,
                user=args.user, withdraw=args.withdraw, log=log,
                policies=args.policies)  # fmt: skip
-    print(f"ragbench accept: the verdict is now {j.state.upper()}: {j.description}")
+    if j is None:
+        print(f"ragbench accept: no gate verdict of PR #{args.pr} at {args.head[:12]} is "
+              "recorded: no status or comment changed")  # fmt: skip
+    else:
+        print(f"ragbench accept: the verdict is now {j.state.upper()}: {j.description}")
     return 0

@@ -22,7 +22,14 @@ def add_parser(sub) -> None:
     )
     v.add_argument("--gate-json", type=Path, required=True, help="from ragbench gate --json")
     v.add_argument("--report", type=Path, default=None, help="the gate's markdown report")
-    v.add_argument("--machine", default=None, help="the gate's machine (default: from the JSON)")
+    v.add_argument("--machine", default=None,
+                   help="the machine the gate ran on; the JSON must name it (default "
+                   "$RAGBENCH_MACHINE; unset: the JSON's own, unchecked)")  # fmt: skip
+    v.add_argument("--base-sha", default=None, metavar="SHA",
+                   help="the pull request's base commit (GitHub's event): the JSON's base must "
+                   "be its merge base with --head, which git computes in this checkout (the "
+                   "PR's head fetched from origin's refs/pull/N/head as data when missing); "
+                   "only a base so checked is named in the comment's commands")  # fmt: skip
     v.add_argument("--github", action="store_true", help="post the comment and the status")
     pr_args(v)
     v.set_defaults(func=run)
@@ -35,7 +42,7 @@ def run(args) -> int:
     j = verdict(
         open_store(args), github_client(args) if args.github else None, gate_json=args.gate_json,
         report=args.report, pr=args.pr, head=args.head, machine=args.machine, log=log,
-        policies=args.policies,
+        policies=args.policies, base_sha=args.base_sha,
     )  # fmt: skip
     print(f"ragbench verdict: {j.state.upper()}: {j.description}")
     return j.exit_code
