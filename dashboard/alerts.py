@@ -44,8 +44,8 @@ def settings_list(path: str, mtime: float, branch: str) -> list[dict]:
 
 def settings_steps(ctx) -> None:
     """The steps where the harness timed the cells otherwise on either side (asv's number or
-    repeat, pytest-benchmark's iterations or rounds), in one table, as ``ragbench alerts``
-    lists them apart: a person can still look."""
+    repeat, pytest-benchmark's iterations or rounds, asv's benchmark version), in one table,
+    as ``ragbench alerts`` lists them apart: a person can still look."""
     found = settings_list(ctx["path"], ctx["mtime"], ctx["branch"])
     rows = [{"machine": a["machine"], "commit": a["commit_hash"][:12],
              "cell": alerts.cell_name(c), "environment": c["environment"] or "-",

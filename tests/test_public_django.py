@@ -62,8 +62,9 @@ def test_a_step_where_asv_number_changed_is_listed_apart_not_alerted(store, caps
     timed = {f"{c['benchmark']}.{c['metric']}": c for a in found for c in a["cells"]}
     cell = timed[INVALID]
     assert cell["settings_changed"] == "asv number 86787 -> 1"
-    assert json.loads(cell["prev_timing"]) == {"number": 86787, "repeat": 10}
-    assert json.loads(cell["timing"]) == {"number": 1, "repeat": 10}
+    same_code = json.loads(cell["prev_timing"])["version"]  # asv's hash of the benchmark
+    assert json.loads(cell["prev_timing"]) == {"number": 86787, "repeat": 10, "version": same_code}
+    assert json.loads(cell["timing"]) == {"number": 1, "repeat": 10, "version": same_code}
     code = [c for a in s.alerts(MACHINE, commit=HEAD) for c in a["cells"]]
     assert INVALID not in {f"{c['benchmark']}.{c['metric']}" for c in code}
     assert all(c["settings_changed"] is None for c in code)
@@ -256,3 +257,73 @@ def test_a_result_ingested_without_benchmarks_json_keeps_its_series_unit(tmp_pat
     assert {m["unit"] for m in s.measurements([newest["run_id"]])} == {None}
     reports = stored_histories(s, MACHINE, load_policies())
     assert reports and {r.unit for r in reports} == {"seconds"}, {r.unit for r in reports}
+
+
+RAW = "query_benchmarks.query_raw.benchmark.QueryRaw.time_query_raw"
+
+
+def edited(tmp_path: Path, slower: range, factor: float, recoded_from: int) -> Path:
+    """The sample, with time_query_raw ``factor`` times slower at the commits at positions
+    ``slower`` (oldest first) and measured with other code of the benchmark (another asv
+    ``version``: django-asv's benchmark edited) from position ``recoded_from`` on."""
+    data = tmp_path / "django"
+    shutil.copytree(DJANGO, data)
+    files = sorted((data / "results" / MACHINE).glob("*-*.json"),
+                   key=lambda f: json.loads(f.read_text())["date"])  # fmt: skip
+    for i, f in enumerate(files):
+        doc = json.loads(f.read_text())
+        row = dict(zip(doc["result_columns"], doc["results"][RAW], strict=False))
+        x = factor if i in slower else 1.0
+        for k in ("result", "stats_q_25", "stats_q_75", "stats_ci_99_a", "stats_ci_99_b"):
+            row[k] = [v * x for v in row[k]] if row.get(k) else row.get(k)
+        if row.get("samples"):
+            row["samples"] = [[v * x for v in s] for s in row["samples"]]
+        if i >= recoded_from:
+            row["version"] = "f" * 64
+        doc["results"][RAW] = [row.get(k) for k in doc["result_columns"]]
+        f.write_text(json.dumps(doc))
+    return data
+
+
+def test_a_step_where_the_benchmarks_code_changed_is_the_benchmarks_not_the_projects(
+    tmp_path, capsys
+):
+    """asv keeps a hash of each benchmark's code (``version``); django's own sample has one
+    commit measured with other code (d0580589: 65 benchmarks' versions, back at 7f395438).
+    time_query_raw twice as slow from the commit where its code changed: ``alerts`` lists the
+    step apart, as a measurement setting, and alerts nothing; ``detect`` names the setting
+    and exits 0; the same step with the same code is the project's (before: an alert of the
+    code at that commit with django's link and ``asv find``, and ``detect`` exit 1)."""
+    s = Store(tmp_path / "perf.duckdb")
+    ingest(s, [edited(tmp_path, range(50, 100), 2.0, 50)], branch="main")
+    rc, out = ragbench(capsys, "alerts", "--store", s.name, "--machine", MACHINE)
+    alerted, apart = out.split("## Measurement setting changed")
+    assert RAW not in alerted
+    assert re.search(rf"`{RAW}` \[{ENV}\]: asv version \w{{8}} -> ffffffff", apart), apart
+    # the same step, the benchmark's code unchanged: the project's
+    shutil.rmtree(tmp_path / "django")
+    s = Store(tmp_path / "same.duckdb")
+    ingest(s, [edited(tmp_path, range(50, 100), 2.0, 100)], branch="main")
+    rc, out = ragbench(capsys, "alerts", "--store", s.name, "--machine", MACHINE)
+    assert RAW in out.split("## Measurement setting changed")[0]
+    # at the newest commit, which ``detect`` judges against its lookback
+    shutil.rmtree(tmp_path / "django")
+    s = Store(tmp_path / "newest.duckdb")
+    ingest(s, [edited(tmp_path, range(99, 100), 2.0, 99)], branch="main")
+    rc, out = ragbench(capsys, "detect", "--store", s.name, "--machine", MACHINE)
+    assert rc == 0, out
+    newest = out[out.index("### Measurement setting changed on the newest run") :]
+    assert re.search(rf"`{RAW}` .*\| measurement setting changed: asv version \w{{8}} -> "
+                     r"ffffffff \|\n", newest), newest  # fmt: skip
+
+
+def test_an_alert_is_not_fixed_by_a_change_of_the_benchmarks_code(tmp_path, capsys):
+    """time_query_raw 60% slower from position 40 (the same code: an alert), and back at 88,
+    where its benchmark's code changed: the alert stays open, the drop listed apart (before:
+    "fixed by" that commit)."""
+    s = Store(tmp_path / "perf.duckdb")
+    ingest(s, [edited(tmp_path, range(40, 88), 1.6, 88)], branch="main")
+    rc, out = ragbench(capsys, "alerts", "--store", s.name, "--machine", MACHINE)
+    assert rc == 1, out  # an open alert
+    (block,) = [b for b in out.split("\n## ") if f"`{RAW}`" in b and "Measurement" not in b[:40]]
+    assert block.splitlines()[0].endswith(": new"), block

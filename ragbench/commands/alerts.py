@@ -175,8 +175,9 @@ def settings_text(found: list[dict]) -> str:
     lines = [f"## Measurement setting changed: {cells} step(s) at {len(found)} commit(s), not "
              "alerted as the code's", "", "The harness timed these cells otherwise on either "
              "side of the step (asv's number or repeat, pytest-benchmark's iterations or "
-             "rounds, by 2x or more, where its calibration does not explain it): the step "
-             "is the measurement's until the same settings show it.", ""]  # fmt: skip
+             "rounds, by 2x or more, where its calibration does not explain it; or asv's "
+             "version of the benchmark, its code): the step is the measurement's until the "
+             "same settings show it.", ""]  # fmt: skip
     for a in found:
         lines.append(f"- {a['machine']} at {a['commit_hash'][:12]} ({a['commit_time']}):")
         for c in a["cells"]:

@@ -29,7 +29,7 @@ def settings_moved(store: Store, comparison: Comparison, base_ids: list[str],
         for r in store.measurements(ids):
             key = (r["benchmark"], r["metric"], r["param_key"])
             out.setdefault(key, []).append(
-                timing.of(r["source"], r["stats_number"], r["stats_repeat"])
+                timing.of(r["source"], r["stats_number"], r["stats_repeat"], r["version"])
             )
         return {k: timing.typical(v) for k, v in out.items()}
 

@@ -188,12 +188,12 @@ def point_env(row: tuple) -> dict:
     """The environment fields of a ``Store.series_points`` row."""
     from ..store import ENV_FIELDS
 
-    return dict(zip(ENV_FIELDS, row[11:], strict=True))
+    return dict(zip(ENV_FIELDS, row[12:], strict=True))
 
 
 def point_timing(row: tuple) -> dict:
     """How the harness timed a ``Store.series_points`` row (``ragbench.store.timing``)."""
-    return timing.of(row[10], row[8], row[9])
+    return timing.of(row[10], row[8], row[9], row[11])
 
 
 def _series(store, machine: str, environment: str, key: tuple, rows: list[tuple], offset: int,

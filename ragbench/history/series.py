@@ -259,7 +259,8 @@ def histories(rows: list[dict], policies: Policies, last: int = 200, change_poin
                 commit, runs[0]["commit_time"], statistics.median(r["median"] for r in runs),
                 env, {k: runs[0].get(k) for k in ENV_FIELDS},
                 timing.of(runs[0].get("source"), min_of(runs, "stats_number"),
-                          min_of(runs, "stats_repeat")),
+                          min_of(runs, "stats_repeat"),
+                          max((r["version"] for r in runs if r.get("version")), default=None)),
             ))  # fmt: skip
         reports.append(history(points[-last:], key, json.loads(first["params"]), unit,
                                policies, change_points, accepted.get(key, ()),
@@ -315,7 +316,7 @@ def stored_histories(
         points = {(r["commit_hash"], r["env_key"]): Point(
             r["commit_hash"], r["commit_time"], r["value"], r["env_key"],
             {k: r[k] for k in ENV_FIELDS},
-            timing.of(r["source"], r["stats_number"], r["stats_repeat"]))
+            timing.of(r["source"], r["stats_number"], r["stats_repeat"], r["version"]))
             for r in group}  # fmt: skip
         cps = [c for c in found.get((environment, *key), []) if not policy.paired
                and (newest["since"] is None or c["prev_commit_time"] is None

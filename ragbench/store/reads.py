@@ -216,7 +216,8 @@ class Reads:
         without one) on the history's branch: one per series, commit and ``env_key``, the
         median of its runs' medians, values only (no failed cell). Rows ``(benchmark, metric,
         param_key, commit_hash, env_key, commit_time, started_at, value, number, repeat,
-        source, *ENV_FIELDS)``: ``number`` and ``repeat`` the smallest of its runs' settings
+        source, version, *ENV_FIELDS)``: ``number`` and ``repeat`` the smallest of its runs'
+        settings and ``version`` the largest of their asv benchmark versions
         (``ragbench.store.timing``), ``source`` their harness; ordered by series, then commit time
         and start. ``since``: commits from that time on; ``keys``: these series (benchmark,
         metric, param_key) only."""
@@ -233,7 +234,8 @@ class Reads:
         env = ", ".join(f"any_value(r.{k})" for k in ENV_FIELDS)
         sql = (f"SELECT m.benchmark, m.metric, m.param_key, r.commit_hash, r.env_key, "
                f"min(r.commit_time) AS t, min(r.started_at) AS s, median(m.median), "
-               f"min(m.stats_number), min(m.stats_repeat), any_value(r.source), {env} "
+               f"min(m.stats_number), min(m.stats_repeat), any_value(r.source), "
+               f"max(m.version), {env} "
                f"FROM measurements m JOIN runs r USING (run_id) WHERE {' AND '.join(where)} "
                "GROUP BY 1, 2, 3, 4, 5 ORDER BY 1, 2, 3, t NULLS FIRST, s, 4, 5")  # fmt: skip
         with self._connect() as con:
@@ -331,7 +333,7 @@ class Reads:
                    r.commit_hash, r.env_key, min(r.commit_time) AS commit_time,
                    min(r.started_at) AS started_at, median(m.median) AS value,
                    min(m.stats_number) AS stats_number, min(m.stats_repeat) AS stats_repeat,
-                   any_value(r.source) AS source
+                   any_value(r.source) AS source, max(m.version) AS version
             FROM measurements m JOIN runs r USING (run_id)
             WHERE {" AND ".join(where)} AND r.commit_hash IN (SELECT commit_hash FROM recent)
             GROUP BY 1, 2, 3, 4, 5, 6

@@ -12,6 +12,11 @@ harness's own calibration explains it: asv (and pytest-benchmark) choose the cal
 so that a sample takes about the same time, so code that got 3x slower is timed with a third
 of the calls, and the sample's duration (calls x value) stays put. Such a move is the code's.
 Below ``FACTOR`` (form_clean: 412 to 427 calls over 400 runs) it is calibration jitter.
+
+asv also keeps each benchmark's ``version``, a hash of its code (its source, or what the
+benchmark sets): a new version is a new benchmark, whose figures asv's own graphs do not join
+to the old ones. It is kept here as a setting (``version``) and any change of it is a
+measurement setting change: the step it makes is the benchmark's, not the project's code's.
 """
 
 from __future__ import annotations
@@ -26,12 +31,15 @@ CALLS = ("number", "iterations")
 WORDS = "measurement setting changed"
 
 
-def of(source: str | None, number, repeat) -> dict:
+def of(source: str | None, number, repeat, version: str | None = None) -> dict:
     """A point's settings as the store keeps them (``timing`` columns): ``{"number": 100,
-    "repeat": 10}`` for asv, ``{"iterations": 10, "rounds": 5}`` for pytest-benchmark; {} where
-    the harness recorded none."""
+    "repeat": 10, "version": "9f2c..."}`` for asv, ``{"iterations": 10, "rounds": 5}`` for
+    pytest-benchmark; {} where the harness recorded none."""
     calls, samples = NAMES.get(source or "asv", NAMES["asv"])
-    return {k: int(v) for k, v in ((calls, number), (samples, repeat)) if v is not None}
+    out = {k: int(v) for k, v in ((calls, number), (samples, repeat)) if v is not None}
+    if version and calls == "number":
+        out["version"] = str(version)
+    return out
 
 
 def parse(stored) -> dict:
@@ -39,31 +47,43 @@ def parse(stored) -> dict:
     harness left out; {} for none."""
     if isinstance(stored, str):
         stored = json.loads(stored)
-    return {k: int(v) for k, v in (stored or {}).items() if v is not None}
+    return {k: v if k == "version" else int(v) for k, v in (stored or {}).items()
+            if v is not None}  # fmt: skip
 
 
 def typical(settings: list[dict]) -> dict:
-    """The median of each setting over several points (a lookback's), {} where none has it."""
-    keys = {k for s in settings for k in s}
-    return {k: statistics.median_low([s[k] for s in settings if k in s]) for k in sorted(keys)}
+    """Each setting over several points (a lookback's), {} where none has it: the median of a
+    count, the most frequent version (of those as frequent, the latest)."""
+    out = {}
+    for k in sorted({k for s in settings for k in s}):
+        values = [s[k] for s in settings if k in s]
+        if k == "version":
+            out[k] = max(reversed(values), key=values.count)  # max keeps the first of ties
+        else:
+            out[k] = statistics.median_low(values)
+    return out
 
 
 def _harness(settings: dict) -> str:
-    return "asv" if {"number", "repeat"} & set(settings) else "pytest-benchmark"
+    return "asv" if {"number", "repeat", "version"} & set(settings) else "pytest-benchmark"
 
 
 def changed(before: dict | None, after: dict | None, before_value=None,
             after_value=None) -> str | None:  # fmt: skip
-    """The settings that moved by ``FACTOR`` or more between two points (``asv number 89287 ->
-    1``), where the harness's calibration does not explain the move (see the module); None where
-    none did, or where either side recorded none. ``before_value``, ``after_value``: the
-    figures measured with them (without them no move counts as calibration)."""
+    """The settings that moved between two points: a count by ``FACTOR`` or more (``asv number
+    89287 -> 1``) where the harness's calibration does not explain the move (see the module),
+    asv's benchmark version at all (``asv version 1a2b3c4d -> 9f2c0e51``); None where none did,
+    or where either side recorded none. ``before_value``, ``after_value``: the figures measured
+    with them (without them no move counts as calibration)."""
     if not before or not after:
         return None
     moved = []
+    if "version" in before and "version" in after and before["version"] != after["version"]:
+        moved.append(f"version {before['version'][:8]} -> {after['version'][:8]}")
     calls_before = next((before[k] for k in CALLS if k in before), 1)
     calls_after = next((after[k] for k in CALLS if k in after), 1)
-    for key in sorted(set(before) & set(after), key=lambda k: k not in CALLS):
+    counts = (set(before) & set(after)) - {"version"}
+    for key in sorted(counts, key=lambda k: k not in CALLS):
         a, b = before[key], after[key]
         if not a or not b or max(a, b) < FACTOR * min(a, b):
             continue
