@@ -6,10 +6,14 @@ Where the alert's machine holds another asv project's results (``ragbench.projec
 kept the ``asv.conf.json`` it found beside them, or ``--config``), each is that project's: the
 gate runs asv with its config (``ragbench gate --config``), the bisection is asv's own
 (``asv find --config``: ``ragbench bisect`` walks this checkout's commits), and the link is of
-its repository (its ``repo`` or ``show_commit_url``), each benchmark named as asv names it."""
+its repository (its ``repo`` or ``show_commit_url``), each benchmark named as asv names it.
+Where no project is known, the link and the commands are this checkout's only for commits it
+has (``in_this_checkout``): another project's results ingested without their config get
+none, and a line that says why."""
 
 from __future__ import annotations
 
+import functools
 import re
 import shlex
 
@@ -87,6 +91,8 @@ def repro_command(alert: dict, project: Project | None = None) -> str | None:
         return None
     if all("::" in k[0] for k in keys):  # pytest node ids: pytest-benchmark's results
         return pytest_command(alert, keys)
+    if project is None and not in_this_checkout(alert):
+        return None  # this suite's gate would measure commits it does not have
     if project is not None and len(environments(alert)) > 1:
         # the gate judges one environment (asv measures every one of the config's, and the
         # gate refuses to pool them): one gate an environment, each with its own cells
@@ -126,13 +132,35 @@ def repository_url(policies: Policies) -> str | None:
     return remote.removesuffix(".git").rstrip("/") if remote.startswith("https://") else None
 
 
+def in_this_checkout(alert: dict) -> bool:
+    """Whether the alert's commits are this checkout's, whose repository and suite the link and
+    the commands name where no ``project`` is known: this suite's results (no cell has another
+    harness's environment), or a commit git finds here (a project measuring itself in its own
+    clone). Another project's results ingested without their asv.conf.json are neither."""
+    if not any(c.get("environment") for c in alert["cells"]):
+        return True
+    return _commit_here(alert["commit_hash"])
+
+
+@functools.lru_cache(maxsize=256)
+def _commit_here(sha: str) -> bool:
+    from . import runner as suite
+
+    try:
+        suite.git("cat-file", "-e", f"{sha}^{{commit}}")
+    except suite.SuiteError:
+        return False
+    return True
+
+
 def diff_url(repository: str | None, alert: dict, project: Project | None = None) -> str | None:
     """The web page of the alert's commits: the range where the previous commit is known; of
     ``project``'s repository where the results are another project's (``repository``, this
-    checkout's, is then not used)."""
+    checkout's, is then not used), of this checkout's only where the commits are its
+    (``in_this_checkout``)."""
     if project is not None:
         return project.diff_url(alert["prev_commit_hash"], alert["commit_hash"])
-    if not repository:
+    if not repository or not in_this_checkout(alert):
         return None
     if alert["prev_commit_hash"]:
         return f"{repository}/compare/{alert['prev_commit_hash']}...{alert['commit_hash']}"
@@ -151,6 +179,8 @@ def bisect_command(alert: dict, project: Project | None = None) -> str | None:
     if project is not None:
         return asv_find_command(alert, project)
     if all("::" in c["benchmark"] for c in alert["cells"]):  # pytest's: no asv suite to bisect
+        return None
+    if not in_this_checkout(alert):
         return None
     from . import runner as suite
 
@@ -179,6 +209,12 @@ def not_followed(
     still has ("as above" where the reason is the re-measure's)."""
     skipped = not_re_measured(alert, project)
     measured = [f"Not re-measured in {env}: {why}" for env, why in skipped.items()]
+    pytest = all("::" in c["benchmark"] for c in alert["cells"])  # its own re-measure
+    if project is None and not pytest and not in_this_checkout(alert):
+        measured.append(f"Not linked, re-measured or bisected here: {alert['commit_hash'][:12]} "
+                        "is no commit of this checkout (another project's results, ingested "
+                        "without its asv.conf.json: ingest them from beside it for its "
+                        "repository's link and commands)")  # fmt: skip
     if bisect is not None or project is None or not alert["prev_commit_hash"]:
         return measured, []
     left = {**alert, "cells": live_cells(alert, project)}

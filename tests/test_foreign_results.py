@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import re
 import shlex
+import shutil
 from pathlib import Path
 
 from conftest import ingest
@@ -889,3 +890,70 @@ def test_a_re_measure_asv_cannot_build_prints_why(tmp_path, capsys, monkeypatch)
                              "--rounds", "1")  # fmt: skip
         last = out.strip().splitlines()[-1]
         assert code == 2 and f"measured base in {', '.join(built)}, none of that name" in last
+
+
+def test_a_cell_that_failed_in_one_environment_is_alerted_in_that_one(tmp_path, capsys):
+    """django-asv's newest commit (03988c5a), its time_query_raw made to fail under
+    conda-py3.13 alone: the alert names that environment, its value before from that
+    environment, no value now, and bisects there with ``-E conda:3.13`` for a slowdown
+    (before: no environment, "now" conda-py3.12's value, "before" the two pooled, and ``asv
+    find`` with no ``-E`` and ``--invert``, searching conda-py3.12, where nothing failed)."""
+    data = tmp_path / "django"
+    shutil.copytree(DJANGO_ENVS, data)
+    raw = "query_benchmarks.query_raw.benchmark.QueryRaw.time_query_raw"
+    f = data / "results" / "ubuntu-latest" / "03988c5a-conda-py3.13.json"
+    doc = json.loads(f.read_text())
+    row = dict(zip(doc["result_columns"], doc["results"][raw], strict=False))
+    row.update(result=[None], samples=None)
+    doc["results"][raw] = [row.get(k) for k in doc["result_columns"]]
+    f.write_text(json.dumps(doc))
+    path = tmp_path / "perf.duckdb"
+    code, out = ragbench(capsys, "ingest", "--store", path, "--branch", "main", data)
+    assert code == 0, out
+    code, out = ragbench(capsys, "alerts", "--store", path, "--machine", "ubuntu-latest")
+    assert code == 1, out
+    (line,) = [x for x in out.splitlines() if x.startswith(f"- `{raw}`")]
+    before = Store(path).series(benchmark=raw.rsplit(".", 1)[0], metric="time_query_raw",
+                                machine="ubuntu-latest")  # fmt: skip
+    py313 = [r["median"] for r in before if r["commit_hash"].startswith("4c4f8fd7")
+             and r["environment"] == "conda-py3.13"]  # fmt: skip
+    assert f"`{raw}` [conda-py3.13]: failed: raised in 1 head run(s)" in line, line
+    assert f"(before: {py313[0]:.4g}, now: none)" in line, (line, py313)
+    find = shlex.split(re.search(r"Bisect the range: `(.+)`", out).group(1))
+    assert find[find.index("-E") + 1] == "conda:3.13" and "--invert" not in find, find
+
+
+def test_another_projects_results_without_their_config_get_none_of_this_checkouts_links(
+    tmp_path, capsys
+):
+    """django-asv's results ingested without the asv.conf.json above them: no project is known,
+    and their commits are not this checkout's, so its alert has no link of this checkout's
+    repository, no ``ragbench gate`` or ``ragbench bisect`` of this suite (which would measure
+    commits it does not have), and a line that says why (before: this repository's compare
+    page over django's commits, and both commands)."""
+    from ragbench import follow_up
+    from ragbench.commands import alerts as alerts_command
+
+    data = tmp_path / "django"
+    shutil.copytree(DJANGO / "results", data / "results")
+    path = tmp_path / "perf.duckdb"
+    code, out = ragbench(capsys, "ingest", "--store", path, "--branch", "main", data)
+    assert code == 0, out
+    found = Store(path).alerts("ubuntu-latest")
+    assert found
+    for a in found:
+        text = alerts_command.text(a, "https://github.com/example/ragbench")
+        assert "github.com/example" not in text and "ragbench gate" not in text, text
+        assert "ragbench bisect" not in text and "Re-measure" not in text, text
+        assert (f"Not linked, re-measured or bisected here: {a['commit_hash'][:12]} is no "
+                "commit of this checkout") in text, text  # fmt: skip
+    # pytest-benchmark's, of lagom's commits (commit_info.project "lagom"): no link either
+    cells = [{**c, "benchmark": "tests/test_x.py::test_y", "environment": "python 3.10, Xeon"}
+             for c in found[0]["cells"]]  # fmt: skip
+    lagom = {**found[0], "commit_hash": "9f84ad6b89dc" + "0" * 28, "cells": cells}
+    assert follow_up.diff_url("https://github.com/example/ragbench", lagom) is None
+    # this suite's results (no environment of another harness) keep this checkout's link
+    ours = {**found[0], "cells": [{**c, "environment": ""} for c in found[0]["cells"]]}
+    assert "https://github.com/example/ragbench/compare/" in alerts_command.text(
+        ours, "https://github.com/example/ragbench"
+    )

@@ -161,31 +161,41 @@ class Newest:
     commit: str | None
     prev: str | None
     time: object
-    verdicts: dict  # key -> Verdict
+    verdicts: dict  # (environment, *key) -> Verdict
     since: object = None  # the time of the newest LAST commits' oldest
 
-    def finding(self, key: Key):
+    def finding(self, key: tuple):
         v = self.verdicts.get(key)
         return v if v is not None and v.status in FINDINGS else None
 
 
 def newest(store, machine: str, policies: Policies) -> Newest:
-    """The comparison of the machine's newest commit with the commit before it on main: every
-    cell, with its bound, failure or absence (no timing statistics)."""
+    """The comparison of the machine's newest commit with the commit before it on main, in
+    each environment of the newest commit's runs with its own runs there (another harness's:
+    asv's env_name; '' for this suite's): every cell, with its bound, failure or absence (no
+    timing statistics), keyed ``(environment, benchmark, metric, param_key)``. Runs of two
+    environments are never pooled: a cell that failed in one is not the other's value."""
     from ..verdicts import comparison as compare
 
     runs = store.runs(machine=machine)
     commits = list(dict.fromkeys(r["commit_hash"] for r in runs))
     if not commits:
         return Newest(None, None, None, {})
-    head = [r["run_id"] for r in runs if r["commit_hash"] == commits[0]]
-    base = [r["run_id"] for r in runs if len(commits) > 1 and r["commit_hash"] == commits[1]]
-    c = compare.compare(compare.cells(store, base), compare.cells(store, head), policies,
-                        detail=False)  # fmt: skip
+
+    def ids(commit: str, env: str) -> list[str]:
+        return [r["run_id"] for r in runs
+                if r["commit_hash"] == commit and (r["environment"] or "") == env]  # fmt: skip
+
+    verdicts = {}
+    for env in sorted({r["environment"] or "" for r in runs if r["commit_hash"] == commits[0]}):
+        base = ids(commits[1], env) if len(commits) > 1 else []
+        c = compare.compare(compare.cells(store, base), compare.cells(store, ids(commits[0], env)),
+                            policies, detail=False)  # fmt: skip
+        verdicts.update({(env, *v.key): v for v in c.verdicts})
     oldest = commits[:LAST][-1]
     since = next(r["commit_time"] for r in runs if r["commit_hash"] == oldest)
     return Newest(commits[0], commits[1] if len(commits) > 1 else None, runs[0]["commit_time"],
-                  {v.key: v for v in c.verdicts}, since)  # fmt: skip
+                  verdicts, since)  # fmt: skip
 
 
 def finding_words(v) -> str:
@@ -197,13 +207,13 @@ def finding_words(v) -> str:
 
 def findings(store, machine: str, now: Newest, stored: list[dict]) -> list[dict]:
     """The cells of the newest commit's findings that no alert holds yet (fixed ones aside)."""
-    held = {(c["benchmark"], c["metric"], c["param_key"]) for a in stored if a["state"] != "fixed"
+    held = {_cell_key(c) for a in stored if a["state"] != "fixed"
             for c in a["cells"] if c["found_by"] not in STEP_FOUND}  # fmt: skip
     out = []
     for key, v in sorted(now.verdicts.items()):
         if v.status in FINDINGS and key not in held:
-            out.append({"environment": "", "benchmark": key[0], "metric": key[1],
-                        "param_key": key[2], "unit": v.unit, "kind": v.policy.kind,
+            out.append({"environment": key[0], "benchmark": key[1], "metric": key[2],
+                        "param_key": key[3], "unit": v.unit, "kind": v.policy.kind,
                         "before": v.base, "after": v.head, "ratio_lo": None, "ratio_hi": None,
                         "found_by": finding_words(v)})  # fmt: skip
     return out
@@ -338,7 +348,7 @@ def step_back(store, machine: str, alert: dict, c: dict, policies: Policies,
 def finding_gone(alert: dict, c: dict, now: Newest) -> str | None:
     """The newest commit where it no longer shows the finding ``c`` (it has the cell, measured
     and within its bound), else None."""
-    key = (c["benchmark"], c["metric"], c["param_key"])
+    key = _cell_key(c)
     v = now.verdicts.get(key)
     if now.commit in (None, alert["commit_hash"]) or v is None or v.head is None:
         return None
