@@ -339,8 +339,9 @@ def ingest(
     t0 = time.perf_counter()
     every = max(1, len(files) // 20)  # progress: each file for small ingests, ~5% steps else
     batch: list[tuple[int, Path, Run, Columns]] = []
-    projects: dict[str, Path] = {}  # machine -> the asv config of its results
+    projects: dict[str, project.Project | None] = {}  # machine -> the asv project of its results
     configs: dict[Path, Path | None] = {}  # a results directory -> its asv config
+    read: dict[Path, project.Project] = {}  # an asv config -> its project
 
     def refuse(path: Path, why: str) -> None:
         report.failed.append((path, why))
@@ -382,7 +383,12 @@ def ingest(
                         configs[path.parent] = config_of(path.parent)
                     conf = config or configs[path.parent]
                     if conf is not None:
-                        projects[run.machine] = conf
+                        if conf not in read:
+                            read[conf] = project.read(conf)
+                        if run.machine not in projects:  # what the store holds, once
+                            projects[run.machine] = project.load(store, run.machine)
+                        _same_project(run.machine, projects[run.machine], read[conf])
+                        projects[run.machine] = read[conf]
                 batch.append((i, path, run, Columns(run.run_id, rows)))
         except ValueError as exc:
             refuse(path, str(exc))
@@ -393,8 +399,21 @@ def ingest(
     described = asv_project(report.stored + report.duplicate)
     if described:
         store.describe(**described)
-    for machine, conf in projects.items():  # the project each machine's asv results are of
-        kept = project.read(conf)
-        if kept.name != this_suite():  # this suite's results (any clone's) follow this checkout
+    for machine, kept in projects.items():  # the project each machine's asv results are of
+        if kept is not None and kept.name != this_suite():  # this suite's follow this checkout
             project.save(store, machine, kept)
     return report
+
+
+def _same_project(machine: str, held: project.Project | None, new: project.Project) -> None:
+    """ValueError where ``machine``'s results (the store's, or this ingest's) are of another
+    asv project than ``new``: one machine's alerts link and re-measure one project (asv
+    names every GitHub runner ``ubuntu-latest``; before, the last one ingested took the
+    machine's links and commands over)."""
+    if held is None or (held.name, held.repo) == (new.name, new.repo):
+        return
+    raise ValueError(
+        f"machine {machine!r} holds results of {held.name or held.config} ({held.repo}), and "
+        f"these are of {new.name or new.config} ({new.repo}): name this runner's machine apart "
+        "([machines] in the policies) or ingest them into another store"
+    )

@@ -957,3 +957,34 @@ def test_another_projects_results_without_their_config_get_none_of_this_checkout
     assert "https://github.com/example/ragbench/compare/" in alerts_command.text(
         ours, "https://github.com/example/ragbench"
     )
+
+
+def test_a_second_project_on_a_machine_of_the_same_name_is_refused(tmp_path, capsys):
+    """astropy's results from a runner also called ``ubuntu-latest`` (as every GitHub runner
+    is), ingested after django-asv's: refused, each file in one line saying how to keep them
+    apart, and django's alerts keep django's links (before: astropy's config took the machine
+    over, and django's alert linked astropy's compare page and called its benchmarks gone
+    from astropy's suite)."""
+    from ragbench import project
+
+    astropy = tmp_path / "astropy"
+    shutil.copytree(ASTROPY, astropy)
+    (astropy / "results" / "cheetah").rename(astropy / "results" / "ubuntu-latest")
+    for f in (astropy / "results" / "ubuntu-latest").glob("*.json"):
+        doc = json.loads(f.read_text())
+        if f.name == "machine.json":
+            doc["machine"] = "ubuntu-latest"
+        else:
+            doc.setdefault("params", {})["machine"] = "ubuntu-latest"
+        f.write_text(json.dumps(doc))
+    path = tmp_path / "perf.duckdb"
+    code, out = ragbench(capsys, "ingest", "--store", path, "--branch", "main", DJANGO)
+    assert code == 0, out
+    code, out = ragbench(capsys, "ingest", "--store", path, "--branch", "main", astropy)
+    refused = [x for x in out.splitlines() if x.startswith("ragbench ingest: refused")]
+    assert code == 1 and len(refused) == 16, out
+    assert all("machine 'ubuntu-latest' holds results of Django" in x and "astropy" in x
+               and "[machines] in the policies" in x for x in refused), refused  # fmt: skip
+    assert project.load(Store(path), "ubuntu-latest").name == "Django"
+    assert not [r for r in Store(path).runs(machine="ubuntu-latest") if r["commit_hash"][:8]
+                in (BASE, HEAD)]  # fmt: skip
