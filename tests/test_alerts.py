@@ -379,3 +379,48 @@ def test_a_broken_bound_on_mains_newest_commit_is_an_alert(tmp_path):
     numerics(store, [1.1] * 3, start=22)  # the kernel fixed: a commit without the violation
     (a,) = store.alerts("m1")
     assert (a["state"], a["fixed_by"]) == ("fixed", sha(22))
+
+
+def lagom_history(out: Path, commits: range) -> None:
+    """pytest-benchmark's real file of lagom (tests/data/public), as 14 nightly runs of main
+    whose three benchmarks are 50% slower from the ninth commit on: the commits of ``commits``."""
+    import copy
+    import hashlib
+    import json
+
+    src = REPO / "tests/data/public/pytest-benchmark-lagom/.benchmarks/Linux-CPython-3.10-64bit"
+    base = json.loads((src / "0001_baseline.json").read_text())
+    out.mkdir(parents=True, exist_ok=True)
+    for i in commits:
+        doc, commit = copy.deepcopy(base), hashlib.sha1(b"c%d" % i).hexdigest()
+        doc["commit_info"].update(id=commit, time=f"2021-11-{i + 1:02d}T10:00:00+00:00",
+                                  branch="main")  # fmt: skip
+        doc["datetime"] = f"2021-11-{i + 1:02d}T12:00:00"
+        for b in doc["benchmarks"]:
+            for k in ("min", "max", "mean", "median", "q1", "q3"):
+                b["stats"][k] *= (1.5 if i >= 8 else 1) * (1 + 0.001 * (i % 3))
+        (out / f"{i:04d}_{commit}.json").write_text(json.dumps(doc))
+
+
+def test_a_step_a_late_commit_moves_leaves_one_alert_where_it_is_now(tmp_path, capsys):
+    """The ninth night's run, ingested after the rest: the step was first placed at the tenth
+    commit (its alert made), then at the ninth. The tenth's alert is invalid, saying where the
+    step is; the ninth's is the one alert (before: both new, and the newest commit a third, its
+    lookback across the step judging it again)."""
+    from ragbench import cli
+
+    lagom_history(tmp_path / "first", [i for i in range(14) if i != 8])
+    lagom_history(tmp_path / "late", [8])
+    store = str(tmp_path / "perf.duckdb")
+    for part in ("first", "late"):
+        assert cli.main(["ingest", "--store", store, str(tmp_path / part)]) == 0
+    s = Store(store, read_only=True)
+    states = {a["commit_hash"][:8]: (a["state"], a["reason"]) for a in s.alerts("fv-az214-550")}
+    ninth, tenth = "9f84ad6b", "68ee74f7"
+    moved = "no step here any more: a commit measured later put it at 9f84ad6b89dc"
+    assert states == {ninth: ("new", None), tenth: ("invalid", moved)}
+    # all at once: the one alert at once
+    assert cli.main(["ingest", "--store", str(tmp_path / "once.duckdb"), str(tmp_path / "first"),
+                     str(tmp_path / "late")]) == 0  # fmt: skip
+    once = Store(tmp_path / "once.duckdb", read_only=True).alerts("fv-az214-550")
+    assert [(a["commit_hash"][:8], a["state"]) for a in once] == [(ninth, "new")]

@@ -134,9 +134,12 @@ def steps(store, machine: str, policies: Policies,
                  for p in code if (i := s.at(p.commit_hash, p.env_key))]  # fmt: skip
         if newest and len(s.values) > 1:
             n = len(s.values) - 1
+            # from the newest accepted change or change point on: a lookback across a step
+            # would judge the newest against two levels, and raise the step again, here
             start = max((i for p in (rep.points[j] for j in rep.accepted)
                          if (i := s.at(p.commit_hash, p.env_key)) is not None and i < n),
                         default=0)  # fmt: skip
+            start = max([start, *(i for i in cps if i < n)])
             base = [i for i in range(start, n) if s.env_keys[i] == s.env_keys[n]][-lookback:]
             if base:
                 step = measured([s.values[i] for i in base], [s.values[n]], policy.kind)
@@ -255,6 +258,12 @@ def update(store, machine: str, policies: Policies, *, last: int = LAST,
     for commit, group in found.items():  # the step a reopened alert is: no other alert
         group[:] = [c for c in group if _cell_key(c) not in held_again
                     or _when(times.get(commit)) <= _when(held_again[_cell_key(c)])]  # fmt: skip
+    gone = moved(stored_list, found, now)
+    for a in gone:
+        to = ", ".join(c[:12] for c in a["moved_to"])
+        store.set_alert_state(machine, a["commit_hash"], "invalid", by=BY, was="new",
+                              reason=f"no step here any more: a commit measured later put it at "
+                              f"{to}")  # fmt: skip
     stored = {a["commit_hash"]: a for a in store.alerts(machine, cells=None)}  # every cell
     gate_cells = findings(store, machine, now, stored_list)
     if gate_cells:
@@ -281,8 +290,35 @@ def update(store, machine: str, policies: Policies, *, last: int = LAST,
             fixed += store.set_alert_state(machine, a["commit_hash"], "fixed", by=BY,
                                            was=a["state"], fixed_by=by, reason=why)  # fmt: skip
     grown = len({c["commit_hash"] for c in cells})
-    log(f"alerts: {machine}: {grown} made or grown, {fixed} fixed, {reopened} reopened")
+    log(
+        f"alerts: {machine}: {grown} made or grown, {fixed} fixed, {reopened} reopened, "
+        f"{len(gone)} whose step moved"
+    )
     return grown, fixed, reopened
+
+
+def moved(stored: list[dict], found: dict[str, list[dict]], now: Newest) -> list[dict]:
+    """The new alerts, this module's (no person set their state), of change points alone, none
+    of which is found at their commit any more and each at another (``found``: ``steps``):
+    a commit measured after newer ones moved the change points, and the alert made before it
+    claims steps that are not there. Each with ``moved_to``, the commits they are at now.
+    Only within the newest ``LAST`` commits, which ``steps`` reads."""
+    at: dict[tuple, set[str]] = {}
+    for commit, group in found.items():
+        for c in group:
+            if c["found_by"] == "change point":
+                at.setdefault(_cell_key(c), set()).add(commit)
+    out = []
+    for a in stored:
+        cells = a["cells"]
+        if (a["state"] != "new" or a["changed_by"] not in (None, BY) or not cells
+                or _when(a["commit_time"]) < _when(now.since)
+                or any(c["found_by"] != "change point" for c in cells)):  # fmt: skip
+            continue
+        where = [at.get(_cell_key(c), set()) for c in cells]
+        if all(w and a["commit_hash"] not in w for w in where):
+            out.append({**a, "moved_to": sorted(set().union(*where))})
+    return out
 
 
 def update_runs(store, run_ids: list[str], policies: Policies | None = None,
