@@ -281,7 +281,9 @@ def verdict(store: Store, client: Client | None, *, gate_json: Path, report: Pat
     except VerdictError as exc:
         j = Judgement("error", f"the gate produced no verdict: {exc}"[:140], [])
         if client is not None:  # the whole reason in the comment, the status has 140 chars
-            client.comment(pr, f"{verdict_markdown(j, head, pr)}\n\n{exc}")
+            # the reason quotes what the gate's output holds: as code, never as markup
+            said = Judgement("error", "the gate produced no verdict (why below)", [])
+            client.comment(pr, f"{verdict_markdown(said, head, pr)}\n\n{_code(str(exc), 2000)}")
             client.status(head, j.state, j.description, run_url())
         raise
     text = ""

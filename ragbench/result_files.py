@@ -410,7 +410,10 @@ def _same_project(machine: str, held: project.Project | None, new: project.Proje
     asv project than ``new``: one machine's alerts link and re-measure one project (asv
     names every GitHub runner ``ubuntu-latest``; before, the last one ingested took the
     machine's links and commands over)."""
-    if held is None or (held.name, held.repo) == (new.name, new.repo):
+    # a clone's path is no identity (asv's "repo": "." names wherever the clone is): the name,
+    # and the web address where both configs give one
+    if held is None or new.name == this_suite() or (held.name == new.name and (
+            held.web is None or new.web is None or held.web == new.web)):  # fmt: skip
         return
     raise ValueError(
         f"machine {machine!r} holds results of {held.name or held.config} ({held.repo}), and "

@@ -424,3 +424,26 @@ def test_a_step_a_late_commit_moves_leaves_one_alert_where_it_is_now(tmp_path, c
                      str(tmp_path / "late")]) == 0  # fmt: skip
     once = Store(tmp_path / "once.duckdb", read_only=True).alerts("fv-az214-550")
     assert [(a["commit_hash"][:8], a["state"]) for a in once] == [(ninth, "new")]
+
+
+def test_a_finding_stored_before_findings_had_an_environment_is_fixed_where_gone_from_all():
+    """Found by an attack on this session's change: findings are now kept per environment,
+    and one an older store keeps with '' matched none, so its alert was never fixed and the
+    same finding made a second alert. '' now stands for every environment of the cell."""
+    from types import SimpleNamespace as V
+
+    from ragbench.verdicts.status import Status
+
+    cell = {"environment": "", "benchmark": "b", "metric": "time_x", "param_key": "",
+            "found_by": "failed: raised in 1 head run(s)"}  # fmt: skip
+    alert = {"commit_hash": "old"}
+
+    def now(py313: str) -> alerts.Newest:
+        return alerts.Newest("new", "old", None, {
+            ("conda-py3.12", "b", "time_x", ""): V(head=1.0, status=Status.UNCHANGED),
+            ("conda-py3.13", "b", "time_x", ""): V(head=1.0, status=py313)})  # fmt: skip
+
+    assert alerts.finding_gone(alert, cell, now(Status.FAILED)) is None
+    assert alerts.finding_gone(alert, cell, now(Status.UNCHANGED)) == "new"
+    stored = [{"state": "new", "cells": [cell]}]
+    assert alerts.findings(None, "m", now(Status.FAILED), stored) == []  # held: no second alert

@@ -761,7 +761,7 @@ def history_file(tmp_path: Path) -> Path:
 def test_the_verdict_takes_an_unparameterized_cell_and_refuses_a_huge_pr(tmp_path):
     gate = tmp_path / "gate.json"
     gate.write_text(json.dumps({"schema": SCHEMA, "base": "b" * 40, "head": "a" * 40,
-                                "verdict": "fail", "failures": [
+                                "machine": "m", "verdict": "fail", "failures": [
                                     {"benchmark": "cpu.Plain", "metric": "x", "param_key": "",
                                      "status": "missing"}]}))  # fmt: skip
     common = ["verdict", "--gate-json", gate, "--store", tmp_path / "s.duckdb", "--head", "a" * 40]

@@ -988,3 +988,17 @@ def test_a_second_project_on_a_machine_of_the_same_name_is_refused(tmp_path, cap
     assert project.load(Store(path), "ubuntu-latest").name == "Django"
     assert not [r for r in Store(path).runs(machine="ubuntu-latest") if r["commit_hash"][:8]
                 in (BASE, HEAD)]  # fmt: skip
+
+
+def test_one_project_from_two_clones_is_one_project(tmp_path, capsys):
+    """Found by an attack on the refusal above: django-asv's config with asv's common ``"repo":
+    "."`` in two clones (the repository is wherever each clone is) was refused as another
+    project, every file; the same name and no web address that differs is the same project."""
+    path = tmp_path / "perf.duckdb"
+    for clone in ("a", "b"):
+        shutil.copytree(DJANGO, tmp_path / clone)
+        conf = tmp_path / clone / "asv.conf.json"
+        conf.write_text(re.sub(r'"repo": *"[^"]*"', '"repo": "."', conf.read_text()))
+        code, out = ragbench(capsys, "ingest", "--store", path, "--branch", "main",
+                             tmp_path / clone / "results")  # fmt: skip
+        assert code == 0 and "ragbench ingest: refused" not in out, out[-2000:]

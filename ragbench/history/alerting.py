@@ -167,10 +167,6 @@ class Newest:
     verdicts: dict  # (environment, *key) -> Verdict
     since: object = None  # the time of the newest LAST commits' oldest
 
-    def finding(self, key: tuple):
-        v = self.verdicts.get(key)
-        return v if v is not None and v.status in FINDINGS else None
-
 
 def newest(store, machine: str, policies: Policies) -> Newest:
     """The comparison of the machine's newest commit with the commit before it on main, in
@@ -213,8 +209,8 @@ def findings(store, machine: str, now: Newest, stored: list[dict]) -> list[dict]
     held = {_cell_key(c) for a in stored if a["state"] != "fixed"
             for c in a["cells"] if c["found_by"] not in STEP_FOUND}  # fmt: skip
     out = []
-    for key, v in sorted(now.verdicts.items()):
-        if v.status in FINDINGS and key not in held:
+    for key, v in sorted(now.verdicts.items()):  # a finding stored with '' holds every one
+        if v.status in FINDINGS and key not in held and ("", *key[1:]) not in held:
             out.append({"environment": key[0], "benchmark": key[1], "metric": key[2],
                         "param_key": key[3], "unit": v.unit, "kind": v.policy.kind,
                         "before": v.base, "after": v.head, "ratio_lo": None, "ratio_hi": None,
@@ -385,10 +381,15 @@ def finding_gone(alert: dict, c: dict, now: Newest) -> str | None:
     """The newest commit where it no longer shows the finding ``c`` (it has the cell, measured
     and within its bound), else None."""
     key = _cell_key(c)
-    v = now.verdicts.get(key)
-    if now.commit in (None, alert["commit_hash"]) or v is None or v.head is None:
+    if key in now.verdicts or key[0]:
+        found = [now.verdicts[key]] if key in now.verdicts else []
+    else:  # stored before findings had their environment: gone from every one
+        found = [v for k, v in now.verdicts.items() if k[1:] == key[1:]]
+    if now.commit in (None, alert["commit_hash"]) or not found:
         return None
-    return None if now.finding(key) else now.commit
+    if any(v.head is None for v in found):
+        return None
+    return None if any(v.status in FINDINGS for v in found) else now.commit
 
 
 def undone_by(store, machine: str, alert: dict, policies: Policies, now: Newest | None = None,

@@ -122,6 +122,9 @@ def verdict_words(v) -> str:
 
 JSON_SCHEMA = 2  # of gate_document's document; read_gate_document refuses any other
 _SHA = re.compile(r"[0-9a-f]{40}(?:[0-9a-f]{24})?")
+# a machine's name as a host name or RAGBENCH_MACHINE gives one: what the trusted comment's
+# settle command may name (never a space, a backtick, markup or a line break)
+MACHINE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._@+-]{0,99}")
 
 
 MODES = ("quick", "full")  # the suite's modes (``ragbench.runner``), a gate's ``mode``
@@ -192,6 +195,9 @@ def read_gate_document(path: Path, head: str) -> dict:
         raise VerdictError(f"{path} is for head {str(doc.get('head'))[:40]!r}, not {head}")
     if not isinstance(doc.get("base"), str) or not _SHA.fullmatch(doc["base"]):
         raise VerdictError(f"{path}: base {str(doc.get('base'))[:40]!r} is not a commit hash")
+    if not isinstance(doc.get("machine"), str) or not MACHINE.fullmatch(doc["machine"]):
+        raise VerdictError(f"{path}: machine {str(doc.get('machine'))[:40]!r} is not a machine's "
+                           "name (letters, digits and ._@+-)")  # fmt: skip
     failures = doc.get("failures")
     if doc.get("verdict") not in tuple(Headline) or not isinstance(failures, list):
         raise VerdictError(f"{path}: no verdict and list of failures")
