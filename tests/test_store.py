@@ -249,8 +249,10 @@ def test_export_parquet_and_read_only(quick_run, tmp_path, store_spec):
     assert (
         con.execute(f"SELECT count(*) FROM '{tmp_path}/pq/measurements.parquet'").fetchone()[0] == n
     )
-    for name in ("runs", "speedups", "dispatch_floors", "drift", "acceptances"):
-        assert (tmp_path / "pq" / f"{name}.parquet").exists()
+    from ragbench.store.schema import OURS
+
+    assert sorted(p.stem for p in (tmp_path / "pq").glob("*.parquet")) == sorted(OURS)
+    assert "alerts" in OURS and "alert_cells" in OURS  # left out before
     with pytest.raises(StoreError, match="no results store"):
         Store(tmp_path / "missing.duckdb", read_only=True)
 

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING
 from .core import STORED
 from .errors import StoreError
 from .lake import one_line, redact
+from .schema import OURS
 from .writes import CLAIM, stale_claim
 
 if TYPE_CHECKING:
@@ -23,14 +24,13 @@ class Copies:
     """The store's copies and maintenance; needs ``Core`` (and ``Reads.size``)."""
 
     def export_parquet(self, out_dir: Path) -> list[Path]:
-        """Every table and view as ``<name>.parquet`` under ``out_dir``."""
+        """Every table and view (``schema.OURS``) as ``<name>.parquet`` under ``out_dir``.
+        (A list of names of its own left the alerts and their states out.)"""
         out_dir = Path(out_dir)
         out_dir.mkdir(parents=True, exist_ok=True)
         paths = []
         with self._connect() as con:
-            for name in ("meta", "runs", "measurements", "acceptances", "gates", "series",
-                         "speedups", "dispatch_floors", "drift", "change_point_series",
-                         "change_points", "gate_verdicts", "gate_verdict_cells"):  # fmt: skip
+            for name in sorted(OURS):
                 path = out_dir / f"{name}.parquet"
                 table = (con.sql(f"SELECT * FROM measurements WHERE {STORED}")
                          if name == "measurements" else con.table(name))  # fmt: skip
