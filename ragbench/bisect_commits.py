@@ -4,8 +4,9 @@
 
 Checked before anything is measured (``BisectError``, exit 2): the cell is one the suite has
 in the grid mode (``discovery.check_cell``: asv's own discovery), its metric is judged, A and
-B are two commits, A an ancestor of B, and more than one commit lies between them (or B is a
-merge).
+B are two commits, A an ancestor of B on B's first-parent line (one a merge brought is not:
+the line from it would leave out what came before the merge), and more than one commit lies
+between them (or B is a merge).
 
 Then, as ``git bisect`` does across a merge, the first-parent line first: the commits of
 ``git rev-list --first-parent --ancestry-path A..B`` (each contains A), oldest first, B
@@ -14,7 +15,10 @@ search (``bisect.search``) gating each against A. Where the first bad commit of 
 a merge, its merged branch is searched the same way, each branch commit gated against the
 merge-base (a base it contains, where A, the merge's first parent, holds main's commits that
 the branch lacks); where none of them shows it, the merge itself is the first bad commit
-(the two sides together bring it). A merge found on that branch is searched in turn.
+(the two sides together bring it). A merge found on that branch is searched in turn. A
+branch that merged other history in (main, say) holds commits its first-parent line from the
+merge-base does not reach: none of them is named, every commit the merge brings may be it
+(``git bisect`` searches such a graph, this search does not).
 
 A step measures the cell alone: asv ``--bench`` with ``discovery.bench_regex`` (the cell's
 benchmark and params), or, where its metric is ``paired``, the paired runner's ``--only``
@@ -137,6 +141,10 @@ def commits_between(good: str, bad: str) -> list[str]:
         raise BisectError(f"--good {good} ({g[:12]}) must be an ancestor of --bad {bad} "
                           f"({b[:12]})") from None  # fmt: skip
     line = line_of(g, b)
+    if parents(line[0])[0] != g:  # g came in through a merge: the line skips what is before it
+        raise BisectError(f"--good {good} ({g[:12]}) is not on the first-parent line of --bad "
+                          f"{bad} (a merge brought it): pass a commit of that line as --good "
+                          f"(git rev-list --first-parent {b[:12]})")  # fmt: skip
     if line == [b] and len(parents(b)) < 2:
         raise BisectError(f"no commits between --good {g[:12]} and --bad {b[:12]}: {b[:12]} is "
                           f"the one commit after it (gate it: ragbench gate --base {g[:12]} "
@@ -278,6 +286,15 @@ def locate(b: CommitBisection, ruler: Ruler, log: Callable[[str], None] = print)
             branch = line_of(base, other)
             if not branch:
                 continue
+            brought = suite.git("rev-list", "--reverse", f"{first}..{other}").split()
+            if set(brought) != set(branch):  # the branch merged other history in
+                b.notes.append(f"The branch `{merge[:12]}` merges holds commits its first-parent "
+                               f"line from the merge-base `{base[:12]}` does not reach (it "
+                               "merged other history in): they are not searched one against "
+                               "the merge-base, and any of them may bring the step; search "
+                               f"them with git bisect ({len(brought)} commit(s)).")  # fmt: skip
+                b.possible = [*brought, merge]
+                return
             b.branches.append(Branch(merge, base, branch))
             log(f"bisect: {merge[:12]} is a merge: its branch of {len(branch)} commit(s), "
                 f"each against the merge-base {base[:12]}")  # fmt: skip
@@ -419,7 +436,8 @@ def markdown(b: CommitBisection) -> str:
         lines.append(f"`{b.bad[:12]}` does not show a step of this cell against "
                      f"`{b.good[:12]}`: nothing to bisect ({cost}).")  # fmt: skip
     elif b.first is None:
-        lines.append(f"Skipped commits leave the first bad commit open: it is one of "
+        why = "The notes above leave" if b.notes else "Skipped commits leave"
+        lines.append(f"{why} the first bad commit open: it is one of "
                      f"{', '.join(f'`{c[:12]}`' for c in b.possible)} ({cost}).")  # fmt: skip
     else:
         lines.append(f"First bad commit: `{b.first}` {_subject(b.first)} ({cost}). See it: "

@@ -551,3 +551,39 @@ def test_a_metric_judged_on_main_s_history_only_is_refused(repo):
     with pytest.raises(bisect_commits.BisectError, match="history only"):
         _bisect(repo, root, commits[-1], cell="kernel.AnchoredFloor.host_ratio geometry=deit_b",
                 listing=suite_)  # fmt: skip
+
+
+def test_a_branch_that_merged_main_in_is_not_searched_against_the_merge_base(repo):
+    """Found by an attack on bisect (a helper, this session): the side branch brings the step
+    in its first commit, then merges main in, and is merged back (--good main's tip, --bad the
+    merge, as an alert prints it). Before: its first-parent line from the merge-base skipped
+    that first commit, main's commit was gated as the branch's, and the branch's merge of main
+    was named the first bad commit, exit 0. Now every commit the merge brings may be it, and
+    the report says why (exit 1), as git bisect would then have to search them."""
+    root = _commit(repo, "root")
+    m1 = _commit(repo, "main 1")
+    _git(repo, "checkout", "-q", "-b", "side", root)
+    s1 = _commit(repo, "branch 1: the step")
+    _git(repo, "merge", "-q", "--no-ff", "-m", "merge main into side", "main")
+    sm = _git(repo, "rev-parse", "HEAD")
+    s2 = _commit(repo, "branch 2")
+    _git(repo, "checkout", "-q", "main")
+    m2 = _commit(repo, "main 2")
+    _git(repo, "merge", "-q", "--no-ff", "-m", "merge side", "side")
+    merge = _git(repo, "rev-parse", "HEAD")
+    b, measured = _bisect(repo, m2, merge, slow={s1, sm, s2, merge})
+    assert b.first is None and b.possible == [s1, sm, s2, merge], b.possible
+    assert m1 not in measured
+    text = bisect_commits_markdown(b)
+    assert "merged other history in" in text and "leave the first bad commit open" in text
+
+
+def test_a_good_commit_a_merge_brought_is_refused(repo):
+    """--good on a branch merged into --bad's line: the first-parent line from it leaves out
+    main's commits before the merge (one of them brought the step), and the answer was the
+    merge. Refused in one line, naming the line to pick --good from."""
+    c = _merge(repo, main=2, branch=2)
+    _commit(repo, "main 3")
+    bad = _commit(repo, "main 4")
+    with pytest.raises(bisect.BisectError, match="is not on the first-parent line of"):
+        _bisect(repo, c["branch"][-1], bad, slow={c["main"][0]})
