@@ -111,9 +111,11 @@ def judge(failures: list[dict], acceptances: list[dict]) -> Judgement:
         return Judgement("success", f"{n} failing cell(s) accepted by {who}", [], n, who)
     also = f" ({n} accepted by {who})" if n else ""
     if all(f["status"] == Status.INCONCLUSIVE for f in left):
+        # a cell timed otherwise on either side (asv's number, its benchmark's version) stays
+        # so when the gate runs again: the notes say which
         return Judgement("failure", f"inconclusive: {len(left)} cell(s) could not be judged "
-                         f"(too noisy or too few samples){also}; re-run the gate", left, n,
-                         who)  # fmt: skip
+                         f"(too noisy, too few samples, or timed otherwise: see each note){also}; "
+                         "re-run the gate, or accept them", left, n, who)  # fmt: skip
     return Judgement("failure", f"{len(left)} failing cell(s), not accepted{also}", left, n, who)
 
 

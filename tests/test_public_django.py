@@ -327,3 +327,15 @@ def test_an_alert_is_not_fixed_by_a_change_of_the_benchmarks_code(tmp_path, caps
     assert rc == 1, out  # an open alert
     (block,) = [b for b in out.split("\n## ") if f"`{RAW}`" in b and "Measurement" not in b[:40]]
     assert block.splitlines()[0].endswith(": new"), block
+
+
+def test_the_newest_run_is_judged_against_its_own_benchmark_code(tmp_path, capsys):
+    """Found by an attack on the version setting: the benchmark's code changed three commits
+    before the newest, which is twice as slow; its lookback of ten held seven points of the
+    old code, so the newest was "timed otherwise", not a regression, until the new code's
+    points were the most. It is judged against the three of its own code: a regression."""
+    s = Store(tmp_path / "perf.duckdb")
+    ingest(s, [edited(tmp_path, range(99, 100), 2.0, 96)], branch="main")
+    rc, out = ragbench(capsys, "detect", "--store", s.name, "--machine", MACHINE)
+    assert rc == 1, out
+    assert [x for x in out.splitlines() if f"`{RAW}`" in x and x.endswith("| regression |")]
