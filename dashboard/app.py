@@ -61,6 +61,7 @@ from dashboard.draw import (
 from dashboard.read import (
     CHANGE_POINT_COMMITS,
     SUITE_PAGES,
+    asv_project,
     comparison,
     histories,
     policies,
@@ -346,6 +347,7 @@ def series(ctx):
         change_points=pd.DataFrame(cps) if cps else None,
         key="series",
         y_title=unit_of(df, metric),
+        project=asv_project(ctx["path"], ctx["mtime"], ctx["machine"]),
     )
     st.caption("Grey dotted lines: the stack (torch, triton) changed at that commit; the "
                "hover says from what to what.")  # fmt: skip

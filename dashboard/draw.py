@@ -16,13 +16,23 @@ from ragbench.markdown import number
 from ragbench.verdicts.status import MEANING
 
 
-def commit_link(df: pd.DataFrame) -> pd.DataFrame:
-    """``df`` with ``commit`` (a hash's 12 digits) and, where ``$RAGBENCH_COMMIT_URL`` is a web
-    page's template, ``url`` (a point's link; vega refuses any other scheme)."""
+def commit_link(df: pd.DataFrame, project=None) -> pd.DataFrame:
+    """``df`` with ``commit`` (a hash's 12 digits) and ``url``, a point's link (vega refuses
+    any scheme but a web page's): of ``project``, the other asv project whose results the
+    machine's are (``ragbench.project``), where one is known; else of ``$RAGBENCH_COMMIT_URL``
+    (this repository's commit page) where every point is this suite's: a point of another
+    harness's environment is another project's commit, which this repository does not have.
+    Every point gets one or none."""
     df = df.copy()
     df["commit"] = df["commit_hash"].str[:12]
+    if project is not None:
+        urls = [project.commit_url(c) for c in df["commit_hash"]]
+        if all(u and re.match(r"https?://", u, re.IGNORECASE) for u in urls):
+            df["url"] = urls
+        return df
     template = os.environ.get("RAGBENCH_COMMIT_URL", "")
-    if re.match(r"https?://", template, re.IGNORECASE):
+    # every point or none: vega reads a missing link as a page relative to its own site
+    if re.match(r"https?://", template, re.IGNORECASE) and (environment_of(df) == "").all():
         df["url"] = [template.format(c) for c in df["commit_hash"]]
     return df
 
@@ -38,9 +48,11 @@ def chart(
     key: str,
     y_title: str | None = None,
     log: bool = False,
+    project=None,
 ):
     """A line over the commits in their order (the hover has the commit and its time, the
-    value and its spread) and a CSV download. ``log``: a log axis (values <= 0 left out)."""
+    value and its spread) and a CSV download. ``log``: a log axis (values <= 0 left out);
+    ``project``: the other asv project the points are of (``commit_link``)."""
     if log:
         df = df[df[y] > 0]
     if df.empty:
@@ -50,12 +62,13 @@ def chart(
         change_points = line_change_points(df, y, color)
     # only the columns drawn go into the spec (and into its cache key's hash): the query's
     # frames carry 15-35 columns, and each chart sent them all (160 kB a Dispatch-floors chart)
-    drawn = ["commit_hash", "commit_time", y, *([color] if color else []),
-             *(c for c in ("q25", "q75", *stack_fields(df)) if c in df)]  # fmt: skip
+    drawn = list(dict.fromkeys(["commit_hash", "commit_time", y, *([color] if color else []),
+                                *(c for c in ("q25", "q75", "environment", *stack_fields(df))
+                                  if c in df)]))  # fmt: skip
     spec = chart_spec(df[drawn], y, color, title, tuple(rules or ()), change_points, y_title,
-                      log)  # fmt: skip
+                      log, project)  # fmt: skip
     svg.show(spec)
-    download(lambda: numbered(commit_link(df)), title, key)
+    download(lambda: numbered(commit_link(df, project)), title, key)
 
 
 # The spec of each chart, computed once per frame and settings and kept (cache_resource: by
@@ -63,12 +76,12 @@ def chart(
 # three charts, their binning and stack changes took 0.55 s of Dispatch floors' 0.69 s warm
 # script, every visit.
 @st.cache_resource(max_entries=256, show_spinner=False)
-def chart_spec(df, y, color, title, rules, change_points, y_title, log) -> dict:
+def chart_spec(df, y, color, title, rules, change_points, y_title, log, project=None) -> dict:
     """The Vega-Lite spec of ``chart``: its data as named frames under ``datasets`` (drawn by
     ``dashboard.svg``), the lines thinned (``thinned``)."""
     import altair as alt  # 0.4 s of imports, paid only once a page draws a chart
 
-    full = numbered(commit_link(df))
+    full = numbered(commit_link(df, project))
     breaks = ()
     if change_points is not None and not change_points.empty:
         order = dict(zip(full["commit"], full["commit #"], strict=False))

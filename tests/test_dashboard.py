@@ -477,6 +477,33 @@ def test_a_chart_names_each_point_on_hover_and_links_only_to_web_pages(template,
         assert links == [] and "url:" not in " ".join(hovers)
 
 
+def test_another_projects_points_link_its_commits_never_this_repositorys(monkeypatch):
+    """Found by an attack on the dashboard (a helper, this session): every point linked
+    ``$RAGBENCH_COMMIT_URL`` (this repository's commit page), django's commits too. A point of
+    another harness's environment links its project's commit page where the store keeps its
+    config (``ragbench.project``), else nothing; this suite's points keep the template."""
+    from dashboard.draw import chart_spec
+    from ragbench.project import Project
+
+    monkeypatch.setenv("RAGBENCH_COMMIT_URL", "https://github.com/org/ragged/commit/{}")
+    django = two_commits("triton").assign(environment="conda-py3.12")
+    mixed = two_commits("triton").assign(environment=["", "conda-py3.12"])
+    project = Project("/x/asv.conf.json", "Django", "https://github.com/django/django.git",
+                      "http://github.com/django/django/commit/")  # fmt: skip
+
+    def links(df, of=None) -> list[str]:
+        spec = chart_spec.__wrapped__(df, "y", None, "t", (), None, None, False, of)
+        return sorted(set(re.findall(r'xlink:href="([^"]*)"', svg.svg.__wrapped__(
+            svg.spec_json(spec)))))  # fmt: skip
+
+    # a line of both: no link (vega reads a point's missing one as a page of its own site)
+    assert links(django) == [] and links(mixed) == []
+    assert links(two_commits("triton")) == [f"https://github.com/org/ragged/commit/{c * 40}"
+                                            for c in "ab"]  # fmt: skip
+    assert links(django, project) == [f"http://github.com/django/django/commit/{c * 40}"
+                                      for c in "ab"]  # fmt: skip
+
+
 def test_a_chart_vega_cannot_draw_is_one_line_on_the_page():
     """A spec vega fails on (here an expression that does not parse) is one line in the page
     where the chart would be, not a traceback."""
