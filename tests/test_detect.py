@@ -429,3 +429,27 @@ def test_an_accepted_change_is_marked_and_becomes_the_baseline():
                "commit_time": p.commit_time, "env_key": "e"} for p in slower]  # fmt: skip
     (rep,) = history.histories(series, POLICIES, acceptances=rows)
     assert rep.accepted == [20] and rep.status == "regression"
+
+
+def test_summaries_no_test_can_use_are_said_as_such():
+    """Found by an attack on the gate (a helper, this session): pytest-benchmark summaries of
+    a mean of 0 (9,987 rounds) were "too few samples (1 base, 1 head)": true of the samples,
+    silent on why the summaries were not tested instead."""
+    from ragbench.verdicts.comparison import Cell
+
+    policies = Policies((Policy("*", "latency", threshold=0.03),), {"alpha": 0.01}, {})
+    zero = Cell("t.py::test_x", "time", "", {}, "s", [0.0], summary=(0.0, 0.0, 9987))
+    (v,) = compare.compare({zero.key: zero}, {zero.key: zero}, policies).verdicts
+    assert v.status == "inconclusive" and v.note == (
+        "too few samples (1 base, 1 head; the policy needs 5 a side), and summaries no test can "
+        "use (a mean of 0, or one round): measure again")  # fmt: skip
+
+
+def test_an_infinite_change_is_worded_by_its_direction():
+    """Found by an attack on the gate (a helper, this session): a latency whose base was 0
+    read "all of it lost", a throughput's words."""
+    from ragbench.verdicts.status import worded
+
+    assert worded(math.inf, "us") == "from a base of 0"
+    assert worded(math.inf, "img/s", lower_better=False) == "all of it lost"
+    assert worded(-math.inf, "us") == "-"

@@ -204,7 +204,8 @@ def compare(
                 tested.append(v)
             elif fewest < need:
                 v.status = Status.INCONCLUSIVE
-                v.note = too_few(len(b.samples), len(h.samples), need)
+                v.note = too_few(len(b.samples), len(h.samples), need,
+                                 summaries=bool(b.summary or h.summary))  # fmt: skip
             elif fewest >= 2:
                 v.p = stats.mann_whitney(b.samples, h.samples)[1]
                 if detail:
@@ -253,9 +254,12 @@ def min_samples(policy: Policy, policies: Policies) -> int:
     return int(policies.gate.get("min_samples", MIN_SAMPLES))
 
 
-def too_few(n_base: int, n_head: int, need: int) -> str:
+def too_few(n_base: int, n_head: int, need: int, summaries: bool = False) -> str:
+    """``summaries``: kept instead of raw samples (pytest-benchmark's mean, spread and rounds),
+    and none that a test can use (``evidence.usable``): a mean of 0, or one round."""
+    also = ", and summaries no test can use (a mean of 0, or one round)" if summaries else ""
     return (
-        f"too few samples ({n_base} base, {n_head} head; the policy needs {need} a side): "
+        f"too few samples ({n_base} base, {n_head} head; the policy needs {need} a side){also}: "
         "measure again"
     )
 

@@ -94,8 +94,8 @@ def worded(change: float | None, unit: str | None, lower_better: bool = True) ->
     unit); ``-`` where there is none."""
     if change is None or math.isnan(change):
         return "-"
-    if math.isinf(change):
-        return "all of it lost" if change > 0 else "-"
+    if math.isinf(change):  # a rate down to 0, or anything up from a base of 0
+        return "-" if change < 0 else "from a base of 0" if lower_better else "all of it lost"
     ratio = 1 + change if lower_better else 1 / (1 + change)  # head / base
     pct = f"{abs(ratio - 1) * 100:.1f}%"
     up = ratio > 1
