@@ -125,6 +125,15 @@ def fresh_copy(dest: Path) -> Path:
     return dest
 
 
+def new_repo(path: Path) -> Path:
+    """An empty git repository at ``path`` (made), on ``main``, with a committer set."""
+    path.mkdir(parents=True)
+    git("init", "--quiet", "-b", "main", cwd=path)
+    for name in ("user.name", "user.email"):
+        git("config", name, "T", cwd=path)
+    return path
+
+
 def commit(repo: Path, path: str, text: str, message: str, append: bool = True) -> str:
     """Append (or write) ``text`` to ``path`` in ``repo`` and commit it; -> the commit."""
     with (repo / path).open("a" if append else "w") as fh:

@@ -13,7 +13,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from conftest import REPO, commit, git
+from conftest import REPO, commit, new_repo
 from test_faults import assert_clean_exit, ragbench
 
 from ragbench import cli, pr, synth
@@ -50,11 +50,7 @@ def accepted(store: Store, pr_number: int, head: str, failures: list[dict]) -> N
 def main_line(tmp_path, monkeypatch):
     """A main branch with c0, then a squash commit titled "Fix typo (#7)"; ``suite.run``
     writes a synthetic result file for the commit it is given. -> (c0, squash commit)."""
-    repo = tmp_path / "repo"
-    repo.mkdir()
-    git("init", "--quiet", "-b", "main", cwd=repo)
-    for name in ("user.name", "user.email"):
-        git("config", name, "T", cwd=repo)
+    repo = new_repo(tmp_path / "repo")
     c0 = commit(repo, "a.txt", "0\n", "c0")
     squash = commit(repo, "a.txt", "1\n", "Fix typo (#7)")
     monkeypatch.setattr(suite, "REPO", repo)

@@ -18,7 +18,7 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import REPO, commit, fresh_copy, git
+from conftest import REPO, commit, fresh_copy, git, new_repo
 from test_store import pytest_benchmark_json
 
 from ragbench import cli, synth
@@ -415,11 +415,7 @@ def test_a_trickling_server_is_cut_off_and_5xx_is_retried(tmp_path):
 
 
 def test_a_merge_is_one_commit_and_a_dropped_push_is_caught_up(tmp_path, monkeypatch):
-    repo = tmp_path / "r"
-    repo.mkdir()
-    git("init", "--quiet", "-b", "main", cwd=repo)
-    for name in ("user.name", "user.email"):
-        git("config", name, "T", cwd=repo)
+    repo = new_repo(tmp_path / "r")
     c0 = commit(repo, "a.txt", "0\n", "c0")
     git("checkout", "--quiet", "-b", "feature", cwd=repo)
     for i in range(5):

@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from conftest import commit, git
+from conftest import commit, git, new_repo
 
 from ragbench import cli, jsonfile, pr
 from ragbench import runner as suite
@@ -30,11 +30,7 @@ def pull(tmp_path, monkeypatch):
     the PR's branch left it at c0 (p1), p1 also as refs/pull/3/head; the job's checkout is a
     clone of main, without p1. -> HEAD p1, BASE c0 (the merge base), BASE_SHA c1 (the event's)."""
     global HEAD, BASE, BASE_SHA
-    work = tmp_path / "work"
-    work.mkdir()
-    git("init", "--quiet", "-b", "main", cwd=work)
-    for name in ("user.name", "user.email"):
-        git("config", name, "T", cwd=work)
+    work = new_repo(tmp_path / "work")
     BASE = commit(work, "a.txt", "0\n", "c0")
     BASE_SHA = commit(work, "a.txt", "1\n", "c1")
     git("checkout", "--quiet", "-b", "pr", BASE, cwd=work)
