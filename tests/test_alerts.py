@@ -430,7 +430,7 @@ def test_a_finding_stored_before_findings_had_an_environment_is_fixed_where_gone
     """Found by an attack on this session's change: findings are now kept per environment,
     and one an older store keeps with '' matched none, so its alert was never fixed and the
     same finding made a second alert. '' now stands for every environment of the cell."""
-    from types import SimpleNamespace as V
+    from types import SimpleNamespace
 
     from ragbench.verdicts.status import Status
 
@@ -439,9 +439,10 @@ def test_a_finding_stored_before_findings_had_an_environment_is_fixed_where_gone
     alert = {"commit_hash": "old"}
 
     def now(py313: str) -> alerts.Newest:
-        return alerts.Newest("new", "old", None, {
-            ("conda-py3.12", "b", "time_x", ""): V(head=1.0, status=Status.UNCHANGED),
-            ("conda-py3.13", "b", "time_x", ""): V(head=1.0, status=py313)})  # fmt: skip
+        verdicts = {(env, "b", "time_x", ""): SimpleNamespace(head=1.0, status=status)
+                    for env, status in (("conda-py3.12", Status.UNCHANGED),
+                                        ("conda-py3.13", py313))}  # fmt: skip
+        return alerts.Newest("new", "old", None, verdicts)
 
     assert alerts.finding_gone(alert, cell, now(Status.FAILED)) is None
     assert alerts.finding_gone(alert, cell, now(Status.UNCHANGED)) == "new"
