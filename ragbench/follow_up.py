@@ -46,6 +46,12 @@ def gone_cells(alert: dict, project: Project | None) -> list[tuple[str, str, str
     return [k for k in dict.fromkeys(keys) if asv_name(k) not in names]
 
 
+def pytest_benchmarks(names) -> bool:
+    """Whether the benchmarks ``names`` are all pytest-benchmark's (pytest node ids): cells
+    re-measured by pytest in the project's clone, bisected by no asv suite."""
+    return all("::" in name for name in names)
+
+
 def environments(alert: dict) -> list[str]:
     """The environments of the alert's cells (asv's env_name, ...), each once, in order."""
     return list(dict.fromkeys(c["environment"] for c in alert["cells"] if c.get("environment")))
@@ -89,7 +95,7 @@ def repro_command(alert: dict, project: Project | None = None) -> str | None:
     keys = _keys(alert, project)
     if not keys:
         return None
-    if all("::" in k[0] for k in keys):  # pytest node ids: pytest-benchmark's results
+    if pytest_benchmarks(k[0] for k in keys):
         return pytest_command(alert, keys)
     if project is None and not in_this_checkout(alert):
         return None  # this suite's gate would measure commits it does not have
@@ -178,7 +184,7 @@ def bisect_command(alert: dict, project: Project | None = None) -> str | None:
         return None
     if project is not None:
         return asv_find_command(alert, project)
-    if all("::" in c["benchmark"] for c in alert["cells"]):  # pytest's: no asv suite to bisect
+    if pytest_benchmarks(c["benchmark"] for c in alert["cells"]):
         return None
     if not in_this_checkout(alert):
         return None
@@ -209,7 +215,7 @@ def not_followed(
     still has ("as above" where the reason is the re-measure's)."""
     skipped = not_re_measured(alert, project)
     measured = [f"Not re-measured in {env}: {why}" for env, why in skipped.items()]
-    pytest = all("::" in c["benchmark"] for c in alert["cells"])  # its own re-measure
+    pytest = pytest_benchmarks(c["benchmark"] for c in alert["cells"])  # its own re-measure
     if project is None and not pytest and not in_this_checkout(alert):
         measured.append(f"Not linked, re-measured or bisected here: {alert['commit_hash'][:12]} "
                         "is no commit of this checkout (another project's results, ingested "
