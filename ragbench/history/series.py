@@ -199,11 +199,12 @@ def _report(key: Key, params: dict, unit: str | None, policy: Policy, conf: dict
         rep.status = Status.SHORT if policy.kind in STATISTICAL else Status.INFO
         return rep
     latest = rep.points[-1]
+    min_size = int(conf.get("min_size", 3))
     version = latest.timing.get("version")  # asv's hash of the benchmark's code
     same = [p for p in lookback if p.timing.get("version", version) == version]
-    if len(same) >= int(conf.get("min_size", 3)):  # like with like, where there are enough
+    if len(same) >= min_size:  # like with like, where there are enough
         lookback = same
-    if len(lookback) < int(conf.get("min_size", 3)):
+    if len(lookback) < min_size:
         rep.status = Status.ENV_CHANGE if env_moved else Status.SHORT
         return rep
     lower = policy.kind == "latency"
