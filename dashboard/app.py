@@ -190,14 +190,9 @@ def numeric_drift(ctx):
     chart(df, "max_abs_diff", "backend", "max |logit difference|", rules=rules, key="drift-max",
           log=True)  # fmt: skip
     chart(df, "mean_abs_diff", "backend", "mean |logit difference|", key="drift-mean", log=True)
-    chart(
-        df,
-        "top1_agreement",
-        "backend",
-        "top-1 agreement",
-        rules=[("required", 1.0, "red")],
-        key="drift-top1",
-    )
+    top1 = ctx["policies"].for_metric(bench, "top1_agreement")
+    rules = [(f"bound {top1.min}", top1.min, "red")] if top1.min is not None else []
+    chart(df, "top1_agreement", "backend", "top-1 agreement", rules=rules, key="drift-top1")
 
 
 # The commits each Compare picker offers, newest first, of those in the sidebar's dates: two

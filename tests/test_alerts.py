@@ -381,6 +381,31 @@ def test_a_broken_bound_on_mains_newest_commit_is_an_alert(tmp_path):
     assert (a["state"], a["fixed_by"]) == ("fixed", sha(22))
 
 
+def test_a_bound_the_policies_no_longer_judge_is_neither_fixed_nor_open(tmp_path):
+    """The error ratio's bound made ``info`` after it broke: the next ingest marks the alert
+    invalid, saying so, never fixed (its value did not change); one a person acknowledged
+    keeps its state, and neither is fixed by a later commit within no bound."""
+    import dataclasses
+
+    rules = tuple(dataclasses.replace(r, kind="info") if r.match == "*.KernelError.error_ratio"
+                  else r for r in POLICIES.rules)  # fmt: skip
+    info = dataclasses.replace(POLICIES, rules=rules)
+    for machine, person in (("m1", False), ("m2", True)):
+        store = Store(tmp_path / f"{machine}.duckdb")
+        numerics(store, [1.1] * 20 + [6418.0] * 2, machine=machine)
+        if person:
+            store.set_alert_state(machine, sha(20), "acknowledged", by="someone", was="new")
+        numerics(store, [6418.0], start=22, machine=machine)
+        alerts.update(store, machine, info)
+        (a,) = store.alerts(machine)
+        assert a["fixed_by"] is None, a
+        if person:
+            assert a["state"] == "acknowledged", a
+            continue
+        assert a["state"] == "invalid" and a["changed_by"] == alerts.BY, a
+        assert "numerics.KernelError.error_ratio 'info' now, not 'bound'" in a["reason"], a
+
+
 def lagom_history(out: Path, commits: range) -> None:
     """pytest-benchmark's real file of lagom (tests/data/public), as 14 nightly runs of main
     whose three benchmarks are 50% slower from the ninth commit on: the commits of ``commits``."""

@@ -288,7 +288,8 @@ def test_drift_bounds():
     c = compare.compare(head, head, POLICIES)  # broken on base as well: not this change
     assert c.by_status("pre-existing") and not c.failed
     top1 = cell("top1_agreement", [0.97], bench="numerics.Drift", backend="triton")
-    assert compare.compare({}, side(top1), POLICIES).by_status("violation")
+    (v,) = compare.compare(side(top1), side(top1), POLICIES).verdicts  # a near tie: shown
+    assert v.policy.kind == "info" and not compare.compare({}, side(top1), POLICIES).failed
     fp32 = cell("max_abs_diff", [2e-4], bench="cpu.Drift", backend="triton")
     assert compare.compare({}, side(fp32), POLICIES).failed
 

@@ -28,9 +28,11 @@ fixed when every cell is undone (``undone_by``): a step by a later change point 
 (never one of the environment: torch, triton, Python, asv's settings) whose segment is back at
 the old level, the whole after/before interval within the threshold, over at least
 ``FIX_POINTS`` points; a finding by a newest commit without it. A fixed alert whose series is
-no longer back (the newest code step went up again) is reopened (``new``). Every state change
-is a conditional update of the state that was read, so a state a person set since is never
-overwritten.
+no longer back (the newest code step went up again) is reopened (``new``). A cell the policies
+now judge by another kind than it was found by (a bound made ``info``) is never undone: a new
+alert of such cells alone becomes ``invalid``, saying what the policies make of them now.
+Every state change is a conditional update of the state that was read, so a state a person set
+since is never overwritten.
 """
 
 from __future__ import annotations
@@ -240,6 +242,7 @@ def update(store, machine: str, policies: Policies, *, last: int = LAST,
             a["state"] != "fixed"
             or a["changed_by"] != BY
             or _when(a["commit_time"]) < _when(now.since)
+            or any(unjudged(c, policies) for c in a["cells"])
         ):
             continue  # open ones below; a state a person set is theirs; older than LAST commits
         if undone_by(store, machine, a, policies, now, steps_only=True) is None:
@@ -254,6 +257,9 @@ def update(store, machine: str, policies: Policies, *, last: int = LAST,
     for commit, group in found.items():  # the step a reopened alert is: no other alert
         group[:] = [c for c in group if _cell_key(c) not in held_again
                     or _when(times.get(commit)) <= _when(held_again[_cell_key(c)])]  # fmt: skip
+    for a in unjudged_alerts(stored_list, policies, now):
+        store.set_alert_state(machine, a["commit_hash"], "invalid", by=BY, was="new",
+                              reason=f"no longer judged as found: {a['unjudged']}")  # fmt: skip
     gone = moved(stored_list, found, now)
     for a in gone:
         to = ", ".join(c[:12] for c in a["moved_to"])
@@ -282,7 +288,8 @@ def update(store, machine: str, policies: Policies, *, last: int = LAST,
         store.save_alerts(alerts, cells)
     for a in store.alerts(machine) if alerts or cells else stored_list:
         if a["state"] in OPEN and (by := undone_by(store, machine, a, policies, now)):
-            why = f"every step undone from {by[:12]} on"
+            what = "step" if all(c["found_by"] in STEP_FOUND for c in a["cells"]) else "cell"
+            why = f"every {what} undone from {by[:12]} on"
             fixed += store.set_alert_state(machine, a["commit_hash"], "fixed", by=BY,
                                            was=a["state"], fixed_by=by, reason=why)  # fmt: skip
     grown = len({c["commit_hash"] for c in cells})
@@ -291,6 +298,30 @@ def update(store, machine: str, policies: Policies, *, last: int = LAST,
         f"{len(gone)} whose step moved"
     )
     return grown, fixed, reopened
+
+
+def unjudged(c: dict, policies: Policies) -> bool:
+    """Whether the policies now judge the cell ``c`` by another kind than it was found by (a
+    bound made ``info``, a latency rule dropped): nothing a later commit shows can undo it."""
+    return _policy(policies, c).kind != c["kind"]
+
+
+def unjudged_alerts(stored: list[dict], policies: Policies, now: Newest) -> list[dict]:
+    """The new alerts, this module's, whose every cell the policies no longer judge as found,
+    each with ``unjudged``: what the policies make of them now (``numerics.Drift.top1_agreement
+    is now 'info', not 'bound'``). Only within the newest ``LAST`` commits."""
+    out = []
+    for a in stored:
+        cells = a["cells"]
+        if (a["state"] != "new" or a["changed_by"] not in (None, BY) or not cells
+                or _when(a["commit_time"]) < _when(now.since)
+                or not all(unjudged(c, policies) for c in cells)):  # fmt: skip
+            continue
+        kinds = sorted({(f"{c['benchmark']}.{c['metric']}", _policy(policies, c).kind,
+                         c["kind"]) for c in cells})  # fmt: skip
+        words = "; ".join(f"the policies make {m} {k!r} now, not {was!r}" for m, k, was in kinds)
+        out.append({**a, "unjudged": words})
+    return out
 
 
 def moved(stored: list[dict], found: dict[str, list[dict]], now: Newest) -> list[dict]:
@@ -399,6 +430,8 @@ def undone_by(store, machine: str, alert: dict, policies: Policies, now: Newest 
     commits, the newest; None where a cell is not."""
     if steps_only and not any(c["found_by"] in STEP_FOUND for c in alert["cells"]):
         return alert["fixed_by"]
+    if not steps_only and any(unjudged(c, policies) for c in alert["cells"]):
+        return None  # judged otherwise now: no value of a later commit undoes it
     now = now or newest(store, machine, policies)
     back = []
     for c in alert["cells"]:
