@@ -13,7 +13,6 @@ none, and a line that says why."""
 
 from __future__ import annotations
 
-import functools
 import re
 import shlex
 
@@ -148,14 +147,18 @@ def in_this_checkout(alert: dict) -> bool:
     return _commit_here(alert["commit_hash"])
 
 
-@functools.lru_cache(maxsize=256)
+_HERE: set[str] = set()  # commits found here: a commit stays, one missing may be fetched later
+
+
 def _commit_here(sha: str) -> bool:
     from . import runner as suite
 
-    try:
-        suite.git("cat-file", "-e", f"{sha}^{{commit}}")
-    except suite.SuiteError:
-        return False
+    if sha not in _HERE:
+        try:
+            suite.git("cat-file", "-e", f"{sha}^{{commit}}")
+        except suite.SuiteError:
+            return False
+        _HERE.add(sha)
     return True
 
 

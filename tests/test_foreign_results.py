@@ -12,7 +12,7 @@ import shlex
 import shutil
 from pathlib import Path
 
-from conftest import ingest
+from conftest import commit, git, ingest, new_repo
 
 from ragbench import cli
 from ragbench.store import Store
@@ -1002,3 +1002,23 @@ def test_one_project_from_two_clones_is_one_project(tmp_path, capsys):
         code, out = ragbench(capsys, "ingest", "--store", path, "--branch", "main",
                              tmp_path / clone / "results")  # fmt: skip
         assert code == 0 and "ragbench ingest: refused" not in out, out[-2000:]
+
+
+def test_a_commit_fetched_after_it_was_missing_is_this_checkouts(tmp_path, monkeypatch):
+    """A long-running dashboard asked about a commit before the checkout fetched it: asked
+    again after the fetch, the commit is this checkout's (before: the first answer was kept
+    for the process's life, and its links and commands stayed off)."""
+    from ragbench import follow_up, runner
+
+    here = new_repo(tmp_path / "here")
+    commit(here, "a", "1", "a")
+    there = tmp_path / "there"
+    git("clone", "--quiet", str(here), str(there))
+    for name in ("user.name", "user.email"):
+        git("config", name, "T", cwd=there)
+    later = commit(there, "a", "2", "b")
+    monkeypatch.setattr(runner, "REPO", here)
+    alert = {"commit_hash": later, "cells": [{"environment": "py3.12"}]}
+    assert not follow_up.in_this_checkout(alert)
+    git("fetch", "--quiet", str(there), "main", cwd=here)
+    assert follow_up.in_this_checkout(alert)
