@@ -55,10 +55,10 @@ def main(argv=None) -> int:
         return 0
     from benchmarks.support.harness import ANCHOR
     from benchmarks.support.measure import ANCHOR_ENV
-    from ragbench import runner as suite
+    from ragbench import git
 
     runs = []
-    with tempfile.TemporaryDirectory() as tmp, suite.checkout(ANCHOR, Path(tmp)) as anchor:
+    with tempfile.TemporaryDirectory() as tmp, git.worktree(ANCHOR, Path(tmp)) as anchor:
         env = {**os.environ, ANCHOR_ENV: str(anchor)}
         for i in range(args.processes):
             res = subprocess.run([sys.executable, "-m", "experiments.anchor_spread", "--child"],

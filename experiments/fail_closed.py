@@ -21,7 +21,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from ragbench import runner as suite
+from ragbench import git
 from scripts.rehearse import FAULTS
 
 
@@ -29,15 +29,15 @@ def plant(fault: str) -> str:
     """Commit ``fault`` on top of HEAD in a temporary worktree; -> the commit."""
     with tempfile.TemporaryDirectory(prefix="fail-closed-") as tmp:
         work = Path(tmp) / "tree"
-        suite.git("worktree", "add", "--detach", str(work), "HEAD")
+        git.run("worktree", "add", "--detach", str(work), "HEAD")
         try:
             with (work / "ragged" / "attention.py").open("a") as fh:
                 fh.write(FAULTS[fault])
             ident = ["-c", "user.name=ragbench", "-c", "user.email=ragbench@localhost"]
-            suite.git(*ident, "commit", "--quiet", "-am", f"a planted fault: {fault}", cwd=work)
-            return suite.git("rev-parse", "HEAD", cwd=work)
+            git.run(*ident, "commit", "--quiet", "-am", f"a planted fault: {fault}", cwd=work)
+            return git.run("rev-parse", "HEAD", cwd=work)
         finally:
-            suite.git("worktree", "remove", "--force", str(work))
+            git.run("worktree", "remove", "--force", str(work))
 
 
 def main(argv=None) -> int:
@@ -51,7 +51,7 @@ def main(argv=None) -> int:
     ap.add_argument("--report", type=Path, default=None, help="also write the report here")
     args = ap.parse_args(argv)
     head = plant(args.fault)
-    print(f"planted {args.fault!r} as {head[:12]} on {suite.resolve(['HEAD'])[0][:12]}",
+    print(f"planted {args.fault!r} as {head[:12]} on {git.commit('HEAD')[:12]}",
           file=sys.stderr)  # fmt: skip
     with tempfile.TemporaryDirectory(prefix="fail-closed-store-") as tmp:
         cmd = [

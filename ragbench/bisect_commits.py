@@ -43,7 +43,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from . import discovery
+from . import discovery, git
 from . import runner as suite
 from .gate import paired
 from .policies import Policies
@@ -104,26 +104,15 @@ class CommitBisection:
 
 def resolve(ref: str, flag: str) -> str:
     """A revision's full hash; BisectError, one line, for one this clone lacks or a range."""
-    if ".." in ref or ref.startswith("^"):
+    if git.is_range(ref):
         raise BisectError(f"{flag} {ref!r} is a range: pass one commit")
     try:
-        return suite.git("rev-parse", "--verify", "--quiet", f"{ref}^{{commit}}")
-    except suite.SuiteError:
+        return git.commit(ref)
+    except git.GitError:
         raise BisectError(
             f"{flag} {ref!r} is not a commit of this clone (of another asv "
             "project: pass --config, its asv.conf.json)"
         ) from None
-
-
-def line_of(good: str, bad: str) -> list[str]:
-    """The first-parent commits after ``good`` up to ``bad`` that contain ``good``, oldest
-    first (``bad`` last)."""
-    return suite.git("rev-list", "--reverse", "--first-parent", "--ancestry-path",
-                     f"{good}..{bad}").split()  # fmt: skip
-
-
-def parents(sha: str) -> list[str]:
-    return suite.git("rev-list", "--parents", "-n", "1", sha).split()[1:]
 
 
 def commits_between(good: str, bad: str) -> list[str]:
@@ -136,16 +125,16 @@ def commits_between(good: str, bad: str) -> list[str]:
                           "a commit without the step as --good (the alert's) and one with it "
                           "as --bad")  # fmt: skip
     try:
-        suite.git("merge-base", "--is-ancestor", g, b)
-    except suite.SuiteError:
+        git.run("merge-base", "--is-ancestor", g, b)
+    except git.GitError:
         raise BisectError(f"--good {good} ({g[:12]}) must be an ancestor of --bad {bad} "
                           f"({b[:12]})") from None  # fmt: skip
-    line = line_of(g, b)
-    if parents(line[0])[0] != g:  # g came in through a merge: the line skips what is before it
+    line = git.first_parent_line(g, b)
+    if git.parents(line[0])[0] != g:  # g came in through a merge: the line skips what is before it
         raise BisectError(f"--good {good} ({g[:12]}) is not on the first-parent line of --bad "
                           f"{bad} (a merge brought it): pass a commit of that line as --good "
                           f"(git rev-list --first-parent {b[:12]})")  # fmt: skip
-    if line == [b] and len(parents(b)) < 2:
+    if line == [b] and len(git.parents(b)) < 2:
         raise BisectError(f"no commits between --good {g[:12]} and --bad {b[:12]}: {b[:12]} is "
                           f"the one commit after it (gate it: ragbench gate --base {g[:12]} "
                           f"--head {b[:12]})")  # fmt: skip
@@ -239,7 +228,7 @@ class Ruler:
             self.log(f"bisect: paired, {what}")
             try:
                 method, more = self.run_paired(base, sha, self.only)
-            except (paired.PairedError, suite.SuiteError) as exc:
+            except (paired.PairedError, suite.SuiteError, git.GitError) as exc:
                 raise Unmeasurable(str(exc)[-300:]) from None
             if attempt == 2 and method == paired.TOGETHER:
                 judged = paired.second_look(docs, more, [self.key], self.policies,
@@ -277,16 +266,16 @@ def locate(b: CommitBisection, ruler: Ruler, log: Callable[[str], None] = print)
         raise BisectError(f"--bad {b.bad[:12]} cannot be measured on {b.cell}: {exc}") from None
     for s in b.steps:
         s.base = s.base or good
-    while len(b.possible) == 1 and len(parents(b.possible[0])) > 1:
+    while len(b.possible) == 1 and len(git.parents(b.possible[0])) > 1:
         merge = b.possible[0]
-        first, *others = parents(merge)
+        first, *others = git.parents(merge)
         known = next(s for s in b.steps if s.spec == merge)
         for other in others:
-            base = suite.git("merge-base", first, other)
-            branch = line_of(base, other)
+            base = git.run("merge-base", first, other)
+            branch = git.first_parent_line(base, other)
             if not branch:
                 continue
-            brought = suite.git("rev-list", "--reverse", f"{first}..{other}").split()
+            brought = git.run("rev-list", "--reverse", f"{first}..{other}").split()
             if set(brought) != set(branch):  # the branch merged other history in
                 b.notes.append(f"The branch that `{merge[:12]}` merges holds commits its "
                                f"first-parent line from the merge-base `{base[:12]}` does not "
@@ -381,7 +370,7 @@ def asv_runner(store, key: Key, work: Path, *, mode: str, machine: str,
         try:
             suite.run([sha], mode=mode, results_dir=results, machine=machine, bench=bench,
                       log=log)  # fmt: skip
-        except suite.SuiteError as exc:
+        except (suite.SuiteError, git.GitError) as exc:
             raise Unmeasurable(str(exc)[-300:]) from None
         label = f"gate:bisect-{sha[:8]}-{stamp}:{n}"
         report = ingest(store, [results], label=label, log=lambda m: None)
@@ -400,8 +389,8 @@ def paired_runner(stack: contextlib.ExitStack, work: Path, *, processes: int, mo
 
     def run(base: str, sha: str, only: str) -> tuple[str, list[dict]]:
         if base not in trees:
-            trees[base] = stack.enter_context(suite.checkout(base, work, prefix="base"))
-        with suite.checkout(sha, work, prefix="head") as head:
+            trees[base] = stack.enter_context(git.worktree(base, work, prefix="base"))
+        with git.worktree(sha, work, prefix="head") as head:
             return paired.measure(trees[base], head, work, processes=processes, mode=mode,
                                   log=log, only=only)  # fmt: skip
 
@@ -448,6 +437,6 @@ def markdown(b: CommitBisection) -> str:
 
 def _subject(sha: str) -> str:
     try:
-        return f"({suite.git('log', '-1', '--format=%s', sha)[:60]})"
-    except suite.SuiteError:
+        return f"({git.run('log', '-1', '--format=%s', sha)[:60]})"
+    except git.GitError:
         return ""

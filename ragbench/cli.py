@@ -33,6 +33,7 @@ from .commands import (
     verdict,
     versions,
 )
+from .git import GitError
 from .store import StoreError
 
 # the verbs in the order ``--help`` lists them; each module adds its own parser
@@ -75,7 +76,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
     try:
         return args.func(args)
-    except (suite.SuiteError, GateError, PairedError, StoreError, GitHubError, OSError,
+    except (suite.SuiteError, GitError, GateError, PairedError, StoreError, GitHubError, OSError,
             envs.EnvError, BisectError, ValueError, PermissionError) as exc:  # fmt: skip
         return _fail(args.command, str(exc))
     except KeyboardInterrupt:

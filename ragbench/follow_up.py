@@ -16,6 +16,7 @@ from __future__ import annotations
 import re
 import shlex
 
+from . import git
 from .policies import Policies
 from .project import Project
 
@@ -126,11 +127,9 @@ def repository_url(policies: Policies) -> str | None:
     url = policies.main.get("repository_url")
     if isinstance(url, str) and url.startswith(("https://", "http://")):
         return url.rstrip("/")
-    from . import runner as suite
-
     try:
-        remote = suite.git("remote", "get-url", "origin")
-    except suite.SuiteError:
+        remote = git.run("remote", "get-url", "origin")
+    except git.GitError:
         return None
     remote = re.sub(r"^git@([^:]+):", r"https://\1/", remote)
     remote = re.sub(r"^ssh://git@([^/]+)/", r"https://\1/", remote)
@@ -151,12 +150,10 @@ _HERE: set[str] = set()  # commits found here: a commit stays, one missing may b
 
 
 def _commit_here(sha: str) -> bool:
-    from . import runner as suite
-
     if sha not in _HERE:
         try:
-            suite.git("cat-file", "-e", f"{sha}^{{commit}}")
-        except suite.SuiteError:
+            git.run("cat-file", "-e", f"{sha}^{{commit}}")
+        except git.GitError:
             return False
         _HERE.add(sha)
     return True
@@ -191,15 +188,12 @@ def bisect_command(alert: dict, project: Project | None = None) -> str | None:
         return None
     if not in_this_checkout(alert):
         return None
-    from . import runner as suite
-
     prev, commit = alert["prev_commit_hash"], alert["commit_hash"]
     try:
-        line = suite.git("rev-list", "--first-parent", "--ancestry-path", f"{prev}..{commit}")
-        merge = len(suite.git("rev-list", "--parents", "-n", "1", commit).split()) > 2
-    except suite.SuiteError:  # commits this clone lacks: the command says what it can
-        line, merge = "", True
-    if len(line.split()) == 1 and not merge:
+        line, merge = git.first_parent_line(prev, commit), len(git.parents(commit)) > 1
+    except git.GitError:  # commits this clone lacks: the command says what it can
+        line, merge = [], True
+    if len(line) == 1 and not merge:
         return None
     c = alert["cells"][0]
     cell = f"{c['benchmark']}.{c['metric']} {c['param_key']}".rstrip()  # no parameters: none

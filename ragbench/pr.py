@@ -22,7 +22,7 @@ import shlex
 from dataclasses import dataclass
 from pathlib import Path
 
-from . import jsonfile
+from . import git, jsonfile
 from .gate import rerun
 from .github import COMMENT_LIMIT, MARKER, Client
 from .policies import load_policies
@@ -244,16 +244,14 @@ def gate_base(pr: int, base_sha: str, head: str) -> str:
     request's base ``base_sha`` (GitHub's event) and ``head``, as ``make gate`` computes it,
     here in the trusted job's checkout (history needed: ``fetch-depth: 0``), ``head`` fetched
     as data from ``refs/pull/N/head`` when it is not here. VerdictError when git cannot say."""
-    from .runner import SuiteError, git
-
     try:
         try:
-            git("cat-file", "-e", f"{head}^{{commit}}")
-        except SuiteError:  # not here yet
-            git("fetch", "--quiet", "--no-tags", "origin",
+            git.run("cat-file", "-e", f"{head}^{{commit}}")
+        except git.GitError:  # not here yet
+            git.run("fetch", "--quiet", "--no-tags", "origin",
                 f"+refs/pull/{pr}/head:refs/ragbench/pr-head")  # fmt: skip
-        return git("merge-base", base_sha, head)
-    except SuiteError as exc:
+        return git.run("merge-base", base_sha, head)
+    except git.GitError as exc:
         raise VerdictError(f"the merge base of the pull request's base {base_sha[:12]} and "
                            f"head {head[:12]} is unknown here: {exc}"[:400]) from None  # fmt: skip
 

@@ -17,6 +17,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from . import git
 from . import runner as suite
 from .github import Client, GitHubError
 from .history import detection
@@ -53,11 +54,11 @@ def commits(store: Store, machine: str, before: str | None, after: str,
     """(to measure, oldest first; already stored; older unstored commits left out)."""
     stored = {r["commit_hash"] for r in store.runs(machine=machine)}
     pushed = (
-        suite.resolve([f"{before}..{after}"], first_parent=True)
+        git.commits([f"{before}..{after}"], first_parent=True)
         if before and before != ZERO and _known(before)
-        else suite.resolve([after])
+        else git.commits([after])
     )
-    line = suite.git("rev-list", "--first-parent", f"--max-count={max_commits + 1}",
+    line = git.run("rev-list", "--first-parent", f"--max-count={max_commits + 1}",
                      after).split()  # fmt: skip
     behind = []  # first-parent ancestors since the newest stored one
     if stored:
@@ -75,8 +76,8 @@ def commits(store: Store, machine: str, before: str | None, after: str,
 
 def _known(rev: str) -> bool:
     try:
-        suite.git("cat-file", "-e", f"{rev}^{{commit}}")
-    except suite.SuiteError:
+        git.run("cat-file", "-e", f"{rev}^{{commit}}")
+    except git.GitError:
         return False
     return True
 
@@ -127,7 +128,7 @@ def record(store: Store, *, before: str | None, after: str, machine: str, mode: 
         try:
             (summary,) = suite.run([sha], mode=mode, results_dir=results_dir, machine=machine,
                                    bench=bench, log=log)  # fmt: skip
-        except suite.SuiteError as exc:
+        except (suite.SuiteError, git.GitError) as exc:
             out.unmeasured.append((sha, str(exc)))
             log(f"record: {sha[:12]} could not be measured: {exc}")
             continue

@@ -18,28 +18,21 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 from benchmarks.support.harness import ANCHOR
 from benchmarks.support.measure import ANCHOR_ENV
 
+from . import git
 from . import provenance as fingerprint
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = git.REPO
 CONFIG = REPO / "asv.conf.json"
 RESULTS = REPO / "results" / "asv"  # the default results directory (asv.conf.json's)
 
 
 class SuiteError(RuntimeError):
     """The suite could not run (bad revision, asv missing, asv failed to start)."""
-
-
-def git(*args: str, cwd: Path | None = None) -> str:
-    out = subprocess.run(["git", *args], cwd=cwd or REPO, capture_output=True, text=True)
-    if out.returncode != 0:
-        raise SuiteError(f"git {' '.join(args)}: {out.stderr.strip()}")
-    return out.stdout.strip()
 
 
 def runner(
@@ -62,19 +55,6 @@ def runner(
     return res.returncode, (res.stderr.strip().splitlines()[-1:] or [""])[0][:300]
 
 
-def resolve(revs: list[str], first_parent: bool = False) -> list[str]:
-    """Full commit hashes, oldest first; a range ``A..B`` expands to its commits (with
-    ``first_parent``, only those on B's first-parent line: a merge is one commit, not the
-    commits it merged)."""
-    shas: list[str] = []
-    for rev in revs:
-        if ".." in rev:
-            shas += git("rev-list", "--reverse", *["--first-parent"] * first_parent, rev).split()
-        else:
-            shas.append(git("rev-parse", "--verify", f"{rev}^{{commit}}"))
-    return list(dict.fromkeys(shas))
-
-
 def asv_config(results_dir: Path, work: Path) -> Path:
     """asv.conf.json with absolute paths and the chosen results directory."""
     conf = json.loads(CONFIG.read_text())
@@ -88,17 +68,6 @@ def asv_config(results_dir: Path, work: Path) -> Path:
     path = work / "asv.conf.json"
     path.write_text(json.dumps(conf, indent=2))
     return path
-
-
-@contextlib.contextmanager
-def checkout(sha: str, work: Path, prefix: str = "src") -> Iterator[Path]:
-    """A detached worktree of ``sha`` at ``work/<prefix>-<sha>``, removed afterwards."""
-    path = work / f"{prefix}-{sha[:12]}"
-    git("worktree", "add", "--detach", "--force", str(path), sha)
-    try:
-        yield path
-    finally:
-        git("worktree", "remove", "--force", str(path))
 
 
 PERCENT = re.compile(r"^\[\s*(\d+(?:\.\d+)?)%\]")  # asv's progress prefix: "[ 33.33%] ..."
@@ -157,7 +126,7 @@ def run(
         import asv  # noqa: F401
     except ImportError:
         raise SuiteError("asv is not installed: pip install -e '.[bench]'") from None
-    shas = resolve(revs)
+    shas = git.commits(revs)
     machine = machine or os.environ.get("RAGBENCH_MACHINE") or fingerprint.default_machine()
     results_dir = Path(results_dir).resolve()
     results_dir.mkdir(parents=True, exist_ok=True)
@@ -174,8 +143,8 @@ def run(
              python=python)  # fmt: skip
         for i, sha in enumerate(shas, 1):
             tag = f"[{i}/{len(shas)}] {sha[:12]}"
-            log(f"{tag} {git('log', '-1', '--format=%s', sha)[:60]}")
-            with checkout(sha, work) as src:
+            log(f"{tag} {git.run('log', '-1', '--format=%s', sha)[:60]}")
+            with git.worktree(sha, work) as src:
                 path = os.pathsep.join(p for p in (str(src), env.get("PYTHONPATH")) if p)
                 commit_env = {**env, "ASV_PYTHONPATH": path, "PYTHONPATH": path}
                 _check_import(src, commit_env, python)
@@ -213,12 +182,12 @@ def _anchor(stack: contextlib.ExitStack, work: Path, log) -> Path | None:
     """A worktree of the anchor revision (benchmarks/support/harness.ANCHOR), which the kernel runs
     also time in their own processes; None, and a log line, where this clone lacks it."""
     try:
-        git("cat-file", "-e", f"{ANCHOR}^{{commit}}")
-    except SuiteError:
+        git.run("cat-file", "-e", f"{ANCHOR}^{{commit}}")
+    except git.GitError:
         log(f"the anchor revision {ANCHOR[:12]} is not in this clone: kernel.AnchoredFloor "
             "is skipped (fetch the full history)")  # fmt: skip
         return None
-    return stack.enter_context(checkout(ANCHOR, work, prefix="anchor"))
+    return stack.enter_context(git.worktree(ANCHOR, work, prefix="anchor"))
 
 
 def _fingerprint(sha: str, machine: str, mode: str, environment) -> dict:

@@ -20,6 +20,7 @@ import sys
 import time
 from pathlib import Path
 
+from ragbench import git
 from ragbench import provenance as fingerprint
 from ragbench import runner as suite
 from ragbench.gate.errors import GateError
@@ -47,7 +48,7 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
     try:
         return demo(args)
-    except (suite.SuiteError, GateError, StoreError, ValueError, OSError) as exc:
+    except (suite.SuiteError, git.GitError, GateError, StoreError, ValueError, OSError) as exc:
         _log(f"demo: error: {exc}")
         return 2
 
@@ -55,7 +56,7 @@ def main(argv=None) -> int:
 def demo(args) -> int:
     t0 = time.perf_counter()
     machine = args.machine or fingerprint.default_machine()
-    count = int(suite.git("rev-list", "--count", "HEAD"))
+    count = int(git.run("rev-list", "--count", "HEAD"))
     commits = [f"HEAD~{i}" for i in reversed(range(min(args.commits, count)))]
     RESULTS.mkdir(parents=True, exist_ok=True)
     ASV_LOG.write_text("")
@@ -63,7 +64,7 @@ def demo(args) -> int:
          f"{ASV_LOG})")  # fmt: skip
     summaries = suite.run(commits, mode="quick", results_dir=RESULTS, machine=machine, log=_log,
                           asv_log=ASV_LOG)  # fmt: skip
-    branch = suite.git("rev-parse", "--abbrev-ref", "HEAD")
+    branch = git.run("rev-parse", "--abbrev-ref", "HEAD")
     branch = history_branch() if branch == "HEAD" else branch  # detached: call it main's
     _log(f"== 2/3 ingest into {args.store} (branch {branch})")
     store = Store(args.store, on_wait=_log, branch=branch, views=SUITE_VIEWS)

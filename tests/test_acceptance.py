@@ -53,7 +53,7 @@ def main_line(tmp_path, monkeypatch):
     repo = new_repo(tmp_path / "repo")
     c0 = commit(repo, "a.txt", "0\n", "c0")
     squash = commit(repo, "a.txt", "1\n", "Fix typo (#7)")
-    monkeypatch.setattr(suite, "REPO", repo)
+    monkeypatch.setattr("ragbench.git.REPO", repo)
     synthetic = synth.write_history(tmp_path / "synth", 1)
     (made,) = (synthetic / synth.MACHINE).glob("*.json")
 
@@ -159,7 +159,7 @@ def test_an_acceptance_covers_only_cells_the_trusted_verdict_recorded_failing(
     """PR 9 was accepted on cell 1; its gate was re-run at the same head and the verdict now
     records cell 2 failing: cell 1's acceptance neither passes the verdict nor reaches main."""
     _, before = main_line
-    merge = commit(suite.REPO, "a.txt", "2\n", "Speed up the kernel (#9)")
+    merge = commit(tmp_path / "repo", "a.txt", "2\n", "Speed up the kernel (#9)")
     store = Store(tmp_path / "s.duckdb")
     accepted(store, 9, H9, [cell(1)])
     store.record_gate(9, H9, "b" * 40, "m", [cell(2)])  # the re-run's verdict

@@ -11,7 +11,7 @@ import sys
 import pytest
 from conftest import REPO
 
-from ragbench import pr, stats
+from ragbench import git, pr, stats
 from ragbench.gate import gating as gate
 from ragbench.gate import paired
 from ragbench.gate.gate_json import to_json
@@ -352,7 +352,6 @@ def test_a_cell_left_without_evidence_is_measured_again_alone_and_judged_at_a_st
     inconclusive and the gate blocked an A/A pull request."""
     import contextlib
 
-    from ragbench import runner as suite
     from ragbench.verdicts.status import Status
 
     noisy, quiet = {"backend": "padded_sdpa"}, {"backend": "triton"}
@@ -377,11 +376,11 @@ def test_a_cell_left_without_evidence_is_measured_again_alone_and_judged_at_a_st
         return paired.TOGETHER, [doc(i, [noisy], 0.015) for i in range(first, first + processes)]
 
     monkeypatch.setattr(paired, "measure", fake_measure)
-    monkeypatch.setattr(suite, "checkout", lambda sha, work: contextlib.nullcontext(tmp_path))
+    monkeypatch.setattr(git, "worktree", lambda sha, work: contextlib.nullcontext(tmp_path))
     keys = [("kernel.KernelLatency", "host_us", f"backend={p['backend']}") for p in (noisy, quiet)]
     first_look = [compare.Verdict(k, {}, "us", POLICIES.for_metric(*k[:2]), Status.INFO)
                   for k in keys]  # fmt: skip
-    sha = git_head = gate.suite.git("rev-parse", "HEAD")
+    sha = git_head = git.commit("HEAD")
     res = gate.GateResult(sha, git_head, "m1", compare.Comparison(first_look), True, 2)
     gate._paired(res, POLICIES, processes=3, mode="quick", work=tmp_path, log=lambda m: None)
     assert calls == [(None, 0, 3), (paired.only_of([keys[0]]), 3, 3)]

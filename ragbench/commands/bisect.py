@@ -86,6 +86,7 @@ def asv_find(args) -> int:
     import subprocess
     import sys
 
+    from .. import git
     from .. import runner as suite
     from ..asv_environments import selector
     from ..discovery import asv_name
@@ -99,7 +100,7 @@ def asv_find(args) -> int:
                          "ragbench alerts names it")  # fmt: skip
     key = (benchmark, metric, params.strip())
     for flag, ref in (("--good", args.good), ("--bad", args.bad)):
-        if ".." in ref or ref.startswith("^"):
+        if git.is_range(ref):
             raise ValueError(f"{flag} {ref!r} is a range: pass one commit")
     words = ["find", "--config", conf.config]
     if args.machine:

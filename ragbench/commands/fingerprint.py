@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import json
 
+from .. import git
 from .. import provenance as fingerprint
-from .. import runner as suite
 from .common import MODE_HELP
 
 
@@ -23,7 +23,7 @@ def add_parser(sub) -> None:
 
 def run(args) -> int:
     fp = fingerprint.collect(
-        commit=suite.resolve([args.commit])[0], machine=args.machine, mode=args.mode
+        commit=git.commits([args.commit])[0], machine=args.machine, mode=args.mode
     )
     print(json.dumps(fp, indent=2, sort_keys=True))
     return 0

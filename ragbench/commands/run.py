@@ -7,7 +7,7 @@ import json
 import time
 from pathlib import Path
 
-from .. import envs
+from .. import envs, git
 from .. import runner as suite
 from .common import MODE_HELP, bench_arg, log, machine_arg, machine_of
 
@@ -45,7 +45,7 @@ def run(args) -> int:
     t0 = time.perf_counter()
     for spec in args.env:
         envs.requirements(spec)  # a spec pip could not read stops the run before any work
-    commits = suite.resolve(args.commits)  # once: every stack measures the same commits
+    commits = git.commits(args.commits)  # once: every stack measures the same commits
     summaries, unusable = [], []
     for spec in args.env or [None]:
         try:
@@ -54,7 +54,7 @@ def run(args) -> int:
                 commits, mode=args.mode, results_dir=args.results, machine=machine_of(args),
                 bench=args.bench, log=log, environment=environment,
             )]  # fmt: skip
-        except (envs.EnvError, suite.SuiteError) as exc:
+        except (envs.EnvError, suite.SuiteError, git.GitError) as exc:
             if not spec:
                 raise
             why = str(exc) if isinstance(exc, envs.EnvError) else f"--env {spec}: {exc}"

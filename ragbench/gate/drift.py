@@ -44,6 +44,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from .. import git
 from .. import runner as suite
 from ..policies import Policies, Policy
 from ..store import param_key
@@ -349,8 +350,8 @@ def against_base(base: str, head: str, work: Path, *, margin: float = MARGIN,
     if only == "":
         return DriftReport(margin=margin, skipped="--bench selects no numerics benchmark")
     try:
-        trees = {suite.git("rev-parse", f"{sha}:ragged") for sha in (base, head)}
-    except suite.SuiteError:
+        trees = {git.run("rev-parse", f"{sha}:ragged") for sha in (base, head)}
+    except git.GitError:
         why = "base or head is not in this clone (stored results of another), or has no ragged/"
         return DriftReport(margin=margin, skipped=f"{why}: outputs not compared")
     if len(trees) == 1:
@@ -359,8 +360,8 @@ def against_base(base: str, head: str, work: Path, *, margin: float = MARGIN,
     log(f"drift: head's outputs against base's ({mode} grid)")
     shown = (f"../drift-base-{base[:8]}", f"../drift-head-{head[:8]}")
     with contextlib.ExitStack() as stack:
-        b = stack.enter_context(suite.checkout(base, work, prefix="drift"))
-        h = stack.enter_context(suite.checkout(head, work, prefix="drift"))
+        b = stack.enter_context(git.worktree(base, work, prefix="drift"))
+        h = stack.enter_context(git.worktree(head, work, prefix="drift"))
         report = compare_trees(b, h, work, margin=margin, mode=mode, only=only, shown=shown,
                                log=log)  # fmt: skip
     report.command = (f"git worktree add --detach {shown[0]} {base[:12]} && git worktree add "
@@ -381,7 +382,7 @@ def compare_stacks(commit: str, pythons: dict[str, Path], work: Path, *,
                            skipped="--bench selects no numerics benchmark")  # fmt: skip
     t0 = time.perf_counter()
     sides = ("base", "head")
-    with suite.checkout(commit, work, prefix="drift") as src:
+    with git.worktree(commit, work, prefix="drift") as src:
         first = [run_outputs({"base": src}, work / f"outputs-{s}.npz", mode=mode, only=only,
                              python=pythons[s], log=log) for s in sides]  # fmt: skip
         moved = [key for key in first[0].cells if _moved(first[0], first[1], key)]

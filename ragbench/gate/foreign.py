@@ -7,10 +7,9 @@ import shlex
 from dataclasses import dataclass
 from pathlib import Path
 
-from .. import project
+from .. import git, project
 from ..store import Store
 from .errors import GateError
-from .revisions import RANGE
 
 
 @dataclass(frozen=True)
@@ -84,7 +83,7 @@ def not_here_to_settle(store: Store, machine: str, ref: str, sha: str) -> GateEr
 def project_commit(ref: str, store: Store, machine: str) -> str:
     """Another project's revision: the one stored commit (of any machine) it abbreviates,
     else as given (asv resolves it in its clone of the project)."""
-    if RANGE.search(ref):
+    if git.is_range(ref):
         raise GateError(f"{ref!r} is a range of commits, where one commit is expected: pass "
                         "one revision (to gate A..B, pass --base A --head B)")  # fmt: skip
     stored = {r["commit_hash"] for r in store.runs(commit=ref, any_branch=True)}

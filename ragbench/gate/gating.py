@@ -19,6 +19,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
+from .. import git
 from .. import runner as suite
 from ..discovery import bench_regex
 from ..policies import Policies
@@ -131,16 +132,16 @@ def _paired(result: GateResult, policies, *, processes, mode, work, log) -> None
         return  # no host-time cell measured here (the CPU subset)
     try:
         for sha in {result.base, result.head}:
-            suite.git("cat-file", "-e", f"{sha}^{{commit}}")
-    except suite.SuiteError:  # stored results of commits this clone lacks
+            git.run("cat-file", "-e", f"{sha}^{{commit}}")
+    except git.GitError:  # stored results of commits this clone lacks
         log("gate: base or head is not in this clone: no paired comparison, the host-time "
             "cells stay inconclusive")  # fmt: skip
         return
     t0 = time.perf_counter()
     with contextlib.ExitStack() as stack:
-        base = stack.enter_context(suite.checkout(result.base, work))
+        base = stack.enter_context(git.worktree(result.base, work))
         head = base if result.head == result.base else stack.enter_context(
-            suite.checkout(result.head, work)
+            git.worktree(result.head, work)
         )  # fmt: skip
         method, docs = paired.measure(base, head, work, processes=processes, mode=mode, log=log)
         verdicts = {v.key: v for v in paired.judge(paired.collect(docs), policies, method,

@@ -4,30 +4,24 @@ cannot be what was meant (``two_commits``)."""
 
 from __future__ import annotations
 
-import re
 import shlex
 
-from .. import runner as suite
+from .. import git
 from ..store import Store
 from .errors import GateError
-
-# git's notations of a set of commits (A..B, A...B, ^A, A^@, A^!, A^-), where the gate and
-# ``versions --commit`` take one: ``suite.resolve`` expands a range (``run`` measures each), so
-# HEAD~2..HEAD became its oldest commit and HEAD..HEAD~3 an IndexError.
-RANGE = re.compile(r"\.\.|^\^|\^[@!-]")
 
 
 def resolve_ref(ref: str, store: Store | None = None, machine: str = "") -> str:
     """The full hash of ``ref``: git's, or (comparing stored runs) the one commit of the store
     that starts with it (results made in another checkout). GateError for a range."""
-    if RANGE.search(ref):
+    if git.is_range(ref):
         raise GateError(
             f"{ref!r} is a range of commits, where one commit is expected: pass one revision "
             "(to gate A..B, pass --base A --head B)"
         )
     try:
-        return suite.resolve([ref])[0]
-    except suite.SuiteError as exc:
+        return git.commit(ref)
+    except git.GitError as exc:
         if store is None:
             raise GateError(str(exc)) from None
         runs = store.runs(machine=machine, commit=ref, any_branch=True)
@@ -64,8 +58,8 @@ def two_commits(base: str, head: str, base_ref: str, head_ref: str) -> None:
             "(git merge-base origin/main HEAD) and its head as --head"
         )
     try:
-        suite.git("merge-base", "--is-ancestor", head, base)
-    except suite.SuiteError:  # not an ancestor (exit 1), or not in this clone
+        git.run("merge-base", "--is-ancestor", head, base)
+    except git.GitError:  # not an ancestor (exit 1), or not in this clone
         return
     raise GateError(
         f"--head {head_ref} ({head[:12]}) is older than --base {base_ref} ({base[:12]}), an "
