@@ -7,6 +7,7 @@ and main's settings, read from ``policies.toml`` (or a file given in its place).
 from __future__ import annotations
 
 import fnmatch
+import math
 import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -30,6 +31,21 @@ class Policy:
     min_samples: int | None = None  # a side needs this many to be judged ([gate] min_samples)
     metric: str = "*"  # a glob of the metric's own name (``time_*``: asv's time benchmarks)
     unit: tuple[str, ...] | None = None  # only metrics of these units (globs); None: any
+
+    def rule(self) -> str:
+        """What judges a cell, in words an alert's cell keeps (``latency 5%``, ``bound max 2``,
+        ``bound max 0.007 or 2 x backend=padded_full``, ``info``): a cell found under one rule
+        is not undone under another."""
+        if self.kind in STATISTICAL:
+            return f"{self.kind} {self.threshold:.4g}"
+        if self.kind != "bound":
+            return self.kind
+        words = [f"{side} {v:.6g}" for side, v in (("min", self.min), ("max", self.max))
+                 if v is not None]  # fmt: skip
+        if self.relative_to:
+            r = self.relative_to
+            words.append(f"or {r.get('factor', 1):g} x {r.get('param')}={r.get('value')}")
+        return " ".join(["bound", *words])
 
     def applies(self, benchmark: str, metric: str, unit: str | None) -> bool:
         """Whether this rule judges ``benchmark.metric`` of ``unit``."""
@@ -73,12 +89,33 @@ def load_policies(path: Path | None = None) -> Policies:
     for rule in rules:
         if rule.kind not in (*STATISTICAL, "bound", "hash", "info"):
             raise ValueError(f"{path}: unknown kind {rule.kind!r} for {rule.match!r}")
+    _check_main(path, data.get("main", {}))
     machines = data.get("machines", {})
     if not isinstance(machines, dict) or not all(isinstance(v, str) and v
                                                  for v in machines.values()):  # fmt: skip
         raise ValueError(f"{path}: [machines] maps runner-name patterns to machine names "
                          '(\'"fv-az*" = "github-ubuntu"\')')  # fmt: skip
     return Policies(rules, data.get("gate", {}), data.get("main", {}), machines)
+
+
+def _check_main(path: Path, main: dict) -> None:
+    """ValueError where ``[main]``'s change-point settings cannot find a change: E-Divisive's
+    permutation test needs ``changepoint_alpha`` x (``permutations`` + 1) >= 1, the least
+    p-value ``permutations`` shuffles can give (0.001 with 199: nothing is ever significant,
+    and every history would read as clean)."""
+    alpha, n = main.get("changepoint_alpha", 0.01), main.get("permutations", 199)
+    if not (isinstance(alpha, int | float) and 0 < alpha < 1 and isinstance(n, int) and n > 0):
+        raise ValueError(
+            f"{path}: [main] changepoint_alpha must be a number in (0, 1) and "
+            f"permutations a positive whole number, not {alpha!r} and {n!r}"
+        )
+    if alpha * (n + 1) < 1:
+        least = math.ceil(1 / alpha) - 1
+        raise ValueError(
+            f"{path}: [main] changepoint_alpha {alpha:g} is below the least "
+            f"p-value {n} permutations can give (1/{n + 1}): no change could ever "
+            f"be found; raise permutations to at least {least}"
+        )
 
 
 def _rule(entry: dict) -> Policy:

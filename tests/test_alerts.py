@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 
 from ragbench import follow_up
+from ragbench.commands import alerts as alerts_command
 from ragbench.history import alerting as alerts
 from ragbench.history import edivisive as changepoints
 from ragbench.policies import load_policies
@@ -341,7 +342,8 @@ def test_an_unknown_state_or_machine_is_refused_in_one_line(tmp_path):
 ERROR = ("numerics.KernelError", "error_ratio", {"backend": "triton", "dtype": "float16"}, None)
 
 
-def numerics(store: Store, ratios, start: int = 0, machine: str = "m1") -> None:
+def numerics(store: Store, ratios, start: int = 0, machine: str = "m1",
+             policies=POLICIES) -> None:  # fmt: skip
     """The kernel's error ratio (bound: at most 2) a commit from ``start`` on, and a
     latency beside it."""
     for i, r in enumerate(ratios, start):
@@ -351,8 +353,8 @@ def numerics(store: Store, ratios, start: int = 0, machine: str = "m1") -> None:
         store.add_run(run, [Measurement(*ERROR, r, samples=[r]),
                             Measurement(*CELL, 10.0, samples=samples)])  # fmt: skip
         if i >= start + len(ratios) - 3:  # an ingest of each of the newest three commits
-            changepoints.update(store, [run.run_id], POLICIES)
-            alerts.update(store, machine, POLICIES)
+            changepoints.update(store, [run.run_id], policies)
+            alerts.update(store, machine, policies)
 
 
 def test_a_broken_bound_on_mains_newest_commit_is_an_alert(tmp_path):
@@ -381,29 +383,39 @@ def test_a_broken_bound_on_mains_newest_commit_is_an_alert(tmp_path):
     assert (a["state"], a["fixed_by"]) == ("fixed", sha(22))
 
 
-def test_a_bound_the_policies_no_longer_judge_is_neither_fixed_nor_open(tmp_path):
-    """The error ratio's bound made ``info`` after it broke: the next ingest marks the alert
-    invalid, saying so, never fixed (its value did not change); one a person acknowledged
-    keeps its state, and neither is fixed by a later commit within no bound."""
+def test_a_cell_judged_by_another_rule_now_is_never_fixed_by_it(tmp_path):
+    """The error ratio's bound (max 2) made ``info``, or loosened to 10,000, after it broke at
+    6,418: no later commit marks the alert fixed (before: the next commit, of the same value,
+    did), whatever its state, and ``ragbench alerts`` says why and what to do; under the rule
+    it was found by again, a commit back within it fixes it."""
     import dataclasses
 
-    rules = tuple(dataclasses.replace(r, kind="info") if r.match == "*.KernelError.error_ratio"
-                  else r for r in POLICIES.rules)  # fmt: skip
-    info = dataclasses.replace(POLICIES, rules=rules)
-    for machine, person in (("m1", False), ("m2", True)):
+    def with_rule(**changes):
+        rules = tuple(dataclasses.replace(r, **changes) if r.match == "*.KernelError.error_ratio"
+                      else r for r in POLICIES.rules)  # fmt: skip
+        return dataclasses.replace(POLICIES, rules=rules)
+
+    for i, (changed, person) in enumerate([({"kind": "info"}, False), ({"max": 1e4}, False),
+                                           ({"kind": "info"}, True)]):  # fmt: skip
+        machine = f"m{i}"
         store = Store(tmp_path / f"{machine}.duckdb")
         numerics(store, [1.1] * 20 + [6418.0] * 2, machine=machine)
+        (a,) = store.alerts(machine)
+        assert a["cells"][0]["rule"] == "bound max 2", a
         if person:
             store.set_alert_state(machine, sha(20), "acknowledged", by="someone", was="new")
-        numerics(store, [6418.0], start=22, machine=machine)
-        alerts.update(store, machine, info)
+        # 23 is back within the old bound: not fixed under the rule that judges it now
+        numerics(store, [6418.0, 1.1], start=22, machine=machine, policies=with_rule(**changed))
         (a,) = store.alerts(machine)
-        assert a["fixed_by"] is None, a
-        if person:
-            assert a["state"] == "acknowledged", a
-            continue
-        assert a["state"] == "invalid" and a["changed_by"] == alerts.BY, a
-        assert "numerics.KernelError.error_ratio 'info' now, not 'bound'" in a["reason"], a
+        assert (a["state"], a["fixed_by"]) == ("acknowledged" if person else "new", None), a
+        now = with_rule(**changed).for_metric(*ERROR[:2]).rule()
+        text = alerts_command.text(a, None, policies=with_rule(**changed))
+        assert ("Judged by another rule now, so no later commit marks them fixed: "
+                "`numerics.KernelError.error_ratio backend=triton,dtype=float16` (found under "
+                f"'bound max 2', now {now!r})") in text, text  # fmt: skip
+        assert f"--machine {machine} --commit {sha(20)[:12]}`" in text, text
+        alerts.update(store, machine, POLICIES)
+        assert store.alerts(machine)[0]["fixed_by"] == sha(23)
 
 
 def lagom_history(out: Path, commits: range) -> None:

@@ -372,6 +372,15 @@ def test_policies_file_errors(tmp_path):
     bad.write_text("[[policy]\n")
     with pytest.raises(ValueError, match="not a valid policies file"):
         load_policies(bad)
+    # 199 shuffles give no p-value below 1/200: every history read as clean (before: silently)
+    bad.write_text("[main]\nchangepoint_alpha = 0.001\npermutations = 199\n")
+    with pytest.raises(ValueError, match="below the least p-value 199 permutations can give"):
+        load_policies(bad)
+    bad.write_text("[main]\nchangepoint_alpha = 0.001\npermutations = 999\n")
+    assert load_policies(bad).main["permutations"] == 999
+    bad.write_text('[main]\nchangepoint_alpha = "0.01"\n')
+    with pytest.raises(ValueError, match="must be a number in"):
+        load_policies(bad)
 
 
 def points(values, envs=None):

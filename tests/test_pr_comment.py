@@ -11,8 +11,8 @@ import json
 import pytest
 from conftest import commit, git, new_repo
 
+import ragbench.git
 from ragbench import cli, jsonfile, pr
-from ragbench import runner as suite
 from ragbench.github import COMMENT_LIMIT, MARKER, Client
 from ragbench.store import Store
 from ragbench.verdicts.status import JSON_SCHEMA, VerdictError
@@ -41,7 +41,7 @@ def pull(tmp_path, monkeypatch):
     # --no-local: main's objects only (a local clone hard-links p1's in too)
     git("clone", "--quiet", "--no-local", "--branch", "main", tmp_path / "origin.git",
         tmp_path / "job", cwd=tmp_path)  # fmt: skip
-    monkeypatch.setattr(suite, "REPO", tmp_path / "job")
+    monkeypatch.setattr(ragbench.git, "REPO", tmp_path / "job")
     monkeypatch.delenv("RAGBENCH_MACHINE", raising=False)
 
 
@@ -177,7 +177,7 @@ def test_the_base_and_machine_the_json_claims_are_checked_before_any_command_nam
     inconclusive = [failure(status="inconclusive")]
     # the true merge base (c0, not the event's c1): the head fetched as data, then named
     assert verdict(tmp_path, github, inconclusive, **doc).state == "failure"
-    assert git("rev-parse", "refs/ragbench/pr-head", cwd=suite.REPO) == HEAD
+    assert git("rev-parse", "refs/ragbench/pr-head", cwd=ragbench.git.REPO) == HEAD
     body = github.comments[3][-1]["body"]
     assert f"ragbench gate --base {BASE[:12]} --head {HEAD[:12]}`" in body
     assert "--machine m`" in body  # no RAGBENCH_MACHINE: the JSON's own

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import getpass
+import shlex
 
 from ..policies import load_policies
 from .common import machine_arg, open_store, policies_arg, store_arg
@@ -71,7 +72,7 @@ def run(args) -> int:
             moved[m, commit] = lines
     for a in found:
         lines = moved.get((a["machine"], a["commit_hash"]), [])
-        print(text(a, repository, lines, project.load(store, a["machine"])))
+        print(text(a, repository, lines, project.load(store, a["machine"]), policies))
     if state is None:
         print(settings_text(store.alerts(args.machine, cells="settings")), end="")
     new = sum(a["state"] == "new" for a in found)
@@ -119,11 +120,13 @@ def stale_text(machine: str, reports: list) -> str:
 STALE_SHOWN = 20
 
 
-def text(a: dict, repository: str | None, moved: list[str] = (), project=None) -> str:
+def text(a: dict, repository: str | None, moved: list[str] = (), project=None,
+         policies=None) -> str:  # fmt: skip
     """One alert in markdown: its state, range, cells and commands; ``moved``: the
     environment's changes of level since (``alerts.moves``), no fix; ``project``: the asv
     project whose results the machine's are (``ragbench.project``), where it is not this
-    suite: the link and the commands are of it."""
+    suite: the link and the commands are of it; ``policies``: those in force, whose rules
+    for the cells may differ from the ones they were found under (``alerts.rejudged``)."""
     from .. import follow_up
     from ..history import alerting as alerts
 
@@ -148,6 +151,17 @@ def text(a: dict, repository: str | None, moved: list[str] = (), project=None) -
                      f"({c['found_by']})")  # fmt: skip
     if moved:
         lines += ["", "Since then (no fix of the code):"] + [f"- {m}" for m in moved]
+    rules = [(c, now) for c in a["cells"] if policies is not None and a["state"] in alerts.OPEN
+             and (now := alerts.rejudged(c, policies))]  # fmt: skip
+    if rules:
+        cells = "; ".join(f"{alerts.cell_name(c)} (found under {c.get('rule') or c['kind']!r}, "
+                          f"now {now!r})" for c, now in rules)  # fmt: skip
+        where = f"--machine {shlex.quote(a['machine'])} --commit {a['commit_hash'][:12]}"
+        lines += [
+            "",
+            f"Judged by another rule now, so no later commit marks them fixed: {cells}. "
+            f"Once looked at: `ragbench alerts --set expected|invalid --reason TEXT {where}`",
+        ]
     gone = follow_up.gone_cells(a, project)
     if gone:
         lines += ["", f"No longer in {project.name or 'the project'}'s suite (its asv "

@@ -29,8 +29,9 @@ fixed when every cell is undone (``undone_by``): a step by a later change point 
 the old level, the whole after/before interval within the threshold, over at least
 ``FIX_POINTS`` points; a finding by a newest commit without it. A fixed alert whose series is
 no longer back (the newest code step went up again) is reopened (``new``). A cell the policies
-now judge by another kind than it was found by (a bound made ``info``) is never undone: a new
-alert of such cells alone becomes ``invalid``, saying what the policies make of them now.
+now judge by another rule than it was found under (``rule``: a threshold or bound moved, a
+bound made ``info``) is never undone, so its alert stays as it is until a person sets its state
+(``ragbench alerts`` says which cells and why).
 Every state change is a conditional update of the state that was read, so a state a person set
 since is never overwritten.
 """
@@ -131,7 +132,7 @@ def steps(store, machine: str, policies: Policies,
         s = read_series(store, machine, rep.environment or "", rep.key)
         cps = [i for p in (rep.points[c.index] for c in rep.changes)
                if (i := s.at(p.commit_hash, p.env_key))]  # fmt: skip
-        found = [(i, {**step_at(s, i, cps, policy.kind),
+        found = [(i, {**step_at(s, i, cps, policy.kind), "rule": policy.rule(),
                       **timed(s.timings[i - 1], s.timings[i])}, "change point")
                  for p in code if (i := s.at(p.commit_hash, p.env_key))]  # fmt: skip
         if newest and len(s.values) > 1:
@@ -146,7 +147,9 @@ def steps(store, machine: str, policies: Policies,
             if base:
                 step = measured([s.values[i] for i in base], [s.values[n]], policy.kind)
                 was = timing.typical([s.timings[i] for i in base])
-                found.append((n, {**step, **timed(was, s.timings[n])}, "newest run"))
+                found.append(
+                    (n, {**step, "rule": policy.rule(), **timed(was, s.timings[n])}, "newest run")
+                )
         for i, cell, by in found:
             if raised(cell, policy.threshold):
                 commit = s.commits[i]
@@ -215,6 +218,7 @@ def findings(store, machine: str, now: Newest, stored: list[dict]) -> list[dict]
         if v.status in FINDINGS and key not in held and ("", *key[1:]) not in held:
             out.append({"environment": key[0], "benchmark": key[1], "metric": key[2],
                         "param_key": key[3], "unit": v.unit, "kind": v.policy.kind,
+                        "rule": v.policy.rule(),
                         "before": v.base, "after": v.head, "ratio_lo": None, "ratio_hi": None,
                         "found_by": finding_words(v)})  # fmt: skip
     return out
@@ -242,7 +246,7 @@ def update(store, machine: str, policies: Policies, *, last: int = LAST,
             a["state"] != "fixed"
             or a["changed_by"] != BY
             or _when(a["commit_time"]) < _when(now.since)
-            or any(unjudged(c, policies) for c in a["cells"])
+            or any(rejudged(c, policies) for c in a["cells"])
         ):
             continue  # open ones below; a state a person set is theirs; older than LAST commits
         if undone_by(store, machine, a, policies, now, steps_only=True) is None:
@@ -257,9 +261,6 @@ def update(store, machine: str, policies: Policies, *, last: int = LAST,
     for commit, group in found.items():  # the step a reopened alert is: no other alert
         group[:] = [c for c in group if _cell_key(c) not in held_again
                     or _when(times.get(commit)) <= _when(held_again[_cell_key(c)])]  # fmt: skip
-    for a in unjudged_alerts(stored_list, policies, now):
-        store.set_alert_state(machine, a["commit_hash"], "invalid", by=BY, was="new",
-                              reason=f"no longer judged as found: {a['unjudged']}")  # fmt: skip
     gone = moved(stored_list, found, now)
     for a in gone:
         to = ", ".join(c[:12] for c in a["moved_to"])
@@ -300,28 +301,19 @@ def update(store, machine: str, policies: Policies, *, last: int = LAST,
     return grown, fixed, reopened
 
 
-def unjudged(c: dict, policies: Policies) -> bool:
-    """Whether the policies now judge the cell ``c`` by another kind than it was found by (a
-    bound made ``info``, a latency rule dropped): nothing a later commit shows can undo it."""
-    return _policy(policies, c).kind != c["kind"]
-
-
-def unjudged_alerts(stored: list[dict], policies: Policies, now: Newest) -> list[dict]:
-    """The new alerts, this module's, whose every cell the policies no longer judge as found,
-    each with ``unjudged``: what the policies make of them now (``numerics.Drift.top1_agreement
-    is now 'info', not 'bound'``). Only within the newest ``LAST`` commits."""
-    out = []
-    for a in stored:
-        cells = a["cells"]
-        if (a["state"] != "new" or a["changed_by"] not in (None, BY) or not cells
-                or _when(a["commit_time"]) < _when(now.since)
-                or not all(unjudged(c, policies) for c in cells)):  # fmt: skip
-            continue
-        kinds = sorted({(f"{c['benchmark']}.{c['metric']}", _policy(policies, c).kind,
-                         c["kind"]) for c in cells})  # fmt: skip
-        words = "; ".join(f"the policies make {m} {k!r} now, not {was!r}" for m, k, was in kinds)
-        out.append({**a, "unjudged": words})
-    return out
+def rejudged(c: dict, policies: Policies) -> str | None:
+    """The rule the policies judge the cell ``c`` by now where it is not the one it was found
+    under (a threshold or bound moved, a bound made ``info``; a cell stored before cells kept
+    their rule: its kind), else None. No later commit undoes such a cell: the old rule would
+    need the old thresholds, the new one never raised it. A failed or missing cell is one
+    whatever the rule."""
+    if c["found_by"].startswith((Status.FAILED, Status.MISSING)):
+        return None
+    policy = _policy(policies, c)
+    was = c.get("rule")
+    if (policy.rule() if was else policy.kind) == (was or c["kind"]):
+        return None
+    return policy.rule()
 
 
 def moved(stored: list[dict], found: dict[str, list[dict]], now: Newest) -> list[dict]:
@@ -430,8 +422,8 @@ def undone_by(store, machine: str, alert: dict, policies: Policies, now: Newest 
     commits, the newest; None where a cell is not."""
     if steps_only and not any(c["found_by"] in STEP_FOUND for c in alert["cells"]):
         return alert["fixed_by"]
-    if not steps_only and any(unjudged(c, policies) for c in alert["cells"]):
-        return None  # judged otherwise now: no value of a later commit undoes it
+    if not steps_only and any(rejudged(c, policies) for c in alert["cells"]):
+        return None  # judged by another rule now: no value of a later commit undoes it
     now = now or newest(store, machine, policies)
     back = []
     for c in alert["cells"]:

@@ -31,7 +31,7 @@ if TYPE_CHECKING:
     from . import Store
 
 BRANCH_VAR = "RAGBENCH_BRANCH"
-SCHEMA_VERSION = 8  # a new table, column or view needs a new version: that is what migrates
+SCHEMA_VERSION = 9  # a new table, column or view needs a new version: that is what migrates
 GUARD_KEY = "writer"  # the row of ``meta`` that every write transaction rewrites
 # The rows no query sees until their run is stored: a run being written in slices, or one whose
 # writer died mid-way (``Store._add_in_slices``).

@@ -147,6 +147,7 @@ CREATE TABLE IF NOT EXISTS alert_cells (
     found_by VARCHAR,
     timing JSON,
     prev_timing JSON,
+    rule VARCHAR,
     PRIMARY KEY (branch, machine, commit_hash, environment, benchmark, metric, param_key)
 );
 CREATE TABLE IF NOT EXISTS gate_verdicts (
@@ -263,6 +264,11 @@ UPDATE alert_cells c SET timing = p.timing, prev_timing = p.prev_timing FROM (
    AND c.param_key = p.param_key AND c.commit_hash = p.commit_hash;
 DROP TABLE timed_points;
 """
+# Schema 9: the rule an alert cell was found under (``Policy.rule``: ``latency 0.05``, ``bound
+# max 2``); NULL in the cells stored before, which are compared by their kind.
+MIGRATE_RULES = """
+ALTER TABLE alert_cells ADD COLUMN IF NOT EXISTS rule VARCHAR;
+"""
 # Schema 1 -> 2: a status per measurement; acceptances name their pull request and the commit
 # they were given on (a main commit's carried copy names the PR head). Schema 2 -> 3 also:
 # asv's 99% confidence interval of each value (``stats_ci_99_a``/``_b``), which judges a cell
@@ -279,6 +285,7 @@ ALTER TABLE measurements ADD COLUMN IF NOT EXISTS ci_99_b DOUBLE;
     + MIGRATE_GATE_IDS
     + MIGRATE_SUMMARIES
     + MIGRATE_TIMING
+    + MIGRATE_RULES
 )
 
 
