@@ -36,12 +36,18 @@ def asv_name(key: Key) -> str:
     return method if benchmark == metric else f"{benchmark}.{method}"
 
 
+# a comma that starts the next ``name=``: a value's own commas stay in it (asv's tuple
+# parameter ``shape=(10, 10)``, pytest's id ``param=a,b``)
+_NEXT_PARAM = re.compile(r",(?=[^,=]+=)")
+
+
 def parse_params(param_key: str) -> dict[str, str]:
-    """``"backend=triton,batch=1"`` -> ``{"backend": "triton", "batch": "1"}``."""
+    """``"backend=triton,batch=1"`` -> ``{"backend": "triton", "batch": "1"}``; a value keeps
+    its commas (``"shape=(10, 10)"`` -> ``{"shape": "(10, 10)"}``)."""
     if not param_key:
         return {}
     out = {}
-    for part in param_key.split(","):
+    for part in _NEXT_PARAM.split(param_key):
         name, eq, value = part.partition("=")
         if not eq or not name:
             raise CellError(f"params {param_key!r}: expected name=value,... (as the report "

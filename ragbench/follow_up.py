@@ -115,9 +115,15 @@ def repro_command(alert: dict, project: Project | None = None) -> str | None:
             f" --environment {shlex.quote(envs[0])}" if envs else ""
         )
     return (
-        f"ragbench gate{config} --base {base[:12]} --head {alert['commit_hash'][:12]} "
-        f"--machine {shlex.quote(alert['machine'])} {bench}"
+        f"ragbench gate{config}{_mode(alert, project)} --base {base[:12]} "
+        f"--head {alert['commit_hash'][:12]} --machine {shlex.quote(alert['machine'])} {bench}"
     )
+
+
+def _mode(alert: dict, project: Project | None) -> str:
+    """`` --mode full`` where this suite's runs of the alert's commit measured the full grid
+    (``bench-main`` records it): the quick grid, the commands' default, lacks most cells."""
+    return f" --mode {alert['mode']}" if project is None and alert.get("mode") == "full" else ""
 
 
 def repository_url(policies: Policies) -> str | None:
@@ -198,7 +204,7 @@ def bisect_command(alert: dict, project: Project | None = None) -> str | None:
     c = alert["cells"][0]
     cell = f"{c['benchmark']}.{c['metric']} {c['param_key']}".rstrip()  # no parameters: none
     return (
-        f"ragbench bisect --cell {shlex.quote(cell)} --good {prev[:12]} "
+        f"ragbench bisect --cell {shlex.quote(cell)}{_mode(alert, None)} --good {prev[:12]} "
         f"--bad {commit[:12]} --machine {shlex.quote(alert['machine'])}"
     )
 
@@ -274,14 +280,17 @@ def node_id(key: tuple[str, str, str]) -> str:
 def pytest_command(alert: dict, keys: list[tuple[str, str, str]]) -> str:
     """The re-measurement of pytest-benchmark cells: each of the two commits checked out and
     the cells' tests run by pytest-benchmark (``--benchmark-only``, JSON with the rounds'
-    data), both ingested off main's history, then gated as stored on this machine (the node
-    pytest-benchmark names its runs by: the host name, the gate's default ``--machine``)."""
+    data), both ingested into a store of their own (main's runs of the two commits, in the
+    store the alert came from, would be pooled in: the data that raised it), then gated as
+    stored on this machine (the node pytest-benchmark names its runs by: the host name, the
+    gate's default ``--machine``)."""
     base = (alert["prev_commit_hash"] or f"{alert['commit_hash']}~1")[:12]
     head = alert["commit_hash"][:12]
     nodes = " ".join(shlex.quote(n) for n in dict.fromkeys(node_id(k) for k in keys))
     run = "pytest --benchmark-only --benchmark-json={}.json " + nodes
+    store = f"--store ragbench-remeasure-{head}.duckdb"
     return (
         f"git checkout {base} && {run.format('base')} && git checkout {head} && "
-        f"{run.format('head')} && ragbench ingest --branch remeasure base.json head.json && "
-        f"ragbench gate --stored --base {base} --head {head}"
+        f"{run.format('head')} && ragbench ingest {store} --branch remeasure base.json head.json"
+        f" && ragbench gate --stored {store} --base {base} --head {head}"
     )

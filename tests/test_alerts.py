@@ -26,16 +26,17 @@ def sha(i: int) -> str:
     return f"{i:040x}"
 
 
-def history(store: Store, commits: range, slow: set[int], machine: str = "m1") -> list[str]:
-    """A run a commit on main: triton and fa2 gpu_us 10% slower at the commits in ``slow``,
-    torch_varlen unchanged; -> the run ids."""
+def history(store: Store, commits: range, slow: set[int], machine: str = "m1",
+            mode: str = "quick") -> list[str]:  # fmt: skip
+    """A run a commit on main (of the suite's ``mode`` grid): triton and fa2 gpu_us 10% slower
+    at the commits in ``slow``, torch_varlen unchanged; -> the run ids."""
     rng = np.random.default_rng(commits.start)
     ids = []
     with store.writing():  # one connection for them all, as an ingest's files share one
         for i in commits:
             run = Run("asv", sha(i), machine, started_at=1.8e9 + i * 3600,
                       commit_time=1.8e9 + i * 3600, branch="main",
-                      fingerprint={"gpu": "Test GPU", "torch": "2.11.0"})  # fmt: skip
+                      fingerprint={"gpu": "Test GPU", "torch": "2.11.0"}, mode=mode)  # fmt: skip
             factor = 1.1 if i in slow else 1.0
             rows = [
                 Measurement("kernel.KernelLatency", "gpu_us", {"backend": b}, "us",
@@ -72,6 +73,23 @@ def test_a_step_is_one_alert_of_its_commit_kept_and_fixed_when_undone(tmp_path):
     assert alerts.update(store, "m1", POLICIES)[1] == 1
     (a,) = store.alerts("m1", commit=sha(STEP))
     assert (a["state"], a["fixed_by"]) == ("fixed", sha(40))  # back from 40 on
+
+
+def test_the_follow_ups_of_an_alert_of_the_full_grid_name_it(tmp_path):
+    """main's runs measured the full grid (``bench-main``): the printed re-measurement and
+    bisection pass ``--mode full`` (before: none, so the quick grid, which lacks most cells:
+    the bisection refused them); of the quick grid, nothing."""
+    for mode in ("full", "quick"):
+        store = Store(tmp_path / f"{mode}.duckdb")
+        history(store, range(30), slow=set(range(STEP, 30)), mode=mode)
+        alerts.update(store, "m1", POLICIES)
+        (a,) = store.alerts("m1")
+        assert a["mode"] == mode
+        a = {**a, "prev_commit_hash": sha(STEP - 2)}  # two commits: a bisection is offered
+        repro, bisect = follow_up.repro_command(a), follow_up.bisect_command(a)
+        assert repro.startswith("ragbench gate --mode full --base" if mode == "full"
+                                else "ragbench gate --base"), repro  # fmt: skip
+        assert ("--mode full" in bisect) == (mode == "full"), bisect
 
 
 def test_a_state_set_by_hand_is_kept_and_what_is_no_state_is_refused(tmp_path):

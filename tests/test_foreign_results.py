@@ -525,7 +525,8 @@ def test_a_cell_no_longer_in_the_suite_is_named_without_a_trailing_space(tmp_pat
 
 def test_a_pytest_benchmark_alert_re_measures_with_pytest(tmp_path):
     """A pytest-benchmark cell's re-measurement names the test as pytest does (the saved
-    run's ``fullname``), run by pytest-benchmark at both commits, ingested off main and gated
+    run's ``fullname``), run by pytest-benchmark at both commits, ingested into a store of
+    their own (before: the alert's, whose main runs of the commits the gate pooled in) and gated
     as stored (before: ``ragbench gate --bench '...::test_xfast_parametrized\\.track_time...'``,
     a benchmark no asv suite has); no asv bisection is offered for it."""
     import shlex
@@ -547,6 +548,9 @@ def test_a_pytest_benchmark_alert_re_measures_with_pytest(tmp_path):
     assert steps[1] == ["pytest", "--benchmark-only", "--benchmark-json=base.json", fullname]
     assert steps[3][-1] == fullname and steps[2] == ["git", "checkout", OTHER[:12]]
     assert steps[5][:3] == ["ragbench", "gate", "--stored"], steps
+    # a store of their own: main's runs of the two commits would be pooled into the gate
+    store = ["--store", f"ragbench-remeasure-{OTHER[:12]}.duckdb"]
+    assert steps[4][2:4] == store and steps[5][3:5] == store, steps
     assert follow_up.bisect_command(alert) is None
 
 
@@ -1023,3 +1027,37 @@ def test_a_commit_fetched_after_it_was_missing_is_this_checkouts(tmp_path, monke
     assert not follow_up.in_this_checkout(alert)
     git("fetch", "--quiet", str(there), "main", cwd=here)
     assert follow_up.in_this_checkout(alert)
+
+
+def test_a_parameter_value_with_a_comma_keeps_it(tmp_path, capsys):
+    """pytest's id ``a,b`` and asv's tuple parameter ``(10, 10)``: a value keeps its commas,
+    so the alert of a step in such a cell is listed with its re-measurement (before: ``ragbench
+    alerts`` refused every alert of the store, exit 2, over one cell's params)."""
+    import numpy as np
+
+    from ragbench.discovery import parse_params
+    from ragbench.history import alerting
+    from ragbench.history import edivisive as changepoints
+    from ragbench.policies import load_policies
+    from ragbench.store import Measurement, Run
+
+    assert parse_params("n=3,shape=(10, 10)") == {"n": "3", "shape": "(10, 10)"}
+    assert parse_params("param=a,b") == {"param": "a,b"}
+    policies, rng, ids = load_policies(), np.random.default_rng(2), []
+    store = Store(tmp_path / "perf.duckdb")
+    with store.writing():
+        for i in range(30):
+            run = Run("pytest-benchmark", f"{i:040x}", "node1", started_at=1.8e9 + i * 3600,
+                      commit_time=1.8e9 + i * 3600, branch="main",
+                      environment="python 3.11, CPU", python="3.11")  # fmt: skip
+            v = rng.normal(1e-3 * (1.3 if i >= 20 else 1), 1e-6, 20)
+            store.add_run(run, [Measurement("tests/test_x.py::test_p", "time", {"param": "a,b"},
+                                            "s", float(np.median(v)), samples=list(v),
+                                            stats_number=1, stats_repeat=20)])  # fmt: skip
+            ids.append(run.run_id)
+    changepoints.update(store, ids, policies)
+    alerting.update(store, "node1", policies)
+    code, out = ragbench(capsys, "alerts", "--store", store.path)
+    assert code == 1 and "1 alert(s), 1 new" in out, out
+    assert "pytest --benchmark-only --benchmark-json=base.json 'tests/test_x.py::test_p[a,b]'" \
+        in out, out  # fmt: skip

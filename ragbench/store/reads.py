@@ -402,10 +402,11 @@ class Reads:
 
     def alerts(self, machine: str | None = None, *, state: str | None = None,
                commit: str | None = None, cells: str | None = CODE) -> list[dict]:  # fmt: skip
-        """main's alerts (``ragbench.history.alerting``), newest commit first, each with its
-        ``cells`` (rows of ``alert_cells``, each with ``settings_changed``: the measurement
-        settings that moved at its step, ``asv number 89287 -> 1``, else None:
-        ``ragbench.store.timing``); of one machine, state or commit (a prefix) where given.
+        """main's alerts (``ragbench.history.alerting``), newest commit first, each with the
+        ``mode`` of its commit's runs and its ``cells`` (rows of ``alert_cells``, each with
+        ``settings_changed``: the measurement settings that moved at its step, ``asv number
+        89287 -> 1``, else None: ``ragbench.store.timing``); of one machine, state or commit (a
+        prefix) where given.
         ``cells``: ``code`` (the steps of the code and the findings: what is alerted),
         ``settings`` (the steps where a measurement setting changed: listed apart, never
         alerted), or None (both); an alert without such cells is left out."""
@@ -417,8 +418,13 @@ class Reads:
         if commit:
             where.append("starts_with(commit_hash, ?)")
             args.append(commit)
-        found = self._rows(f"SELECT * FROM alerts WHERE {' AND '.join(where)} "
-                           "ORDER BY commit_time DESC NULLS LAST, machine", args)  # fmt: skip
+        # ``mode``: the grid main's runs of the commit measured (this suite's quick or full;
+        # None for another harness's), which a re-measurement of its cells must name
+        found = self._rows(f"SELECT a.*, (SELECT max(r.mode) FROM runs r WHERE {HISTORY_RUN} "
+                           "AND r.machine = a.machine AND r.commit_hash = a.commit_hash) AS mode "
+                           f"FROM alerts a WHERE {' AND '.join(where)} "
+                           "ORDER BY commit_time DESC NULLS LAST, machine",
+                           [self.branch, *args])  # fmt: skip
         if not found:
             return []
         rows = self._rows(
