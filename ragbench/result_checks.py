@@ -61,6 +61,10 @@ def validate(run: Run, rows: list[Measurement]) -> None:
     if not isinstance(run.commit_hash, str) or not COMMIT.fullmatch(run.commit_hash):
         raise ValueError(f"commit hash {str(run.commit_hash)[:50]!r} is not a git commit hash")
     _text(run.machine, "machine", empty=False)
+    if run.machine.startswith("-"):  # every printed command line would read it as an option
+        raise ValueError(f"machine {run.machine[:40]!r} starts with '-', which the commands "
+                         "printed for it (ragbench's, asv's) would take for an option: rename "
+                         "it (asv's --machine, the results directory)")  # fmt: skip
     _text(run.env_name, "env_name")
     _text(run.environment, "the environment")
     _text(run.python, "python")

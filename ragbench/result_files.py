@@ -185,6 +185,11 @@ def parse_asv(path: Path, data: dict) -> tuple[Run, list[Measurement]]:
     if date is not None and not is_number(date):
         raise ValueError(f"date {str(date)[:40]!r} is not a number of milliseconds")
     machine = (data.get("params") or {}).get("machine") or fp.get("machine") or path.parent.name
+    if (path.parent / "machine.json").is_file() and machine != path.parent.name:
+        raise ValueError(
+            f"its machine {str(machine)[:40]!r} is not its results directory's "
+            f"{path.parent.name[:40]!r}, so asv ignores it"
+        )
     env_name, python = data.get("env_name"), data.get("python")
     run = Run(
         source="asv", commit_hash=data["commit_hash"], machine=machine, started_at=started,

@@ -16,6 +16,7 @@ A regression in the report does not fail the demo; unusable input does (exit 2).
 from __future__ import annotations
 
 import argparse
+import shlex
 import sys
 import time
 from pathlib import Path
@@ -86,19 +87,18 @@ def demo(args) -> int:
 
 
 def next_steps(store: Path, branch: str, machine: str) -> list[tuple[str, str]]:
-    """(what, command) for the demo's last lines, each a command that works as printed."""
-    on = "" if branch == history_branch() else f" --branch {branch}"
+    """(what, command) for the demo's last lines, each a command that works as printed (every
+    value quoted for the shell: a store path with a space, a branch git allows with a ``;``)."""
+    store, m = shlex.quote(str(store)), shlex.quote(f"--machine={machine}")
+    on = "" if branch == history_branch() else f" {shlex.quote(f'--branch={branch}')}"
     return [
         ("the dashboard (localhost:8501)", f"make dashboard STORE={store}"),
-        (
-            "main's history: change points",
-            f".venv/bin/ragbench detect --store {store} --machine {machine}{on}",
-        ),
+        ("main's history: change points", f".venv/bin/ragbench detect --store {store} {m}{on}"),
         (
             "every table as Parquet",
             f".venv/bin/ragbench export --store {store} --out results/parquet",
         ),
-        ("asv's own view of the results", f".venv/bin/asv compare --machine {machine} HEAD~1 HEAD"),
+        ("asv's own view of the results", f".venv/bin/asv compare {m} HEAD~1 HEAD"),
     ]
 
 

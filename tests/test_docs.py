@@ -94,18 +94,24 @@ def test_the_demos_next_steps_work_as_printed(tmp_path):
         data["commit_hash"] = sha
         (results / synth.MACHINE / f"{sha[:8]}-{data['env_name']}.json").write_text(
             json.dumps(data))  # fmt: skip
-    store = Path("results/perf.duckdb")
+    store = Path("results/a store/perf.duckdb")  # a space: quoted (before: two arguments)
     ingest(Store(repo / store), [results], branch="main")
     env = {**os.environ, "HOME": str(tmp_path)}
     for what, command in demo.next_steps(store, "main", synth.MACHINE):
-        argv = shlex.split(command)
-        if argv[0] == "make":  # a server: the target and its variables, not the server
-            argv.insert(1, "-n")
-        out = subprocess.run(argv, cwd=repo, capture_output=True, text=True, env=env,
-                             timeout=300)  # fmt: skip
+        if command.startswith("make "):  # a server: the target and its variables, not the server
+            command = command.replace("make ", "make -n ", 1)
+        out = subprocess.run(command, shell=True, cwd=repo, capture_output=True, text=True,
+                             env=env, timeout=300)  # fmt: skip
         assert out.returncode in (0, 1), (what, command, out.stdout[-2000:], out.stderr[-2000:])
         assert "Traceback" not in out.stderr, (command, out.stderr[-2000:])
+        assert "a store/perf.duckdb" in out.stdout or not command.startswith("make"), out.stdout
     assert (repo / "results" / "parquet" / "runs.parquet").is_file()
+    # a branch name git allows that a shell would run (before: it ran ``touch PWNED``)
+    branch = "feat;touch${IFS}PWNED"
+    assert git("check-ref-format", "--branch", branch, cwd=repo) == branch
+    _, detect = demo.next_steps(store, branch, synth.MACHINE)[1]
+    subprocess.run(detect, shell=True, cwd=repo, capture_output=True, env=env, timeout=300)
+    assert not (repo / "PWNED").exists()
 
 
 def test_the_readme_is_short_and_says_each_thing_once():

@@ -1061,3 +1061,28 @@ def test_a_parameter_value_with_a_comma_keeps_it(tmp_path, capsys):
     assert code == 1 and "1 alert(s), 1 new" in out, out
     assert "pytest --benchmark-only --benchmark-json=base.json 'tests/test_x.py::test_p[a,b]'" \
         in out, out  # fmt: skip
+
+
+def test_a_file_asv_ignores_or_a_machine_read_as_an_option_is_refused(tmp_path, capsys):
+    """astropy's results: a file whose machine is not its results directory's (asv's own
+    fixture ``cccccccc``: asv ignores it) is refused, each in one line (before: stored as a
+    machine of its own); so is a machine named ``-gpu1``, which every printed command line
+    (``--machine -gpu1``) would take for an option."""
+    results = tmp_path / "results"
+    shutil.copytree(ASTROPY / "results", results)
+    first = sorted((results / "cheetah").glob("0*.json"))[0]
+    doc = json.loads(first.read_text())
+    doc["params"]["machine"] = "not-cheetah"
+    (first.parent / f"cccccccc-{doc['env_name']}.json").write_text(json.dumps(doc))
+    code, out = ragbench(capsys, "ingest", "--store", tmp_path / "a.duckdb", "--branch", "main",
+                         results)  # fmt: skip
+    assert "its machine 'not-cheetah' is not its results directory's 'cheetah', so asv ignores " \
+        "it" in out, out  # fmt: skip
+    assert Store(tmp_path / "a.duckdb").machines() == ["cheetah"]
+    dash = tmp_path / "dash" / "results"
+    (dash / "-gpu1").mkdir(parents=True)
+    doc["params"]["machine"] = "-gpu1"
+    (dash / "-gpu1" / first.name).write_text(json.dumps(doc))
+    code, out = ragbench(capsys, "ingest", "--store", tmp_path / "b.duckdb", "--branch", "main",
+                         dash)  # fmt: skip
+    assert "machine '-gpu1' starts with '-'" in out and code != 0, (code, out)
