@@ -243,7 +243,8 @@ def not_bisected(alert: dict, project: Project | None) -> dict[str, str]:
 
 def asv_find_command(alert: dict, project: Project) -> str | None:
     """asv's own bisection of the alert's first cell's benchmark in ``project``'s checkout:
-    ``asv find --config CONF --machine M [-E ENV] PREV..COMMIT '^name$'`` (asv searches a
+    ``asv machine --yes --config CONF --machine M && asv find --config CONF --machine M [-E
+    ENV] PREV..COMMIT '^name$'`` (asv searches a
     benchmark, all its parameters together; a throughput's drop with ``--invert``), ``ENV``
     what selects the cell's environment alone (``asv_environments.selector``: ``conda:3.12``,
     or asv 0.6's name of a matrix entry), of the first cell its suite still has in an
@@ -261,11 +262,11 @@ def asv_find_command(alert: dict, project: Project) -> str | None:
     invert = c.get("after") is not None and c.get("before") is not None and (
         c["after"] < c["before"]
     )  # fmt: skip
-    words = ["asv", "find", "--config", project.config, "--machine", alert["machine"]]
-    words += ["-E", env] if env else []
-    words += ["--invert"] if invert else []
+    where = ["--config", project.config, "--machine", alert["machine"]]
+    words = ["asv", "find", *where, *(["-E", env] if env else []), *(["--invert"] * invert)]
     words += [f"{alert['prev_commit_hash'][:12]}..{alert['commit_hash'][:12]}", name]
-    return shlex.join(words)
+    # asv find refuses a machine this host's asv has no record of: ``asv machine`` makes it
+    return f"{shlex.join(['asv', 'machine', '--yes', *where])} && {shlex.join(words)}"
 
 
 def node_id(key: tuple[str, str, str]) -> str:
