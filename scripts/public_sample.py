@@ -1,7 +1,9 @@
-"""Build tests/data/public/ from two PyPI source distributions (see its README.md).
+"""Build tests/data/public/ from PyPI source distributions (see its README.md).
 
     pip download --no-deps --no-binary :all: asv==0.6.6 pytest-benchmark==5.3.1 -d DIR
     pip download --no-deps --no-binary :all: --no-build-isolation lagom==1.7.1 -d DIR  # flit<3.10
+    pip download --no-deps --ignore-requires-python --no-binary asv-spyglass \
+        asv-spyglass==0.3.1 -d DIR
     (cd DIR && for f in *.tar.gz; do tar xzf $f; done)
     python scripts/public_sample.py DIR tests/data/public
 
@@ -11,7 +13,9 @@ the 12 latest commits of the environment py2.7-Cython-numpy1.8, every file of th
 environments, and two files as asv 0.4 wrote them. pytest-benchmark's ``tests/test_storage``
 (pytest-benchmark 2.5.0's ``--benchmark-autosave`` files) keeps its first and last four runs;
 lagom's ``.benchmarks`` (its GitHub Actions job's pytest-benchmark 3.4.1 JSON, three Pythons)
-is copied whole.
+is copied whole. asv-spyglass's ``tests/data`` (asv 0.6 result files of its example project on
+one machine, two commits, five environments) is copied whole but for a synthetic file, under
+``results/rgx1gen11/`` with the two ``benchmarks.json`` it ships merged into one.
 """
 
 from __future__ import annotations
@@ -24,6 +28,7 @@ import tempfile
 from pathlib import Path
 
 ASV, PYTEST_BENCHMARK, LAGOM = "asv-0.6.6", "pytest_benchmark-5.3.1", "lagom-1.7.1"
+SPYGLASS = "asv_spyglass-0.3.1"
 MAIN_ENV, COMMITS = "py2.7-Cython-numpy1.8", 12
 PRE_05 = ("05d283b9-py2.7-Cython-numpy1.8.json", "b96fcc53-py2.7-Cython-numpy1.8.json")
 # Files of asv's fixture that are not results of a real run: unreadable JSON (aaaaaaaa), no
@@ -74,7 +79,21 @@ def pytest_benchmark_sample(src: Path, dst: Path) -> None:
     shutil.copyfile(src / LAGOM / "LICENSE", out / "LICENSE")
 
 
+def spyglass_sample(src: Path, dst: Path) -> None:
+    data, out = src / SPYGLASS / "tests" / "data", dst / "asv-spyglass"
+    (out / "results" / "rgx1gen11").mkdir(parents=True, exist_ok=True)
+    for p in sorted(data.glob("*-*.json")):
+        if p.name[:8] in ("a0f29428", "d6b286b8"):  # not synthetic_env_pins_numpy126.json
+            shutil.copyfile(p, out / "results" / "rgx1gen11" / p.name)
+    merged = {}
+    for p in sorted(data.glob("*benchmarks.json")):
+        merged.update(json.loads(p.read_text()))
+    (out / "results" / "benchmarks.json").write_text(json.dumps(merged, indent=2, sort_keys=True))
+    shutil.copyfile(src / SPYGLASS / "LICENSE.md", out / "LICENSE.md")
+
+
 if __name__ == "__main__":
     src, dst = Path(sys.argv[1]), Path(sys.argv[2])
     asv_sample(src, dst)
     pytest_benchmark_sample(src, dst)
+    spyglass_sample(src, dst)

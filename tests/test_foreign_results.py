@@ -1089,3 +1089,33 @@ def test_a_file_asv_ignores_or_a_machine_read_as_an_option_is_refused(tmp_path, 
     code, out = ragbench(capsys, "ingest", "--store", tmp_path / "b.duckdb", "--branch", "main",
                          dash)  # fmt: skip
     assert "machine '-gpu1' starts with '-'" in out and code != 0, (code, out)
+
+
+SPYGLASS = PUBLIC / "asv-spyglass"  # asv 0.6 results of asv_samples: 2 commits, 5 environments
+
+
+def test_a_gate_of_runs_that_share_no_cell_says_so(tmp_path, capsys):
+    """asv-spyglass's real results: base d6b286b8 and head a0f29428 share no cell in
+    virtualenv-py3.12-numpy, every one a latency the policies gate. The gate is no pass, and
+    says why (before: "Every cell's policy is `info`", and to write a policies file); a gate
+    of two commits that differ in their last digit, head pooled from three environments, names
+    both commits apart and every environment (before: the same 12 characters twice, and head's
+    first run's environment alone)."""
+    store = tmp_path / "perf.duckdb"
+    code, out = ragbench(capsys, "ingest", "--store", store, "--branch", "main",
+                         SPYGLASS / "results")  # fmt: skip
+    assert code == 0, out
+    head = "a0f29428eeb7563d7d5ab8385c722e8d5560bd06"
+    code, out = ragbench(capsys, "gate", "--stored", "--store", store, "--machine", "rgx1gen11",
+                         "--base", "d6b286b8", "--head", head,
+                         "--environment", "virtualenv-py3.12-numpy")  # fmt: skip
+    assert code == 1, out
+    assert ("### Nothing was judged: none of the 17 cell(s) the policies gate has values to "
+            "judge on both sides, so no pass") in out, out  # fmt: skip
+    assert "(16 on base alone, 1 on head alone)" in out and "--policies FILE" not in out, out
+    code, out = ragbench(capsys, "gate", "--stored", "--store", store, "--machine", "rgx1gen11",
+                         "--base", head[:-1] + "7", "--head", head,
+                         "--across-environments")  # fmt: skip
+    assert f"## ragbench gate: {head} against {head[:-1]}7 - " in out, out
+    assert ("environment conda-py3.11 / virtualenv-py3.12 / virtualenv-py3.12-numpy (3 runs "
+            "pooled)") in out, out  # fmt: skip

@@ -8,11 +8,12 @@ from .common import open_store, store_arg
 
 
 def add_parser(sub) -> None:
+    from ..store.schema import OURS  # what export_parquet writes: every table and view
+
     e = sub.add_parser(
         "export",
         help="write the store's tables and views as Parquet",
-        description="meta, runs, measurements, acceptances, gates, series, speedups, "
-        "dispatch_floors and drift, one <name>.parquet each.",
+        description=f"{', '.join(sorted(OURS))}: one <name>.parquet each.",
     )
     e.add_argument("--out", type=Path, required=True, help="output directory")
     store_arg(e)

@@ -9,7 +9,7 @@ from collections import defaultdict
 from ..markdown import number, percent
 from ..verdicts.comparison import Comparison
 from ..verdicts.evidence import INTERVAL, RULE, WELCH, Verdict, powered
-from ..verdicts.status import Status, verdict_words
+from ..verdicts.status import Status, nothing_judged, verdict_words
 from . import paired
 from .drift import drift_section
 from .gating import GateResult, rerun_command
@@ -22,16 +22,28 @@ def _name(v: Verdict) -> str:
 
 
 def _env(runs: list[dict]) -> str:
-    """The first run's environment, as far as it was recorded (another project's results
-    carry no GPU, torch or triton: they are left out, never printed as None)."""
+    """The runs' environment, as far as it was recorded (another project's results carry no
+    GPU, torch or triton: they are left out, never printed as None); runs pooled from several
+    (``--across-environments``) name each value (``environment conda-py3.11 / py3.12``)."""
     if not runs:  # a settle run of host-time cells alone: the paired runner measured them
         return "no asv run here (host-time cells only, timed by the paired runner)"
-    r = runs[0]
-    parts = [r["gpu"]] if r.get("gpu") else []
-    parts += [f"{k} {r[k]}" for k in ("torch", "triton", "driver", "python") if r.get(k)]
-    if r.get("env_name"):
-        parts.append(f"environment {r['env_name']}")
-    return ", ".join(parts) or "environment not recorded"
+    parts = []
+    for k in ("gpu", "torch", "triton", "driver", "python", "env_name"):
+        values = " / ".join(sorted({str(r[k]) for r in runs if r.get(k)}))
+        if values:
+            parts.append(
+                values if k == "gpu" else f"{k.replace('env_name', 'environment')} {values}"
+            )
+    pooled = f" ({len(runs)} runs pooled)" if len(runs) > 1 and " / " in " ".join(parts) else ""
+    return (", ".join(parts) or "environment not recorded") + pooled
+
+
+def short_pair(a: str, b: str) -> tuple[str, str]:
+    """Two commits abbreviated to 12 characters, or as many as tell them apart."""
+    n = 12
+    while n < min(len(a), len(b)) and a[:n] == b[:n] and a != b:
+        n += 1
+    return a[:n], b[:n]
 
 
 def _stat_table(verdicts: list[Verdict]) -> list[str]:
@@ -69,7 +81,8 @@ def gate_markdown(res: GateResult, title: str | None = None) -> str:
     held = [v for v in c.judged() if v.policy.kind == "bound" and v.status == Status.UNCHANGED]
     verdict = f"**{c.headline.upper()}**"
     lines = [
-        f"## {title or f'ragbench gate: {res.head[:12]} against {res.base[:12]}'} - {verdict}",
+        f"## {title or 'ragbench gate: {} against {}'.format(*short_pair(res.head, res.base))}"
+        f" - {verdict}",
         "",
         RULE,
         "",
@@ -176,11 +189,16 @@ def gate_markdown(res: GateResult, title: str | None = None) -> str:
                       "harness, alternating and with the same settings (asv: `asv run "
                       "--record-samples`, the same `number`), and ingest those runs."]  # fmt: skip
     if not c.judged():
-        lines += ["", f"### Nothing was judged: the policies gate none of the "
-                      f"{len(c.verdicts)} cell(s), so no pass", "",
-                  "Every cell's policy is `info` (shown, never judged). Give these metrics a "
-                  "kind and threshold in a policies file and pass it: `ragbench gate "
-                  "--policies FILE` (docs/store.md, Detection)."]  # fmt: skip
+        lines += ["", f"### Nothing was judged: {nothing_judged(c)}, so no pass", ""]
+        if not any(v.policy.kind != "info" for v in c.verdicts):
+            lines += ["Every cell's policy is `info` (shown, never judged). Give these metrics a "
+                      "kind and threshold in a policies file and pass it: `ragbench gate "
+                      "--policies FILE` (docs/store.md, Detection)."]  # fmt: skip
+        else:
+            lines += ["Base and head share no cell the policies judge with a value on both "
+                      f"sides ({len(c.by_status(Status.MISSING))} on base alone, "
+                      f"{len(c.by_status(Status.NEW))} on head alone): compare runs of the same "
+                      "benchmarks, in the same environment (`--environment`)."]  # fmt: skip
     pre = c.by_status(Status.PRE_EXISTING)
     if pre:
         lines += ["", "### Bounds broken on base as well", ""]

@@ -156,6 +156,15 @@ BLOCKING = (*FAILING, Status.INCONCLUSIVE)
 NOTHING_JUDGED = ("ragbench.gate", "judged_cells", "")
 
 
+def nothing_judged(comparison) -> str:
+    """Why a comparison judged no cell, in words: its policies gate none of its cells (every
+    one ``info``), or no gated cell has a value on both sides (base and head share none)."""
+    gated = sum(v.policy.kind != "info" for v in comparison.verdicts)
+    if not gated:
+        return f"the policies gate none of the {len(comparison.verdicts)} cell(s)"
+    return f"none of the {gated} cell(s) the policies gate has values to judge on both sides"
+
+
 def gate_document(base: str, head: str, machine: str, comparison, **gate) -> dict:
     """The gate's verdict on ``comparison`` (a ``compare.Comparison``): pass, fail or
     inconclusive, and every cell that keeps it from passing (``NOTHING_JUDGED`` when none was
@@ -170,8 +179,7 @@ def gate_document(base: str, head: str, machine: str, comparison, **gate) -> dic
         bench, metric, key = NOTHING_JUDGED
         blocking.append({"benchmark": bench, "metric": metric, "param_key": key,
                          "status": str(Status.INCONCLUSIVE), "change": None,
-                         "note": f"no cell was judged: the policies gate none of the "
-                         f"{len(comparison.verdicts)} cell(s)"})  # fmt: skip
+                         "note": f"no cell was judged: {nothing_judged(comparison)}"})  # fmt: skip
     return {
         "schema": JSON_SCHEMA,
         "base": base,
