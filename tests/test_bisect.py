@@ -322,6 +322,8 @@ def test_a_cell_typo_is_refused_by_the_cli_before_any_measurement(tmp_path):
         ("HEAD", "HEAD~1", "must be an ancestor"),
         ("HEAD~1", "HEAD", "no commits between"),
         ("no-such-commit", "HEAD", "is not a commit of this clone"),
+        ("HEAD~1", "HEAD^!", "is a range"),  # was: "not a commit", as the gate had it apart
+        ("HEAD~1...HEAD", "HEAD", "is a range"),
     ],
 )
 def test_commits_that_cannot_be_bisected_are_one_line_exit_2(repo, good, bad, why):
