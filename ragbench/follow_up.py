@@ -107,7 +107,7 @@ def repro_command(alert: dict, project: Project | None = None) -> str | None:
                  for env in environments(alert)]  # fmt: skip
         return " ; ".join(g for g in gates if g) or None
     bench = " ".join(f"--bench {shlex.quote(b)}" for b in bench_regex(keys))
-    base = alert["prev_commit_hash"] or f"{alert['commit_hash']}~1"
+    base = base_of(alert)
     config = ""
     if project is not None:
         envs = environments(alert)
@@ -115,9 +115,17 @@ def repro_command(alert: dict, project: Project | None = None) -> str | None:
             f" --environment {shlex.quote(envs[0])}" if envs else ""
         )
     return (
-        f"ragbench gate{config}{_mode(alert, project)} --base {base[:12]} "
+        f"ragbench gate{config}{_mode(alert, project)} --base {base} "
         f"--head {alert['commit_hash'][:12]} --machine {shlex.quote(alert['machine'])} {bench}"
     )
+
+
+def base_of(alert: dict) -> str:
+    """The commit a re-measurement compares the alert's against, abbreviated: the previous
+    measured one, else the commit's parent (``C~1``; before, the ``~1`` was cut off with the
+    hash's tail, and the gate was of the commit against itself)."""
+    prev = alert["prev_commit_hash"]
+    return prev[:12] if prev else f"{alert['commit_hash'][:12]}~1"
 
 
 def _mode(alert: dict, project: Project | None) -> str:
@@ -285,7 +293,7 @@ def pytest_command(alert: dict, keys: list[tuple[str, str, str]]) -> str:
     store the alert came from, would be pooled in: the data that raised it), then gated as
     stored on this machine (the node pytest-benchmark names its runs by: the host name, the
     gate's default ``--machine``)."""
-    base = (alert["prev_commit_hash"] or f"{alert['commit_hash']}~1")[:12]
+    base = base_of(alert)
     head = alert["commit_hash"][:12]
     nodes = " ".join(shlex.quote(n) for n in dict.fromkeys(node_id(k) for k in keys))
     run = "pytest --benchmark-only --benchmark-json={}.json " + nodes

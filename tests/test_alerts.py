@@ -90,6 +90,9 @@ def test_the_follow_ups_of_an_alert_of_the_full_grid_name_it(tmp_path):
         assert repro.startswith("ragbench gate --mode full --base" if mode == "full"
                                 else "ragbench gate --base"), repro  # fmt: skip
         assert ("--mode full" in bisect) == (mode == "full"), bisect
+    # no measured commit before it (a history's first): the commit's parent, never itself
+    first = follow_up.repro_command({**a, "prev_commit_hash": None})
+    assert f"--base {sha(STEP)[:12]}~1 --head {sha(STEP)[:12]} " in first, first
 
 
 def test_a_state_set_by_hand_is_kept_and_what_is_no_state_is_refused(tmp_path):
