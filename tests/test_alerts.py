@@ -482,6 +482,18 @@ def test_a_step_a_late_commit_moves_leaves_one_alert_where_it_is_now(tmp_path, c
                      str(tmp_path / "late")]) == 0  # fmt: skip
     once = Store(tmp_path / "once.duckdb", read_only=True).alerts("fv-az214-550")
     assert [(a["commit_hash"][:8], a["state"]) for a in once] == [(ninth, "new")]
+    # the tenth the newest when the first part was ingested: its newest run's alert, then the
+    # ninth late, then more nights (before: two new alerts of one step, the tenth's claiming
+    # it against a flat ninth)
+    lagom_history(tmp_path / "a", [i for i in range(10) if i != 8])
+    lagom_history(tmp_path / "b", [8])
+    lagom_history(tmp_path / "c", range(10, 16))
+    store = str(tmp_path / "newest.duckdb")
+    for part in "abc":
+        assert cli.main(["ingest", "--store", store, str(tmp_path / part)]) in (0, 1)
+    found = Store(store, read_only=True).alerts("fv-az214-550")
+    states = {a["commit_hash"][:8]: (a["state"], a["reason"]) for a in found}
+    assert states == {ninth: ("new", None), tenth: ("invalid", moved)}, states
 
 
 def test_a_finding_stored_before_findings_had_an_environment_is_fixed_where_gone_from_all():

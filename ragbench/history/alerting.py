@@ -27,8 +27,11 @@ or finding makes an alert (or joins its commit's); an open one (new or acknowled
 fixed when every cell is undone (``undone_by``): a step by a later change point of the code
 (never one of the environment: torch, triton, Python, asv's settings) whose segment is back at
 the old level, the whole after/before interval within the threshold, over at least
-``FIX_POINTS`` points; a finding by a newest commit without it. A fixed alert whose series is
-no longer back (the newest code step went up again) is reopened (``new``). A cell the policies
+``FIX_POINTS`` points; a finding by a newest commit without it. A new alert whose steps a
+commit measured later placed elsewhere (change points that moved; a newest run's step now at a
+commit between its previous one and its own) becomes ``invalid``, naming where they are. A
+fixed alert whose series is no longer back (the newest code step went up again) is reopened
+(``new``). A cell the policies
 now judge by another rule than it was found under (``rule``: a threshold or bound moved, a
 bound made ``info``) is never undone, so its alert stays as it is until a person sets its state
 (``ragbench alerts`` says which cells and why).
@@ -261,7 +264,8 @@ def update(store, machine: str, policies: Policies, *, last: int = LAST,
     for commit, group in found.items():  # the step a reopened alert is: no other alert
         group[:] = [c for c in group if _cell_key(c) not in held_again
                     or _when(times.get(commit)) <= _when(held_again[_cell_key(c)])]  # fmt: skip
-    gone = moved(stored_list, found, now)
+    gone = moved(stored_list, found, now) + overtaken(store, machine, stored_list, found, times,
+                                                      now)  # fmt: skip
     for a in gone:
         to = ", ".join(c[:12] for c in a["moved_to"])
         store.set_alert_state(machine, a["commit_hash"], "invalid", by=BY, was="new",
@@ -336,6 +340,36 @@ def moved(stored: list[dict], found: dict[str, list[dict]], now: Newest) -> list
             continue
         where = [at.get(_cell_key(c), set()) for c in cells]
         if all(w and a["commit_hash"] not in w for w in where):
+            out.append({**a, "moved_to": sorted(set().union(*where))})
+    return out
+
+
+def overtaken(store, machine: str, stored: list[dict], found: dict[str, list[dict]],
+              times: dict, now: Newest) -> list[dict]:  # fmt: skip
+    """The new alerts, this module's, of newest-run cells alone, each of whose cells now has a
+    change point at a commit between the alert's previous measured commit and its own: that
+    commit was measured after the alert was made (else it would have been the previous one),
+    and the step the alert claims at its own commit is there, held by that commit's alert.
+    Each with ``moved_to`` (``moved``)."""
+    at: dict[tuple, set[str]] = {}
+    for commit, group in found.items():
+        for c in group:
+            if c["found_by"] == "change point":
+                at.setdefault(_cell_key(c), set()).add(commit)
+    out = []
+    for a in stored:
+        cells = a["cells"]
+        if (a["state"] != "new" or a["changed_by"] not in (None, BY) or not cells
+                or not a["prev_commit_hash"] or _when(a["commit_time"]) < _when(now.since)
+                or any(c["found_by"] != "newest run" for c in cells)):  # fmt: skip
+            continue
+        prev = store.runs(machine=machine, commit=a["prev_commit_hash"])
+        if not prev:
+            continue
+        after, before = _when(prev[0]["commit_time"]), _when(a["commit_time"])
+        where = [{x for x in at.get(_cell_key(c), ()) if after < _when(times.get(x)) < before}
+                 for c in cells]  # fmt: skip
+        if all(where):
             out.append({**a, "moved_to": sorted(set().union(*where))})
     return out
 
