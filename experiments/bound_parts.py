@@ -71,7 +71,7 @@ class PyDirect(ragged.LayoutAttention):
     """The kept launch's kernel and arguments, launched from Python without a check."""
 
     def __call__(self, qkv):
-        kept = self._launch
+        kept = self.kept
         if kept is None:
             return self._checked(qkv)
         p = qkv.data_ptr()

@@ -49,7 +49,8 @@ class LayoutAttention:
     def __init__(self, cu_seqlens, max_seqlen, *, backend="triton", softmax_scale=None):
         self.cu_seqlens, self.max_seqlen, self.backend = cu_seqlens, max_seqlen, backend
         self.softmax_scale = softmax_scale
-        self._launch: kernel_attention.KeptLaunch | None = None
+        # the kept launch: what kernels.attention.kept_launch and fastpath.cpp's layout launch
+        self.kept: kernel_attention.KeptLaunch | None = None
         self._out = None
 
     def rebind(self, cu_seqlens: torch.Tensor, max_seqlen: int) -> None:
@@ -59,12 +60,12 @@ class LayoutAttention:
         layout is checked, and kept again. Here the launch is only dropped when it is no longer what
         ``varlen_attention`` would run (see the class docstring)."""
         self.cu_seqlens, self.max_seqlen = cu_seqlens, max_seqlen
-        launch = self._launch
+        launch = self.kept
         if launch is not None and (
             launch.epoch != kernel_attention.epoch
             or attention.BACKENDS["triton"].run is not attention.TRITON_RUN
         ):
-            self._launch = None
+            self.kept = None
 
     def __call__(self, qkv: torch.Tensor) -> torch.Tensor:
         out = kernel_attention.layout_call(
@@ -87,7 +88,7 @@ class LayoutAttention:
             q, k, v, self.cu_seqlens, self.max_seqlen,
             backend=self.backend, softmax_scale=self.softmax_scale, out=out, validate=False,
         )  # fmt: skip
-        self._launch = None
+        self.kept = None
         if not attention.BACKENDS[self.backend].writes_out:
             return o
         self._out = o
@@ -99,7 +100,7 @@ class LayoutAttention:
                 direct, grid_x, scalars, block_m, span, grid3 = prepared
                 key = (qkv.shape, qkv.stride(), qkv.dtype, qkv.get_device())
                 kernels = kernel_attention
-                self._launch = kernels.with_image(kernels.KeptLaunch(
+                self.kept = kernels.with_image(kernels.KeptLaunch(
                     direct, kernels.launch_spec(direct), key, grid_x, k_offset, v_offset, o,
                     o.data_ptr(), self.cu_seqlens.shape[0], scalars, self.max_seqlen, kernels.epoch,
                     block_m, span, grid3,

@@ -356,11 +356,11 @@ def test_rebind_to_a_like_layout_keeps_the_launch_with_the_new_cu_seqlens(record
     ready(q, max_seqlen)
     call = ragged.LayoutAttention(cu, max_seqlen)
     out = call(qkv)
-    kept = call._launch
+    kept = call.kept
     new_cu = cu.clone()
     call.rebind(new_cu, max_seqlen)
     call(qkv)
-    assert call._launch is kept
+    assert call.kept is kept
     assert calls[-1] == _expected(q, k, v, out, new_cu, max_seqlen, 0.125)
 
 
@@ -396,13 +396,13 @@ def test_layout_attention_takes_a_new_max_seqlen_of_its_span_unchecked(recorder,
     ready(q, max_seqlen)
     call = ragged.LayoutAttention(cu, max_seqlen)
     out = call(qkv)
-    kept = call._launch
+    kept = call.kept
     checked = _count_checked(monkeypatch)
     for new_max in (max_seqlen + 30, 17, max_seqlen):
         call.rebind(cu, new_max)
         assert call(qkv) is out
         assert calls[-1] == _expected(q, k, v, out, cu, new_max, 0.125)
-    assert checked == [] and call._launch is kept
+    assert checked == [] and call.kept is kept
     call.rebind(cu, qkv.shape[0] + 1)  # more than the rows: the checked call says so
     with pytest.raises(ValueError, match="more than total_tokens"):
         call(qkv)
@@ -488,17 +488,17 @@ def test_cpp_reads_the_image_and_checks_a_launch_kept_without_one(recorder, impl
     ready(q, max_seqlen)
     call = ragged.LayoutAttention(cu, max_seqlen)
     out = call(qkv)
-    assert (call._launch.image is None) == (attention.fastpath.module() is None)
+    assert (call.kept.image is None) == (attention.fastpath.module() is None)
     checked = _count_checked(monkeypatch)
-    call._launch = call._launch._replace(image=None)  # as kept without the C++ path
+    call.kept = call.kept._replace(image=None)  # as kept without the C++ path
     call(qkv)
     call(qkv)
     # C++: checked once and kept again with an image; Python reads the fields, never the image
     assert checked == ([1] if impl == "cpp" else [])
     assert calls[-1] == calls[-2] == _expected(q, k, v, out, cu, max_seqlen, 0.125)
     if impl == "cpp":
-        assert call._launch.image is not None
-        call._launch = call._launch._replace(image=b"not an image")
+        assert call.kept.image is not None
+        call.kept = call.kept._replace(image=b"not an image")
         with pytest.raises(TypeError, match="image is not this module's"):
             call(qkv)
         with pytest.raises(TypeError, match="image takes a KeptLaunch"):
@@ -541,7 +541,7 @@ def test_layout_attention_keeps_a_3d_grid_launch(recorder, monkeypatch):
     ready(q, max_seqlen, ONETILE, pairs=(48, 48))
     call = ragged.LayoutAttention(cu, max_seqlen)
     out = call(qkv)
-    assert call._launch.grid3
+    assert call.kept.grid3
     checked = _count_checked(monkeypatch)
     for new_max in (max_seqlen, 70, max_seqlen):
         call.rebind(cu, new_max)

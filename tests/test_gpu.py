@@ -116,8 +116,8 @@ def test_layout_attention_keeps_its_launch_and_stays_correct(fast, monkeypatch):
     call = ragged.LayoutAttention(cu, max_seqlen)
     first = qkv(0)
     assert_attention_close(call(first), *first.unbind(1), cu)
-    assert call._launch is not None, "the launch was not kept"
-    assert call._launch.spec is not None  # launched by cuLaunchKernel from C++ (fast == "cpp")
+    assert call.kept is not None, "the launch was not kept"
+    assert call.kept.spec is not None  # launched by cuLaunchKernel from C++ (fast == "cpp")
     _cpp(fast)
     plain = []
     monkeypatch.setattr(attention._launcher, "launch", lambda *a, **kw: plain.append(a))

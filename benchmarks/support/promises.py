@@ -61,10 +61,10 @@ class OneProgram(ragged.LayoutAttention):
 
     def _checked(self, qkv):
         out = super()._checked(qkv)
-        if self._launch is not None:
+        if self.kept is not None:
             # one program: a 1-D grid of one, also where the kept kernel's grid was 3-D
-            kept = self._launch._replace(grid_x=1, grid3=False, **self._swap(qkv, self._launch))
-            self._launch = attention.with_image(kept)
+            kept = self.kept._replace(grid_x=1, grid3=False, **self._swap(qkv, self.kept))
+            self.kept = attention.with_image(kept)
         return out
 
     def _swap(self, qkv, kept) -> dict:
@@ -98,10 +98,10 @@ def arms(q, k, v, cu_seqlens, max_seqlen: int) -> dict[str, Callable[[], object]
     empty_kept = KeptEmpty16(cu_seqlens, max_seqlen)
     for call in (layout, empty_kept):
         call(qkv)  # checked once: the launch is kept
-        if call._launch is None or call._launch.image is None:
+        if call.kept is None or call.kept.image is None:
             raise RuntimeError("no kept launch here (the C launcher or the C++ fast path is "
                                "missing): the promises are about that path")  # fmt: skip
-    kept, launch = empty_kept._launch, workloads.c_launcher(empty_kept.compiled)
+    kept, launch = empty_kept.kept, workloads.c_launcher(empty_kept.compiled)
     p = qkv.data_ptr()
     args = (p, p + kept.k_offset, p + kept.v_offset, kept.out_ptr, cu_seqlens.data_ptr(),
             *kept.scalars)  # fmt: skip

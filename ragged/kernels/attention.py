@@ -423,7 +423,7 @@ def with_image(kept: KeptLaunch) -> KeptLaunch:
 
 
 def kept_launch(call, qkv: torch.Tensor) -> torch.Tensor | None:
-    """Launch ``call._launch`` (a ``LayoutAttention``'s KeptLaunch) on qkv's data,
+    """Launch ``call.kept`` (a ``LayoutAttention``'s KeptLaunch) on qkv's data,
     ``call.cu_seqlens`` and ``call.max_seqlen`` -> the launch's ``out``; None when no launch
     is kept, qkv is not exactly a tensor of its ``key``, ``call.max_seqlen`` is not an int of
     its ``span`` up to qkv's rows or ``call.cu_seqlens`` not an int32 tensor of ``cu_len``
@@ -431,7 +431,7 @@ def kept_launch(call, qkv: torch.Tensor) -> torch.Tensor | None:
     or qkv's data pointer is not 16-byte aligned (the caller then takes the checked call).
     Another max_seqlen of the span launches the kept kernel over its own grid.
     fastpath.cpp's ``layout`` does the same, and ``layout_call`` is it once built."""
-    kept = call._launch
+    kept = call.kept
     if kept is None or type(qkv) is not torch.Tensor:
         return None
     cu, dev, max_seqlen = call.cu_seqlens, qkv.get_device(), call.max_seqlen

@@ -13,7 +13,7 @@
 //                         ((lo, hi, direct, block_m, default_scale x log2 e, spec), ...)}
 //                        (each span: every max_seqlen from lo to hi launches that kernel)
 //   kernels.launch            SINGLE_DEVICE, current_device, raw_stream, _runtime_knobs
-//   the LayoutAttention       _launch (a KeptLaunch or None: its numbers from its image,
+//   the LayoutAttention       kept (a KeptLaunch or None: its numbers from its image,
 //                             an Image made by ``image``), cu_seqlens, max_seqlen
 // ``spec`` is (CUfunction, threads per block, shared bytes) of a kernel whose parameters are
 // the ones below (kPointers, kInts; kernels.attention.launch_spec checks that), or None: then
@@ -476,7 +476,7 @@ PyObject *image(PyObject *, PyObject *kept) {
   return PyBytes_FromStringAndSize((const char *)&im, sizeof im);
 }
 
-// layout(*context, call, qkv) -> call._launch.out after launching it on qkv's data and
+// layout(*context, call, qkv) -> call.kept.out after launching it on qkv's data and
 // call.cu_seqlens, or None (no launch kept, or this call is not of its layout).
 PyObject *layout(PyObject *, PyObject *const *args, Py_ssize_t nargs) {
   Context c;
@@ -490,7 +490,7 @@ PyObject *layout(PyObject *, PyObject *const *args, Py_ssize_t nargs) {
   if (!kept.p) return nullptr;
   if (kept.p == Py_None) Py_RETURN_NONE;
   if (!PyTuple_Check(kept.p) || PyTuple_GET_SIZE(kept.p) <= L_IMAGE) {
-    PyErr_SetString(PyExc_TypeError, "a LayoutAttention's _launch is a KeptLaunch or None");
+    PyErr_SetString(PyExc_TypeError, "a LayoutAttention's kept is a KeptLaunch or None");
     return nullptr;
   }
   PyObject *const *f = ((PyTupleObject *)kept.p)->ob_item;
@@ -564,7 +564,7 @@ PyModuleDef module_def = {PyModuleDef_HEAD_INIT, "ragged_fastpath", nullptr, -1,
 PyMODINIT_FUNC PyInit_ragged_fastpath(void) {
   const char *names[] = {"ready_spans", "SINGLE_DEVICE",  "current_device",
                          "raw_stream",  "_runtime_knobs", "launch_enter_hook",
-                         "calls",       "_launch",        "cu_seqlens",
+                         "calls",       "kept",           "cu_seqlens",
                          "max_seqlen"};
   PyObject **slots[] = {&s_ready, &s_single, &s_current, &s_stream,       &s_knobs,
                         &s_enter, &s_calls,  &s_launch,  &s_cu_seqlens, &s_max_seqlen};
