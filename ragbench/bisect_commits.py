@@ -320,7 +320,7 @@ def commit_bisect(store, cell: str, good: str, bad: str, *, policies: Policies,
     this suite in ``mode``); ``run_asv``, ``run_paired``: the measurements (default: asv and
     the paired runner, the runs kept in ``store``)."""
     t0 = time.perf_counter()
-    key = parse_cell(cell)
+    key = parse_cell(cell, "--cell")
     if rounds < 1 or paired_processes < 1:
         raise BisectError("--rounds and --paired-processes must be at least 1")
     line = commits_between(good, bad)

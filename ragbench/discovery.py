@@ -29,6 +29,23 @@ class CellError(ValueError):
     """A cell the suite does not have (exit 2)."""
 
 
+def cell_text(key: Key) -> str:
+    """A cell as the reports, alerts and commands name it: ``bench.metric params`` (no
+    parameters: no space); ``parse_cell`` reads it back."""
+    return f"{key[0]}.{key[1]} {key[2]}".rstrip()
+
+
+def parse_cell(text: str, flag: str = "--cell") -> Key:
+    """``"benchmark.metric params"`` (``cell_text``) -> its key; CellError naming ``flag``
+    where it is not one."""
+    name, _, params = text.strip().partition(" ")
+    benchmark, _, metric = name.rpartition(".")
+    if not benchmark or not metric:
+        raise CellError(f"{flag} {text!r}: expected 'benchmark.metric params', as the reports "
+                        "and ragbench alerts name a cell")  # fmt: skip
+    return (benchmark, metric, params.strip())
+
+
 def asv_name(key: Key) -> str:
     """The asv benchmark of a cell: ``kernel.KernelLatency.track_gpu_us``."""
     benchmark, metric, _ = key

@@ -210,7 +210,9 @@ def bisect_command(alert: dict, project: Project | None = None) -> str | None:
     if len(line) == 1 and not merge:
         return None
     c = alert["cells"][0]
-    cell = f"{c['benchmark']}.{c['metric']} {c['param_key']}".rstrip()  # no parameters: none
+    from .discovery import cell_text
+
+    cell = cell_text((c["benchmark"], c["metric"], c["param_key"]))
     return (
         f"ragbench bisect --cell {shlex.quote(cell)}{_mode(alert, None)} --good {prev[:12]} "
         f"--bad {commit[:12]} --machine {shlex.quote(alert['machine'])}"

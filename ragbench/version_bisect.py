@@ -56,16 +56,20 @@ class Bisection:
         return self.possible[0] if len(self.possible) == 1 else None
 
 
-def parse_cell(text: str) -> Key:
-    """``"benchmark.metric params"`` (as the gate's report names a cell) -> its key."""
-    name, _, params = text.strip().partition(" ")
-    benchmark, _, metric = name.rpartition(".")
-    if not benchmark or not metric or "." not in benchmark:
-        raise BisectError(
-            f"--bisect {text!r}: expected 'benchmark.metric params', e.g. "
-            "'cpu.KernelError.max_abs_err dtype=float16' (as the report names it)"
-        )
-    return (benchmark, metric, params.strip())
+def parse_cell(text: str, flag: str = "--bisect") -> Key:
+    """``"benchmark.metric params"`` (``discovery.cell_text``) of this suite (its benchmarks
+    are ``module.Class``) -> its key; BisectError, one line, where it is not one."""
+    from .discovery import CellError
+    from .discovery import parse_cell as parse
+
+    try:
+        key = parse(text, flag)
+    except CellError as exc:
+        raise BisectError(str(exc)) from None
+    if "." not in key[0]:
+        raise BisectError(f"{flag} {text!r}: expected 'benchmark.metric params' of this suite, "
+                          "e.g. 'cpu.KernelError.max_abs_err dtype=float16'")  # fmt: skip
+    return key
 
 
 def differing(from_spec: str, to_spec: str) -> tuple[str, Version, Version]:

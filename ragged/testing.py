@@ -16,10 +16,6 @@ def kept_tokens(num_tokens: int, prune_ratio: float) -> int:
     return max(1, math.ceil(num_tokens * (1.0 - prune_ratio) - 1e-9))
 
 
-def uniform_lengths(batch: int, length: int) -> list[int]:
-    return [length] * batch
-
-
 def mixed_lengths(
     batch: int, total: int, max_len: int, *, seed: int = 0, min_len: int = 1
 ) -> list[int]:

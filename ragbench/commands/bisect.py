@@ -89,16 +89,11 @@ def asv_find(args) -> int:
     from .. import git
     from .. import runner as suite
     from ..asv_environments import selector
-    from ..discovery import asv_name
+    from ..discovery import asv_name, parse_cell
     from ..project import read
 
     conf = read(args.config)  # ValueError, one line, where it is no asv config
-    name, _, params = args.cell.strip().partition(" ")
-    benchmark, _, metric = name.rpartition(".")
-    if not benchmark or not metric:
-        raise ValueError(f"--cell {args.cell!r}: expected 'benchmark.metric params', as "
-                         "ragbench alerts names it")  # fmt: skip
-    key = (benchmark, metric, params.strip())
+    key = parse_cell(args.cell)  # CellError (a ValueError), one line
     for flag, ref in (("--good", args.good), ("--bad", args.bad)):
         if git.is_range(ref):
             raise ValueError(f"{flag} {ref!r} is a range: pass one commit")

@@ -47,6 +47,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from .. import stats
+from ..discovery import cell_text
 from ..policies import STATISTICAL, Policies, Policy, load_policies
 from ..store import timing
 from ..verdicts.comparison import Key, bad_change, ratio_of
@@ -511,9 +512,8 @@ def cell_key(c: dict) -> Key:
 
 
 def cell_name(c: dict) -> str:
-    """A cell as the reports name it: ```bench.metric params``` (no parameters: no space)."""
-    name = f"{c['benchmark']}.{c['metric']} {c['param_key']}".rstrip()
-    return f"`{name}`"
+    """A cell of an alert as the reports name it, as code: ```bench.metric params```."""
+    return f"`{cell_text((c['benchmark'], c['metric'], c['param_key']))}`"
 
 
 def stale_series(store, machine: str, policies: Policies, last: int = LAST) -> list:
