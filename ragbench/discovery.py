@@ -102,11 +102,12 @@ def discover(mode: str = "quick") -> dict[str, dict]:
     """The benchmarks asv discovers in this checkout's suite under ``RAGBENCH_MODE=mode``:
     ``{name: {"params": [[repr, ...], ...], "param_names": [...]}}`` (asv_runner's own
     discovery, in a fresh process: the grids are read at import). CellError where it fails."""
-    from .runner import REPO
+    from .project import asv_config
+    from .runner import CONFIG, REPO
 
     code = ("import sys; from asv_runner.discovery import list_benchmarks; "
             "list_benchmarks(sys.argv[1], sys.stdout)")  # fmt: skip
-    conf = json.loads((REPO / "asv.conf.json").read_text())
+    conf = asv_config(CONFIG)
     root = str(REPO / conf.get("benchmark_dir", "benchmarks"))
     env = {**os.environ, "RAGBENCH_MODE": mode}
     out = subprocess.run([sys.executable, "-c", code, root], cwd=REPO, env=env,

@@ -23,7 +23,7 @@ from pathlib import Path
 from benchmarks.support.harness import ANCHOR
 from benchmarks.support.measure import ANCHOR_ENV
 
-from . import git
+from . import git, project
 from . import provenance as fingerprint
 
 REPO = git.REPO
@@ -57,7 +57,7 @@ def runner(
 
 def asv_config(results_dir: Path, work: Path) -> Path:
     """asv.conf.json with absolute paths and the chosen results directory."""
-    conf = json.loads(CONFIG.read_text())
+    conf = project.asv_config(CONFIG)
     conf.update(
         repo=str(REPO),
         benchmark_dir=str(REPO / conf["benchmark_dir"]),
@@ -237,10 +237,8 @@ def project_config(config: Path, results_dir: Path, work: Path, name: str) -> Pa
     """Another asv project's config as asv reads it from ``work``: its paths absolute (relative
     ones are the config directory's), its results in ``results_dir``, its published site in
     ``work``; its environments where the project keeps them (built once, reused)."""
-    from .project import asv_config
-
     config = Path(config).resolve()
-    conf = asv_config(config)
+    conf = project.asv_config(config)
     root = config.parent
     for key, default in (("benchmark_dir", "benchmarks"), ("env_dir", "env")):
         conf[key] = str(root / conf.get(key, default))

@@ -140,12 +140,10 @@ def _commit(repo, subject: str) -> str:
 @pytest.fixture
 def repo(tmp_path, monkeypatch):
     """A repository the bisection's git runs in: ``commit(subject)``, ``git(*args)``."""
-    import ragbench.git
-
     path = tmp_path / "repo"
     path.mkdir()
     _git(path, "init", "-q")
-    monkeypatch.setattr(ragbench.git, "REPO", path)
+    monkeypatch.setattr("ragbench.git.REPO", path)
     return path
 
 

@@ -21,7 +21,6 @@ import pytest
 from conftest import REPO, commit, fresh_copy, git, new_repo
 from test_store import pytest_benchmark_json
 
-import ragbench.git
 from ragbench import cli, synth
 from ragbench import pushes as record
 from ragbench.git import commits
@@ -426,7 +425,7 @@ def test_a_merge_is_one_commit_and_a_dropped_push_is_caught_up(tmp_path, monkeyp
         cwd=repo)  # fmt: skip
     merge = git("rev-parse", "HEAD", cwd=repo)
     c2 = commit(repo, "a.txt", "2\n", "c2 (#13)")
-    monkeypatch.setattr(ragbench.git, "REPO", repo)
+    monkeypatch.setattr("ragbench.git.REPO", repo)
     assert commits([f"{c0}..{merge}"], first_parent=True) == [merge]
     assert len(commits([f"{c0}..{merge}"])) == 6  # what the old bench-main measured
 

@@ -1015,7 +1015,6 @@ def test_a_commit_fetched_after_it_was_missing_is_this_checkouts(tmp_path, monke
     """A long-running dashboard asked about a commit before the checkout fetched it: asked
     again after the fetch, the commit is this checkout's (before: the first answer was kept
     for the process's life, and its links and commands stayed off)."""
-    import ragbench.git
     from ragbench import follow_up
 
     here = new_repo(tmp_path / "here")
@@ -1025,7 +1024,7 @@ def test_a_commit_fetched_after_it_was_missing_is_this_checkouts(tmp_path, monke
     for name in ("user.name", "user.email"):
         git("config", name, "T", cwd=there)
     later = commit(there, "a", "2", "b")
-    monkeypatch.setattr(ragbench.git, "REPO", here)
+    monkeypatch.setattr("ragbench.git.REPO", here)
     alert = {"commit_hash": later, "cells": [{"environment": "py3.12"}]}
     assert not follow_up.in_this_checkout(alert)
     git("fetch", "--quiet", str(there), "main", cwd=here)

@@ -41,7 +41,7 @@ def pull(tmp_path, monkeypatch):
     # --no-local: main's objects only (a local clone hard-links p1's in too)
     git("clone", "--quiet", "--no-local", "--branch", "main", tmp_path / "origin.git",
         tmp_path / "job", cwd=tmp_path)  # fmt: skip
-    monkeypatch.setattr(ragbench.git, "REPO", tmp_path / "job")
+    monkeypatch.setattr("ragbench.git.REPO", tmp_path / "job")
     monkeypatch.delenv("RAGBENCH_MACHINE", raising=False)
 
 
