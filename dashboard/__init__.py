@@ -1,4 +1,6 @@
-"""The Streamlit dashboard over the results store (app.py)."""
+"""The Streamlit dashboard over the results store: app (the pages and their registry), read
+(its queries of the store), draw and svg (charts, pickers, tables), overview, alerts and
+environments (pages of their own), paper (the paper's figures, an optional overlay)."""
 
 from ragbench.verdicts.status import Status
 

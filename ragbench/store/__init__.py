@@ -66,6 +66,8 @@ The package, one job a module (``Store`` composes the parts, which reach each ot
     schema.py           the tables, views (``ViewNames``) and migrations
     rollup.py           the dashboard's read model of a store file
     synthetic.py        the bulk writer of ``ragbench.synth``'s scale store
+    timing.py           the measurement settings rows keep (asv's number and repeat,
+                        pytest-benchmark's iterations and rounds) and when they moved
 """
 
 from __future__ import annotations
