@@ -321,25 +321,33 @@ def rejudged(c: dict, policies: Policies) -> str | None:
     return policy.rule()
 
 
-def moved(stored: list[dict], found: dict[str, list[dict]], now: Newest) -> list[dict]:
-    """The new alerts, this module's (no person set their state), of change points alone, none
-    of which is found at their commit any more and each at another (``found``: ``steps``):
-    a commit measured after newer ones moved the change points, and the alert made before it
-    claims steps that are not there. Each with ``moved_to``, the commits they are at now.
-    Only within the newest ``LAST`` commits, which ``steps`` reads."""
+def _change_points(found: dict[str, list[dict]]) -> dict[tuple, set[str]]:
+    """Each cell's commits with a change point in ``found`` (``steps``)."""
     at: dict[tuple, set[str]] = {}
     for commit, group in found.items():
         for c in group:
             if c["found_by"] == "change point":
                 at.setdefault(_cell_key(c), set()).add(commit)
-    out = []
-    for a in stored:
-        cells = a["cells"]
-        if (a["state"] != "new" or a["changed_by"] not in (None, BY) or not cells
-                or _when(a["commit_time"]) < _when(now.since)
-                or any(c["found_by"] != "change point" for c in cells)):  # fmt: skip
-            continue
-        where = [at.get(_cell_key(c), set()) for c in cells]
+    return at
+
+
+def _own_new(stored: list[dict], now: Newest, found_by: str) -> list[dict]:
+    """The new alerts this module made (no person set their state) within the newest ``LAST``
+    commits, which ``steps`` reads, all of whose cells were found by ``found_by``."""
+    return [a for a in stored
+            if a["state"] == "new" and a["changed_by"] in (None, BY) and a["cells"]
+            and _when(a["commit_time"]) >= _when(now.since)
+            and all(c["found_by"] == found_by for c in a["cells"])]  # fmt: skip
+
+
+def moved(stored: list[dict], found: dict[str, list[dict]], now: Newest) -> list[dict]:
+    """The new alerts, this module's, of change points alone, none of which is found at their
+    commit any more and each at another (``found``: ``steps``): a commit measured after newer
+    ones moved the change points, and the alert made before it claims steps that are not
+    there. Each with ``moved_to``, the commits they are at now."""
+    at, out = _change_points(found), []
+    for a in _own_new(stored, now, "change point"):
+        where = [at.get(_cell_key(c), set()) for c in a["cells"]]
         if all(w and a["commit_hash"] not in w for w in where):
             out.append({**a, "moved_to": sorted(set().union(*where))})
     return out
@@ -352,24 +360,14 @@ def overtaken(store, machine: str, stored: list[dict], found: dict[str, list[dic
     commit was measured after the alert was made (else it would have been the previous one),
     and the step the alert claims at its own commit is there, held by that commit's alert.
     Each with ``moved_to`` (``moved``)."""
-    at: dict[tuple, set[str]] = {}
-    for commit, group in found.items():
-        for c in group:
-            if c["found_by"] == "change point":
-                at.setdefault(_cell_key(c), set()).add(commit)
-    out = []
-    for a in stored:
-        cells = a["cells"]
-        if (a["state"] != "new" or a["changed_by"] not in (None, BY) or not cells
-                or not a["prev_commit_hash"] or _when(a["commit_time"]) < _when(now.since)
-                or any(c["found_by"] != "newest run" for c in cells)):  # fmt: skip
-            continue
-        prev = store.runs(machine=machine, commit=a["prev_commit_hash"])
+    at, out = _change_points(found), []
+    for a in _own_new(stored, now, "newest run"):
+        prev = a["prev_commit_hash"] and store.runs(machine=machine, commit=a["prev_commit_hash"])
         if not prev:
             continue
         after, before = _when(prev[0]["commit_time"]), _when(a["commit_time"])
         where = [{x for x in at.get(_cell_key(c), ()) if after < _when(times.get(x)) < before}
-                 for c in cells]  # fmt: skip
+                 for c in a["cells"]]  # fmt: skip
         if all(where):
             out.append({**a, "moved_to": sorted(set().union(*where))})
     return out
