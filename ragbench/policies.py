@@ -33,7 +33,7 @@ class Policy:
     unit: tuple[str, ...] | None = None  # only metrics of these units (globs); None: any
 
     def rule(self) -> str:
-        """What judges a cell, in words an alert's cell keeps (``latency 5%``, ``bound max 2``,
+        """What judges a cell, in words an alert's cell keeps (``latency 0.05``, ``bound max 2``,
         ``bound max 0.007 or 2 x backend=padded_full``, ``info``): a cell found under one rule
         is not undone under another."""
         if self.kind in STATISTICAL:

@@ -31,12 +31,11 @@ the old level, the whole after/before interval within the threshold, over at lea
 commit measured later placed elsewhere (change points that moved; a newest run's step now at a
 commit between its previous one and its own) becomes ``invalid``, naming where they are. A
 fixed alert whose series is no longer back (the newest code step went up again) is reopened
-(``new``). A cell the policies
-now judge by another rule than it was found under (``rule``: a threshold or bound moved, a
-bound made ``info``) is never undone, so its alert stays as it is until a person sets its state
-(``ragbench alerts`` says which cells and why).
-Every state change is a conditional update of the state that was read, so a state a person set
-since is never overwritten.
+(``new``). A cell the policies now judge by another rule than it was found under (``rule``: a
+threshold or bound moved, a bound made ``info``) is never undone, so its alert stays as it is
+until a person sets its state (``ragbench alerts`` says which cells and why). Every state
+change is a conditional update of the state that was read, so a state a person set since is
+never overwritten.
 """
 
 from __future__ import annotations
