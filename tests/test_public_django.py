@@ -166,7 +166,9 @@ def test_an_alert_links_djangos_diff_and_re_measures_with_its_config(store, caps
     names = json.loads((DJANGO / "results" / "benchmarks.json").read_text())
     benches = [words[i + 1] for i, w in enumerate(words) if w == "--bench"]
     assert benches and all(len([n for n in names if re.search(b, n)]) == 1 for b in benches)
-    find = shlex.split(re.search(r"Bisect the range: `(.+)`", block).group(1))
+    machine, find = map(shlex.split, re.search(r"Bisect the range: `(.+)`", block).group(1)
+                        .split(" && "))  # fmt: skip
+    assert machine[:3] == ["asv", "machine", "--yes"], machine  # asv find needs it known
     parsed = make_argparser()[0].parse_args(find[1:])
     assert parsed.range == f"{BASE}..{HEAD}" and parsed.env_spec == ["conda:3.12"], parsed
 
