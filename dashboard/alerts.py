@@ -20,6 +20,7 @@ from dashboard.draw import (
 )
 from dashboard.read import asv_project, policies, store
 from ragbench import follow_up
+from ragbench.discovery import cell_text
 from ragbench.history import alerting as alerts
 from ragbench.store import Store
 
@@ -207,7 +208,7 @@ def alert_box(ctx, a: dict, repository: str | None, moved: list[str]) -> None:
         since = f"`{a['prev_commit_hash'][:12]}`..`{commit}`" if a["prev_commit_hash"] else commit
         st.caption(f"arrived in {since}" + (f": [the diff]({diff})" if diff else "")
                    + (f"; fixed by `{a['fixed_by'][:12]}`" if a["fixed_by"] else ""))  # fmt: skip
-        rows = [{"cell": f"{c['benchmark']}.{c['metric']} {c['param_key']}",
+        rows = [{"cell": cell_text((c["benchmark"], c["metric"], c["param_key"])),
                  "environment": c["environment"] or "-",
                  "before": shown(c["before"], c["unit"]), "after": shown(c["after"], c["unit"]),
                  **dict(zip(("change", "after/before 95%"), alerts.cell_words(c), strict=True)),
@@ -221,6 +222,9 @@ def alert_box(ctx, a: dict, repository: str | None, moved: list[str]) -> None:
         static_table(df)
         for line in moved:
             st.caption(f"Since then: {line}")
+        rejudged = alerts.rejudged_words(a, ctx["policies"])
+        if rejudged:  # set its state below once looked at
+            st.caption(markdown_text(rejudged))
         repro = follow_up.repro_command(a, of)
         if repro:
             command(repro)

@@ -907,6 +907,26 @@ def test_the_alerts_page_opens_while_one_is_new_and_its_buttons_change_the_state
     assert page_shown() == "Overview"  # nothing new: the usual landing
 
 
+def test_an_alert_judged_by_another_rule_now_says_so(tmp_path, monkeypatch):
+    """A step found under the shipped latency rule, the page drawn with every metric ``info``:
+    the alert says its cells are judged by another rule now, as ``ragbench alerts`` does."""
+    from test_alerts import POLICIES, STEP, history
+
+    from ragbench.history import alerting as ragbench_alerts
+
+    path = tmp_path / "perf.duckdb"
+    store = Store(path)
+    history(store, range(30), slow=set(range(STEP, 30)))
+    ragbench_alerts.update(store, "m1", POLICIES)
+    monkeypatch.setattr(sys, "argv", [APP, "--policies", str(info_policies(tmp_path))])
+    at = app(path, page="Alerts")
+    assert not at.exception, at.exception
+    text = " ".join(c.value.replace("<wbr>", "").replace("\\", "") for c in at.caption)
+    assert "Judged by another rule now, so no later commit marks them fixed" in text, text
+    assert "`kernel.KernelLatency.gpu_us backend=fa2` (found under 'latency 0.02', now 'info')" \
+        in text, text  # fmt: skip
+
+
 def test_the_alerts_page_reads_the_series_of_the_alerts_shown_once(tmp_path, monkeypatch):
     """Two alerts of one series (+20% at 30, again at 50), then torch 2.11 takes it back down
     at 70: the Alerts page says so under each, and reads the series once for both (one query

@@ -151,17 +151,11 @@ def text(a: dict, repository: str | None, moved: list[str] = (), project=None,
                      f"({c['found_by']})")  # fmt: skip
     if moved:
         lines += ["", "Since then (no fix of the code):"] + [f"- {m}" for m in moved]
-    rules = [(c, now) for c in a["cells"] if policies is not None and a["state"] in alerts.OPEN
-             and (now := alerts.rejudged(c, policies))]  # fmt: skip
-    if rules:
-        cells = "; ".join(f"{alerts.cell_name(c)} (found under {c.get('rule') or c['kind']!r}, "
-                          f"now {now!r})" for c, now in rules)  # fmt: skip
+    rejudged = alerts.rejudged_words(a, policies) if policies is not None else None
+    if rejudged:
         where = f"--machine {shlex.quote(a['machine'])} --commit {a['commit_hash'][:12]}"
-        lines += [
-            "",
-            f"Judged by another rule now, so no later commit marks them fixed: {cells}. "
-            f"Once looked at: `ragbench alerts --set expected|invalid --reason TEXT {where}`",
-        ]
+        lines += ["", f"{rejudged} Once looked at: `ragbench alerts --set expected|invalid "
+                      f"--reason TEXT {where}`"]  # fmt: skip
     gone = follow_up.gone_cells(a, project)
     if gone:
         lines += ["", f"No longer in {project.name or 'the project'}'s suite (its asv "

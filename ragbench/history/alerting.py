@@ -320,6 +320,18 @@ def rejudged(c: dict, policies: Policies) -> str | None:
     return policy.rule()
 
 
+def rejudged_words(alert: dict, policies: Policies) -> str | None:
+    """The open alert's cells that the policies judge by another rule now (``rejudged``), in a
+    sentence (``ragbench alerts``, the dashboard's Alerts page); None where there is none."""
+    rules = [(c, now) for c in alert["cells"]
+             if alert["state"] in OPEN and (now := rejudged(c, policies))]  # fmt: skip
+    if not rules:
+        return None
+    cells = "; ".join(f"{cell_name(c)} (found under {c.get('rule') or c['kind']!r}, now {now!r})"
+                      for c, now in rules)  # fmt: skip
+    return f"Judged by another rule now, so no later commit marks them fixed: {cells}."
+
+
 def _change_points(found: dict[str, list[dict]]) -> dict[tuple, set[str]]:
     """Each cell's commits with a change point in ``found`` (``steps``)."""
     at: dict[tuple, set[str]] = {}
