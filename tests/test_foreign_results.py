@@ -480,12 +480,23 @@ def test_a_bisection_with_another_projects_config_is_asvs_own(tmp_path, capsys, 
                          "time_units.time_unit_parse ", "--good", BASE, "--bad", HEAD,
                          "--machine", "cheetah")  # fmt: skip
     assert code == 0, out
-    assert f"First commit of the step (asv find, time_units.time_unit_parse ): {HEAD}" in out
+    assert f"First commit of the step up (asv find, time_units.time_unit_parse ): {HEAD}" in out
     (call,) = [c for c in map(json.loads, log.read_text().splitlines()) if c["argv"][0] == "find"]
     conf = str((ASTROPY / "asv.conf.json").resolve())
     assert call["argv"] == ["find", "--config", conf, "--machine", "cheetah",
                             f"{BASE}..{HEAD}", r"^time_units\.time_unit_parse$"]  # fmt: skip
     assert call["cwd"] == str(ASTROPY.resolve())
+    # a drop (a throughput): asv find --invert, which searches for a decrease (before: no way
+    # to ask, and asv named the greatest increase as "the first commit of the step")
+    code, out = ragbench(capsys, "bisect", "--config", ASTROPY / "asv.conf.json", "--cell",
+                         "time_units.time_unit_parse ", "--good", BASE, "--bad", HEAD,
+                         "--invert")  # fmt: skip
+    assert code == 0 and "First commit of the step down (asv find" in out, out
+    *_, call = [c for c in map(json.loads, log.read_text().splitlines()) if c["argv"][0] == "find"]
+    assert call["argv"][-3] == "--invert", call
+    code, out = ragbench(capsys, "bisect", "--cell", "kernel.KernelLatency.gpu_us backend=triton",
+                         "--good", BASE, "--bad", HEAD, "--invert")  # fmt: skip
+    assert code == 2 and "--invert is asv find's, with --config" in out, out
 
 
 def test_a_cell_the_projects_suite_no_longer_has_is_not_re_measured(tmp_path, capsys):

@@ -55,6 +55,10 @@ def add_parser(sub) -> None:
                    "as the store names it (conda-py3.12, conda-py3.12-numpy1.26, a pre-0.5 "
                    "py2.7-Cython-numpy1.8: asv's -E that selects it alone), or asv's spec "
                    "(conda:3.12)")  # fmt: skip
+    b.add_argument("--invert", action="store_true",
+                   help="with --config: the step is a drop (a throughput, a track_ value that "
+                   "fell): asv find --invert, which searches for a decrease (without it asv "
+                   "names the greatest increase)")  # fmt: skip
     b.set_defaults(func=run)
 
 
@@ -63,6 +67,9 @@ def run(args) -> int:
 
     if args.config is not None:
         return asv_find(args)
+    if args.invert:
+        raise ValueError("--invert is asv find's, with --config: this suite's bisection reads "
+                         "which way is worse from the policies")  # fmt: skip
     policies = load_policies(args.policies)
     with tempfile.TemporaryDirectory(prefix="ragbench-bisect-") as tmp:
         args.store = args.store or Path(tmp) / "bisect.duckdb"
@@ -108,6 +115,7 @@ def asv_find(args) -> int:
             except ValueError as exc:
                 raise ValueError(f"--environment {spec!r}: {exc}") from None
         words += ["-E", spec]
+    words += ["--invert"] * args.invert
     words += [f"{args.good}..{args.bad}", "^" + re.escape(asv_name(key)) + "$"]
     cwd = Path(conf.config).parent
     if args.machine:  # asv asks about a machine it does not know: its defaults, as the gate's
@@ -122,8 +130,10 @@ def asv_find(args) -> int:
     if out.returncode != 0:
         last = (out.stderr.strip() or out.stdout.strip() or "no output").splitlines()[-1]
         raise suite.SuiteError(f"asv find exited with {out.returncode}: {last[:200]}")
-    text = (f"First commit of the step (asv find, {args.cell}): {found.group(1)}" if found
-            else f"asv find named no commit between {args.good} and {args.bad}")  # fmt: skip
+    step = "down" if args.invert else "up"
+    text = (f"First commit of the step {step} (asv find, {args.cell}): {found.group(1)}" if found
+            else f"asv find named no commit between {args.good} and {args.bad} where it "
+            f"went {step}")  # fmt: skip
     print(text)
     if args.report:
         args.report.write_text(text + "\n")
