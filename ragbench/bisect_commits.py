@@ -279,10 +279,10 @@ def locate(b: CommitBisection, ruler: Ruler, log: Callable[[str], None] = print)
             if set(brought) != set(branch):  # the branch merged other history in
                 b.notes.append(f"The branch that `{merge[:12]}` merges holds commits its "
                                f"first-parent line from the merge-base `{base[:12]}` does not "
-                               "reach (it "
-                               "merged other history in): they are not searched one against "
-                               "the merge-base, and any of them may bring the step; search "
-                               f"them with git bisect ({len(brought)} commit(s)).")  # fmt: skip
+                               "reach (it merged other history in): they are not searched "
+                               "one against the merge-base, and any of them may bring the "
+                               f"step; search them with git bisect ({len(brought)} "
+                               "commit(s)).")  # fmt: skip
                 b.possible = [*brought, merge]
                 return
             b.branches.append(Branch(merge, base, branch))

@@ -202,6 +202,8 @@ def bisect_command(alert: dict, project: Project | None = None) -> str | None:
         return None
     if not in_this_checkout(alert):
         return None
+    from .discovery import cell_text
+
     prev, commit = alert["prev_commit_hash"], alert["commit_hash"]
     try:
         line, merge = git.first_parent_line(prev, commit), len(git.parents(commit)) > 1
@@ -210,8 +212,6 @@ def bisect_command(alert: dict, project: Project | None = None) -> str | None:
     if len(line) == 1 and not merge:
         return None
     c = alert["cells"][0]
-    from .discovery import cell_text
-
     cell = cell_text((c["benchmark"], c["metric"], c["param_key"]))
     return (
         f"ragbench bisect --cell {shlex.quote(cell)}{_mode(alert, None)} --good {prev[:12]} "

@@ -49,7 +49,7 @@ def commits(revs: list[str], first_parent: bool = False) -> list[str]:
         if ".." in rev:
             shas += run("rev-list", "--reverse", *["--first-parent"] * first_parent, rev).split()
         else:
-            shas.append(run("rev-parse", "--verify", f"{rev}^{{commit}}"))
+            shas.append(commit(rev))
     return list(dict.fromkeys(shas))
 
 

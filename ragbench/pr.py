@@ -249,7 +249,7 @@ def gate_base(pr: int, base_sha: str, head: str) -> str:
             git.run("cat-file", "-e", f"{head}^{{commit}}")
         except git.GitError:  # not here yet
             git.run("fetch", "--quiet", "--no-tags", "origin",
-                f"+refs/pull/{pr}/head:refs/ragbench/pr-head")  # fmt: skip
+                    f"+refs/pull/{pr}/head:refs/ragbench/pr-head")  # fmt: skip
         return git.run("merge-base", base_sha, head)
     except git.GitError as exc:
         raise VerdictError(f"the merge base of the pull request's base {base_sha[:12]} and "

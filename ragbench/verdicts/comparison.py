@@ -273,7 +273,7 @@ def _limit(policy: Policy, cell: Cell, side: dict[Key, Cell],
     rel = policy.relative_to
     if limit is None or not rel or cell.params.get(rel["param"]) is None:
         return limit
-    if cell.params[rel["param"]] == rel["value"]:
+    if _is_reference(policy, cell):
         ref = (base or {}).get(cell.key)
     else:
         ref_params = {**cell.params, rel["param"]: rel["value"]}
@@ -281,6 +281,12 @@ def _limit(policy: Policy, cell: Cell, side: dict[Key, Cell],
     if ref is not None and ref.median is not None:
         limit = max(limit, float(rel.get("factor", 1.0)) * ref.median)
     return limit
+
+
+def _is_reference(policy: Policy, cell: Cell) -> bool:
+    """Whether ``cell`` is the reference its relative bound widens the others' by."""
+    rel = policy.relative_to
+    return bool(rel) and cell.params.get(rel["param"]) == rel["value"]
 
 
 def _violates(policy: Policy, cell: Cell, side: dict[Key, Cell],
@@ -300,14 +306,8 @@ def _bound(v: Verdict, policy: Policy, h: Cell, head: dict, base: dict) -> None:
     bound without a value on base is new: its bound is its own value there (the fixed
     ``max`` alone is below what it measures: padded_full 0.006-0.010 against 0.007, so a
     first commit's reference broke it)."""
-    rel = policy.relative_to
     b = base.get(v.key)
-    if (
-        rel
-        and policy.max is not None
-        and h.params.get(rel["param"]) == rel["value"]
-        and (b is None or b.median is None)
-    ):
+    if policy.max is not None and _is_reference(policy, h) and (b is None or b.median is None):
         v.status = Status.NEW
         v.note = "the bound's reference, held to its own value on base: base has none"
         return
