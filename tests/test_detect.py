@@ -287,12 +287,20 @@ def test_drift_bounds():
     assert bad.params["backend"] == "triton" and "bound 0.0178" in bad.note and c.failed
     c = compare.compare(head, head, POLICIES)  # broken on base as well: not this change
     assert c.by_status("pre-existing") and not c.failed
-    # the reference with no base (a history's first commit): new, where the fixed 0.007 alone
-    # broke its measured 0.0089 (an H100 run of 2026-11-28: a "violation" alert)
+    # the reference with no base (a history's first commit): held to 2 x 0.007, where the
+    # fixed 0.007 alone broke its measured 0.0089 (an H100 run of 2026-11-28: a "violation"
+    # alert); a broken one still fails, and never widens the others' bound
     c = compare.compare({}, side(drift("padded_full", 0.0089), drift("triton", 0.0085)), POLICIES)
     verdicts = {v.params["backend"]: v for v in c.verdicts}
-    assert verdicts["padded_full"].status == "new" and not c.failed
+    assert verdicts["padded_full"].status == "unchanged" and not c.failed
     assert verdicts["triton"].status == "unchanged", verdicts  # held to 2 x 0.0089
+    failed_base = cell("max_abs_diff", [], bench="numerics.Drift", backend="padded_full")
+    failed_base.failures = 1  # raised on base: no value there
+    broken = side(drift("padded_full", 0.5), drift("triton", 0.5))
+    c = compare.compare(side(failed_base), broken, POLICIES)
+    assert c.failed and {v.params["backend"] for v in c.by_status("violation")} == {
+        "padded_full"}, c.verdicts  # fmt: skip
+    assert "0.5 >= bound 0.014" in c.by_status("violation")[0].note
     top1 = cell("top1_agreement", [0.97], bench="numerics.Drift", backend="triton")
     (v,) = compare.compare(side(top1), side(top1), POLICIES).verdicts  # a near tie: shown
     assert v.policy.kind == "info" and not compare.compare({}, side(top1), POLICIES).failed

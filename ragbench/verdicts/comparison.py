@@ -268,13 +268,18 @@ def _limit(policy: Policy, cell: Cell, side: dict[Key, Cell],
            base: dict[Key, Cell] | None = None) -> float | None:  # fmt: skip
     """The upper bound for ``cell``, widened by ``relative_to``: by the reference cell of the
     same run (``side``); the reference cell itself by its own value on ``base`` (never by
-    itself: a broken reference would excuse itself and widen every other cell's bound)."""
+    itself: a broken reference would excuse itself and widen every other cell's bound); with
+    no value on base (a history's first commit, a cell that failed there) to ``factor`` x
+    ``max``: the fixed ``max`` alone is below what it measures (padded_full 0.006-0.010
+    against 0.007), and no bound at all would let a broken reference widen the others'."""
     limit = policy.max
     rel = policy.relative_to
     if limit is None or not rel or cell.params.get(rel["param"]) is None:
         return limit
     if _is_reference(policy, cell):
         ref = (base or {}).get(cell.key)
+        if ref is None or ref.median is None:
+            return float(rel.get("factor", 1.0)) * limit
     else:
         ref_params = {**cell.params, rel["param"]: rel["value"]}
         ref = side.get((cell.benchmark, cell.metric, param_key(ref_params)))
@@ -302,15 +307,8 @@ def _violates(policy: Policy, cell: Cell, side: dict[Key, Cell],
 
 def _bound(v: Verdict, policy: Policy, h: Cell, head: dict, base: dict) -> None:
     """A deterministic bound: fails on head, unless base (same job) breaks it too, judged by
-    its own run's references, and head is no worse than base. The reference of a relative
-    bound without a value on base is new: its bound is its own value there (the fixed
-    ``max`` alone is below what it measures: padded_full 0.006-0.010 against 0.007, so a
-    first commit's reference broke it)."""
+    its own run's references, and head is no worse than base."""
     b = base.get(v.key)
-    if policy.max is not None and _is_reference(policy, h) and (b is None or b.median is None):
-        v.status = Status.NEW
-        v.note = "the bound's reference, held to its own value on base: base has none"
-        return
     why = _violates(policy, h, head, base)
     if why is None:
         v.status = Status.UNCHANGED
