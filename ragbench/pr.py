@@ -188,15 +188,20 @@ def reproduce(pr: int, base: str | None, head: str, url: str | None,
               settle: dict | None = None) -> str:  # fmt: skip
     """The comment's trusted lines under the verdict: where the run's logs and artifact are;
     where the verdict checked the gate's base (``base``: ``gate_base``'s, else None), the one
-    command that runs the same gate on a GPU machine, and where the gate left something to
+    command that runs the same gate on a GPU machine (the head's suite and policies, as the
+    sandbox's ``make gate-pr`` did), and where the gate left something to
     settle (``settle``: the gate verdict this job recorded, ``Store.gate_verdict``), the one
     that settles it from the store this job recorded it in."""
     where = (f"Logs and the `ragbench-gate` artifact (gate.md, gate.json): {url}" if url
              else "No workflow run to link (GITHUB_RUN_ID unset).")  # fmt: skip
     if not base:
         return where
-    text = (f"{where}  \nReproduce on a GPU machine, in a clone: `git fetch origin "
-            f"pull/{pr}/head && ragbench gate --base {base[:12]} --head {head[:12]}`.")  # fmt: skip
+    # the sandbox ran the pull request's own `make gate-pr`: its suite and its policies, which
+    # the head's checkout gives (a clone of the base branch would measure with the base's)
+    text = (f"{where}  \nReproduce on a GPU machine, in a clone (the head checked out: the "
+            f"gate ran its suite and policies): `git fetch origin pull/{pr}/head && git "
+            f"checkout --detach {head[:12]} && ragbench gate --base {base[:12]} --head "
+            f"{head[:12]}`.")  # fmt: skip
     if settle and settle.get("plan"):
         gate_id, machine = settle["gate_id"], shlex.quote(settle["machine"])
         text += (f"  \nSettle what it left (gate `{gate_id}`, as this job recorded it) on its "

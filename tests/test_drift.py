@@ -93,7 +93,7 @@ def test_the_gate_s_comparison_computes_base_again_only_where_head_moved(tmp_pat
     one it cannot (padded SDPA): base, head, and base again only for the moved one."""
     base, head = plant("aa", tmp_path / "base"), plant("scale", tmp_path / "scale")
     only = r"^drift\.Kernel backend=(triton|padded_sdpa),dtype=float16,lengths=mixed"
-    report = drift.compare_trees(base, head, tmp_path, only=only, log=lambda m: None)
+    report = drift.compare_trees(base, head, tmp_path, margin=3.0, only=only, log=lambda m: None)
     (finding,) = report.findings
     assert finding.key == ("drift.Kernel", "output", "backend=triton,dtype=float16,lengths=mixed")
     assert finding.noise == 0.0 and finding.moved.rows > 0
@@ -103,6 +103,8 @@ def test_the_gate_s_comparison_computes_base_again_only_where_head_moved(tmp_pat
     assert set(cells["padded_sdpa"]["arrays"]) == {"base", "head"} and cells["padded_sdpa"][
         "skipped"]["aa"]  # fmt: skip
     assert "--aa-where-moved" in report.command and "--only" in report.command
+    # the command judges by the gate's margin (before: the default 2, whatever drift_margin said)
+    assert report.command.endswith("ragbench.gate.drift outputs.npz --margin 3.0")
 
 
 def test_nan_shape_and_raised_outputs(tmp_path):

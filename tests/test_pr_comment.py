@@ -179,7 +179,9 @@ def test_the_base_and_machine_the_json_claims_are_checked_before_any_command_nam
     assert verdict(tmp_path, github, inconclusive, **doc).state == "failure"
     assert git("rev-parse", "refs/ragbench/pr-head", cwd=ragbench.git.REPO) == HEAD
     body = github.comments[3][-1]["body"]
-    assert f"ragbench gate --base {BASE[:12]} --head {HEAD[:12]}`" in body
+    # the head checked out first: the sandbox gated with the pull request's suite and policies
+    assert (f"git fetch origin pull/3/head && git checkout --detach {HEAD[:12]} && ragbench gate "
+            f"--base {BASE[:12]} --head {HEAD[:12]}`") in body  # fmt: skip
     assert "--machine m`" in body  # no RAGBENCH_MACHINE: the JSON's own
     assert Store(tmp_path / "s.duckdb").gate(3, HEAD)["base"] == BASE
     # another base: an error status, and the comment says which base it had to be

@@ -335,7 +335,7 @@ def compare_trees(base: Path, head: Path, work: Path, *, margin: float = MARGIN,
                       f"--arm base={b} --arm head={h} --arm aa={b} "
                       + (f"--only {shlex.quote(only)} " if only else "")
                       + "--aa-where-moved --out outputs.npz && .venv/bin/python -m "
-                      "ragbench.gate.drift outputs.npz")  # fmt: skip
+                      f"ragbench.gate.drift outputs.npz --margin {margin!r}")  # fmt: skip
     return report
 
 
@@ -399,7 +399,7 @@ def compare_stacks(commit: str, pythons: dict[str, Path], work: Path, *,
     report.command = (f"git worktree add SRC {commit[:12]} && RAGBENCH_MODE={mode} "
                       f"{pythons['base']} {run} A.npz && RAGBENCH_MODE={mode} "
                       f"{pythons['head']} {run} B.npz && .venv/bin/python -m "
-                      "ragbench.gate.drift A.npz B.npz")  # fmt: skip
+                      f"ragbench.gate.drift A.npz B.npz --margin {margin!r}")  # fmt: skip
     return report
 
 
@@ -422,7 +422,8 @@ def between_stacks(a: Outputs, b: Outputs, *, margin: float = MARGIN,
             noise += [((second, "base"), (second, "aa")), ((first, "base"), (second, "base"))]
     outputs = judge((a, "base"), (b, "base"), noise, margin)
     device = a.meta.get("device", "")
-    command = f".venv/bin/python -m ragbench.gate.drift {a.path} {b.path}"
+    files = " ".join(shlex.quote(str(o.path)) for o in (a, b))
+    command = f".venv/bin/python -m ragbench.gate.drift {files} --margin {margin!r}"
     return DriftReport(outputs, margin, between="stacks", device=device, command=command)
 
 
