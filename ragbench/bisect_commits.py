@@ -43,8 +43,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from . import discovery, git
-from . import runner as suite
+from . import asv_run, discovery, git
 from .gate import paired
 from .policies import Policies
 from .verdicts import comparison as compare
@@ -228,7 +227,7 @@ class Ruler:
             self.log(f"bisect: paired, {what}")
             try:
                 method, more = self.run_paired(base, sha, self.only)
-            except (paired.PairedError, suite.SuiteError, git.GitError) as exc:
+            except (paired.PairedError, asv_run.SuiteError, git.GitError) as exc:
                 raise Unmeasurable(str(exc)[-300:]) from None
             if attempt == 2 and method == paired.TOGETHER:
                 judged = paired.second_look(docs, more, [self.key], self.policies,
@@ -368,9 +367,9 @@ def asv_runner(store, key: Key, work: Path, *, mode: str, machine: str,
         n = next(count)
         results = work / f"asv-{n}"
         try:
-            suite.run([sha], mode=mode, results_dir=results, machine=machine, bench=bench,
+            asv_run.run([sha], mode=mode, results_dir=results, machine=machine, bench=bench,
                       log=log)  # fmt: skip
-        except (suite.SuiteError, git.GitError) as exc:
+        except (asv_run.SuiteError, git.GitError) as exc:
             raise Unmeasurable(str(exc)[-300:]) from None
         label = f"gate:bisect-{sha[:8]}-{stamp}:{n}"
         report = ingest(store, [results], label=label, log=lambda m: None)

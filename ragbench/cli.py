@@ -15,8 +15,7 @@ import os
 import sys
 import traceback
 
-from . import envs, trust
-from . import runner as suite
+from . import asv_run, envs, trust
 from .commands import (
     accept,
     alerts,
@@ -76,7 +75,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
     try:
         return args.func(args)
-    except (suite.SuiteError, GitError, GateError, PairedError, StoreError, GitHubError, OSError,
+    except (asv_run.SuiteError, GitError, GateError, PairedError, StoreError, GitHubError, OSError,
             envs.EnvError, BisectError, ValueError, PermissionError) as exc:  # fmt: skip
         return _fail(args.command, str(exc))
     except KeyboardInterrupt:

@@ -17,8 +17,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from . import git
-from . import runner as suite
+from . import asv_run, git
 from .github import Client, GitHubError
 from .history import detection
 from .policies import Policies
@@ -126,9 +125,9 @@ def record(store: Store, *, before: str | None, after: str, machine: str, mode: 
     for i, sha in enumerate(todo, 1):
         log(f"record: [{i}/{len(todo)}] {sha[:12]}")
         try:
-            (summary,) = suite.run([sha], mode=mode, results_dir=results_dir, machine=machine,
+            (summary,) = asv_run.run([sha], mode=mode, results_dir=results_dir, machine=machine,
                                    bench=bench, log=log)  # fmt: skip
-        except (suite.SuiteError, git.GitError) as exc:
+        except (asv_run.SuiteError, git.GitError) as exc:
             out.unmeasured.append((sha, str(exc)))
             log(f"record: {sha[:12]} could not be measured: {exc}")
             continue

@@ -21,9 +21,8 @@ import sys
 import time
 from pathlib import Path
 
-from ragbench import git
+from ragbench import asv_run, git
 from ragbench import provenance as fingerprint
-from ragbench import runner as suite
 from ragbench.gate.errors import GateError
 from ragbench.gate.gating import run_gate
 from ragbench.gate.report import gate_markdown
@@ -33,7 +32,7 @@ from ragbench.result_files import ingest
 from ragbench.store import Store, StoreError, history_branch
 from ragbench.suite_views import SUITE_VIEWS
 
-RESULTS = suite.RESULTS  # asv.conf.json's: asv compare / publish / show read it
+RESULTS = asv_run.RESULTS  # asv.conf.json's: asv compare / publish / show read it
 ASV_LOG = RESULTS.parent / "asv.log"  # asv's own output (the terminal gets one line a quarter)
 
 
@@ -49,7 +48,7 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
     try:
         return demo(args)
-    except (suite.SuiteError, git.GitError, GateError, StoreError, ValueError, OSError) as exc:
+    except (asv_run.SuiteError, git.GitError, GateError, StoreError, ValueError, OSError) as exc:
         _log(f"demo: error: {exc}")
         return 2
 
@@ -63,7 +62,7 @@ def demo(args) -> int:
     ASV_LOG.write_text("")
     _log(f"== 1/3 the quick suite on {len(commits)} commit(s), machine {machine!r} (asv's log: "
          f"{ASV_LOG})")  # fmt: skip
-    summaries = suite.run(commits, mode="quick", results_dir=RESULTS, machine=machine, log=_log,
+    summaries = asv_run.run(commits, mode="quick", results_dir=RESULTS, machine=machine, log=_log,
                           asv_log=ASV_LOG)  # fmt: skip
     branch = git.run("rev-parse", "--abbrev-ref", "HEAD")
     branch = history_branch() if branch == "HEAD" else branch  # detached: call it main's

@@ -16,8 +16,7 @@ import pytest
 from conftest import REPO, commit, new_repo
 from test_faults import assert_clean_exit, ragbench
 
-from ragbench import cli, pr, synth
-from ragbench import runner as suite
+from ragbench import asv_run, cli, pr, synth
 from ragbench.github import Client
 from ragbench.store import Store
 from ragbench.verdicts.status import JSON_SCHEMA
@@ -48,7 +47,7 @@ def accepted(store: Store, pr_number: int, head: str, failures: list[dict]) -> N
 
 @pytest.fixture
 def main_line(tmp_path, monkeypatch):
-    """A main branch with c0, then a squash commit titled "Fix typo (#7)"; ``suite.run``
+    """A main branch with c0, then a squash commit titled "Fix typo (#7)"; ``asv_run.run``
     writes a synthetic result file for the commit it is given. -> (c0, squash commit)."""
     repo = new_repo(tmp_path / "repo")
     c0 = commit(repo, "a.txt", "0\n", "c0")
@@ -66,7 +65,7 @@ def main_line(tmp_path, monkeypatch):
         out.with_suffix(".fingerprint").write_text(fp)
         return [{"commit": sha, "result": str(out), "asv_exit": 0}]
 
-    monkeypatch.setattr(suite, "run", run)
+    monkeypatch.setattr(asv_run, "run", run)
     for var in ("GITHUB_TOKEN", "GITHUB_API_URL", "GITHUB_REPOSITORY", "RAGBENCH_BRANCH"):
         monkeypatch.delenv(var, raising=False)
     return c0, squash

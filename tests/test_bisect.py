@@ -351,9 +351,8 @@ def test_each_step_measures_the_cell_alone_and_good_once(repo, monkeypatch, tmp_
 
     from asv.benchmarks import Benchmarks
 
-    from ragbench import bisect_commits, discovery
+    from ragbench import asv_run, bisect_commits, discovery
     from ragbench import result_files as ingest
-    from ragbench import runner as suite
     from ragbench.policies import load_policies
     from ragbench.store import Measurement, Run, Store
 
@@ -374,7 +373,7 @@ def test_each_step_measures_the_cell_alone_and_good_once(repo, monkeypatch, tmp_
                                         samples=c.samples) for c in cells.values()])  # fmt: skip
         return SimpleNamespace(failed=[])
 
-    monkeypatch.setattr(suite, "run", fake_run)
+    monkeypatch.setattr(asv_run, "run", fake_run)
     monkeypatch.setattr(ingest, "ingest", fake_ingest)
     with Store(tmp_path / "p.duckdb") as store:
         b = bisect_commits.commit_bisect(store, CELL, root, commits[-1],

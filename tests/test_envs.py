@@ -111,7 +111,7 @@ def test_versions_refuses_a_range_and_one_stack_twice_before_any_build(tmp_path,
 def test_the_result_file_is_the_one_this_run_wrote(tmp_path):
     """Two environments' results of one commit share a directory: a run whose asv wrote
     nothing (its imports failed) must not take the other environment's file for its own."""
-    from ragbench.runner import _result_file, _result_files
+    from ragbench.asv_run import _result_file, _result_files
 
     sha = "ab" * 20
     other = tmp_path / f"{sha[:8]}-existing-py_other_bin_python.json"

@@ -245,12 +245,12 @@ def test_the_launch_promises_are_bounds_at_the_promised_ratios():
 def test_a_clone_without_the_anchor_skips_it(monkeypatch, tmp_path):
     import contextlib
 
-    from ragbench import runner as suite
+    from ragbench import asv_run
 
-    monkeypatch.setattr(suite, "ANCHOR", "0" * 40)
+    monkeypatch.setattr(asv_run, "ANCHOR", "0" * 40)
     logged = []
     with contextlib.ExitStack() as stack:
-        assert suite._anchor(stack, tmp_path, logged.append) is None
+        assert asv_run._anchor(stack, tmp_path, logged.append) is None
     assert "not in this clone" in logged[0]
 
 

@@ -101,7 +101,7 @@ def first_calls(self) -> dict:
     return {"skip": None, "cells": {"first_call": {(c,): m for c, m in measured.items()}}}
 
 
-ANCHOR_ENV = "RAGBENCH_ANCHOR"  # the anchor's source tree (ragbench.runner checks it out)
+ANCHOR_ENV = "RAGBENCH_ANCHOR"  # the anchor's source tree (ragbench.asv_run checks it out)
 ANCHOR_ROUNDS = 40
 
 

@@ -93,8 +93,7 @@ def asv_find(args) -> int:
     import subprocess
     import sys
 
-    from .. import git
-    from .. import runner as suite
+    from .. import asv_run, git
     from ..asv_environments import selector
     from ..discovery import asv_name, parse_cell
     from ..project import read
@@ -129,7 +128,7 @@ def asv_find(args) -> int:
     found = re.search(r"Greatest (?:regression|improvement) found: (\S+)", out.stdout)
     if out.returncode != 0:
         last = (out.stderr.strip() or out.stdout.strip() or "no output").splitlines()[-1]
-        raise suite.SuiteError(f"asv find exited with {out.returncode}: {last[:200]}")
+        raise asv_run.SuiteError(f"asv find exited with {out.returncode}: {last[:200]}")
     step = "down" if args.invert else "up"
     text = (f"First commit of the step {step} (asv find, {args.cell}): {found.group(1)}" if found
             else f"asv find named no commit between {args.good} and {args.bad} where it "

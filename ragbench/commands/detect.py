@@ -3,7 +3,7 @@ change points."""
 
 from __future__ import annotations
 
-from .. import runner as suite
+from .. import asv_run
 from ..history import series as history
 from ..policies import load_policies
 from ..store import Store
@@ -47,7 +47,7 @@ def run(args) -> int:
     reports = history.stored_histories(store, machine, policies, last=args.last)
     failed = store.newest_failures(machine)
     if not reports and not failed and not store.runs(machine=machine):
-        raise suite.SuiteError(_no_runs(store, machine))
+        raise asv_run.SuiteError(_no_runs(store, machine))
     current = [r for r in reports if not r.stale]  # a stopped series' last point: not judged
     print(history_markdown(reports, machine, failed), end="")
     print(stale_text(machine, [r for r in reports if r.stale]))

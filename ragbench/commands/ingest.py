@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from .. import runner as suite
+from .. import asv_run
 from ..policies import load_policies
 from .common import log, open_store, store_arg
 
@@ -53,7 +53,7 @@ def run(args) -> int:
 
     missing = [p for p in [*args.paths, *[args.config] * bool(args.config)] if not p.exists()]
     if missing:
-        raise suite.SuiteError(f"no such file or directory: {', '.join(map(str, missing))}")
+        raise asv_run.SuiteError(f"no such file or directory: {', '.join(map(str, missing))}")
     policies = load_policies(args.policies)  # its [machines] name the runners
     store = open_store(args)
     report = ingest(store, args.paths, label=args.label, branch=args.branch,

@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from .. import runner as suite
+from .. import asv_run
 from .common import (
     MODE_HELP,
     bench_arg,
@@ -36,7 +36,7 @@ def add_parser(sub) -> None:
     rec.add_argument("--before", default=None, help="the push's old tip (GitHub's before)")
     rec.add_argument("--after", default="HEAD", help="the push's new tip (default HEAD)")
     rec.add_argument("--mode", choices=["quick", "full"], default="full", help=MODE_HELP)
-    rec.add_argument("--results", type=Path, default=suite.RESULTS,
+    rec.add_argument("--results", type=Path, default=asv_run.RESULTS,
                      help="asv results directory (default results/asv)")  # fmt: skip
     rec.add_argument("--max-commits", type=int, default=30,
                      help="measure at most this many commits (default 30)")  # fmt: skip

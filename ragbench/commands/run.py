@@ -7,8 +7,7 @@ import json
 import time
 from pathlib import Path
 
-from .. import envs, git
-from .. import runner as suite
+from .. import asv_run, envs, git
 from .common import MODE_HELP, bench_arg, log, machine_arg, machine_of
 
 
@@ -27,7 +26,7 @@ def add_parser(sub) -> None:
         "commits", nargs="*", default=["HEAD"], help="revisions or ranges (A..B), default HEAD"
     )
     r.add_argument("--mode", choices=["quick", "full"], default="quick", help=MODE_HELP)
-    r.add_argument("--results", type=Path, default=suite.RESULTS,
+    r.add_argument("--results", type=Path, default=asv_run.RESULTS,
                    help="asv results directory (default results/asv)")  # fmt: skip
     r.add_argument("--env", action="append", default=[], metavar="SPEC",
                    help="run under another stack: comma-separated pip requirements, e.g. "
@@ -50,11 +49,11 @@ def run(args) -> int:
     for spec in args.env or [None]:
         try:
             environment = envs.ensure(spec, log=log) if spec else None
-            summaries += [{**s, "env_spec": spec} if spec else s for s in suite.run(
+            summaries += [{**s, "env_spec": spec} if spec else s for s in asv_run.run(
                 commits, mode=args.mode, results_dir=args.results, machine=machine_of(args),
                 bench=args.bench, log=log, environment=environment,
             )]  # fmt: skip
-        except (envs.EnvError, suite.SuiteError, git.GitError) as exc:
+        except (envs.EnvError, asv_run.SuiteError, git.GitError) as exc:
             if not spec:
                 raise
             why = str(exc) if isinstance(exc, envs.EnvError) else f"--env {spec}: {exc}"

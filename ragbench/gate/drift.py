@@ -44,8 +44,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .. import git
-from .. import runner as suite
+from .. import asv_run, git
 from ..policies import Policies, Policy
 from ..store import param_key
 from ..verdicts.comparison import Key, Verdict
@@ -59,7 +58,7 @@ PARTS = {"drift.Pipeline": ("numerics.Drift", "cpu.Drift"),
          "drift.Kernel": ("numerics.KernelError", "cpu.KernelError")}  # fmt: skip
 
 
-class DriftError(suite.SuiteError):
+class DriftError(asv_run.SuiteError):
     """The outputs runner itself could not run, or wrote no usable file."""
 
 
@@ -293,7 +292,7 @@ def run_outputs(arms: dict[str, Path], out: Path, *, mode: str = "quick", only: 
     """``benchmarks.support.outputs`` in a fresh process of ``python`` (default this one)."""
     args = ["--out", str(out), *(["--only", only] if only else []),
             *(["--aa-where-moved"] if aa_where_moved else [])]  # fmt: skip
-    code, last = suite.runner("benchmarks.support.outputs", arms, args, mode=mode, python=python)
+    code, last = asv_run.runner("benchmarks.support.outputs", arms, args, mode=mode, python=python)
     if code != 0 or not out.is_file():
         raise DriftError(f"the outputs runner exited with {code}: {last or 'no message'}")
     log(last or "outputs: done")

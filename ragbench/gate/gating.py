@@ -19,8 +19,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from .. import git
-from .. import runner as suite
+from .. import asv_run, git
 from ..discovery import bench_regex
 from ..policies import Policies
 from ..result_files import ingest
@@ -105,7 +104,7 @@ def _judgeable(comparison: Comparison) -> Comparison:
 def _measure(store, sha, side, label, work, *, mode, machine, bench, log,
              environment=None) -> list[str]:  # fmt: skip
     results = work / label.replace(":", "-")
-    summaries = suite.run([sha], mode=mode, results_dir=results, machine=machine, bench=bench,
+    summaries = asv_run.run([sha], mode=mode, results_dir=results, machine=machine, bench=bench,
                           log=log, environment=environment)  # fmt: skip
     report = ingest(store, [results], label=label, log=lambda m: None)
     if report.failed:
@@ -117,7 +116,7 @@ def _measure_project(store, sha, side, label, work, other: Foreign, *, machine, 
                      log) -> list[str]:  # fmt: skip
     """``_measure`` of another asv project's commit: its asv, its config (``--config``)."""
     results = work / label.replace(":", "-")
-    suite.run_project(other.config, sha, results_dir=results, machine=machine, work=work,
+    asv_run.run_project(other.config, sha, results_dir=results, machine=machine, work=work,
                       bench=bench, environment=other.asv_environment, log=log)  # fmt: skip
     report = ingest(store, [results], label=label, log=lambda m: None, config=other.config)
     if report.failed:
@@ -188,7 +187,7 @@ class GateOptions:
     compare head's outputs with base's (``ragbench.gate.drift``; never across two environments,
     which cannot share a process: ``versions`` compares them itself). ``config``: another asv
     project's ``asv.conf.json``: base and head are that project's commits, each measured by its
-    asv with that config (``suite.run_project``; ``environment`` then the one to measure in),
+    asv with that config (``asv_run.run_project``; ``environment`` then the one to measure in),
     and neither the paired nor the drift comparison (this suite's) runs. Without it, a revision
     this checkout lacks, on a machine whose stored results are another project's, is refused
     in one line naming the ``--config`` to pass."""

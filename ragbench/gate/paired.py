@@ -29,8 +29,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .. import runner as suite
-from .. import stats
+from .. import asv_run, stats
 from ..policies import STATISTICAL, Policies
 from ..store import param_key
 from ..verdicts import comparison as compare
@@ -78,7 +77,7 @@ def _process(arms: dict[str, Path], out: Path, *, seed: int, mode: str, rounds: 
         args += ["--rounds", str(rounds)]
     if pipeline_rounds:
         args += ["--pipeline-rounds", str(pipeline_rounds)]
-    code, last = suite.runner("benchmarks.support.paired", arms, args, mode=mode)
+    code, last = asv_run.runner("benchmarks.support.paired", arms, args, mode=mode)
     if code != 0 or not out.is_file():
         raise PairedError(f"the paired runner exited with {code}: {last or 'no message'}")
     try:

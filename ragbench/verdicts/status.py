@@ -127,7 +127,7 @@ _SHA = re.compile(r"[0-9a-f]{40}(?:[0-9a-f]{24})?")
 MACHINE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._@+-]{0,99}")
 
 
-MODES = ("quick", "full")  # the suite's modes (``ragbench.runner``), a gate's ``mode``
+MODES = ("quick", "full")  # the suite's modes (``ragbench.asv_run``), a gate's ``mode``
 GATE_FIELDS = {"rounds": (1, 1000), "processes": (0, 1000)}  # a gate's counts, when given
 
 
