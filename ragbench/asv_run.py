@@ -127,7 +127,7 @@ def run(
     except ImportError:
         raise SuiteError("asv is not installed: pip install -e '.[bench]'") from None
     shas = git.commits(revs)
-    machine = machine or os.environ.get("RAGBENCH_MACHINE") or fingerprint.default_machine()
+    machine = fingerprint.machine(machine)
     results_dir = Path(results_dir).resolve()
     results_dir.mkdir(parents=True, exist_ok=True)
     summaries = []

@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from . import git, jsonfile
+from . import provenance as fingerprint
 from .gate import rerun
 from .github import COMMENT_LIMIT, MARKER, Client
 from .policies import load_policies
@@ -272,7 +273,7 @@ def verdict(store: Store, client: Client | None, *, gate_json: Path, report: Pat
     (the pull request's base in GitHub's event) its base must be ``gate_base``'s, and only
     then is it recorded as the base the comment's commands name; with ``machine`` (or
     ``$RAGBENCH_MACHINE``) its machine must be that one. Otherwise an error status."""
-    trusted = machine or os.environ.get("RAGBENCH_MACHINE") or None
+    trusted = machine or fingerprint.configured_machine()
     try:
         doc = read_gate_document(gate_json, head)
         if trusted is not None and doc.get("machine") != trusted:

@@ -46,9 +46,23 @@ def _driver() -> str | None:
         return None
 
 
+MACHINE_VAR = "RAGBENCH_MACHINE"  # the runner's machine name (docs/runner.md)
+
+
 def default_machine() -> str:
     """asv's default machine name: the host name."""
     return socket.gethostname()
+
+
+def configured_machine() -> str | None:
+    """The machine ``$RAGBENCH_MACHINE`` names, or None where it is unset or empty."""
+    return os.environ.get(MACHINE_VAR) or None
+
+
+def machine(name: str | None = None) -> str:
+    """The machine results are recorded under and read for: ``name`` where given (a
+    ``--machine``), else ``$RAGBENCH_MACHINE``, else the host name (asv's default)."""
+    return name or configured_machine() or default_machine()
 
 
 def collect(*, commit: str, machine: str, mode: str) -> dict:

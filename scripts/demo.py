@@ -44,7 +44,11 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--commits", type=int, default=3, help="how many of the last commits")
     ap.add_argument("--store", type=Path, default=Path("results/perf.duckdb"))
-    ap.add_argument("--machine", default=None, help="machine name (default: the host name)")
+    ap.add_argument(
+        "--machine",
+        default=None,
+        help="machine name (default $RAGBENCH_MACHINE, else the host name)",
+    )
     args = ap.parse_args(argv)
     try:
         return demo(args)
@@ -55,7 +59,7 @@ def main(argv=None) -> int:
 
 def demo(args) -> int:
     t0 = time.perf_counter()
-    machine = args.machine or fingerprint.default_machine()
+    machine = fingerprint.machine(args.machine)
     count = int(git.run("rev-list", "--count", "HEAD"))
     commits = [f"HEAD~{i}" for i in reversed(range(min(args.commits, count)))]
     RESULTS.mkdir(parents=True, exist_ok=True)

@@ -29,7 +29,7 @@ def open_store(args, read_only: bool = False, create: bool = True) -> Store:
 
 
 def machine_of(args) -> str:
-    return args.machine or os.environ.get("RAGBENCH_MACHINE") or fingerprint.default_machine()
+    return fingerprint.machine(args.machine)
 
 
 def github_client(args):

@@ -16,14 +16,20 @@ def add_parser(sub) -> None:
         description="GPU, driver, CUDA, torch/triton/timm/Python versions, commit, harness.",
     )
     f.add_argument("--commit", default="HEAD", help="revision to record (default HEAD)")
-    f.add_argument("--machine", default=fingerprint.default_machine(), help="machine name")
+    f.add_argument(
+        "--machine",
+        default=None,
+        help="machine name (default $RAGBENCH_MACHINE, else the host name)",
+    )
     f.add_argument("--mode", choices=["quick", "full"], default="quick", help=MODE_HELP)
     f.set_defaults(func=run)
 
 
 def run(args) -> int:
     fp = fingerprint.collect(
-        commit=git.commits([args.commit])[0], machine=args.machine, mode=args.mode
+        commit=git.commits([args.commit])[0],
+        machine=fingerprint.machine(args.machine),
+        mode=args.mode,
     )
     print(json.dumps(fp, indent=2, sort_keys=True))
     return 0
