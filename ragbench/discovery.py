@@ -80,6 +80,21 @@ def _argument(text: str) -> str:
     return f"(?:{'|'.join(forms)})"
 
 
+def selects(bench, key: Key) -> bool:
+    """Whether asv ``--bench`` patterns (``bench``; none: every cell) select the cell ``key``:
+    one searched in its benchmark's name, or, for a parameterized one, in that name with its
+    arguments (``name(a, b)``, the values as the store keeps them or as their ``repr``), as asv
+    selects one combination of a parameterized benchmark."""
+    if not bench:
+        return True
+    name = asv_name(key)
+    values = list(parse_params(key[2]).values())
+    names = [name]
+    if values:
+        names += [f"{name}({', '.join(values)})", f"{name}({', '.join(map(repr, values))})"]
+    return any(re.search(b, n) for b in bench for n in names)
+
+
 def bench_regex(keys: list[Key]) -> list[str]:
     """asv ``--bench`` patterns that select exactly these cells: one a cell, its benchmark's
     name and, for a parameterized one, each of its values as one whole argument of

@@ -104,6 +104,27 @@ def test_stored_gate_exit_codes_and_report(tmp_path):
     assert "PASS" in out.stdout and "| regressions | 0 |" in out.stdout
 
 
+def test_a_stored_gate_judges_the_cells_bench_selects(tmp_path):
+    """Before: ``gate --stored --bench`` judged every stored cell (FAIL on a regression of a
+    cell it did not select); asv's --bench selects by name, or by name with arguments."""
+    path = tmp_path / "perf.duckdb"
+    with Store(path) as store:
+        add_run(store, PARENT, gpu_cells(seed=1))
+        add_run(store, HEAD, gpu_cells(scale=1.10, seed=2, extra=True))
+    out = run_cli(
+        path, "--stored", "--base", "HEAD~1", "--bench", r"KernelLatency\.track_gpu_us\(.fa2"
+    )
+    assert out.returncode == 0, out.stderr
+    assert "PASS" in out.stdout and "backend=triton" not in out.stdout
+    assert "| unchanged, shown with the power to see the threshold | 1 |" in out.stdout
+    out = run_cli(path, "--stored", "--base", "HEAD~1", "--bench", "^kernel.KernelLatency")
+    assert out.returncode == 1 and "backend=triton" in out.stdout, out.stderr
+    assert "numerics.Drift" not in out.stdout
+    out = run_cli(path, "--stored", "--base", "HEAD~1", "--bench", "^nothing")
+    assert out.returncode == 2 and "--bench '^nothing' selects no cell" in out.stderr
+    assert len(out.stderr.strip().splitlines()) == 1, out.stderr
+
+
 def test_unusable_input_exits_2(tmp_path):
     path = tmp_path / "perf.duckdb"
     Store(path).close()

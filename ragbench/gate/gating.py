@@ -20,7 +20,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from .. import asv_run, git
-from ..discovery import bench_regex
+from ..discovery import bench_regex, selects
 from ..policies import Policies
 from ..result_files import ingest
 from ..store import Store
@@ -124,8 +124,9 @@ def _measure_project(store, sha, side, label, work, other: Foreign, *, machine, 
     return [r["run_id"] for r in store.runs(label=label)]
 
 
-def _paired(result: GateResult, policies, *, processes, mode, work, log) -> None:
-    """The paired verdicts in place of the cross-process ones, where a policy asks for them."""
+def _paired(result: GateResult, policies, *, processes, mode, work, log, bench=()) -> None:
+    """The paired verdicts in place of the cross-process ones, where a policy asks for them
+    (of the cells ``bench``, the gate's ``--bench``, selects)."""
     c = result.comparison
     if not any(v.policy.paired for v in c.verdicts):
         return  # no host-time cell measured here (the CPU subset)
@@ -144,7 +145,7 @@ def _paired(result: GateResult, policies, *, processes, mode, work, log) -> None
         )  # fmt: skip
         method, docs = paired.measure(base, head, work, processes=processes, mode=mode, log=log)
         verdicts = {v.key: v for v in paired.judge(paired.collect(docs), policies, method,
-                                                   processes)}  # fmt: skip
+                                                   processes) if selects(bench, v.key)}  # fmt: skip
         again = [k for k, v in verdicts.items() if v.status == Status.INCONCLUSIVE]
         if method == paired.TOGETHER and again:
             log(f"paired: {len(again)} cell(s) without evidence: {processes} more process(es) "
@@ -308,9 +309,13 @@ def _stored(store: Store, result: GateResult, base_ref: str, head_ref: str, o: G
     )
     result.base_runs, result.head_runs = base_runs, head_runs
     ids = [[r["run_id"] for r in runs] for runs in (base_runs, head_runs)]
-    result.comparison = _judgeable(compare.compare(
-        compare.cells(store, ids[0]), compare.cells(store, ids[1]), policies,
-    ))  # fmt: skip
+    # --bench: the cells it selects, as asv's --bench selects what a measured gate runs
+    base_cells, head_cells = ({k: c for k, c in compare.cells(store, i).items()
+                               if selects(o.bench, k)} for i in ids)  # fmt: skip
+    if not base_cells and not head_cells:
+        raise GateError(f"--bench {' '.join(map(shlex.quote, o.bench))} selects no cell of "
+                        f"base {base[:12]} or head {head[:12]}")  # fmt: skip
+    result.comparison = _judgeable(compare.compare(base_cells, head_cells, policies))
 
     def workdir(prefix: str):
         return tempfile.TemporaryDirectory(prefix=prefix, dir=o.work_dir)
@@ -393,7 +398,7 @@ def _beside(result: GateResult, o: GateOptions, policies: Policies, workdir,
     if o.paired_processes:
         with workdir("ragbench-gate-") as tmp:
             _paired(result, policies, processes=o.paired_processes, mode=o.mode, work=Path(tmp),
-                    log=log)  # fmt: skip
+                    log=log, bench=o.bench)  # fmt: skip
     if o.drift_check and not o.environments and outputs:
         with workdir("ragbench-drift-") as tmp:
             _drift(result, policies, mode=o.mode, bench=o.bench, work=Path(tmp), log=log)
