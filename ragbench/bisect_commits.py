@@ -129,7 +129,9 @@ def commits_between(good: str, bad: str) -> list[str]:
         raise BisectError(f"--good {good} ({g[:12]}) must be an ancestor of --bad {bad} "
                           f"({b[:12]})") from None  # fmt: skip
     line = git.first_parent_line(g, b)
-    if git.parents(line[0])[0] != g:  # g came in through a merge: the line skips what is before it
+    # g came in through a merge: the line skips what is before it (or, where the merge's
+    # second parent leads to g, git's first-parent ancestry path holds nothing)
+    if not line or git.parents(line[0])[0] != g:
         raise BisectError(f"--good {good} ({g[:12]}) is not on the first-parent line of --bad "
                           f"{bad} (a merge brought it): pass a commit of that line as --good "
                           f"(git rev-list --first-parent {b[:12]})")  # fmt: skip
