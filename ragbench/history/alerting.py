@@ -4,8 +4,10 @@ grouped by the commit they arrived with, with a state a person sets and later ru
 An alert is one machine's change of one commit. Its cells:
 
 - a **step**: a series' stored change point (``ragbench.history.edivisive``) at that commit where
-  the code changed (an environment change is no code change and makes none), or its newest
-  point where the lookback flags it (``found_by``: ``change point`` or ``newest run``). The
+  the code changed (an environment change is no code change and makes none; nor one where
+  E-Divisive's segments forced it, ``min_size`` points before the newest), or its newest
+  point where the lookback flags it, placed at the first of the newest points the lookback
+  flags each (``run_start``; ``found_by``: ``change point`` or ``newest run``). The
   cell keeps the medians before and after the step and the bootstrap interval of their ratio,
   all from the same points: each segment up to the neighbouring change point, at most
   ``SEGMENT`` points (the lookback, for a newest run). It is raised only where that interval
@@ -15,8 +17,9 @@ An alert is one machine's change of one commit. Its cells:
 - a **finding** of the machine's newest commit against the one before
   (``ragbench.verdicts.comparison``): a broken bound (a kernel's error ratio over 2, an
   output's drift), a cell that failed (the benchmark raised) or went missing (``found_by``:
-  ``violation: 6418 >= bound 2``). One that an earlier alert already holds (not fixed) makes
-  none.
+  ``violation: 6418 >= bound 2``), a bound broken on the commit before too placed at the first
+  of the newest commits that break it (``broken_since``). One that an earlier alert already
+  holds (not fixed) makes none.
 
 The alert keeps the range it arrived in (the previous measured commit, exclusive, to this
 one: a merge or a batch of pushes holds several commits, which ``ragbench bisect`` searches).
@@ -27,9 +30,10 @@ or finding makes an alert (or joins its commit's); an open one (new or acknowled
 fixed when every cell is undone (``undone_by``): a step by a later change point of the code
 (never one of the environment: torch, triton, Python, asv's settings) whose segment is back at
 the old level, the whole after/before interval within the threshold, over at least
-``FIX_POINTS`` points; a finding by a newest commit without it. A new alert whose steps a
-commit measured later placed elsewhere (change points that moved; a newest run's step now at a
-commit between its previous one and its own) becomes ``invalid``, naming where they are. A
+``FIX_POINTS`` points; a finding by a newest commit without it. A new alert whose steps the
+points measured since placed elsewhere (change points that moved; a newest run's step now at
+a commit measured later, between its previous one and its own) becomes ``invalid``, naming
+where they are. A
 fixed alert whose series is no longer back (the newest code step went up again) is reopened
 (``new``). A cell the policies now judge by another rule than it was found under (``rule``: a
 threshold or bound moved, a bound made ``info``) is never undone, so its alert stays as it is
@@ -41,6 +45,7 @@ never overwritten.
 from __future__ import annotations
 
 import math
+import statistics
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -119,13 +124,20 @@ def steps(store, machine: str, policies: Policies,
     out: dict[str, list] = {}
     times, prevs = {}, {}
     lookback = int(policies.main.get("lookback", 10))
+    min_size = int(policies.main.get("min_size", 3))
     for rep in history.stored_histories(store, machine, policies, last=last):
         policy = policies.for_metric(rep.key[0], rep.key[1], rep.unit)
         if policy.kind not in STATISTICAL:
             continue  # (a stale series' last point is no newest run: its status says so)
         lower = policy.kind == "latency"
+        # a change point min_size points before the end is where E-Divisive must put a step
+        # of the last min_size - 1 points (its segments have min_size): c029 for a step at
+        # c030 measured up to c031, an alert that the next point moved. That step is the
+        # newest run's (run_start) until the next point places it.
+        edge = len(rep.points) - min_size
         code = [rep.points[c.index] for c in rep.changes
                 if c.index not in rep.env_changes and c.index not in rep.accepted
+                and c.index != edge
                 and bad_change(ratio_of(c.after, c.before), lower) > policy.threshold]  # fmt: skip
         newest = rep.status == Status.REGRESSION or (
             rep.status == Status.SETTINGS and rep.latest_change > policy.threshold
@@ -145,14 +157,20 @@ def steps(store, machine: str, policies: Policies,
             start = max((i for p in (rep.points[j] for j in rep.accepted)
                          if (i := s.at(p.commit_hash, p.env_key)) is not None and i < n),
                         default=0)  # fmt: skip
-            start = max([start, *(i for i in cps if i < n)])
-            base = [i for i in range(start, n) if s.env_keys[i] == s.env_keys[n]][-lookback:]
-            if base:
-                step = measured([s.values[i] for i in base], [s.values[n]], policy.kind)
+            start = max([start, *(i for i in cps if i < n and i != n + 1 - min_size)])
+            same = [i for i in range(start, n + 1) if s.env_keys[i] == s.env_keys[n]]
+            first = run_start([s.values[i] for i in same], lookback, policy,
+                              float(policies.main.get("mad_k", 5.0)), min_size)  # fmt: skip
+            base, run = same[max(0, first - lookback) : first], same[first:]
+            # fewer points than a segment since the last change point: no level to judge
+            # against (two points after a step raised their noise, 3.9%, as a second step);
+            # a step its change point holds already is that one
+            if len(base) >= min_size and run[0] not in {i for i, _, _ in found}:
+                step = measured([s.values[i] for i in base], [s.values[i] for i in run],
+                                policy.kind)  # fmt: skip
                 was = timing.typical([s.timings[i] for i in base])
-                found.append(
-                    (n, {**step, "rule": policy.rule(), **timed(was, s.timings[n])}, "newest run")
-                )
+                found.append((run[0], {**step, "rule": policy.rule(),
+                                       **timed(was, s.timings[run[0]])}, "newest run"))  # fmt: skip
         for i, cell, by in found:
             if raised(cell, policy.threshold):
                 commit = s.commits[i]
@@ -162,6 +180,31 @@ def steps(store, machine: str, policies: Policies,
                 times[commit] = s.times[i]
                 prevs.setdefault(commit, s.commits[i - 1])
     return out, times, prevs
+
+
+def run_start(values: list[float], lookback: int, policy: Policy, mad_k: float,
+              min_size: int = 3) -> int:  # fmt: skip
+    """Where the newest point's step began (an index of ``values``, a series' points of one
+    environment from its last change point on, the newest last): the first of the points at
+    the end that the lookback flags each, as it flags the newest (beyond the threshold in the
+    bad direction and beyond ``mad_k`` MADs of the ``lookback`` points before it, at least
+    ``min_size`` of them). Points
+    ingested together (a history, or commits measured in one job) and a step whose change
+    point E-Divisive cannot see yet (too few points after it) keep their newest point's step
+    at the commit that brought it, not at the newest."""
+    lower = policy.kind == "latency"
+    first = len(values) - 1
+    while first > 1:
+        before = values[max(0, first - 1 - lookback) : first - 1]
+        if len(before) < min_size:
+            break
+        level, value = statistics.median(before), values[first - 1]
+        z = stats.robust_z(before, value)
+        if not (bad_change(ratio_of(value, level), lower) > policy.threshold
+                and abs(z) > mad_k and (z > 0) == lower):  # fmt: skip
+            break
+        first -= 1
+    return first
 
 
 @dataclass
@@ -212,19 +255,48 @@ def finding_words(v) -> str:
     return f"{status}: {v.note}{also}" if v.note else f"{status}{also}"
 
 
-def findings(store, machine: str, now: Newest, stored: list[dict]) -> list[dict]:
-    """The cells of the newest commit's findings that no alert holds yet (fixed ones aside)."""
+def findings(store, machine: str, now: Newest, stored: list[dict]) -> list[tuple]:
+    """The cells of the newest commit's findings that no alert holds yet (fixed ones aside),
+    each ``(commit, its time, the commit before it, the cell)``: the newest commit's, or, for a
+    bound broken on the commit before too, the first of the newest commits that break it
+    (``broken_since``: commits ingested together hold where it arrived)."""
     held = {_cell_key(c) for a in stored if a["state"] != "fixed"
             for c in a["cells"] if c["found_by"] not in STEP_FOUND}  # fmt: skip
     out = []
     for key, v in sorted(now.verdicts.items()):  # a finding stored with '' holds every one
         if v.status in FINDINGS and key not in held and ("", *key[1:]) not in held:
-            out.append({"environment": key[0], "benchmark": key[1], "metric": key[2],
-                        "param_key": key[3], "unit": v.unit, "kind": v.policy.kind,
-                        "rule": v.policy.rule(),
-                        "before": v.base, "after": v.head, "ratio_lo": None, "ratio_hi": None,
-                        "found_by": finding_words(v)})  # fmt: skip
+            cell = {"environment": key[0], "benchmark": key[1], "metric": key[2],
+                    "param_key": key[3], "unit": v.unit, "kind": v.policy.kind,
+                    "rule": v.policy.rule(), "before": v.base, "after": v.head,
+                    "ratio_lo": None, "ratio_hi": None, "found_by": finding_words(v)}  # fmt: skip
+            since = v.status == Status.PRE_EXISTING and broken_since(store, machine, key, v.policy)
+            if since:
+                commit, when, prev, before, after, words = since
+                moved = {
+                    "before": before,
+                    "after": after,
+                    "found_by": f"{Status.VIOLATION}: {words}",
+                }
+                out.append((commit, when, prev, {**cell, **moved}))
+            else:
+                out.append((now.commit, now.time, now.prev, cell))
     return out
+
+
+def broken_since(store, machine: str, key: tuple, policy: Policy) -> tuple | None:
+    """Where the bound of the cell ``key`` (environment, benchmark, metric, param_key) broke
+    in the newest run of its series that breaks it: (commit, its time, the commit before it,
+    the value before, the value, the bound's words); None where its points do not show that
+    (a bound judged against a reference in the same run)."""
+    s = read_series(store, machine, key[0], key[1:])
+    i = len(s.values) - 1
+    if i < 1 or history.broken_bound(policy, s.values[i]) is None:
+        return None
+    while i > 0 and history.broken_bound(policy, s.values[i - 1]) is not None:
+        i -= 1
+    prev, before = (s.commits[i - 1], s.values[i - 1]) if i else (None, None)
+    return (s.commits[i], s.times[i], prev, before, s.values[i],
+            history.broken_bound(policy, s.values[i]))  # fmt: skip
 
 
 def _when(t) -> tuple:
@@ -252,7 +324,14 @@ def update(store, machine: str, policies: Policies, *, last: int = LAST,
             or any(rejudged(c, policies) for c in a["cells"])
         ):
             continue  # open ones below; a state a person set is theirs; older than LAST commits
-        if undone_by(store, machine, a, policies, now, steps_only=True) is None:
+        by = undone_by(store, machine, a, policies, now, steps_only=True)
+        steps_alone = all(c["found_by"] in STEP_FOUND for c in a["cells"])
+        if by is not None and by != a["fixed_by"] and steps_alone:
+            # commits measured since (late ones, or more points) moved the step back
+            why = f"every step undone from {by[:12]} on"
+            store.set_alert_state(machine, a["commit_hash"], "fixed", by=BY, was="fixed",
+                                  fixed_by=by, reason=why)  # fmt: skip
+        if by is None:
             # a finding broken again is a new alert of its commit; a step is this one again
             why = f"reopened: no longer back at the old level (it was from {a['fixed_by'][:12]} on)"
             if store.set_alert_state(machine, a["commit_hash"], "new", by=BY, was="fixed",
@@ -268,15 +347,13 @@ def update(store, machine: str, policies: Policies, *, last: int = LAST,
                                                       now)  # fmt: skip
     for a in gone:
         to = ", ".join(c[:12] for c in a["moved_to"])
-        store.set_alert_state(machine, a["commit_hash"], "invalid", by=BY, was="new",
-                              reason=f"no step here any more: a commit measured later put it at "
-                              f"{to}")  # fmt: skip
+        why = f"no step here any more: {a['why']} put it at {to}"
+        store.set_alert_state(machine, a["commit_hash"], "invalid", by=BY, was="new", reason=why)
     stored = {a["commit_hash"]: a for a in store.alerts(machine, cells=None)}  # every cell
-    gate_cells = findings(store, machine, now, stored_list)
-    if gate_cells:
-        found.setdefault(now.commit, []).extend(gate_cells)
-        times.setdefault(now.commit, now.time)
-        prevs.setdefault(now.commit, now.prev)
+    for commit, when, prev, cell in findings(store, machine, now, stored_list):
+        found.setdefault(commit, []).append(cell)
+        times.setdefault(commit, when)
+        prevs.setdefault(commit, prev)
     alerts, cells = [], []
     for commit, group in found.items():
         known = {_cell_key(c) for c in stored.get(commit, {}).get("cells", [])}
@@ -360,7 +437,8 @@ def moved(stored: list[dict], found: dict[str, list[dict]], now: Newest) -> list
     for a in _own_new(stored, now, "change point"):
         where = [at.get(_cell_key(c), set()) for c in a["cells"]]
         if all(w and a["commit_hash"] not in w for w in where):
-            out.append({**a, "moved_to": sorted(set().union(*where))})
+            out.append({**a, "moved_to": sorted(set().union(*where)),
+                        "why": "the commits measured since"})  # fmt: skip
     return out
 
 
@@ -380,7 +458,8 @@ def overtaken(store, machine: str, stored: list[dict], found: dict[str, list[dic
         where = [{x for x in at.get(_cell_key(c), ()) if after < _when(times.get(x)) < before}
                  for c in a["cells"]]  # fmt: skip
         if all(where):
-            out.append({**a, "moved_to": sorted(set().union(*where))})
+            out.append({**a, "moved_to": sorted(set().union(*where)),
+                        "why": "a commit measured later"})  # fmt: skip
     return out
 
 
@@ -408,10 +487,11 @@ def _policy(policies: Policies, c: dict) -> Policy:
 
 def step_back(store, machine: str, alert: dict, c: dict, policies: Policies,
               s: Series | None = None) -> str | None:  # fmt: skip
-    """The commit from which the step ``c`` (a cell of ``alert``) is undone, else None: the
-    newest change point of the code after the alert's commit (a change of the environment
-    neither undoes nor redoes a step) whose segment, at least ``FIX_POINTS`` points, is back
-    at the level before the step: the bad end of the interval of its level over the old one
+    """The commit from which the step ``c`` (a cell of ``alert``) is undone, else None: where
+    the newest change point of the code after the alert's commit (a change of the environment
+    neither undoes nor redoes a step) has a segment, at least ``FIX_POINTS`` points, back at
+    the level before the step, the first of the code's change points from which every segment
+    is: the bad end of the interval of its level over the old one
     within the threshold. Where the environment is the same throughout, that interval is of
     the segment against the points before the step; else the step back's own interval,
     chained with the alert's step (the environment's move between them left out)."""
@@ -423,25 +503,31 @@ def step_back(store, machine: str, alert: dict, c: dict, policies: Policies,
     cps = change_positions(store, machine, policies, s)
     later = [p for p in cps if p > at]
     code = [p for p in later if not s.moved(p)]
-    if not code:
-        return None
-    back = code[-1]
-    prev, nxt = neighbours(cps, back, len(s.values))
-    prev = max(prev, at)
-    segment = s.values[back:nxt][:SEGMENT]
-    if len(segment) < FIX_POINTS:
-        return None
     lower = c["kind"] == "latency"
-    if len(set(s.env_keys[max(0, at - 1) : nxt])) == 1:
-        old = s.values[max(neighbours(cps, at, len(s.values))[0], at - SEGMENT) : at]
-        lo, hi = stats.ratio_interval(old, segment)
-        level = hi if lower else lo
-    else:
-        lo, hi = stats.ratio_interval(s.values[max(prev, back - SEGMENT) : back], segment)
-        level = ratio_of(c["after"], c["before"]) * (hi if lower else lo)
-    if math.isnan(level) or bad_change(level, lower) > _policy(policies, c).threshold:
+
+    def is_back(back: int) -> bool:
+        prev, nxt = neighbours(cps, back, len(s.values))
+        prev = max(prev, at)
+        segment = s.values[back:nxt][:SEGMENT]
+        if len(segment) < FIX_POINTS:
+            return False
+        if len(set(s.env_keys[max(0, at - 1) : nxt])) == 1:
+            old = s.values[max(neighbours(cps, at, len(s.values))[0], at - SEGMENT) : at]
+            lo, hi = stats.ratio_interval(old, segment)
+            level = hi if lower else lo
+        else:
+            lo, hi = stats.ratio_interval(s.values[max(prev, back - SEGMENT) : back], segment)
+            level = ratio_of(c["after"], c["before"]) * (hi if lower else lo)
+        return not math.isnan(level) and bad_change(level, lower) <= _policy(policies, c).threshold
+
+    if not code or not is_back(code[-1]):
         return None
-    return s.commits[back]
+    # the commit that fixed it: the first of the code's steps from which every segment is back
+    # (before: the newest, so a later unrelated speed-up was named the fix)
+    first = len(code) - 1
+    while first > 0 and is_back(code[first - 1]):
+        first -= 1
+    return s.commits[code[first]]
 
 
 def finding_gone(alert: dict, c: dict, now: Newest) -> str | None:
@@ -457,6 +543,25 @@ def finding_gone(alert: dict, c: dict, now: Newest) -> str | None:
     if any(v.head is None for v in found):
         return None
     return None if any(v.status in FINDINGS for v in found) else now.commit
+
+
+def held_since(store, machine: str, alert: dict, c: dict, policies: Policies, by: str,
+               when) -> tuple[str, object]:  # fmt: skip
+    """The first of the newest commits up to ``by`` (where the finding ``c`` of ``alert`` is
+    gone, at ``when``) that hold its bound, after the alert's commit, and its time: commits
+    ingested together hold where it was fixed. ``(by, when)`` where its points do not show
+    that (no bound, a failed or missing cell)."""
+    policy = _policy(policies, c)
+    if policy.kind != "bound":
+        return by, when
+    s = read_series(store, machine, c["environment"], (c["benchmark"], c["metric"],
+                                                       c["param_key"]))  # fmt: skip
+    at, i = s.at(alert["commit_hash"]), s.at(by)
+    if at is None or i is None:
+        return by, when
+    while i - 1 > at and history.broken_bound(policy, s.values[i - 1]) is None:
+        i -= 1
+    return s.commits[i], s.times[i]
 
 
 def undone_by(store, machine: str, alert: dict, policies: Policies, now: Newest | None = None,
@@ -480,6 +585,8 @@ def undone_by(store, machine: str, alert: dict, policies: Policies, now: Newest 
             when = s.times[s.at(by)] if by else None
         else:
             by, when = finding_gone(alert, c, now), now.time
+            if by is not None:
+                by, when = held_since(store, machine, alert, c, policies, by, when)
         if by is None:
             return None
         back.append((when is not None, when or 0, by))
