@@ -118,7 +118,7 @@ def discover(mode: str = "quick") -> dict[str, dict]:
     ``{name: {"params": [[repr, ...], ...], "param_names": [...]}}`` (asv_runner's own
     discovery, in a fresh process: the grids are read at import). CellError where it fails."""
     from .project import asv_config
-    from .runner import CONFIG, REPO
+    from .asv_run import CONFIG, REPO
 
     code = ("import sys; from asv_runner.discovery import list_benchmarks; "
             "list_benchmarks(sys.argv[1], sys.stdout)")  # fmt: skip
