@@ -27,8 +27,8 @@ SETTINGS = changepoints.Settings.of(POLICIES)
 
 
 def e_divisive_one_by_one(values, *, alpha=0.01, permutations=199, min_size=3, seed=0):
-    """E-Divisive one shuffle at a time, each split by its definition: a 2-D prefix sum of the
-    distance matrix, the statistic of every (tau, kappa) from its three sums."""
+    """E-Divisive as ragbench had it before the shuffles were tested many at once: a 2-D
+    prefix sum of the distance matrix, one shuffle at a time."""
     x = np.asarray(values, float)
     if len(x) < 2 * min_size:
         return []
@@ -37,17 +37,12 @@ def e_divisive_one_by_one(values, *, alpha=0.01, permutations=199, min_size=3, s
         n = len(d)
         s = np.zeros((n + 1, n + 1))
         s[1:, 1:] = d.cumsum(0).cumsum(1)
-        best = (-np.inf, None)
-        for k in stats.split_ends(n, min_size):
-            t = np.arange(min_size, k - min_size + 1)
-            m = k - t
-            between = s[t, k] - s[t, t]
-            right = s[k, k] - s[t, k] - s[k, t] + s[t, t]
-            q = t * m / k * (2 * between / (t * m) - s[t, t] / t**2 - right / m**2)
-            i = int(np.argmax(q))
-            if q[i] > best[0] or (q[i] == best[0] and t[i] < best[1]):
-                best = (float(q[i]), int(t[i]))
-        return best[1], best[0]
+        t = np.arange(min_size, n - min_size + 1)
+        m = n - t
+        between = s[t, n] - s[0, n] - s[t, t] + s[0, t]
+        right = s[n, n] - s[t, n] - s[n, t] + s[t, t]
+        q = t * m / n * (2 * between / (t * m) - s[t, t] / t**2 - right / m**2)
+        return int(t[np.argmax(q)]), float(q.max())
 
     rng = np.random.default_rng(seed)
     d_all = np.abs(x[:, None] - x[None, :])

@@ -94,16 +94,6 @@ def test_e_divisive_finds_known_change_points():
     assert stats.e_divisive(x[:5]) == []  # too short for two segments of min_size
 
 
-def test_e_divisive_splits_off_a_reverted_step():
-    """A bump (30 points, 20 at +50%, 30 back, 0.1% noise): before, the split of a segment ran
-    to its end only, and none was significant (p about 0.015); the second part may now stop
-    before the end, as Matteson and James's search does."""
-    for seed in range(3):
-        rng = np.random.default_rng(seed)
-        level = np.r_[np.ones(30), np.full(20, 1.5), np.ones(30)]
-        assert stats.e_divisive(level * (1 + 0.001 * rng.standard_normal(80))) == [30, 50]
-
-
 def test_e_divisive_on_noise_rarely_fires():
     rng = np.random.default_rng(4)
     fired = sum(bool(stats.e_divisive(rng.normal(10, 0.1, 80), seed=i)) for i in range(40))
@@ -414,9 +404,7 @@ def points(values, envs=None):
 
 
 def test_history_change_points_and_environment_changes():
-    # 7 of 200 such series get a split more (a 1% test in each of three segments; 6 of 200
-    # before the search over ends): seed 8's first segment is one of them now
-    rng = np.random.default_rng(9)
+    rng = np.random.default_rng(8)
     values = np.concatenate([rng.normal(10, 0.05, 30), rng.normal(11, 0.05, 30),
                              rng.normal(12, 0.05, 30)])  # fmt: skip
     envs = ["torch-2.10"] * 60 + ["torch-2.11"] * 30

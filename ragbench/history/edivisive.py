@@ -41,10 +41,9 @@ from ..policies import load_policies
 from ..store import timing
 
 # Points per window. 200 is today's `detect --last` default: E-Divisive over 200 points is
-# what main's history was judged with before (docs/calibration.md), and one window with a 5%
-# step in it takes 80-95 ms of CPU here (199 permutations of O(200^2); 42-52 ms before the
-# search over the ends of a split, stats.split_ends), one without 11 ms (4-5 before: the
-# permutation test stops after two shuffles beat it).
+# what main's history was judged with before (docs/calibration.md), and one window with a
+# change in it takes ~60 ms (199 permutations of O(200^2)), one without ~2 ms (the permutation
+# test stops after two shuffles beat it).
 WINDOW = 200
 STRIDE = WINDOW // 2  # each point is in two windows, at least WINDOW / 4 from the edge of one
 MERGE = 10  # points: the same change found by two windows (their estimates differ by a few)
