@@ -18,10 +18,14 @@ import os
 import re
 import subprocess
 import sys
+from pathlib import Path
 
 from .asv_results import param_values
 from .verdicts.comparison import Key
 
+# this checkout, whose suite ``discover`` lists (never another repository a command's git
+# works in)
+HERE = Path(__file__).resolve().parent.parent
 PREFIXES = ("time_", "peakmem_", "mem_")  # asv's kinds whose metric keeps its prefix
 
 
@@ -118,14 +122,13 @@ def discover(mode: str = "quick") -> dict[str, dict]:
     ``{name: {"params": [[repr, ...], ...], "param_names": [...]}}`` (asv_runner's own
     discovery, in a fresh process: the grids are read at import). CellError where it fails."""
     from .project import asv_config
-    from .asv_run import CONFIG, REPO
 
     code = ("import sys; from asv_runner.discovery import list_benchmarks; "
             "list_benchmarks(sys.argv[1], sys.stdout)")  # fmt: skip
-    conf = asv_config(CONFIG)
-    root = str(REPO / conf.get("benchmark_dir", "benchmarks"))
+    conf = asv_config(HERE / "asv.conf.json")
+    root = str(HERE / conf.get("benchmark_dir", "benchmarks"))
     env = {**os.environ, "RAGBENCH_MODE": mode}
-    out = subprocess.run([sys.executable, "-c", code, root], cwd=REPO, env=env,
+    out = subprocess.run([sys.executable, "-c", code, root], cwd=HERE, env=env,
                          capture_output=True, text=True)  # fmt: skip
     try:
         found = json.loads(out.stdout) if out.returncode == 0 else None
