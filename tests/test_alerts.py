@@ -217,10 +217,11 @@ def test_three_lucky_points_back_after_a_step_do_not_fix_it(tmp_path):
 def test_a_step_measured_a_commit_at_a_time_is_one_alert_where_it_began(tmp_path):
     """+20% at commit 30 of a series 1% noisy, ingested a commit at a time from 28 on, as
     bench-main records each push. Before: the next commits' lookback still held the old level
-    and raised the step again (an alert at 31 or 32, new for good), and the change point
-    E-Divisive had to put at 29 while the step had two points made an alert there that the
-    next point moved. A history ingested at once has its newest points' step where it began
-    (before: at the newest, "arrived in" the commit before it, which had the step too)."""
+    and raised the step again (an alert at 31 or 32, new for good). The change point that
+    E-Divisive must put at 29 while the step has two points (its segments have three) makes
+    an alert there that the next point moves: invalid, saying so. A history ingested at once
+    has its newest points' step where it began (before: at the newest, "arrived in" the
+    commit before it, which had the step too)."""
     for seed in range(4):
         rng = np.random.default_rng(100 + seed)
         values = [v * (1.2 if i >= 30 else 1) for i, v in enumerate(noisy(rng, 10, 37, 0.01))]
@@ -230,9 +231,11 @@ def test_a_step_measured_a_commit_at_a_time_is_one_alert_where_it_began(tmp_path
         for i in range(28, 37):
             series(store, values[i : i + 1], start=i)
             alerts.update(store, "m1", POLICIES)
-            assert {a["commit_hash"] for a in store.alerts("m1")} <= {sha(30)}, (seed, i)
-        (a,) = store.alerts("m1")
-        assert (a["state"], a["prev_commit_hash"]) == ("new", sha(29)), seed
+        found = {a["commit_hash"]: a for a in store.alerts("m1")}
+        assert (found[sha(30)]["state"], found[sha(30)]["prev_commit_hash"]) == ("new", sha(29))
+        moved = f"no step here any more: the commits measured since put it at {sha(30)[:12]}"
+        assert all((a["state"], a["reason"]) == ("invalid", moved)
+                   for c, a in found.items() if c != sha(30)), (seed, found)  # fmt: skip
     store = Store(tmp_path / "once.duckdb")
     series(store, [10.0] * 28 + [12.0] * 2)
     alerts.update(store, "m1", POLICIES)

@@ -4,8 +4,7 @@ grouped by the commit they arrived with, with a state a person sets and later ru
 An alert is one machine's change of one commit. Its cells:
 
 - a **step**: a series' stored change point (``ragbench.history.edivisive``) at that commit where
-  the code changed (an environment change is no code change and makes none; nor one where
-  E-Divisive's segments forced it, ``min_size`` points before the newest), or its newest
+  the code changed (an environment change is no code change and makes none), or its newest
   point where the lookback flags it, placed at the first of the newest points the lookback
   flags each (``run_start``; ``found_by``: ``change point`` or ``newest run``). The
   cell keeps the medians before and after the step and the bootstrap interval of their ratio,
@@ -130,14 +129,8 @@ def steps(store, machine: str, policies: Policies,
         if policy.kind not in STATISTICAL:
             continue  # (a stale series' last point is no newest run: its status says so)
         lower = policy.kind == "latency"
-        # a change point min_size points before the end is where E-Divisive must put a step
-        # of the last min_size - 1 points (its segments have min_size): c029 for a step at
-        # c030 measured up to c031, an alert that the next point moved. That step is the
-        # newest run's (run_start) until the next point places it.
-        edge = len(rep.points) - min_size
         code = [rep.points[c.index] for c in rep.changes
                 if c.index not in rep.env_changes and c.index not in rep.accepted
-                and c.index != edge
                 and bad_change(ratio_of(c.after, c.before), lower) > policy.threshold]  # fmt: skip
         newest = rep.status == Status.REGRESSION or (
             rep.status == Status.SETTINGS and rep.latest_change > policy.threshold
@@ -157,7 +150,7 @@ def steps(store, machine: str, policies: Policies,
             start = max((i for p in (rep.points[j] for j in rep.accepted)
                          if (i := s.at(p.commit_hash, p.env_key)) is not None and i < n),
                         default=0)  # fmt: skip
-            start = max([start, *(i for i in cps if i < n and i != n + 1 - min_size)])
+            start = max([start, *(i for i in cps if i < n)])
             same = [i for i in range(start, n + 1) if s.env_keys[i] == s.env_keys[n]]
             first = run_start([s.values[i] for i in same], lookback, policy,
                               float(policies.main.get("mad_k", 5.0)), min_size)  # fmt: skip
@@ -299,6 +292,16 @@ def broken_since(store, machine: str, key: tuple, policy: Policy) -> tuple | Non
             history.broken_bound(policy, s.values[i]))  # fmt: skip
 
 
+def _earlier(store, machine: str, commit: str, than: str | None) -> bool:
+    """Whether ``commit``'s time is before ``than``'s (both of the machine's runs)."""
+    if than is None or commit == than:
+        return False
+    times = [store.runs(machine=machine, commit=c)[:1] for c in (commit, than)]
+    if not all(times):
+        return False
+    return _when(times[0][0]["commit_time"]) < _when(times[1][0]["commit_time"])
+
+
 def _when(t) -> tuple:
     return (t is not None, t or 0)
 
@@ -326,8 +329,9 @@ def update(store, machine: str, policies: Policies, *, last: int = LAST,
             continue  # open ones below; a state a person set is theirs; older than LAST commits
         by = undone_by(store, machine, a, policies, now, steps_only=True)
         steps_alone = all(c["found_by"] in STEP_FOUND for c in a["cells"])
-        if by is not None and by != a["fixed_by"] and steps_alone:
-            # commits measured since (late ones, or more points) moved the step back
+        if by is not None and steps_alone and _earlier(store, machine, by, a["fixed_by"]):
+            # commits measured late, before the fix, moved the step back earlier (never later:
+            # a step up and back since is another alert's)
             why = f"every step undone from {by[:12]} on"
             store.set_alert_state(machine, a["commit_hash"], "fixed", by=BY, was="fixed",
                                   fixed_by=by, reason=why)  # fmt: skip
