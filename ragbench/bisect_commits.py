@@ -370,7 +370,7 @@ def asv_runner(store, key: Key, work: Path, *, mode: str, machine: str,
         results = work / f"asv-{n}"
         try:
             asv_run.run([sha], mode=mode, results_dir=results, machine=machine, bench=bench,
-                      log=log)  # fmt: skip
+                        log=log)  # fmt: skip
         except (asv_run.SuiteError, git.GitError) as exc:
             raise Unmeasurable(str(exc)[-300:]) from None
         label = f"gate:bisect-{sha[:8]}-{stamp}:{n}"

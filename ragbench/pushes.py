@@ -126,7 +126,7 @@ def record(store: Store, *, before: str | None, after: str, machine: str, mode: 
         log(f"record: [{i}/{len(todo)}] {sha[:12]}")
         try:
             (summary,) = asv_run.run([sha], mode=mode, results_dir=results_dir, machine=machine,
-                                   bench=bench, log=log)  # fmt: skip
+                                     bench=bench, log=log)  # fmt: skip
         except (asv_run.SuiteError, git.GitError) as exc:
             out.unmeasured.append((sha, str(exc)))
             log(f"record: {sha[:12]} could not be measured: {exc}")

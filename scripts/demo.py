@@ -67,7 +67,7 @@ def demo(args) -> int:
     _log(f"== 1/3 the quick suite on {len(commits)} commit(s), machine {machine!r} (asv's log: "
          f"{ASV_LOG})")  # fmt: skip
     summaries = asv_run.run(commits, mode="quick", results_dir=RESULTS, machine=machine, log=_log,
-                          asv_log=ASV_LOG)  # fmt: skip
+                            asv_log=ASV_LOG)  # fmt: skip
     branch = git.run("rev-parse", "--abbrev-ref", "HEAD")
     branch = history_branch() if branch == "HEAD" else branch  # detached: call it main's
     _log(f"== 2/3 ingest into {args.store} (branch {branch})")

@@ -105,7 +105,7 @@ def _measure(store, sha, side, label, work, *, mode, machine, bench, log,
              environment=None) -> list[str]:  # fmt: skip
     results = work / label.replace(":", "-")
     summaries = asv_run.run([sha], mode=mode, results_dir=results, machine=machine, bench=bench,
-                          log=log, environment=environment)  # fmt: skip
+                            log=log, environment=environment)  # fmt: skip
     report = ingest(store, [results], label=label, log=lambda m: None)
     if report.failed:
         raise GateError(f"could not ingest the {side} run: {report.failed[0][1]}")
@@ -117,7 +117,7 @@ def _measure_project(store, sha, side, label, work, other: Foreign, *, machine, 
     """``_measure`` of another asv project's commit: its asv, its config (``--config``)."""
     results = work / label.replace(":", "-")
     asv_run.run_project(other.config, sha, results_dir=results, machine=machine, work=work,
-                      bench=bench, environment=other.asv_environment, log=log)  # fmt: skip
+                        bench=bench, environment=other.asv_environment, log=log)  # fmt: skip
     report = ingest(store, [results], label=label, log=lambda m: None, config=other.config)
     if report.failed:
         raise GateError(f"could not ingest the {side} run: {report.failed[0][1]}")

@@ -181,10 +181,9 @@ def run_start(values: list[float], lookback: int, policy: Policy, mad_k: float,
     environment from its last change point on, the newest last): the first of the points at
     the end that the lookback flags each, as it flags the newest (beyond the threshold in the
     bad direction and beyond ``mad_k`` MADs of the ``lookback`` points before it, at least
-    ``min_size`` of them). Points
-    ingested together (a history, or commits measured in one job) and a step whose change
-    point E-Divisive cannot see yet (too few points after it) keep their newest point's step
-    at the commit that brought it, not at the newest."""
+    ``min_size`` of them). Points ingested together (a history, or commits measured in one
+    job) and a step whose change point E-Divisive cannot see yet (too few points after it)
+    keep their newest point's step at the commit that brought it, not at the newest."""
     lower = policy.kind == "latency"
     first = len(values) - 1
     while first > 1:
@@ -277,10 +276,10 @@ def findings(store, machine: str, now: Newest, stored: list[dict]) -> list[tuple
 
 
 def broken_since(store, machine: str, key: tuple, policy: Policy) -> tuple | None:
-    """Where the bound of the cell ``key`` (environment, benchmark, metric, param_key) broke
-    in the newest run of its series that breaks it: (commit, its time, the commit before it,
-    the value before, the value, the bound's words); None where its points do not show that
-    (a bound judged against a reference in the same run)."""
+    """Where the bound of the cell ``key`` (environment, benchmark, metric, param_key) broke:
+    the first of its series' newest points that all break it, as (commit, its time, the
+    commit before it, the value before, the value, the bound's words); None where its points
+    do not show that (a bound judged against a reference in the same run)."""
     s = read_series(store, machine, key[0], key[1:])
     i = len(s.values) - 1
     if i < 1 or history.broken_bound(policy, s.values[i]) is None:
@@ -491,14 +490,15 @@ def _policy(policies: Policies, c: dict) -> Policy:
 
 def step_back(store, machine: str, alert: dict, c: dict, policies: Policies,
               s: Series | None = None) -> str | None:  # fmt: skip
-    """The commit from which the step ``c`` (a cell of ``alert``) is undone, else None: where
-    the newest change point of the code after the alert's commit (a change of the environment
-    neither undoes nor redoes a step) has a segment, at least ``FIX_POINTS`` points, back at
-    the level before the step, the first of the code's change points from which every segment
-    is: the bad end of the interval of its level over the old one
-    within the threshold. Where the environment is the same throughout, that interval is of
-    the segment against the points before the step; else the step back's own interval,
-    chained with the alert's step (the environment's move between them left out)."""
+    """The commit from which the step ``c`` (a cell of ``alert``) is undone, else None. It is
+    undone where the segment of the newest change point of the code after the alert's commit
+    (a change of the environment neither undoes nor redoes a step) is back at the level
+    before the step, and then from the first of those change points whose segments are all
+    back. A segment is back when it has at least ``FIX_POINTS`` points and the bad end of
+    the interval of its level over the old one is within the threshold. Where the
+    environment is the same throughout, that interval is of the segment against the points
+    before the step; else the step back's own interval, chained with the alert's step (the
+    environment's move between them left out)."""
     key = (c["benchmark"], c["metric"], c["param_key"])
     s = s or read_series(store, machine, c["environment"], key)
     at = s.at(alert["commit_hash"])
