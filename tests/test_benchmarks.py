@@ -313,3 +313,20 @@ def test_the_floor_ratio_is_judged_and_the_bound_shares_are_shown():
         assert pol.for_metric("kernel.GpuFloor", metric, "us").kind == "info"
     for metric in ("share_of_bound", "share_of_launch_bound", "graph_share_of_bound"):
         assert pol.for_metric("pipeline.BoundShare", metric, "ratio").kind == "info"
+
+
+def test_every_command_reads_the_machine_name_one_way(monkeypatch):
+    """--machine, else $RAGBENCH_MACHINE, else the host name; before, `make demo` and `ragbench
+    fingerprint` ignored $RAGBENCH_MACHINE, which the other commands read."""
+    import argparse
+
+    from ragbench.commands import fingerprint as command
+
+    monkeypatch.setenv("RAGBENCH_MACHINE", "runner-1")
+    assert fingerprint.machine() == "runner-1" and fingerprint.machine("h100") == "h100"
+    parser = argparse.ArgumentParser()
+    command.add_parser(parser.add_subparsers())
+    assert parser.parse_args(["fingerprint"]).machine is None  # read when it runs, as above
+    monkeypatch.setenv("RAGBENCH_MACHINE", "")
+    assert fingerprint.machine() == fingerprint.default_machine()
+    assert fingerprint.configured_machine() is None
