@@ -220,3 +220,19 @@ def test_cells_without_samples_are_judged_by_asvs_own_intervals(store, capsys):
             if line.startswith("| `time_ci_") and "99% intervals" in line}  # fmt: skip
     assert "asv's 99% intervals do not overlap" in rows["time_ci_small.time_ci_small"], rows
     assert "asv's 99% intervals overlap (not significant)" in rows["time_ci_big.time_ci_big"]
+
+
+def test_a_slowdown_that_asv_timed_with_one_call_is_the_codes(tmp_path, capsys):
+    """kedro-org/kedro-benchmark-results (tests/data/public/asv-kedro): time_get went from
+    0.28 ms (asv's number 39) to 98 ms (number 1: one call is longer than asv's sample, where
+    its calibration stops). Before: shown as a measurement setting change, not judged; now a
+    regression, and time_exists (number 1 on both sides) beside it."""
+    path = tmp_path / "perf.duckdb"
+    with Store(path) as s:
+        ingest(s, [PUBLIC / "asv-kedro"], branch="main")
+    code, out = gate(capsys, path, "826021d699c9", "7b7dad9ddad4", machine="github-actions")
+    assert code == 1, out
+    regressions = out.split("### Regressions")[1].split("###")[0]
+    for name in ("time_get", "time_exists"):
+        assert f"`benchmark_kedrodatacatalog.TimeKedroDataCatalog.{name}`" in regressions, out
+    assert "### Measurement setting changed" not in out, out
