@@ -23,6 +23,7 @@ from pathlib import Path
 
 from ragbench import asv_run, git
 from ragbench import provenance as fingerprint
+from ragbench.commands.common import machine_arg
 from ragbench.gate.errors import GateError
 from ragbench.gate.gating import run_gate
 from ragbench.gate.report import gate_markdown
@@ -44,11 +45,7 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--commits", type=int, default=3, help="how many of the last commits")
     ap.add_argument("--store", type=Path, default=Path("results/perf.duckdb"))
-    ap.add_argument(
-        "--machine",
-        default=None,
-        help="machine name (default $RAGBENCH_MACHINE, else the host name)",
-    )
+    machine_arg(ap)
     args = ap.parse_args(argv)
     try:
         return demo(args)

@@ -6,7 +6,7 @@ import json
 
 from .. import git
 from .. import provenance as fingerprint
-from .common import MODE_HELP
+from .common import MODE_HELP, machine_arg, machine_of
 
 
 def add_parser(sub) -> None:
@@ -16,11 +16,7 @@ def add_parser(sub) -> None:
         description="GPU, driver, CUDA, torch/triton/timm/Python versions, commit, harness.",
     )
     f.add_argument("--commit", default="HEAD", help="revision to record (default HEAD)")
-    f.add_argument(
-        "--machine",
-        default=None,
-        help="machine name (default $RAGBENCH_MACHINE, else the host name)",
-    )
+    machine_arg(f)
     f.add_argument("--mode", choices=["quick", "full"], default="quick", help=MODE_HELP)
     f.set_defaults(func=run)
 
@@ -28,7 +24,7 @@ def add_parser(sub) -> None:
 def run(args) -> int:
     fp = fingerprint.collect(
         commit=git.commits([args.commit])[0],
-        machine=fingerprint.machine(args.machine),
+        machine=machine_of(args),
         mode=args.mode,
     )
     print(json.dumps(fp, indent=2, sort_keys=True))
